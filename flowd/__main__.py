@@ -1,0 +1,3 @@
+from flowd.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""Agents: the executor interface and its kinds (acp, script, cli, openai)."""

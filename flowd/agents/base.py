@@ -1,0 +1,109 @@
+"""The executor interface every agent kind implements, and its typed failures.
+
+The engine and the roster speak only these types. A kind (ACP, CLI, OpenAI-compatible) turns one
+`TurnRequest` into one `TurnResult`, or raises an `AgentError` whose `kind` tells the roster what
+to do with the executor (exclude it, hand over, or blame the reply).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+from flowd.wire import WireModel
+
+FailureKind = Literal[
+    "rate_limit",  # too many requests: exclude after repeated hits
+    "usage_limit",  # quota spent: exclude until reset_at (or a default)
+    "auth",  # not signed in / unknown model: exclude for the run
+    "unavailable",  # engine down / cannot start: exclude until it answers again
+    "crash",  # the agent process died mid-turn
+    "timeout",  # turn took longer than the turn timeout
+    "stall",  # nothing heard from the agent for the stall timeout ("hang")
+    "cancelled",  # the turn was cancelled by flowd
+    "bad_reply",  # the reply did not parse: the agent's fault, not the executor's
+    "error",  # any other error the agent returned
+]
+
+
+class AgentError(Exception):
+    def __init__(self, kind: FailureKind, message: str, *, reset_at: datetime | None = None) -> None:
+        super().__init__(message)
+        self.kind: FailureKind = kind
+        self.message = message
+        self.reset_at = reset_at
+
+    def __str__(self) -> str:
+        return f"{self.kind}: {self.message}"
+
+
+class FlowdMeta(WireModel):
+    """`_meta.flowd` on every `session/prompt` (contract §3)."""
+
+    role: str
+    run_id: str
+    epic_id: str
+    story: str | None = None
+    task: str | None = None
+    task_index: int | None = None
+
+
+@dataclass(frozen=True)
+class TurnRequest:
+    role: str
+    prompt: str
+    cwd: Path
+    meta: FlowdMeta
+    turn_timeout_s: float = 1800.0
+    stall_timeout_s: float = 600.0
+
+
+@dataclass
+class TurnUsage:
+    """Per-turn usage as the agent reported it. `input` includes cache reads and writes."""
+
+    input: int = 0
+    output: int = 0
+    cached_read: int | None = None
+    cache_write: int | None = None
+    cost_usd: float | None = None  # per-turn (cumulative agent figures are turned into deltas at capture)
+    model: str | None = None
+
+
+@dataclass
+class ToolCall:
+    tool: str
+    args: Any = None
+    parent: str | None = None
+
+
+@dataclass
+class TurnResult:
+    text: str
+    usage: TurnUsage | None = None  # None: the agent reported nothing, the caller estimates
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    stop_reason: str = "end_turn"
+    refusals: list[str] = field(default_factory=list)  # permission requests refused by policy
+    model: str | None = None
+
+
+# Live callback for what happens during a turn (tool calls, message text); must not block.
+TurnObserver = Callable[[ToolCall | str], None]
+
+
+class Executor(Protocol):
+    """One clone's connection to one agent. Reused across turns; closed by its owner."""
+
+    async def run_turn(self, request: TurnRequest, observe: TurnObserver | None = None) -> TurnResult: ...
+
+    async def cancel(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+def estimate_tokens(text: str) -> int:
+    """Characters / 4, the estimate used when an agent reports no usage (marked `estimated`)."""
+    return max(1, (len(text) + 3) // 4) if text else 0

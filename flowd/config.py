@@ -1,0 +1,299 @@
+"""Project settings (`.flow/config.toml`) and the roster (`.flow/roster.toml`): models and loading.
+
+Both files are optional. Every problem in a file is reported in one `FileProblems` error that
+names the file. The roster is merged by executor `id` over the user-level roster
+(`$XDG_CONFIG_HOME/flowd/roster.toml`, default `~/.config/flowd/roster.toml`); `disabled = true`
+removes an inherited entry; `${VAR}` is the only expansion, applied to `env` values.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from pydantic import Field, PrivateAttr, ValidationError, field_validator
+
+from flowd.errors import FileProblems
+from flowd.wire import StrictWireModel
+
+Role = Literal["planner", "coder", "reviewer", "judge"]
+ROLES: tuple[Role, ...] = ("planner", "coder", "reviewer", "judge")
+ExecutorKind = Literal["acp", "cli", "openai", "script"]
+TEXT_ROLES: frozenset[str] = frozenset({"planner", "reviewer", "judge"})
+
+
+class PriceOverride(StrictWireModel):
+    """USD per million tokens."""
+
+    input: float = Field(ge=0)
+    output: float = Field(ge=0)
+    cached_read: float | None = Field(default=None, ge=0)
+    cache_write: float | None = Field(default=None, ge=0)
+
+
+class Settings(StrictWireModel):
+    """`.flow/config.toml` (contract §2.3). Every key is optional."""
+
+    concurrency: int = Field(default=3, ge=1, le=64)
+    task_concurrency: int = Field(default=1, ge=1, le=16)
+    gates: list[str] = Field(default_factory=list)
+    setup: list[str] = Field(default_factory=list)
+    judge_rounds: int = Field(default=2, ge=0, le=10)
+    max_review_rounds: int = Field(default=2, ge=0, le=10)
+    fail_fast: bool = False
+    budget_usd: float | None = Field(default=None, gt=0)
+    story_budget_usd: float | None = Field(default=None, gt=0)
+    worktree_root: str | None = None
+    time_zone: str | None = None
+    prices: dict[str, PriceOverride] = Field(default_factory=dict)
+    # Not in the contract's example; documented in docs/running.md.
+    turn_timeout_s: float = Field(default=1800.0, gt=0)
+    stall_timeout_s: float = Field(default=600.0, gt=0)
+    gate_timeout_s: float = Field(default=1800.0, gt=0)
+
+    @field_validator("time_zone")
+    @classmethod
+    def _known_zone(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                ZoneInfo(value)
+            except (ZoneInfoNotFoundError, ValueError):
+                raise ValueError(f"unknown time zone {value!r} (use an IANA name like 'Europe/Rome')")
+        return value
+
+
+class ExecutorSpec(StrictWireModel):
+    """One `[[executors]]` entry of the roster (contract §2.2)."""
+
+    id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    kind: ExecutorKind
+    command: list[str] | None = None
+    model: str | None = None
+    base_url: str | None = None
+    script: str | None = None
+    roles: list[Role] = Field(default_factory=lambda: list(ROLES))
+    slots: int = Field(default=1, ge=1, le=64)
+    coder_slots: int | None = Field(default=None, ge=0)
+    priority: int | dict[str, int] = 1
+    env: dict[str, str] = Field(default_factory=dict)
+    disabled: bool = False
+    # Set by the loader, never serialised: env with ${VAR} expanded, and the script's absolute path.
+    _resolved_env: dict[str, str] = PrivateAttr(default_factory=dict)
+    _script_path: Path | None = PrivateAttr(default=None)
+
+    @property
+    def resolved_env(self) -> dict[str, str]:
+        return dict(self._resolved_env)
+
+    @property
+    def script_path(self) -> Path | None:
+        return self._script_path
+
+    @property
+    def coder_capacity(self) -> int:
+        if "coder" not in self.roles:
+            return 0
+        return self.slots if self.coder_slots is None else min(self.coder_slots, self.slots)
+
+    def priority_for(self, role: str) -> int:
+        if isinstance(self.priority, int):
+            return self.priority
+        return self.priority.get(role, self.priority.get("default", 1))
+
+
+class RosterFile(StrictWireModel):
+    executors: list[ExecutorSpec] = Field(default_factory=list)
+
+
+class Roster(StrictWireModel):
+    """The merged roster, with the files it came from (for error messages)."""
+
+    executors: list[ExecutorSpec] = Field(default_factory=list)
+    sources: list[str] = Field(default_factory=list)
+
+    def get(self, executor_id: str) -> ExecutorSpec | None:
+        return next((e for e in self.executors if e.id == executor_id), None)
+
+    def for_role(self, role: str) -> list[ExecutorSpec]:
+        return [e for e in self.executors if role in e.roles]
+
+    @property
+    def described(self) -> str:
+        return " + ".join(self.sources) if self.sources else "(no roster file)"
+
+
+def flow_dir(repo: Path) -> Path:
+    return repo / ".flow"
+
+
+def user_roster_path() -> Path:
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "flowd" / "roster.toml"
+
+
+def describe_validation_error(error: ValidationError, prefix: str = "") -> list[str]:
+    """Pydantic errors as short `field: problem` sentences."""
+    problems: list[str] = []
+    for item in error.errors():
+        where = _location(prefix, item["loc"])
+        message = item["msg"]
+        if item["type"] == "extra_forbidden":
+            message = "unknown key (check the spelling)"
+        elif item["type"] == "missing":
+            message = "is required"
+        elif message.startswith("Value error, "):
+            message = message.removeprefix("Value error, ")
+        problems.append(f"{where}: {message}" if where else message)
+    return problems
+
+
+def _location(prefix: str, loc: tuple[int | str, ...]) -> str:
+    out = prefix
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif part in ("int", "float", "str", "bool", "list", "dict", "literal", "function-after"):
+            continue  # pydantic's union branch names carry nothing for the reader
+        else:
+            out += f".{part}" if out else str(part)
+    return out
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise FileProblems(str(path), [f"cannot be read ({exc.strerror or exc})"])
+    except UnicodeDecodeError:
+        raise FileProblems(str(path), ["is not UTF-8 text"])
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise FileProblems(str(path), [f"is not valid TOML ({exc})"])
+
+
+def load_settings(repo: Path) -> Settings:
+    path = flow_dir(repo) / "config.toml"
+    if not path.exists():
+        return Settings()
+    data = read_toml(path)
+    try:
+        return Settings.model_validate(data)
+    except ValidationError as exc:
+        raise FileProblems(str(path), describe_validation_error(exc))
+
+
+_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def expand_env(value: str, environ: dict[str, str] | os._Environ[str]) -> tuple[str, list[str]]:
+    """Expand `${VAR}` only (no `$VAR`, no defaults, no commands); returns the value and missing names."""
+    missing: list[str] = []
+
+    def repl(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in environ:
+            missing.append(name)
+            return ""
+        return environ[name]
+
+    return _VAR.sub(repl, value), missing
+
+
+def load_roster(repo: Path, *, user_path: Path | None = None) -> Roster:
+    """Merge the user-level roster and the project roster by id, validate, expand env."""
+    user = user_path if user_path is not None else user_roster_path()
+    project = flow_dir(repo) / "roster.toml"
+    merged: dict[str, dict[str, Any]] = {}
+    origin: dict[str, Path] = {}
+    sources: list[str] = []
+    for path in (user, project):
+        if not path.exists():
+            continue
+        sources.append(str(path))
+        data = read_toml(path)
+        entries = data.get("executors", [])
+        extra = sorted(set(data) - {"executors"})
+        problems = [f"{key}: unknown key (the roster holds only [[executors]])" for key in extra]
+        if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+            raise FileProblems(str(path), ["executors: must be an array of tables ([[executors]])"])
+        seen: set[str] = set()
+        for index, entry in enumerate(entries):
+            ident = entry.get("id")
+            if not isinstance(ident, str) or not ident:
+                problems.append(f"executors[{index}].id: is required")
+                continue
+            if ident in seen:
+                problems.append(f"executors[{index}].id: duplicate executor id {ident!r}")
+                continue
+            seen.add(ident)
+            if entry.get("disabled") is True:
+                merged.pop(ident, None)
+                origin.pop(ident, None)
+                continue
+            merged[ident] = {**merged.get(ident, {}), **entry}
+            if "script" in entry or ident not in origin:
+                origin[ident] = path
+        if problems:
+            raise FileProblems(str(path), problems)
+
+    executors: list[ExecutorSpec] = []
+    problems_by_file: dict[Path, list[str]] = {}
+    for ident, raw in merged.items():
+        path = origin[ident]
+        label = f"executors[{ident}]"
+        try:
+            spec = ExecutorSpec.model_validate(raw)
+        except ValidationError as exc:
+            problems_by_file.setdefault(path, []).extend(describe_validation_error(exc, label))
+            continue
+        problems = _check_executor(spec, path, label)
+        if problems:
+            problems_by_file.setdefault(path, []).extend(problems)
+            continue
+        executors.append(spec)
+    if problems_by_file:
+        path, problems = next(iter(problems_by_file.items()))
+        for other, more in list(problems_by_file.items())[1:]:
+            problems.extend(f"({other}) {p}" for p in more)
+        raise FileProblems(str(path), problems)
+    return Roster(executors=executors, sources=sources)
+
+
+def _check_executor(spec: ExecutorSpec, path: Path, label: str) -> list[str]:
+    problems: list[str] = []
+    if spec.kind in ("acp", "cli") and not spec.command:
+        problems.append(f"{label}.command: kind {spec.kind!r} needs the command to start")
+    if spec.kind == "openai":
+        if not spec.base_url:
+            problems.append(f"{label}.baseUrl: kind 'openai' needs the server's base URL")
+        if not spec.model:
+            problems.append(f"{label}.model: kind 'openai' needs a model name")
+        if "coder" in spec.roles:
+            problems.append(f"{label}.roles: kind 'openai' serves planner, reviewer and judge, not coder")
+    if spec.kind == "script":
+        if not spec.script:
+            problems.append(f"{label}.script: kind 'script' needs a script file")
+        else:
+            script = (path.parent / spec.script).resolve()
+            if not script.is_file():
+                problems.append(f"{label}.script: {script} does not exist")
+            spec._script_path = script
+    if spec.coder_slots is not None and spec.coder_slots > spec.slots:
+        problems.append(f"{label}.coderSlots: {spec.coder_slots} is more than slots ({spec.slots})")
+    if isinstance(spec.priority, dict):
+        unknown = sorted(set(spec.priority) - {*ROLES, "default"})
+        if unknown:
+            problems.append(f"{label}.priority: unknown role(s) {', '.join(unknown)}")
+    resolved: dict[str, str] = {}
+    for key, value in spec.env.items():
+        expanded, missing = expand_env(value, os.environ)
+        for name in missing:
+            problems.append(f"{label}.env.{key}: ${{{name}}} is not set in the environment")
+        resolved[key] = expanded
+    spec._resolved_env = resolved
+    return problems

@@ -1,0 +1,326 @@
+"""The event union of the trace (contract §4) and its envelope.
+
+Events are pydantic models discriminated on `type`. Readers skip lines they cannot parse and types
+they do not know (`parse_line` returns None for both), so old readers survive new writers.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+import orjson
+from pydantic import Field, TypeAdapter, ValidationError
+
+from flowd.wire import WireModel
+
+StoryStatus = Literal["planned", "active", "waiting", "done", "failed", "skipped"]
+RunOutcome = Literal["done", "failed", "cancelled", "halted"]
+PerimeterKind = Literal["outside", "sharedReadOnly", "foreignOwned"]
+PerimeterAction = Literal["flagged", "restored", "failed"]
+GateWhere = Literal["task", "epic", "baseline"]
+
+
+class Usage(WireModel):
+    """One turn's tokens. `input` counts every input token, cache reads and writes included."""
+
+    input: int = 0
+    output: int = 0
+    total: int = 0
+    cached_read: int | None = None
+    cache_write: int | None = None
+    cost_usd: float | None = None
+
+
+class PlannedTask(WireModel):
+    title: str
+    completed: bool = False
+    satisfies: list[int] | None = None
+    depends_on: list[int] | None = None
+    owns: list[str] | None = None
+
+
+class PerimeterPath(WireModel):
+    path: str
+    kind: PerimeterKind
+
+
+class JudgeIssue(WireModel):
+    severity: Literal["critical", "major", "minor"]
+    title: str
+    description: str = ""
+
+
+class RunStarted(WireModel):
+    type: Literal["RunStarted"] = "RunStarted"
+    epic_id: str
+    epic_branch: str
+    plan: str
+    stories: list[str]
+    concurrency: int
+    # Not in the contract's table but useful to every view; readers must not require them.
+    titles: dict[str, str] | None = None
+    budget_usd: float | None = None
+
+
+class RunEnded(WireModel):
+    type: Literal["RunEnded"] = "RunEnded"
+    outcome: RunOutcome
+    done: int
+    failed: int
+    skipped: int
+    reason: str | None = None
+
+
+class StoryStatusChanged(WireModel):
+    type: Literal["StoryStatusChanged"] = "StoryStatusChanged"
+    story: str
+    status: StoryStatus
+    reason: str | None = None
+
+
+class TasksPlanned(WireModel):
+    type: Literal["TasksPlanned"] = "TasksPlanned"
+    lane: str
+    tasks: list[PlannedTask]
+
+
+class TaskStarted(WireModel):
+    type: Literal["TaskStarted"] = "TaskStarted"
+    lane: str
+    index: int
+    count: int
+    title: str
+    satisfies: list[int] | None = None
+    parallel: bool | None = None
+    executor: str | None = None
+    clone: int | None = None
+
+
+class TaskCompleted(WireModel):
+    type: Literal["TaskCompleted"] = "TaskCompleted"
+    lane: str
+    index: int
+    count: int
+    title: str
+
+
+class StageStarted(WireModel):
+    type: Literal["StageStarted"] = "StageStarted"
+    stage: str
+    lane: str | None = None
+
+
+class StageCompleted(WireModel):
+    type: Literal["StageCompleted"] = "StageCompleted"
+    stage: str
+    lane: str | None = None
+
+
+class StageFailed(WireModel):
+    type: Literal["StageFailed"] = "StageFailed"
+    stage: str
+    lane: str | None = None
+    error: str | None = None
+
+
+class ToolUse(WireModel):
+    type: Literal["ToolUse"] = "ToolUse"
+    lane: str | None = None
+    executor: str | None = None
+    tool: str
+    args: Any = None
+    parent: str | None = None
+
+
+class AssistantMessage(WireModel):
+    type: Literal["AssistantMessage"] = "AssistantMessage"
+    lane: str | None = None
+    agent: str
+    text: str
+
+
+class TokensUsed(WireModel):
+    type: Literal["TokensUsed"] = "TokensUsed"
+    lane: str | None = None
+    executor: str | None = None
+    clone: int | None = None
+    agent: str
+    model: str | None = None
+    usage: Usage
+    estimated: bool = False
+
+
+class ExecutorLeased(WireModel):
+    type: Literal["ExecutorLeased"] = "ExecutorLeased"
+    executor: str
+    clone: int | None = None
+    role: str
+    label: str | None = None
+    borrowed: bool | None = None
+
+
+class ExecutorReleased(WireModel):
+    type: Literal["ExecutorReleased"] = "ExecutorReleased"
+    executor: str
+    clone: int | None = None
+    role: str
+    label: str | None = None
+    borrowed: bool | None = None
+
+
+class ExecutorExcluded(WireModel):
+    type: Literal["ExecutorExcluded"] = "ExecutorExcluded"
+    executor: str
+    reason: str
+    until: str | None = None
+
+
+class ExecutorResumed(WireModel):
+    type: Literal["ExecutorResumed"] = "ExecutorResumed"
+    executor: str
+    reason: str
+    until: str | None = None
+
+
+class ExecutorHandedOver(WireModel):
+    type: Literal["ExecutorHandedOver"] = "ExecutorHandedOver"
+    from_: str = Field(alias="from")
+    to: str
+    role: str
+    label: str | None = None
+    reason: str
+
+
+class GateResult(WireModel):
+    type: Literal["GateResult"] = "GateResult"
+    lane: str | None = None
+    where: GateWhere
+    gate: str
+    ok: bool
+    exit_code: int
+    duration_ms: int
+
+
+class PerimeterViolation(WireModel):
+    type: Literal["PerimeterViolation"] = "PerimeterViolation"
+    lane: str
+    paths: list[PerimeterPath]
+    action: PerimeterAction
+
+
+class TaskOwnsViolation(WireModel):
+    type: Literal["TaskOwnsViolation"] = "TaskOwnsViolation"
+    lane: str
+    task: str
+    paths: list[str]
+
+
+class StoryMerged(WireModel):
+    type: Literal["StoryMerged"] = "StoryMerged"
+    lane: str
+    branch: str
+    commit: str
+
+
+class MergeRolledBack(WireModel):
+    type: Literal["MergeRolledBack"] = "MergeRolledBack"
+    lane: str
+    reason: str
+
+
+class StoryJudged(WireModel):
+    type: Literal["StoryJudged"] = "StoryJudged"
+    lane: str
+    round: int
+    clean: bool
+    issues: list[JudgeIssue]
+
+
+class BudgetExceeded(WireModel):
+    type: Literal["BudgetExceeded"] = "BudgetExceeded"
+    scope: Literal["epic", "story"]
+    lane: str | None = None
+    limit_usd: float
+    spent_usd: float
+
+
+class Info(WireModel):
+    type: Literal["Info"] = "Info"
+    lane: str | None = None
+    message: str
+
+
+Event = Annotated[
+    RunStarted
+    | RunEnded
+    | StoryStatusChanged
+    | TasksPlanned
+    | TaskStarted
+    | TaskCompleted
+    | StageStarted
+    | StageCompleted
+    | StageFailed
+    | ToolUse
+    | AssistantMessage
+    | TokensUsed
+    | ExecutorLeased
+    | ExecutorReleased
+    | ExecutorExcluded
+    | ExecutorResumed
+    | ExecutorHandedOver
+    | GateResult
+    | PerimeterViolation
+    | TaskOwnsViolation
+    | StoryMerged
+    | MergeRolledBack
+    | StoryJudged
+    | BudgetExceeded
+    | Info,
+    Field(discriminator="type"),
+]
+
+EVENT_TYPES: frozenset[str] = frozenset(
+    cls.model_fields["type"].default
+    for cls in (
+        RunStarted, RunEnded, StoryStatusChanged, TasksPlanned, TaskStarted, TaskCompleted,
+        StageStarted, StageCompleted, StageFailed, ToolUse, AssistantMessage, TokensUsed,
+        ExecutorLeased, ExecutorReleased, ExecutorExcluded, ExecutorResumed, ExecutorHandedOver,
+        GateResult, PerimeterViolation, TaskOwnsViolation, StoryMerged, MergeRolledBack,
+        StoryJudged, BudgetExceeded, Info,
+    )
+)  # fmt: skip
+
+
+class Envelope(WireModel):
+    """One trace line: `{"v": 1, "seq", "at", "runId", "event"}`."""
+
+    v: Literal[1] = 1
+    seq: int
+    at: str
+    run_id: str
+    event: Event
+
+
+_ENVELOPE = TypeAdapter(Envelope)
+
+
+def parse_line(line: bytes | str) -> Envelope | None:
+    """One trace line to an envelope; None for a line that does not parse or an unknown type."""
+    try:
+        raw = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(raw, dict):
+        return None
+    event = raw.get("event")
+    if not isinstance(event, dict) or event.get("type") not in EVENT_TYPES:
+        return None
+    try:
+        return _ENVELOPE.validate_python(raw)
+    except ValidationError:
+        return None
+
+
+def dump_envelope(envelope: Envelope) -> bytes:
+    """The trace line for an envelope, without the newline."""
+    return orjson.dumps(envelope.model_dump(mode="json", by_alias=True, exclude_none=True))

@@ -1,0 +1,73 @@
+from __future__ import annotations
+
+import json
+
+from flowd.events import (
+    EVENT_TYPES,
+    Envelope,
+    ExecutorHandedOver,
+    TokensUsed,
+    Usage,
+    dump_envelope,
+    parse_line,
+)
+
+
+def test_every_contract_event_type_is_known() -> None:
+    contract = {
+        "RunStarted", "RunEnded", "StoryStatusChanged", "TasksPlanned", "TaskStarted", "TaskCompleted",
+        "StageStarted", "StageCompleted", "StageFailed", "ToolUse", "AssistantMessage", "TokensUsed",
+        "ExecutorLeased", "ExecutorReleased", "ExecutorExcluded", "ExecutorResumed", "ExecutorHandedOver",
+        "GateResult", "PerimeterViolation", "TaskOwnsViolation", "StoryMerged", "MergeRolledBack",
+        "StoryJudged", "BudgetExceeded", "Info",
+    }  # fmt: skip
+    assert contract == EVENT_TYPES
+
+
+def test_envelope_round_trips_in_camel_case() -> None:
+    event = TokensUsed(
+        lane="api",
+        executor="demo",
+        clone=2,
+        agent="coder",
+        usage=Usage(input=10, output=5, total=15, cached_read=3),
+    )
+    line = dump_envelope(Envelope(seq=1, at="2026-11-29T14:03:07.412Z", run_id="r1", event=event))
+    raw = json.loads(line)
+    assert raw == {
+        "v": 1,
+        "seq": 1,
+        "at": "2026-11-29T14:03:07.412Z",
+        "runId": "r1",
+        "event": {
+            "type": "TokensUsed",
+            "lane": "api",
+            "executor": "demo",
+            "clone": 2,
+            "agent": "coder",
+            "usage": {"input": 10, "output": 5, "total": 15, "cachedRead": 3},
+            "estimated": False,
+        },
+    }
+    parsed = parse_line(line)
+    assert parsed is not None and parsed.event == event
+
+
+def test_handed_over_uses_from_on_the_wire() -> None:
+    event = ExecutorHandedOver.model_validate(
+        {"from": "a", "to": "b", "role": "coder", "reason": "rate limit"}
+    )
+    assert event.from_ == "a"
+    assert event.wire()["from"] == "a"
+
+
+def test_readers_skip_garbage_and_unknown_types() -> None:
+    assert parse_line(b"not json") is None
+    assert parse_line(b"[1, 2]") is None
+    assert (
+        parse_line(json.dumps({"v": 1, "seq": 1, "at": "x", "runId": "r", "event": {"type": "Future"}}))
+        is None
+    )
+    assert (
+        parse_line(json.dumps({"v": 1, "seq": 1, "at": "x", "runId": "r", "event": {"type": "Info"}})) is None
+    )
