@@ -1,0 +1,184 @@
+"""The trace: `.flow/runs/<runId>/trace.jsonl` (one event per line, flushed as it happens) and
+`run.json`. One writer per run (the `flowd run` process); readers are tolerant and streaming.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import orjson
+from pydantic import ValidationError
+
+from flowd.events import Envelope, Event, dump_envelope, parse_line
+from flowd.fsio import write_model_atomic
+from flowd.timeutil import iso
+from flowd.wire import WireModel
+
+
+class RunRecord(WireModel):
+    """`run.json`: {runId, epicId, plan, pid, startedAt, endedAt?, outcome?}."""
+
+    run_id: str
+    epic_id: str
+    plan: str
+    pid: int
+    started_at: str
+    ended_at: str | None = None
+    outcome: str | None = None
+    repo: str | None = None
+
+
+def runs_dir(repo: Path) -> Path:
+    return repo / ".flow" / "runs"
+
+
+def run_dir(repo: Path, run_id: str) -> Path:
+    return runs_dir(repo) / run_id
+
+
+def trace_path(repo: Path, run_id: str) -> Path:
+    return run_dir(repo, run_id) / "trace.jsonl"
+
+
+def write_run_record(repo: Path, record: RunRecord) -> None:
+    write_model_atomic(run_dir(repo, record.run_id) / "run.json", record)
+
+
+def load_run_record(repo: Path, run_id: str) -> RunRecord | None:
+    path = run_dir(repo, run_id) / "run.json"
+    try:
+        return RunRecord.model_validate_json(path.read_bytes())
+    except (OSError, ValidationError, ValueError):
+        return None
+
+
+def list_runs(repo: Path) -> list[RunRecord]:
+    """Every readable run of the repository, newest first."""
+    base = runs_dir(repo)
+    if not base.is_dir():
+        return []
+    records = [r for r in (load_run_record(repo, d.name) for d in base.iterdir() if d.is_dir()) if r]
+    return sorted(records, key=lambda r: r.started_at, reverse=True)
+
+
+def pid_alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except OSError as exc:
+        return exc.errno == errno.EPERM
+    # A zombie child of ours still answers kill(0); it is not running.
+    with contextlib.suppress(OSError), open(f"/proc/{pid}/stat", "rb") as handle:
+        fields = handle.read().rsplit(b")", 1)[-1].split()
+        if fields and fields[0] == b"Z":
+            return False
+    return True
+
+
+def is_active(record: RunRecord) -> bool:
+    return record.ended_at is None and pid_alive(record.pid)
+
+
+def _last_seq(path: Path) -> int:
+    """The seq of the last parseable line (a resumed run keeps counting)."""
+    try:
+        size = path.stat().st_size
+    except OSError:
+        return 0
+    with path.open("rb") as handle:
+        chunk = 1 << 16
+        offset = max(0, size - chunk)
+        while True:
+            handle.seek(offset)
+            lines = handle.read(size - offset).splitlines()
+            for line in reversed(lines if offset == 0 else lines[1:]):
+                envelope = parse_line(line)
+                if envelope is not None:
+                    return envelope.seq
+                with contextlib.suppress(orjson.JSONDecodeError, TypeError, AttributeError):
+                    seq = orjson.loads(line).get("seq")
+                    if isinstance(seq, int):
+                        return seq
+            if offset == 0:
+                return 0
+            offset = max(0, offset - chunk)
+
+
+class TraceWriter:
+    """Appends events to a run's trace, one flushed line each; thread-safe; notifies subscribers."""
+
+    def __init__(self, path: Path, run_id: str) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self.run_id = run_id
+        self._seq = _last_seq(path)
+        self._lock = threading.Lock()
+        self._handle = path.open("ab")
+        # A line torn by a kill must not swallow the next event: start on a fresh line.
+        if self._handle.tell() > 0:
+            with path.open("rb") as reader:
+                reader.seek(-1, os.SEEK_END)
+                if reader.read(1) != b"\n":
+                    self._handle.write(b"\n")
+        self._subscribers: list[Callable[[Envelope], None]] = []
+
+    def subscribe(self, callback: Callable[[Envelope], None]) -> None:
+        self._subscribers.append(callback)
+
+    def emit(self, event: Event) -> Envelope:
+        with self._lock:
+            self._seq += 1
+            envelope = Envelope(seq=self._seq, at=iso(), run_id=self.run_id, event=event)
+            self._handle.write(dump_envelope(envelope) + b"\n")
+            self._handle.flush()
+        for callback in list(self._subscribers):
+            callback(envelope)
+        return envelope
+
+    def close(self) -> None:
+        with self._lock:
+            if not self._handle.closed:
+                self._handle.close()
+
+
+def read_trace(path: Path) -> Iterator[Envelope]:
+    """Every parseable event of a trace, in file order; unreadable lines are skipped."""
+    try:
+        handle = path.open("rb")
+    except OSError:
+        return
+    with handle:
+        for line in handle:
+            envelope = parse_line(line)
+            if envelope is not None:
+                yield envelope
+
+
+class TraceFollower:
+    """Reads a growing trace incrementally: each `poll()` returns the events of complete new lines."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = 0
+        self._partial = b""
+
+    def poll(self) -> list[Envelope]:
+        try:
+            with self.path.open("rb") as handle:
+                handle.seek(self.offset)
+                data = handle.read()
+        except OSError:
+            return []
+        if not data:
+            return []
+        self.offset += len(data)
+        data = self._partial + data
+        lines = data.split(b"\n")
+        self._partial = lines.pop()
+        return [e for e in (parse_line(line) for line in lines if line.strip()) if e is not None]

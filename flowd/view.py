@@ -1,0 +1,336 @@
+"""The fold: trace events → a run view (lanes, tasks, clones, totals).
+
+One pure fold serves every view: the CLI's live progress, `flowd status`, and the language
+server's notifications. `RunView.apply` is incremental (the server feeds events as they arrive);
+`fold` runs it over a whole trace. The `*_wire` methods give the contract's §6 shapes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from flowd.events import (
+    BudgetExceeded,
+    Envelope,
+    Event,
+    ExecutorExcluded,
+    ExecutorLeased,
+    ExecutorReleased,
+    ExecutorResumed,
+    RunEnded,
+    RunStarted,
+    StoryStatusChanged,
+    TaskCompleted,
+    TasksPlanned,
+    TaskStarted,
+    TokensUsed,
+    Usage,
+)
+
+# Prices a turn: (model, usage) → USD, or None when unknown. The default trusts only reported cost.
+Pricer = Callable[[str | None, Usage], float | None]
+TaskState = Literal["planned", "started", "completed"]
+
+
+def reported_cost(model: str | None, usage: Usage) -> float | None:
+    return usage.cost_usd
+
+
+@dataclass
+class TaskView:
+    index: int
+    title: str
+    state: TaskState = "planned"
+    satisfies: list[int] | None = None
+    parallel: bool | None = None
+    executor: str | None = None
+    clone: int | None = None
+
+
+@dataclass
+class LaneView:
+    lane: str
+    title: str
+    status: str = "planned"
+    reason: str | None = None
+    executor: str | None = None
+    clone: int | None = None
+    current: int | None = None  # index of the task in progress
+    tasks: list[TaskView] = field(default_factory=list)
+    tokens: int = 0
+    cost_usd: float | None = None
+    estimated: bool = False
+
+    @property
+    def task(self) -> TaskView | None:
+        if self.current is None or not 1 <= self.current <= len(self.tasks):
+            return None
+        return self.tasks[self.current - 1]
+
+
+@dataclass
+class CloneView:
+    executor: str
+    clone: int | None
+    role: str
+    label: str | None
+    held: bool = True
+    borrowed: bool = False
+
+    @property
+    def name(self) -> str:
+        return f"{self.executor}#{self.clone}" if self.clone is not None else self.executor
+
+
+@dataclass
+class Totals:
+    tokens: int = 0
+    cost_usd: float | None = None
+    estimated_tokens: int = 0
+    unpriced_tokens: int = 0
+    requests: int = 0
+
+
+@dataclass
+class RunView:
+    run_id: str
+    epic_id: str = ""
+    epic_branch: str = ""
+    plan: str = ""
+    status: str = "running"
+    started_at: str | None = None
+    ended_at: str | None = None
+    concurrency: int = 0
+    reason: str | None = None
+    budget_usd: float | None = None
+    budget_exceeded: bool = False
+    lanes: dict[str, LaneView] = field(default_factory=dict)
+    clones: dict[str, CloneView] = field(default_factory=dict)
+    exclusions: dict[str, dict[str, str | None]] = field(default_factory=dict)
+    totals: Totals = field(default_factory=Totals)
+    last_seq: int = 0
+    pricer: Pricer = reported_cost
+
+    # -- counts --------------------------------------------------------------------------------
+    def count(self, status: str) -> int:
+        return sum(1 for lane in self.lanes.values() if lane.status == status)
+
+    @property
+    def total(self) -> int:
+        return len(self.lanes)
+
+    @property
+    def active_lanes(self) -> int:
+        return self.count("active")
+
+    # -- the fold ------------------------------------------------------------------------------
+    def apply(self, envelope: Envelope) -> None:
+        if envelope.seq <= self.last_seq and envelope.run_id == self.run_id and self.last_seq:
+            return  # a replayed line (follower restarted): already folded
+        self.last_seq = max(self.last_seq, envelope.seq)
+        if self.started_at is None:
+            self.started_at = envelope.at
+        self.apply_event(envelope.event, envelope.at)
+
+    def apply_event(self, event: Event, at: str | None = None) -> None:
+        if isinstance(event, RunStarted):
+            self.epic_id, self.epic_branch, self.plan = event.epic_id, event.epic_branch, event.plan
+            self.concurrency = event.concurrency
+            self.status, self.ended_at, self.reason = "running", None, None
+            if event.budget_usd is not None:
+                self.budget_usd = event.budget_usd
+            titles = event.titles or {}
+            for story in event.stories:
+                lane = self.lanes.setdefault(story, LaneView(lane=story, title=titles.get(story, story)))
+                lane.title = titles.get(story, lane.title)
+            # Leases do not survive a restart of the runner.
+            self.clones = {k: c for k, c in self.clones.items() if not c.held}
+        elif isinstance(event, RunEnded):
+            self.status, self.ended_at, self.reason = event.outcome, at, event.reason
+            for clone in self.clones.values():
+                clone.held = False
+        elif isinstance(event, StoryStatusChanged):
+            lane = self._lane(event.story)
+            lane.status, lane.reason = event.status, event.reason
+            if event.status in ("done", "failed", "skipped", "waiting"):
+                lane.current = None
+        elif isinstance(event, TasksPlanned):
+            lane = self._lane(event.lane)
+            old = {t.index: t for t in lane.tasks}
+            lane.tasks = []
+            for number, planned in enumerate(event.tasks, start=1):
+                previous = old.get(number)
+                state: TaskState = "completed" if planned.completed else "planned"
+                if previous is not None and previous.title == planned.title and previous.state == "started":
+                    state = "started"
+                lane.tasks.append(
+                    TaskView(index=number, title=planned.title, state=state, satisfies=planned.satisfies)
+                )
+        elif isinstance(event, TaskStarted):
+            lane = self._lane(event.lane)
+            task = self._task(lane, event.index, event.title)
+            task.state, task.satisfies = "started", event.satisfies
+            task.parallel, task.executor, task.clone = event.parallel, event.executor, event.clone
+            if not event.parallel:
+                lane.current = event.index
+        elif isinstance(event, TaskCompleted):
+            lane = self._lane(event.lane)
+            self._task(lane, event.index, event.title).state = "completed"
+            if lane.current == event.index:
+                lane.current = None
+        elif isinstance(event, TokensUsed):
+            self._tokens(event)
+        elif isinstance(event, ExecutorLeased):
+            clone = CloneView(
+                event.executor, event.clone, event.role, event.label, True, bool(event.borrowed)
+            )
+            self.clones[self._clone_key(event.executor, event.clone, event.label)] = clone
+            if event.role == "coder" and event.label in self.lanes and not event.borrowed:
+                lane = self.lanes[event.label]
+                lane.executor, lane.clone = event.executor, event.clone
+        elif isinstance(event, ExecutorReleased):
+            key = self._clone_key(event.executor, event.clone, event.label)
+            if key in self.clones:
+                self.clones[key].held = False
+            if event.role == "coder" and event.label in self.lanes:
+                lane = self.lanes[event.label]
+                if (lane.executor, lane.clone) == (event.executor, event.clone):
+                    lane.executor = lane.clone = None
+        elif isinstance(event, ExecutorExcluded):
+            self.exclusions[event.executor] = {"reason": event.reason, "until": event.until}
+        elif isinstance(event, ExecutorResumed):
+            self.exclusions.pop(event.executor, None)
+        elif isinstance(event, BudgetExceeded):
+            self.budget_exceeded = True
+            if event.scope == "epic":
+                self.budget_usd = event.limit_usd
+
+    def _lane(self, story: str) -> LaneView:
+        return self.lanes.setdefault(story, LaneView(lane=story, title=story))
+
+    @staticmethod
+    def _task(lane: LaneView, index: int, title: str) -> TaskView:
+        while len(lane.tasks) < index:
+            lane.tasks.append(TaskView(index=len(lane.tasks) + 1, title=title))
+        return lane.tasks[index - 1]
+
+    @staticmethod
+    def _clone_key(executor: str, clone: int | None, label: str | None) -> str:
+        return f"{executor}#{clone}" if clone is not None else f"{executor}@{label or ''}"
+
+    def _tokens(self, event: TokensUsed) -> None:
+        usage = event.usage
+        tokens = usage.total or (usage.input + usage.output)
+        cost = self.pricer(event.model, usage)
+        totals = self.totals
+        totals.requests += 1
+        totals.tokens += tokens
+        if event.estimated:
+            totals.estimated_tokens += tokens
+        if cost is None:
+            totals.unpriced_tokens += tokens
+        else:
+            totals.cost_usd = (totals.cost_usd or 0.0) + cost
+        if event.lane is not None:
+            lane = self._lane(event.lane)
+            lane.tokens += tokens
+            lane.estimated = lane.estimated or event.estimated
+            if cost is not None:
+                lane.cost_usd = (lane.cost_usd or 0.0) + cost
+
+    # -- wire shapes (contract §6) -------------------------------------------------------------
+    def run_wire(self) -> dict[str, Any]:
+        return {
+            "runId": self.run_id,
+            "epicId": self.epic_id,
+            "status": self.status,
+            "done": self.count("done"),
+            "failed": self.count("failed"),
+            "skipped": self.count("skipped"),
+            "total": self.total,
+        }
+
+    def lane_wire(self, lane: LaneView) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "runId": self.run_id,
+            "lane": lane.lane,
+            "title": lane.title,
+            "status": lane.status,
+        }
+        if lane.executor is not None:
+            out["executor"] = lane.executor
+        if lane.clone is not None:
+            out["clone"] = lane.clone
+        task = lane.task
+        if task is not None:
+            out["task"] = {"index": task.index, "count": len(lane.tasks), "title": task.title}
+        out["tokens"] = lane.tokens
+        if lane.cost_usd is not None:
+            out["costUsd"] = round(lane.cost_usd, 6)
+        out["estimated"] = lane.estimated
+        if lane.reason:
+            out["reason"] = lane.reason
+        return out
+
+    def task_wire(self, lane: LaneView, task: TaskView) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "runId": self.run_id,
+            "lane": lane.lane,
+            "index": task.index,
+            "count": len(lane.tasks),
+            "title": task.title,
+            "state": task.state,
+        }
+        for key, value in (
+            ("satisfies", task.satisfies),
+            ("parallel", task.parallel),
+            ("executor", task.executor),
+            ("clone", task.clone),
+        ):
+            if value is not None:
+                out[key] = value
+        return out
+
+    def cost_wire(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"runId": self.run_id, "tokens": self.totals.tokens}
+        if self.totals.cost_usd is not None:
+            out["costUsd"] = round(self.totals.cost_usd, 6)
+        out["estimatedTokens"] = self.totals.estimated_tokens
+        out["unpricedTokens"] = self.totals.unpriced_tokens
+        if self.budget_usd is not None:
+            out["budgetUsd"] = self.budget_usd
+        return out
+
+    def totals_wire(self) -> dict[str, Any]:
+        out = self.cost_wire()
+        out.pop("runId")
+        out["requests"] = self.totals.requests
+        return out
+
+    def status_wire(self) -> dict[str, Any]:
+        return {
+            "runId": self.run_id,
+            "epicId": self.epic_id,
+            "status": self.status,
+            "startedAt": self.started_at,
+            "endedAt": self.ended_at,
+            "plan": self.plan,
+            "epicBranch": self.epic_branch,
+            "lanes": [self.lane_wire(lane) for lane in self.lanes.values()],
+            "totals": self.totals_wire(),
+            "clones": [
+                {"executor": c.executor, "clone": c.clone, "role": c.role, "label": c.label}
+                for c in self.clones.values()
+                if c.held
+            ],
+            "exclusions": [{"executor": k, **v} for k, v in self.exclusions.items()],
+        }
+
+
+def fold(run_id: str, envelopes: Iterable[Envelope], pricer: Pricer = reported_cost) -> RunView:
+    view = RunView(run_id=run_id, pricer=pricer)
+    for envelope in envelopes:
+        view.apply(envelope)
+    return view
