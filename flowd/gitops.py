@@ -1,0 +1,586 @@
+"""Git for the engine: branches, worktrees, commits, merges, rollback, restore and diffs.
+
+Every function blocks (the engine calls them in worker threads) and every failure is a
+`GitError` (a FlowdError) whose message is one sentence naming the repository, worktree or
+branch involved, never a raw git exception.
+
+Almost everything runs the git CLI directly: GitPython spawns the same processes with extra
+overhead on the hot path and has no worktree support. GitPython is used only to discover the
+repository, where its parent-directory search and error types are what we want.
+
+Nothing here ever runs a mutating command in the user's own checkout (`Repo.root`): story and
+epic work happens in linked worktrees outside the repository, and the guard `_owned_worktree`
+refuses a mutation aimed at the user's checkout.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import git
+
+from flowd.errors import EXIT_FAILED, FlowdError, InputError
+
+FLOW_DIR = ".flow/"
+
+# Variables that would point git at another repository or index than the one we name.
+_LEAKY_ENV = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_COMMON_DIR", "GIT_PREFIX")
+
+_BASE_ENV: dict[str, str] = {k: v for k, v in os.environ.items() if k not in _LEAKY_ENV}
+# Parsable messages ("nothing to commit", "Already up to date") and never a prompt.
+_BASE_ENV.update({"LC_ALL": "C", "LANGUAGE": "C", "GIT_TERMINAL_PROMPT": "0"})
+_BASE_ENV.setdefault("GIT_SSH_COMMAND", "ssh -o BatchMode=yes")
+
+# Worktree and branch bookkeeping touch shared files of the common git dir
+# (.git/worktrees/, packed-refs); one lock per repository keeps concurrent stories from racing.
+_STRUCT_LOCKS: dict[str, threading.Lock] = {}
+_STRUCT_LOCKS_GUARD = threading.Lock()
+
+
+class GitError(FlowdError):
+    """A git operation failed; the run cannot go on with this story (or at all)."""
+
+    exit_code = EXIT_FAILED
+
+    def __init__(self, message: str, *, detail: str = "") -> None:
+        super().__init__(message)
+        self.detail = detail
+
+
+@dataclass(frozen=True)
+class WorktreeInfo:
+    path: Path
+    branch: str | None  # short name; None when detached
+    head: str | None  # None before the first commit
+    locked: bool
+    prunable: bool  # registered, but its directory is gone
+
+
+@dataclass(frozen=True)
+class MergeResult:
+    ok: bool
+    commit: str | None  # HEAD after the merge (the merge commit, or the unchanged head)
+    conflicts: list[str] = field(default_factory=list)
+    already_merged: bool = False
+
+
+def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    if not extra:
+        return _BASE_ENV
+    env = dict(_BASE_ENV)
+    env.update(extra)
+    return env
+
+
+def _reason(proc: subprocess.CompletedProcess[str]) -> str:
+    """Git's own explanation: the last fatal/error line, else the last non-blank output line."""
+    lines = [ln.strip() for ln in (proc.stderr + "\n" + proc.stdout).splitlines() if ln.strip()]
+    for line in reversed(lines):
+        for prefix in ("fatal: ", "error: "):
+            if line.startswith(prefix):
+                return line[len(prefix) :].rstrip(".")
+    return lines[-1].rstrip(".") if lines else f"git exited with code {proc.returncode}"
+
+
+def _git(
+    cwd: Path,
+    args: Sequence[str],
+    what: str,
+    *,
+    ok_codes: Sequence[int] = (0,),
+    env: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """Run git in `cwd`; a non-accepted exit raises GitError("<what>: <git's reason>")."""
+    try:
+        proc = subprocess.run(
+            ["git", *args],
+            cwd=cwd,
+            env=_env(env),
+            capture_output=True,
+            text=True,
+            encoding="utf-8",
+            errors="surrogateescape",
+            stdin=subprocess.DEVNULL,
+            check=False,
+        )
+    except FileNotFoundError as exc:
+        if not cwd.is_dir():
+            raise GitError(f"{what}: the directory {cwd} does not exist") from exc
+        raise InputError("git is not installed or not on PATH; install git and try again") from exc
+    if proc.returncode not in ok_codes:
+        raise GitError(f"{what}: {_reason(proc)}", detail=(proc.stderr + proc.stdout).strip())
+    return proc
+
+
+def _split_z(out: str) -> list[str]:
+    return [p for p in out.split("\0") if p]
+
+
+def _not_flow(paths: list[str]) -> list[str]:
+    return [p for p in paths if not (p + "/").startswith(FLOW_DIR)]
+
+
+def _check_rel(wt: Path, path: str) -> Path:
+    """A repository-relative path that stays inside the worktree, or InputError."""
+    p = Path(path)
+    if not path or p.is_absolute() or ".." in p.parts:
+        raise InputError(f"path {path!r} must be relative to the worktree {wt} and stay inside it")
+    return wt / p
+
+
+class Repo:
+    """The user's repository: the checkout flowd was started in, and its shared git dir."""
+
+    def __init__(self, root: Path, git_dir: Path | None = None, common_dir: Path | None = None) -> None:
+        self.root = Path(root).resolve()
+        if git_dir is None or common_dir is None:
+            out = _git(
+                self.root,
+                ["rev-parse", "--absolute-git-dir", "--git-common-dir"],
+                f"could not read the git directory of {self.root}",
+            ).stdout.splitlines()
+            git_dir = Path(out[0])
+            common_dir = Path(out[1]) if Path(out[1]).is_absolute() else self.root / out[1]
+        self.git_dir = git_dir.resolve()
+        self.common_dir = common_dir.resolve()
+        self._identity: list[str] | None = None
+        key = str(self.common_dir)
+        with _STRUCT_LOCKS_GUARD:
+            self._lock = _STRUCT_LOCKS.setdefault(key, threading.Lock())
+
+    def __repr__(self) -> str:
+        return f"Repo({str(self.root)!r})"
+
+    @classmethod
+    def discover(cls, path: Path | str) -> Repo:
+        """The checkout containing `path`; InputError if there is none or it has no commits."""
+        where = Path(path).resolve()
+        try:
+            grepo = git.Repo(where, search_parent_directories=True)
+        except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+            raise InputError(f"{where} is not a git repository; run flowd inside a git checkout")
+        try:
+            if grepo.bare or grepo.working_tree_dir is None:
+                raise InputError(f"{where} is a bare git repository; run flowd inside a checkout")
+            if not grepo.head.is_valid():
+                raise InputError(
+                    f"the git repository at {grepo.working_tree_dir} has no commits yet; "
+                    "make a first commit and try again"
+                )
+            return cls(Path(grepo.working_tree_dir), Path(grepo.git_dir), Path(grepo.common_dir))
+        finally:
+            grepo.close()
+
+    # --- repository-wide -------------------------------------------------------------------
+
+    def _run(self, args: Sequence[str], what: str, *, ok_codes: Sequence[int] = (0,)) -> str:
+        return _git(self.root, args, what, ok_codes=ok_codes).stdout
+
+    def ensure_flow_excluded(self) -> None:
+        """Add `.flow/` to the shared info/exclude once, so flowd's state never shows as untracked."""
+        exclude = self.common_dir / "info" / "exclude"
+        try:
+            text = exclude.read_text(encoding="utf-8") if exclude.exists() else ""
+            if any(line.strip() in (".flow/", "/.flow/", ".flow", "/.flow") for line in text.splitlines()):
+                return
+            exclude.parent.mkdir(parents=True, exist_ok=True)
+            sep = "" if not text or text.endswith("\n") else "\n"
+            with exclude.open("a", encoding="utf-8") as handle:
+                handle.write(f"{sep}{FLOW_DIR}\n")
+        except OSError as exc:
+            raise GitError(f"could not add {FLOW_DIR} to {exclude}: {exc.strerror or exc}") from exc
+
+    def rev_parse(self, ref: str) -> str | None:
+        """The commit `ref` names, or None when it names none."""
+        proc = _git(
+            self.root,
+            ["rev-parse", "--verify", "--quiet", "--end-of-options", f"{ref}^{{commit}}"],
+            f"could not resolve {ref!r} in {self.root}",
+            ok_codes=(0, 1),
+        )
+        return proc.stdout.strip() or None if proc.returncode == 0 else None
+
+    def head(self, ref: str = "HEAD") -> str:
+        sha = self.rev_parse(ref)
+        if sha is None:
+            raise GitError(f"{ref!r} names no commit in the repository at {self.root}")
+        return sha
+
+    def branch_exists(self, name: str) -> bool:
+        proc = _git(
+            self.root,
+            ["show-ref", "--verify", "--quiet", f"refs/heads/{name}"],
+            f"could not look up branch {name!r} in {self.root}",
+            ok_codes=(0, 1),
+        )
+        return proc.returncode == 0
+
+    def create_branch(self, name: str, start: str) -> None:
+        with self._lock:
+            self._run(["branch", "--no-track", name, start], f"could not create branch {name!r} at {start!r}")
+
+    def delete_branch(self, name: str, force: bool = False) -> None:
+        """Delete branch `name`; a branch that is already gone is no error.
+
+        Without `force`, refuse when the branch holds commits no other local branch has, so work
+        is never lost by accident (git's own `-d` compares with the user's HEAD, which says
+        nothing about flowd's branches). A branch checked out in a worktree is always refused.
+        """
+        what = f"could not delete branch {name!r} in {self.root}"
+        with self._lock:
+            if not force:
+                proc = _git(
+                    self.root,
+                    [
+                        "rev-list",
+                        "--count",
+                        f"refs/heads/{name}",
+                        "--not",
+                        f"--exclude={name}",
+                        "--branches",
+                    ],
+                    what,
+                    ok_codes=range(256),
+                )
+                if proc.returncode != 0:
+                    if not self.branch_exists(name):
+                        return
+                    raise GitError(f"{what}: {_reason(proc)}", detail=proc.stderr)
+                if int(proc.stdout.strip() or 0):
+                    raise GitError(
+                        f"{what}: it has {proc.stdout.strip()} commit(s) no other branch has "
+                        "(delete it with force to discard them)"
+                    )
+            proc = _git(self.root, ["branch", "-D", "-q", name], what, ok_codes=range(256))
+            if proc.returncode != 0 and self.branch_exists(name):
+                raise GitError(f"{what}: {_reason(proc)}", detail=proc.stderr)
+
+    def is_ancestor(self, a: str, b: str) -> bool:
+        proc = _git(
+            self.root,
+            ["merge-base", "--is-ancestor", a, b],
+            f"could not tell whether {a!r} is an ancestor of {b!r} in {self.root}",
+            ok_codes=(0, 1),
+        )
+        return proc.returncode == 0
+
+    def merged_into(self, branch: str, target: str) -> bool:
+        return self.is_ancestor(branch, target)
+
+    def unmerged_commits(self, branch: str, target: str) -> int:
+        """How many commits `branch` has that `target` lacks (0: nothing would be lost)."""
+        out = self._run(
+            ["rev-list", "--count", f"{target}..{branch}", "--"],
+            f"could not count the commits of {branch!r} missing from {target!r}",
+        )
+        return int(out.strip() or 0)
+
+    def branches(self, prefix: str = "") -> list[str]:
+        """Local branch names starting with `prefix` (a `/`-ending prefix lists a folder)."""
+        out = self._run(
+            ["for-each-ref", "--format=%(refname:short)", "refs/heads/"],
+            f"could not list the branches of {self.root}",
+        )
+        return sorted(b for b in out.splitlines() if b.startswith(prefix))
+
+    # --- worktrees ---------------------------------------------------------------------------
+
+    def worktrees(self) -> list[WorktreeInfo]:
+        out = self._run(["worktree", "list", "--porcelain"], f"could not list the worktrees of {self.root}")
+        infos: list[WorktreeInfo] = []
+        for block in out.strip().split("\n\n"):
+            if not block.strip():
+                continue
+            fields: dict[str, str] = {}
+            for line in block.splitlines():
+                key, _, value = line.partition(" ")
+                fields[key] = value
+            path = Path(fields.get("worktree", ""))
+            branch = fields.get("branch")
+            infos.append(
+                WorktreeInfo(
+                    path=path,
+                    branch=branch.removeprefix("refs/heads/") if branch else None,
+                    head=fields.get("HEAD") if fields.get("HEAD", "").strip("0") else None,
+                    locked="locked" in fields,
+                    prunable="prunable" in fields or not path.exists(),
+                )
+            )
+        return infos
+
+    def _worktree_at(self, path: Path) -> WorktreeInfo | None:
+        for info in self.worktrees():
+            if _same_path(info.path, path):
+                return info
+        return None
+
+    def worktree_prune(self) -> None:
+        with self._lock:
+            self._run(["worktree", "prune"], f"could not prune the worktrees of {self.root}")
+
+    def worktree_add(self, path: Path, branch: str, start: str | None = None) -> Path:
+        """A worktree at `path` on `branch`, creating the branch at `start` when it is missing.
+
+        Idempotent: a worktree already there on that branch is returned as is; one whose directory
+        was deleted by hand is pruned and recreated (the branch, and so the committed work, stays).
+        """
+        path = Path(path).absolute()
+        with self._lock:
+            # Fast path: the common case is a fresh worktree on a fresh branch, one git call.
+            if start is not None:
+                args = ["worktree", "add", "-q", "-b", branch, str(path), start]
+            else:
+                args = ["worktree", "add", "-q", str(path), branch]
+            proc = _git(self.root, args, "", ok_codes=range(256))
+            if proc.returncode == 0:
+                return path
+            return self._worktree_add_slow(path, branch, start, proc)
+
+    def _worktree_add_slow(
+        self, path: Path, branch: str, start: str | None, first: subprocess.CompletedProcess[str]
+    ) -> Path:
+        """Work out why the one-call add failed, repair what is ours to repair, and add again."""
+        what = f"could not create the worktree {path} on branch {branch!r}"
+        infos = self.worktrees()
+        here = next((i for i in infos if _same_path(i.path, path)), None)
+        if here is not None and not here.prunable:
+            if here.branch == branch:
+                return path
+            raise GitError(f"{what}: that worktree is on {here.branch or 'a detached HEAD'} instead")
+        holder = next((i for i in infos if i.branch == branch and not _same_path(i.path, path)), None)
+        if holder is not None and not holder.prunable:
+            raise GitError(f"{what}: the branch is already checked out in {holder.path}")
+        if here is not None or holder is not None:
+            # A worktree deleted by hand: forget it, the branch (and its commits) stay.
+            _git(self.root, ["worktree", "prune"], what)
+        elif path.exists() and (not path.is_dir() or any(path.iterdir())):
+            raise GitError(f"{what}: {path} already exists and is not a worktree of {self.root}")
+        if self.branch_exists(branch):
+            _git(self.root, ["worktree", "add", "-q", str(path), branch], what)
+        elif start is None:
+            raise GitError(f"{what}: the branch does not exist and no start point was given")
+        elif here is None and holder is None:
+            raise GitError(f"{what}: {_reason(first)}", detail=first.stderr)
+        else:
+            _git(self.root, ["worktree", "add", "-q", "-b", branch, str(path), start], what)
+        return path
+
+    def worktree_remove(self, path: Path, force: bool = False) -> None:
+        """Remove the worktree at `path` (its branch stays). A worktree already gone is no error."""
+        path = Path(path).absolute()
+        what = f"could not remove the worktree {path}"
+        with self._lock:
+            args = ["worktree", "remove", *(["--force"] if force else []), str(path)]
+            proc = _git(self.root, args, what, ok_codes=range(256))
+            if proc.returncode == 0:
+                return
+            here = self._worktree_at(path)
+            if here is None:
+                return
+            if here.prunable:
+                _git(self.root, ["worktree", "prune"], what)
+                return
+            if _same_path(here.path, self.root):
+                raise GitError(f"{what}: it is the user's own checkout")
+            if not force and self.is_dirty(path):
+                raise GitError(f"{what}: it has uncommitted changes (remove it with force to discard them)")
+            raise GitError(f"{what}: {_reason(proc)}", detail=proc.stderr)
+
+    def worktree_move(self, old: Path, new: Path) -> Path:
+        """Move a worktree, its branch and uncommitted work included."""
+        old, new = Path(old).absolute(), Path(new).absolute()
+        with self._lock:
+            try:
+                new.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise GitError(f"could not create {new.parent} to move the worktree {old} there") from exc
+            _git(
+                self.root,
+                ["worktree", "move", str(old), str(new)],
+                f"could not move the worktree {old} to {new}",
+            )
+        return new
+
+    # --- inside a worktree -------------------------------------------------------------------
+
+    def _owned_worktree(self, wt: Path, doing: str) -> Path:
+        """`wt` as a path, refusing the user's own checkout for anything that changes files."""
+        wt = Path(wt)
+        if _same_path(wt, self.root):
+            raise GitError(f"refusing to {doing} in {self.root}: flowd never changes the user's checkout")
+        return wt
+
+    def _identity_args(self) -> list[str]:
+        """`-c user.*` only for what the user has not configured, so commits work on bare machines."""
+        if self._identity is None:
+            out = _git(
+                self.root,
+                ["config", "--get-regexp", r"^user\.(name|email)$"],
+                f"could not read the git identity of {self.root}",
+                ok_codes=(0, 1),
+            ).stdout
+            keys = {line.split(" ", 1)[0].lower() for line in out.splitlines() if " " in line}
+            args: list[str] = []
+            name_env = any(os.environ.get(v) for v in ("GIT_AUTHOR_NAME", "GIT_COMMITTER_NAME"))
+            email_env = any(os.environ.get(v) for v in ("GIT_AUTHOR_EMAIL", "GIT_COMMITTER_EMAIL", "EMAIL"))
+            if "user.name" not in keys and not name_env:
+                args += ["-c", "user.name=flowd"]
+            if "user.email" not in keys and not email_env:
+                args += ["-c", "user.email=flowd@localhost"]
+            self._identity = args
+        return self._identity
+
+    def _commit_args(self) -> list[str]:
+        # Signing could prompt for a passphrase; flowd's own commits are never signed.
+        return [*self._identity_args(), "-c", "commit.gpgsign=false"]
+
+    def head_of(self, wt: Path) -> str:
+        return _git(
+            Path(wt), ["rev-parse", "HEAD"], f"could not read HEAD of the worktree {wt}"
+        ).stdout.strip()
+
+    def status_paths(self, wt: Path) -> list[str]:
+        """Every modified, added, deleted or untracked file (each untracked file listed), sorted.
+
+        Renames are reported as their two paths; anything under `.flow/` is left out.
+        """
+        out = _git(
+            Path(wt),
+            ["status", "--porcelain", "-z", "--no-renames", "--untracked-files=all"],
+            f"could not read the status of the worktree {wt}",
+        ).stdout
+        return sorted(set(_not_flow([entry[3:] for entry in _split_z(out)])))
+
+    def is_dirty(self, wt: Path) -> bool:
+        return bool(self.status_paths(wt))
+
+    def commit_all(self, wt: Path, message: str) -> str | None:
+        """Commit every change in `wt` (untracked files included); None when there was nothing."""
+        wt = self._owned_worktree(wt, "commit")
+        what = f"could not commit in the worktree {wt}"
+        _git(wt, ["add", "-A", "--", ".", f":(exclude){FLOW_DIR}"], what)
+        proc = _git(
+            wt,
+            [*self._commit_args(), "commit", "-q", "--no-verify", "-m", message],
+            what,
+            ok_codes=range(256),
+        )
+        if proc.returncode != 0:
+            if "nothing to commit" in proc.stdout or "nothing added to commit" in proc.stdout:
+                return None
+            raise GitError(f"{what}: {_reason(proc)}", detail=proc.stderr + proc.stdout)
+        return self.head_of(wt)
+
+    def changed_files(self, wt: Path, base: str) -> list[str]:
+        """Files differing from the merge-base of `base` and HEAD: committed, uncommitted and untracked.
+
+        Repository-relative, sorted, deletions included, renames as both paths, `.flow/` left out.
+        """
+        wt = Path(wt)
+        what = f"could not list the files changed in the worktree {wt} since {base!r}"
+        tracked = _git(wt, ["diff", "--name-only", "-z", "--no-renames", "--merge-base", base, "--"], what)
+        untracked = _git(wt, ["ls-files", "-z", "--others", "--exclude-standard"], what)
+        return sorted(set(_not_flow(_split_z(tracked.stdout) + _split_z(untracked.stdout))))
+
+    def diff(self, wt: Path, base: str) -> str:
+        """The patch from the merge-base of `base` and HEAD to the files in `wt`, new files included.
+
+        Untracked files are staged into a throwaway copy of the index, so the worktree's own index
+        is left exactly as it was.
+        """
+        wt = Path(wt)
+        what = f"could not diff the worktree {wt} against {base!r}"
+        index = Path(
+            _git(wt, ["rev-parse", "--path-format=absolute", "--git-path", "index"], what).stdout.strip()
+        )
+        with tempfile.TemporaryDirectory(prefix="flowd-index-") as tmp:
+            tmp_index = Path(tmp) / "index"
+            if index.exists():
+                shutil.copyfile(index, tmp_index)
+            env = {"GIT_INDEX_FILE": str(tmp_index)}
+            _git(wt, ["add", "-A", "--", ".", f":(exclude){FLOW_DIR}"], what, env=env)
+            return _git(wt, ["diff", "--cached", "--merge-base", base, "--"], what, env=env).stdout
+
+    def merge(self, wt: Path, branch: str, message: str, *, prefer_incoming: bool = False) -> MergeResult:
+        """Merge `branch` into the worktree's branch with a merge commit (`--no-ff`).
+
+        A conflict is aborted (the worktree is left as before) and its paths returned. When `branch`
+        is already contained in HEAD nothing is committed and `already_merged` is set.
+        `prefer_incoming` resolves conflicting hunks in favour of `branch` (`-X theirs`).
+        """
+        wt = self._owned_worktree(wt, "merge")
+        what = f"could not merge {branch!r} into the worktree {wt}"
+        args = [*self._commit_args(), "merge", "--no-ff", "--no-verify", "--no-edit", "-m", message]
+        if prefer_incoming:
+            args += ["-X", "theirs"]
+        proc = _git(wt, [*args, branch], what, ok_codes=range(256))
+        if proc.returncode == 0:
+            already = "Already up to date" in proc.stdout or "Already up-to-date" in proc.stdout
+            return MergeResult(ok=True, commit=self.head_of(wt), already_merged=already)
+        conflicts = _split_z(_git(wt, ["diff", "--name-only", "-z", "--diff-filter=U"], what).stdout)
+        in_progress = (
+            _git(wt, ["rev-parse", "-q", "--verify", "MERGE_HEAD"], what, ok_codes=(0, 1)).returncode == 0
+        )
+        if in_progress or conflicts:
+            _git(wt, ["merge", "--abort"], f"could not abort the conflicted merge of {branch!r} in {wt}")
+        if conflicts:
+            return MergeResult(ok=False, commit=self.head_of(wt), conflicts=sorted(set(conflicts)))
+        raise GitError(f"{what}: {_reason(proc)}", detail=proc.stderr + proc.stdout)
+
+    def reset_hard(self, wt: Path, commit: str) -> None:
+        """Roll the worktree and its branch back to `commit`; untracked files are kept."""
+        wt = self._owned_worktree(wt, "reset")
+        _git(wt, ["reset", "--hard", "-q", commit], f"could not roll the worktree {wt} back to {commit}")
+
+    def restore_paths(self, wt: Path, paths: Sequence[str], from_ref: str) -> None:
+        """Make each path (file or folder) in `wt` exactly as it is in `from_ref`.
+
+        A path `from_ref` has is checked out from it (files under it that `from_ref` lacks are
+        deleted first); a path it lacks is deleted, tracked or not. The result is staged in the
+        worktree's index and not committed: follow with `commit_all`.
+        """
+        wt = self._owned_worktree(wt, "restore paths")
+        if not paths:
+            return
+        full = {p: _check_rel(wt, p) for p in paths}
+        what = f"could not restore {len(full)} path(s) in the worktree {wt} from {from_ref!r}"
+        listed = _git(wt, ["ls-tree", "-z", "--name-only", from_ref, "--", *full], what).stdout
+        present_roots = set(_split_z(listed))
+        present = [p for p in full if p.rstrip("/") in present_roots]
+        _git(wt, ["rm", "-r", "-f", "-q", "--ignore-unmatch", "--", *full], what)
+        for target in full.values():
+            try:
+                if target.is_dir() and not target.is_symlink():
+                    shutil.rmtree(target)
+                elif target.exists() or target.is_symlink():
+                    target.unlink()
+            except OSError as exc:
+                raise GitError(f"{what}: {target} could not be deleted ({exc.strerror or exc})") from exc
+        if present:
+            _git(wt, ["checkout", from_ref, "--", *present], what)
+
+
+def _same_path(a: Path, b: Path) -> bool:
+    try:
+        return os.path.realpath(a) == os.path.realpath(b)
+    except OSError:
+        return False
+
+
+def worktree_default_root(repo: Repo) -> Path:
+    """`<repo>/../<repoName>.flowd`: beside the repository, so agents never wander into it."""
+    return repo.root.parent / f"{repo.root.name}.flowd"
+
+
+def worktree_root(repo: Repo, configured: str | None) -> Path:
+    """The worktree root: `worktreeRoot` from config.toml (relative to the repository) or the default."""
+    if not configured:
+        return worktree_default_root(repo)
+    return (repo.root / Path(configured).expanduser()).resolve()
