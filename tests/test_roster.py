@@ -1,0 +1,473 @@
+"""RosterPool: leasing order, clones, waiting, exclusions, moving a call, hand-over, persisted state.
+
+The pool's model boundary is the executor: these tests give it an in-process fake executor whose
+turns follow a per-executor plan of outcomes. Everything else (the roster loader, the state file,
+the asyncio waiting) is real.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from flowd.agents.base import AgentError, Executor, FlowdMeta, TurnObserver, TurnRequest, TurnResult
+from flowd.config import ExecutorSpec, Roster, load_roster
+from flowd.errors import EXIT_HALTED
+from flowd.events import (
+    Event,
+    ExecutorExcluded,
+    ExecutorHandedOver,
+    ExecutorLeased,
+    ExecutorReleased,
+    ExecutorResumed,
+)
+from flowd.roster import Lease, NoExecutor, RosterPool
+from flowd.timeutil import iso
+from flowd.timeutil import now as utc_now
+
+T0 = datetime(2026, 11, 29, 14, 0, 0, tzinfo=UTC)
+
+
+class Clock:
+    def __init__(self, start: datetime = T0) -> None:
+        self.at = start
+
+    def __call__(self) -> datetime:
+        return self.at
+
+    def advance(self, seconds: float) -> None:
+        self.at += timedelta(seconds=seconds)
+
+
+@dataclass
+class FakeExecutor:
+    """Answers turns from the plan of its executor id: an AgentError raises, anything else replies."""
+
+    spec: ExecutorSpec
+    clone: int
+    plans: dict[str, list[AgentError | str]]
+    closed: bool = False
+    turns: list[str] = field(default_factory=list)
+
+    async def run_turn(self, request: TurnRequest, observe: TurnObserver | None = None) -> TurnResult:
+        plan = self.plans.get(self.spec.id, [])
+        outcome = plan.pop(0) if plan else "ok"
+        self.turns.append(request.prompt)
+        if isinstance(outcome, AgentError):
+            raise outcome
+        return TurnResult(text=f"{outcome} from {self.spec.id}#{self.clone}")
+
+    async def cancel(self) -> None:
+        pass
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+@dataclass
+class Harness:
+    pool: RosterPool
+    events: list[Event]
+    made: list[FakeExecutor]
+    plans: dict[str, list[AgentError | str]]
+    state_path: Path
+    roster: Roster
+
+    def of(self, kind: type[Event]) -> list[Event]:  # type: ignore[valid-type]
+        return [e for e in self.events if isinstance(e, kind)]
+
+
+def write_roster(repo: Path, body: str) -> Roster:
+    (repo / ".flow").mkdir(parents=True, exist_ok=True)
+    (repo / ".flow/demo.script.json").write_text('{"rules": []}', encoding="utf-8")
+    (repo / ".flow/roster.toml").write_text(body, encoding="utf-8")
+    return load_roster(repo, user_path=repo / "no-user-roster.toml")
+
+
+def entry(ident: str, roles: str = '"planner", "coder", "reviewer", "judge"', **extra: object) -> str:
+    lines = [
+        "[[executors]]",
+        f'id = "{ident}"',
+        'kind = "script"',
+        'script = "demo.script.json"',
+        f"roles = [{roles}]",
+    ]
+    for key, value in extra.items():
+        lines.append(f"{key} = {json.dumps(value) if not isinstance(value, str) else value}")
+    return "\n".join(lines) + "\n"
+
+
+def make_pool(repo: Path, body: str, clock: Callable[[], datetime] | None = None) -> Harness:
+    roster = write_roster(repo, body)
+    events: list[Event] = []
+    made: list[FakeExecutor] = []
+    plans: dict[str, list[AgentError | str]] = {}
+
+    def factory(spec: ExecutorSpec, *, clone: int, log_dir: Path | None = None) -> Executor:
+        executor = FakeExecutor(spec, clone, plans)
+        made.append(executor)
+        return executor
+
+    state_path = repo / ".flow/roster-state.json"
+    pool = RosterPool(
+        roster,
+        state_path=state_path,
+        emit=events.append,
+        executor_factory=factory,
+        clock=clock or Clock(),
+    )
+    return Harness(pool, events, made, plans, state_path, roster)
+
+
+def request(prompt: str = "do it", role: str = "coder") -> TurnRequest:
+    return TurnRequest(
+        role=role, prompt=prompt, cwd=Path("."), meta=FlowdMeta(role=role, run_id="r1", epic_id="e")
+    )
+
+
+async def settle() -> None:
+    """Let every ready task run until it blocks (a waiting lease blocks on the pool's change event)."""
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+def names(leases: list[Lease]) -> list[str]:
+    return [lease.name for lease in leases]
+
+
+async def test_clones_are_numbered_from_one_and_the_lowest_free_is_reused(tmp_path: Path) -> None:
+    h = make_pool(tmp_path, entry("claude", slots=3))
+    a, b, c = [await h.pool.lease("coder", label=s) for s in ("s1", "s2", "s3")]
+    assert names([a, b, c]) == ["claude#1", "claude#2", "claude#3"]
+    h.pool.release(a)
+    h.pool.release(a)  # twice: nothing more
+    d = await h.pool.lease("coder", label="s4")
+    assert d.clone == 1
+    leased = [(e.clone, e.label) for e in h.events if isinstance(e, ExecutorLeased)]
+    released = [(e.clone, e.label) for e in h.events if isinstance(e, ExecutorReleased)]
+    assert leased == [(1, "s1"), (2, "s2"), (3, "s3"), (1, "s4")]
+    assert released == [(1, "s1")]
+
+
+async def test_priority_first_then_least_recently_leased_then_roster_order(tmp_path: Path) -> None:
+    body = (
+        entry("local", roles='"planner", "reviewer"')
+        + entry("codex", slots=2, priority="{ default = 2 }")
+        + entry("claude", slots=3, priority=3)
+    )
+    h = make_pool(tmp_path, body)
+    coders = [await h.pool.lease("coder") for _ in range(5)]
+    assert names(coders) == ["codex#1", "codex#2", "claude#1", "claude#2", "claude#3"]
+    reviewer = await h.pool.lease("reviewer")
+    assert reviewer.executor_id == "local"  # text roles: the priority-1 executor that does not code
+
+    h2 = make_pool(tmp_path / "b", entry("a", slots=2) + entry("b", slots=2))
+    got = []
+    for _ in range(4):
+        lease = await h2.pool.lease("planner")
+        got.append(lease.executor_id)
+        h2.pool.release(lease)
+    assert got == ["a", "b", "a", "b"]  # equal priority: the least recently leased goes next
+
+
+async def test_prefer_wins_at_equal_priority_but_never_over_a_better_one(tmp_path: Path) -> None:
+    h = make_pool(tmp_path, entry("a") + entry("b") + entry("c", priority=2))
+    lease = await h.pool.lease("coder", prefer="b")
+    assert lease.executor_id == "b"
+    h.pool.release(lease)
+    lease = await h.pool.lease("coder", prefer="c")
+    assert lease.executor_id == "a"  # c has a worse priority
+    held = [lease, await h.pool.lease("coder")]  # a and b both held now
+    lease = await h.pool.lease("coder", prefer="c")
+    assert lease.executor_id == "c" and {x.executor_id for x in held} == {"a", "b"}
+
+
+async def test_prefer_not_ranks_last_without_waiting(tmp_path: Path) -> None:
+    h = make_pool(tmp_path, entry("a") + entry("b", priority=5))
+    lease = await h.pool.lease("reviewer", prefer_not=frozenset({"a"}))
+    assert lease.executor_id == "b"
+    again = await h.pool.lease("reviewer", prefer_not=frozenset({"a"}))
+    assert again.executor_id == "a"  # b is busy: independence is not worth a wait
+
+
+async def test_coder_slots_are_respected_while_other_roles_still_lease(tmp_path: Path) -> None:
+    h = make_pool(tmp_path, entry("claude", slots=3, coderSlots=1))
+    coder = await h.pool.lease("coder", label="s1")
+    assert h.pool.free_slots("coder") == 0 and h.pool.free_slots("reviewer") == 2
+    waiting = asyncio.create_task(h.pool.lease("coder", label="s2"))
+    reviewer = await h.pool.lease("reviewer")
+    await settle()
+    assert not waiting.done() and reviewer.clone == 2
+    h.pool.release(reviewer)
+    await settle()
+    assert not waiting.done()  # a freed reviewer slot is no coder slot
+    h.pool.release(coder)
+    second = await waiting
+    assert second.name == "claude#1" and second.label == "s2"
+
+
+async def test_a_waiting_lease_takes_the_slot_a_release_frees(tmp_path: Path) -> None:
+    h = make_pool(tmp_path, entry("solo"))
+    held = await h.pool.lease("coder", label="s1")
+    waiting = asyncio.create_task(h.pool.lease("planner", label="s2"))
+    await settle()
+    assert not waiting.done()
+    h.pool.release(held)
+    lease = await waiting
+    assert lease.name == "solo#1" and lease.role == "planner"
+
+
+async def test_cancelling_a_waiting_lease_leaves_no_held_slot(tmp_path: Path) -> None:
+    h = make_pool(tmp_path, entry("solo"))
+    held = await h.pool.lease("coder")
+    waiting = asyncio.create_task(h.pool.lease("coder"))
+    await settle()
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    h.pool.release(held)
+    assert h.pool.free_slots("coder") == 1
+    assert all(not v.held for v in h.pool.snapshot().executors)
+    assert len(h.of(ExecutorLeased)) == 1
+
+
+async def test_leased_releases_when_the_holder_raises(tmp_path: Path) -> None:
+    h = make_pool(tmp_path, entry("solo"))
+    with pytest.raises(RuntimeError):
+        async with h.pool.leased("coder", label="s1") as lease:
+            assert lease.name == "solo#1"
+            raise RuntimeError("boom")
+    assert h.pool.free_slots("coder") == 1
+    assert len(h.of(ExecutorReleased)) == 1
+
+
+async def test_the_same_clone_keeps_its_executor_and_aclose_closes_all(tmp_path: Path) -> None:
+    h = make_pool(tmp_path, entry("solo", slots=2))
+    first = await h.pool.lease("coder")
+    other = await h.pool.lease("coder")
+    executor = first.executor
+    assert other.executor is not executor
+    h.pool.release(first)
+    again = await h.pool.lease("planner")
+    assert again.clone == 1 and again.executor is executor
+    await h.pool.aclose()
+    assert len(h.made) == 2 and all(e.closed for e in h.made)
+
+
+async def test_rate_limit_excludes_and_the_call_moves_once(tmp_path: Path) -> None:
+    clock = Clock()
+    h = make_pool(tmp_path, entry("a") + entry("b", priority=2), clock)
+    h.plans["a"] = [AgentError("rate_limit", "rate limit exceeded")]
+    result, info = await h.pool.run("coder", request(), label="s1")
+    assert info.executor == "b" and result.text == "ok from b#1"
+    [excluded] = h.of(ExecutorExcluded)
+    assert isinstance(excluded, ExecutorExcluded) and excluded.executor == "a"
+    assert excluded.until == iso(T0 + timedelta(seconds=15)) and "rate limited" in excluded.reason
+    [moved] = h.of(ExecutorHandedOver)
+    assert isinstance(moved, ExecutorHandedOver)
+    assert (moved.from_, moved.to, moved.role, moved.label) == ("a", "b", "coder", "s1")
+    assert h.pool.free_slots("coder") == 1  # b free again, a out
+
+    # A second hit within the window keeps it out for the long cool-down.
+    clock.advance(20)
+    h.plans["a"] = [AgentError("rate_limit", "429 too many requests")]
+    h.plans["b"] = [AgentError("rate_limit", "429 too many requests")]
+    with pytest.raises(AgentError) as caught:
+        await h.pool.run("coder", request())
+    assert caught.value.kind == "rate_limit"  # moved once (a → b), b failed too: surfaces
+    excluded_a = [e for e in h.of(ExecutorExcluded) if isinstance(e, ExecutorExcluded) and e.executor == "a"]
+    assert excluded_a[-1].until == iso(clock() + timedelta(seconds=600))
+    assert "2 rate limits within 60s" in excluded_a[-1].reason
+
+
+async def test_a_failure_that_is_not_the_executors_fault_is_not_retried(tmp_path: Path) -> None:
+    h = make_pool(tmp_path, entry("a") + entry("b"))
+    h.plans["a"] = [AgentError("bad_reply", "not JSON")]
+    with pytest.raises(AgentError):
+        await h.pool.run("reviewer", request(role="reviewer"))
+    assert not h.of(ExecutorExcluded) and not h.of(ExecutorHandedOver)
+    assert h.pool.free_slots("reviewer") == 2
+    assert [m.turns for m in h.made] == [["do it"]]
+
+
+async def test_usage_limit_honours_the_reset_time_and_persists(tmp_path: Path) -> None:
+    clock = Clock()
+    h = make_pool(tmp_path, entry("a") + entry("b"), clock)
+    reset = T0 + timedelta(hours=2)
+    lease = await h.pool.lease("coder")
+    assert h.pool.fail(lease, AgentError("usage_limit", "usage limit reached", reset_at=reset))
+    h.pool.release(lease)
+    stored = json.loads(h.state_path.read_text())
+    assert stored["schemaVersion"] == 1
+    assert stored["exclusions"] == [
+        {"executor": "a", "kind": "until", "reason": "usage limit (usage limit reached)", "until": iso(reset)}
+    ]
+
+    # A new run (a new pool) before the reset still keeps a out ...
+    clock.advance(3600)
+    h2 = make_pool(tmp_path, entry("a") + entry("b"), clock)
+    view = {v.id: v for v in h2.pool.snapshot().executors}
+    assert view["a"].excluded is not None and view["a"].excluded.until == iso(reset)
+    assert (await h2.pool.lease("coder")).executor_id == "b"
+    # ... and after it, the entry is dropped and a is back.
+    clock.advance(3601)
+    h3 = make_pool(tmp_path, entry("a") + entry("b"), clock)
+    assert h3.pool.free_slots("coder") == 2
+    assert (await h3.pool.lease("coder")).executor_id == "a"
+
+
+async def test_usage_limit_without_a_reset_time_is_one_hour(tmp_path: Path) -> None:
+    h = make_pool(tmp_path, entry("a"))
+    lease = await h.pool.lease("planner")
+    h.pool.fail(lease, AgentError("usage_limit", "You've hit your limit"))
+    [excluded] = h.of(ExecutorExcluded)
+    assert isinstance(excluded, ExecutorExcluded) and excluded.until == iso(T0 + timedelta(hours=1))
+
+
+async def test_a_waiting_lease_completes_when_the_exclusion_ends(tmp_path: Path) -> None:
+    h = make_pool(tmp_path, entry("solo"), clock=utc_now)
+    lease = await h.pool.lease("coder")
+    reset = utc_now() + timedelta(milliseconds=200)
+    h.pool.fail(lease, AgentError("usage_limit", "usage limit reached", reset_at=reset))
+    h.pool.release(lease)
+    assert h.pool.free_slots("coder") == 0
+    again = await asyncio.wait_for(h.pool.lease("coder", label="s2"), timeout=10)
+    assert again.name == "solo#1" and utc_now() >= reset
+    resumed = [(e.executor, e.reason) for e in h.events if isinstance(e, ExecutorResumed)]
+    assert resumed == [("solo", "expired")]
+    assert json.loads(h.state_path.read_text())["exclusions"] == []
+    await h.pool.aclose()
+
+
+async def test_auth_excludes_for_the_run_and_then_no_executor_can_serve(tmp_path: Path) -> None:
+    h = make_pool(tmp_path, entry("a") + entry("b", roles='"reviewer"'))
+    h.plans["a"] = [AgentError("auth", "not logged in")]
+    with pytest.raises(NoExecutor) as caught:
+        await h.pool.run("coder", request(), label="s1")
+    error = caught.value
+    assert error.exit_code == EXIT_HALTED and error.role == "coder"
+    assert "coder" in error.message and str(tmp_path / ".flow/roster.toml") in error.message
+    assert "a is out for this run: not signed in" in error.message
+    assert not h.state_path.exists() or json.loads(h.state_path.read_text())["exclusions"] == []
+    with pytest.raises(NoExecutor):
+        await h.pool.lease("planner")
+    assert (await h.pool.lease("reviewer")).executor_id == "b"
+
+
+async def test_a_role_nobody_takes_fails_at_once(tmp_path: Path) -> None:
+    h = make_pool(tmp_path, entry("a", roles='"reviewer"'))
+    with pytest.raises(NoExecutor, match="no executor in the roster takes the coder role"):
+        await h.pool.lease("coder")
+
+
+async def test_hand_over_moves_a_held_coder_to_another_executor(tmp_path: Path) -> None:
+    h = make_pool(tmp_path, entry("a") + entry("b", priority=2))
+    held = await h.pool.lease("coder", label="api")
+    new = await h.pool.hand_over(held, AgentError("usage_limit", "usage limit reached"))
+    assert new.executor_id == "b" and new.label == "api" and held.released
+    kinds = [type(e).__name__ for e in h.events]
+    assert kinds == [
+        "ExecutorLeased",
+        "ExecutorExcluded",
+        "ExecutorLeased",
+        "ExecutorHandedOver",
+        "ExecutorReleased",
+    ]
+    [moved] = h.of(ExecutorHandedOver)
+    assert isinstance(moved, ExecutorHandedOver)
+    assert (moved.from_, moved.to, moved.label) == ("a", "b", "api")
+    assert moved.reason.startswith("out until ") and "usage limit" in moved.reason
+
+
+async def test_hand_over_with_nobody_else_waits_for_the_same_executor(tmp_path: Path) -> None:
+    h = make_pool(tmp_path, entry("solo"))
+    held = await h.pool.lease("coder", label="api")
+    with pytest.raises(NoExecutor):
+        await h.pool.hand_over(held, AgentError("auth", "not logged in"))
+    assert held.released and h.pool.free_slots("coder") == 0
+
+
+async def test_crash_backs_off_doubling_and_respawns_the_agent(tmp_path: Path) -> None:
+    clock = Clock()
+    h = make_pool(tmp_path, entry("a"), clock)
+    lease = await h.pool.lease("coder")
+    first = lease.executor
+    assert h.pool.fail(lease, AgentError("crash", "agent exited with code 1"))
+    h.pool.release(lease)
+    await h.pool.aclose()
+    assert isinstance(first, FakeExecutor) and first.closed
+    untils = [e.until for e in h.events if isinstance(e, ExecutorExcluded)]
+    assert untils == [iso(T0 + timedelta(seconds=30))]
+    clock.advance(30)
+    lease = await h.pool.lease("coder")
+    assert lease.executor is not first
+    h.pool.fail(lease, AgentError("unavailable", "connection refused"))
+    untils = [e.until for e in h.events if isinstance(e, ExecutorExcluded)]
+    assert untils[-1] == iso(clock() + timedelta(seconds=60))
+    reasons = [e.reason for e in h.events if isinstance(e, ExecutorResumed)]
+    assert reasons == ["back-off over, trying it again"]
+
+
+async def test_snapshot_shows_held_clones_and_exclusions(tmp_path: Path) -> None:
+    h = make_pool(tmp_path, entry("a", slots=2) + entry("b"))
+    await h.pool.lease("coder", label="api")
+    lease = await h.pool.lease("coder", label="ui")
+    assert lease.executor_id == "b"
+    h.pool.fail(lease, AgentError("usage_limit", "usage limit reached"))
+    view = h.pool.snapshot().wire()
+    assert view["executors"] == [
+        {
+            "id": "a",
+            "kind": "script",
+            "roles": ["planner", "coder", "reviewer", "judge"],
+            "slots": 2,
+            "coderSlots": 2,
+            "held": [{"clone": 1, "role": "coder", "label": "api"}],
+        },
+        {
+            "id": "b",
+            "kind": "script",
+            "roles": ["planner", "coder", "reviewer", "judge"],
+            "slots": 1,
+            "coderSlots": 1,
+            "held": [{"clone": 1, "role": "coder", "label": "ui"}],
+            "excluded": {
+                "kind": "until",
+                "reason": "usage limit (usage limit reached)",
+                "until": iso(T0 + timedelta(hours=1)),
+            },
+        },
+    ]
+
+
+async def test_state_file_keeps_other_rosters_entries_and_ignores_garbage(tmp_path: Path) -> None:
+    clock = Clock()
+    state = tmp_path / ".flow/roster-state.json"
+    state.parent.mkdir(parents=True)
+    other = {
+        "executor": "elsewhere",
+        "kind": "until",
+        "reason": "usage limit",
+        "until": iso(T0 + timedelta(hours=1)),
+    }
+    stale = {
+        "executor": "old",
+        "kind": "until",
+        "reason": "usage limit",
+        "until": iso(T0 - timedelta(hours=1)),
+    }
+    state.write_text(json.dumps({"schemaVersion": 1, "exclusions": [other, stale]}))
+    h = make_pool(tmp_path, entry("a"), clock)
+    lease = await h.pool.lease("coder")
+    h.pool.fail(lease, AgentError("usage_limit", "usage limit reached"))
+    assert [e["executor"] for e in json.loads(state.read_text())["exclusions"]] == ["a", "elsewhere"]
+
+    state.write_text("{not json")
+    h2 = make_pool(tmp_path, entry("a"), clock)
+    assert h2.pool.free_slots("coder") == 1
