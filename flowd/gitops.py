@@ -33,10 +33,8 @@ FLOW_DIR = ".flow/"
 # Variables that would point git at another repository or index than the one we name.
 _LEAKY_ENV = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_COMMON_DIR", "GIT_PREFIX")
 
-_BASE_ENV: dict[str, str] = {k: v for k, v in os.environ.items() if k not in _LEAKY_ENV}
 # Parsable messages ("nothing to commit", "Already up to date") and never a prompt.
-_BASE_ENV.update({"LC_ALL": "C", "LANGUAGE": "C", "GIT_TERMINAL_PROMPT": "0"})
-_BASE_ENV.setdefault("GIT_SSH_COMMAND", "ssh -o BatchMode=yes")
+_FIXED_ENV = {"LC_ALL": "C", "LANGUAGE": "C", "GIT_TERMINAL_PROMPT": "0"}
 
 # Worktree and branch bookkeeping touch shared files of the common git dir
 # (.git/worktrees/, packed-refs); one lock per repository keeps concurrent stories from racing.
@@ -72,21 +70,28 @@ class MergeResult:
 
 
 def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    if not extra:
-        return _BASE_ENV
-    env = dict(_BASE_ENV)
-    env.update(extra)
+    # Built per call (cheap) so a changed environment, as in tests, is always honoured.
+    env = {k: v for k, v in os.environ.items() if k not in _LEAKY_ENV}
+    env.update(_FIXED_ENV)
+    env.setdefault("GIT_SSH_COMMAND", "ssh -o BatchMode=yes")
+    if extra:
+        env.update(extra)
     return env
 
 
 def _reason(proc: subprocess.CompletedProcess[str]) -> str:
     """Git's own explanation: the last fatal/error line, else the last non-blank output line."""
-    lines = [ln.strip() for ln in (proc.stderr + "\n" + proc.stdout).splitlines() if ln.strip()]
-    for line in reversed(lines):
+    raw = [ln.rstrip() for ln in (proc.stderr + "\n" + proc.stdout).splitlines() if ln.strip()]
+    for i in range(len(raw) - 1, -1, -1):
         for prefix in ("fatal: ", "error: "):
-            if line.startswith(prefix):
-                return line[len(prefix) :].rstrip(".")
-    return lines[-1].rstrip(".") if lines else f"git exited with code {proc.returncode}"
+            if raw[i].startswith(prefix):
+                line = raw[i][len(prefix) :].rstrip(".")
+                if line.endswith(":"):
+                    # "...would be overwritten by merge:" is followed by the paths, tab-indented.
+                    listed = [ln.strip() for ln in raw[i + 1 :] if ln.startswith("\t")]
+                    line = f"{line} {', '.join(listed)}" if listed else line.rstrip(":")
+                return line
+    return raw[-1].strip().rstrip(".") if raw else f"git exited with code {proc.returncode}"
 
 
 def _git(
@@ -549,11 +554,12 @@ class Repo:
         wt = self._owned_worktree(wt, "restore paths")
         if not paths:
             return
-        full = {p: _check_rel(wt, p) for p in paths}
+        # "src/" would make ls-tree list the folder's contents instead of the folder itself.
+        full = {p.rstrip("/"): _check_rel(wt, p) for p in paths}
         what = f"could not restore {len(full)} path(s) in the worktree {wt} from {from_ref!r}"
         listed = _git(wt, ["ls-tree", "-z", "--name-only", from_ref, "--", *full], what).stdout
         present_roots = set(_split_z(listed))
-        present = [p for p in full if p.rstrip("/") in present_roots]
+        present = [p for p in full if p in present_roots]
         _git(wt, ["rm", "-r", "-f", "-q", "--ignore-unmatch", "--", *full], what)
         for target in full.values():
             try:
