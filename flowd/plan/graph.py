@@ -1,0 +1,132 @@
+"""Questions about a plan's dependency graph: waves, what is ready, who depends on whom.
+
+Plan order is the tie-breaker everywhere (ready order, dependents order), as in the original.
+Functions tolerate invalid plans (cycles, unknown ids) without looping, though callers validate
+first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from flowd import paths
+from flowd.plan.model import StoryPlan
+
+
+def waves(plan: StoryPlan) -> list[list[str]]:
+    """Repeatedly take, in plan order, every story whose dependencies are all placed.
+
+    Stops when a pass places nothing, so cycle members and anything behind them are left out.
+    Wave `n` (from 1) is `waves(plan)[n - 1]`.
+    """
+    placed: set[str] = set()
+    remaining = list(plan.stories)
+    result: list[list[str]] = []
+    while remaining:
+        wave = [s.id for s in remaining if all(d in placed for d in s.depends_on)]
+        if not wave:
+            break
+        placed.update(wave)
+        result.append(wave)
+        remaining = [s for s in remaining if s.id not in placed]
+    return result
+
+
+def wave_of(plan: StoryPlan) -> dict[str, int]:
+    """Story id to its wave number (from 1); stories in or behind a cycle are absent."""
+    return {sid: n for n, wave in enumerate(waves(plan), start=1) for sid in wave}
+
+
+def ready(
+    plan: StoryPlan,
+    done: Iterable[str] = (),
+    failed: Iterable[str] = (),
+    waiting: Iterable[str] = (),
+    running: Iterable[str] = (),
+) -> list[str]:
+    """Stories, in plan order, not done/failed/waiting/running whose every dependency is done."""
+    done_set = set(done)
+    busy = done_set | set(failed) | set(waiting) | set(running)
+    return [s.id for s in plan.stories if s.id not in busy and all(d in done_set for d in s.depends_on)]
+
+
+def dependents_of(plan: StoryPlan, story_id: str) -> list[str]:
+    """Transitive dependents of `story_id`, in plan order, without `story_id` itself."""
+    found = {story_id}
+    changed = True
+    while changed:
+        changed = False
+        for s in plan.stories:
+            if s.id not in found and any(d in found for d in s.depends_on):
+                found.add(s.id)
+                changed = True
+    return [s.id for s in plan.stories if s.id in found and s.id != story_id]
+
+
+def dependencies_of(plan: StoryPlan, story_id: str) -> list[str]:
+    """Transitive dependencies of `story_id`, in plan order, without `story_id` itself."""
+    by_id = {s.id: s for s in reversed(plan.stories)}  # first wins on duplicates
+    found: set[str] = set()
+    todo = list(by_id[story_id].depends_on) if story_id in by_id else []
+    while todo:
+        dep = todo.pop()
+        if dep in found or dep not in by_id:
+            continue
+        found.add(dep)
+        todo.extend(by_id[dep].depends_on)
+    return [s.id for s in plan.stories if s.id in found and s.id != story_id]
+
+
+def owner_of(plan: StoryPlan, path: str) -> str | None:
+    """The first story with an owned prefix containing `path`."""
+    for story in plan.stories:
+        if any(paths.is_safe(owned) and paths.within(path, owned) for owned in story.owned):
+            return story.id
+    return None
+
+
+def critical_path_rank(plan: StoryPlan, weights: Mapping[str, int] | None = None) -> dict[str, int]:
+    """For each story, the length of the longest chain of dependents starting at it.
+
+    A story nothing depends on ranks its own weight (1 by default); a story ranks its weight plus
+    the highest rank among its direct dependents. Launching the highest rank first shortens the
+    epic. A cycle contributes nothing beyond the first visit, so the function always ends.
+    """
+    dependents: dict[str, list[str]] = {s.id: [] for s in plan.stories}
+    for s in plan.stories:
+        for d in s.depends_on:
+            if d in dependents and d != s.id and s.id not in dependents[d]:
+                dependents[d].append(s.id)
+    rank: dict[str, int] = {}
+    visiting: set[str] = set()
+
+    def weight(sid: str) -> int:
+        return 1 if weights is None else weights.get(sid, 1)
+
+    for root in dependents:
+        if root in rank:
+            continue
+        # Iterative post-order walk over dependents.
+        stack: list[tuple[str, int]] = [(root, 0)]
+        visiting.add(root)
+        while stack:
+            sid, k = stack[-1]
+            children = dependents[sid]
+            if k < len(children):
+                stack[-1] = (sid, k + 1)
+                child = children[k]
+                if child not in rank and child not in visiting:
+                    visiting.add(child)
+                    stack.append((child, 0))
+                continue
+            stack.pop()
+            visiting.discard(sid)
+            rank[sid] = weight(sid) + max((rank.get(c, 0) for c in children), default=0)
+    return rank
+
+
+def launch_order(plan: StoryPlan, ready_ids: Iterable[str], rank: Mapping[str, int]) -> list[str]:
+    """`ready_ids` with the longest chain first, plan order breaking ties."""
+    position = {s.id: i for i, s in reversed(list(enumerate(plan.stories)))}
+    ids = list(dict.fromkeys(ready_ids))
+    return sorted(ids, key=lambda sid: (-rank.get(sid, 0), position.get(sid, len(position))))
