@@ -1,0 +1,269 @@
+"""Prices: USD for a turn's tokens, from the `genai-prices` package data and config overrides.
+
+Only the data bundled with the installed package is read: flowd never starts the package's
+`UpdatePrices` fetcher, so pricing touches no network. A model's rates are resolved once and cached
+as floats, and each turn is priced with plain arithmetic that mirrors the package's rules (so 1M
+samples price in well under a second, and tests check the result against `calc_price`):
+
+- `input` counts every input token; cache reads and cache writes are priced at their own rates when
+  the model has them, and otherwise at the plain input rate (they stay in the input bucket);
+- tiered prices are "cliff" tiers chosen by the turn's total input tokens;
+- a cost the agent reported wins; a model with no price is unpriced (None), never $0.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from decimal import Decimal
+from functools import cache
+from importlib.metadata import PackageNotFoundError, version
+from typing import TYPE_CHECKING, Any
+
+from flowd.config import PriceOverride, Settings
+from flowd.events import Usage
+from flowd.view import Pricer
+
+if TYPE_CHECKING:
+    from flowd.cost.samples import Sample
+
+log = logging.getLogger(__name__)
+
+_PER = 1_000_000.0
+# A price per key: the base rate and its tiers as (start, rate), highest start first.
+Rate = tuple[float, tuple[tuple[int, float], ...]]
+
+
+@dataclass(frozen=True, slots=True)
+class Rates:
+    """USD per million tokens; None: that kind of token is priced at the input rate."""
+
+    input: Rate
+    output: Rate
+    cached_read: Rate | None = None
+    cache_write: Rate | None = None
+    per_request: float = 0.0  # USD per request
+    source: str = "price data"  # or "config" for an override
+
+    def cost(self, input_: int, output: int, cached_read: int, cache_write: int) -> float:
+        uncached = input_
+        total = 0.0
+        if self.cached_read is not None:
+            uncached -= cached_read
+            total += _at(self.cached_read, input_) * cached_read
+        if self.cache_write is not None:
+            uncached -= cache_write
+            total += _at(self.cache_write, input_) * cache_write
+        # A misreport (more cached than input) must not make the rest cost less than nothing.
+        total += _at(self.input, input_) * max(0, uncached) + _at(self.output, input_) * output
+        return total / _PER + self.per_request
+
+
+def _at(rate: Rate, total_input: int) -> float:
+    # Cliff tiers: once the turn's input passes a tier's start, that tier's rate applies to all.
+    for start, price in rate[1]:
+        if total_input > start:
+            return price
+    return rate[0]
+
+
+def _flat(value: float) -> Rate:
+    return (float(value), ())
+
+
+def _rate(value: Any) -> Rate | None:
+    if value is None:
+        return None
+    if isinstance(value, Decimal | int | float):
+        return (float(value), ())
+    base, tiers = getattr(value, "base", None), getattr(value, "tiers", None)
+    if base is None or tiers is None:
+        return None
+    ordered = sorted(((int(t.start), float(t.price)) for t in tiers), reverse=True)
+    return (float(base), tuple(ordered))
+
+
+def _rates_from_model_price(model_price: Any) -> Rates | None:
+    """Our rates from a package `ModelPrice`; None when it prices no text tokens at all."""
+    data = model_price.__dict__
+    input_ = _rate(data.get("input_mtok"))
+    output = _rate(data.get("output_mtok"))
+    if input_ is None and output is None:
+        return None
+    requests = data.get("requests_kcount")
+    return Rates(
+        input=input_ or _flat(0),
+        output=output or _flat(0),
+        cached_read=_rate(data.get("cache_read_mtok")),
+        cache_write=_rate(data.get("cache_write_mtok")),
+        per_request=float(requests) / 1000 if requests is not None else 0.0,
+    )
+
+
+def _override_rates(override: PriceOverride) -> Rates:
+    return Rates(
+        input=_flat(override.input),
+        output=_flat(override.output),
+        cached_read=_flat(override.cached_read) if override.cached_read is not None else None,
+        cache_write=_flat(override.cache_write) if override.cache_write is not None else None,
+        source="config",
+    )
+
+
+def _candidates(model: str) -> list[tuple[str | None, str]]:
+    """(provider, model) spellings to try: as given, then with each `provider/` or `provider:` prefix
+    taken as the provider, then without it (`openrouter/anthropic/claude-x` → … → `claude-x`)."""
+    out: list[tuple[str | None, str]] = [(None, model)]
+    rest = model
+    while True:
+        cut = min((i for i in (rest.find("/"), rest.find(":")) if i > 0), default=-1)
+        if cut < 0:
+            return out
+        prefix, rest = rest[:cut], rest[cut + 1 :]
+        if not rest:
+            return out
+        out += [(prefix, rest), (None, rest)]
+
+
+def _bare(model: str) -> str:
+    return _candidates(model)[-1][1]
+
+
+@cache
+def _snapshot() -> Any:
+    # The bundled data only: `get_snapshot()` would return a fetched one if anything had started
+    # the package's updater in this process, and we want the same figures offline every time.
+    from genai_prices import data_snapshot
+
+    return data_snapshot._bundled_snapshot()
+
+
+class Prices:
+    """Prices turns by model: config overrides first, then the package data; cached per model."""
+
+    def __init__(self, overrides: Mapping[str, PriceOverride] | None = None) -> None:
+        self._overrides = {name.lower(): _override_rates(o) for name, o in (overrides or {}).items()}
+        self._static: dict[str, Rates | None] = {}
+        self._dynamic: dict[str, Any] = {}  # model → package ModelInfo whose price depends on the time
+        self._timed: dict[tuple[str, str], Rates | None] = {}
+
+    @classmethod
+    def from_settings(cls, settings: Settings | None) -> Prices:
+        return cls(settings.prices if settings is not None else None)
+
+    # -- lookups ---------------------------------------------------------------------------------
+    def rates(self, model: str | None, at: str | None = None) -> Rates | None:
+        """The rates for a model at a time (ISO; None: now), or None when nobody prices it."""
+        if model is None:
+            return None
+        try:
+            return self._static[model]
+        except KeyError:
+            pass
+        if model in self._dynamic:
+            hour = (at or _now_iso())[:13]
+            key = (model, hour)
+            if key not in self._timed:
+                self._timed[key] = _rates_from_model_price(self._dynamic[model].get_prices(_hour_start(hour)))
+            return self._timed[key]
+        return self._resolve(model, at)
+
+    def _resolve(self, model: str, at: str | None) -> Rates | None:
+        lowered = model.lower()
+        found = self._overrides.get(lowered) or self._overrides.get(_bare(lowered))
+        if found is not None:
+            self._static[model] = found
+            return found
+        info = _find_model(lowered)
+        if info is None:
+            self._static[model] = None
+            return None
+        if isinstance(info.prices, list) and len(info.prices) > 1:
+            self._dynamic[model] = info
+            return self.rates(model, at)
+        prices = info.prices[0].prices if isinstance(info.prices, list) else info.prices
+        rates = _rates_from_model_price(prices) if prices is not None else None
+        self._static[model] = rates
+        return rates
+
+    def known(self, model: str | None) -> bool:
+        return self.rates(model) is not None
+
+    # -- pricing ---------------------------------------------------------------------------------
+    def cost(
+        self,
+        model: str | None,
+        input_: int,
+        output: int,
+        cached_read: int = 0,
+        cache_write: int = 0,
+        at: str | None = None,
+    ) -> float | None:
+        """USD from the price data (the reported cost is not considered here)."""
+        rates = self._static.get(model) if model is not None else None
+        if rates is None:
+            rates = self.rates(model, at)
+            if rates is None:
+                return None
+        return rates.cost(input_, output, cached_read, cache_write)
+
+    def price(self, sample: Sample) -> float | None:
+        """A sample's cost: the reported one, else the price data's, else None (unpriced)."""
+        if sample.cost_usd is not None:
+            return sample.cost_usd
+        return self.cost(
+            sample.model, sample.input, sample.output, sample.cached_read, sample.cache_write, sample.at
+        )
+
+    def price_usage(self, model: str | None, usage: Usage, at: str | None = None) -> float | None:
+        if usage.cost_usd is not None:
+            return usage.cost_usd
+        return self.cost(model, usage.input, usage.output, usage.cached_read or 0, usage.cache_write or 0, at)
+
+    def pricer(self) -> Pricer:
+        """The fold's pricer (flowd.view): reported cost wins, then these prices."""
+
+        def priced(model: str | None, usage: Usage) -> float | None:
+            return self.price_usage(model, usage)
+
+        return priced
+
+
+def _find_model(model: str) -> Any:
+    snapshot = _snapshot()
+    for provider_id, ref in _candidates(model):
+        try:
+            return snapshot.find_provider_model(ref, None, provider_id, None)[1]
+        except LookupError:
+            continue
+        except Exception as exc:  # odd package data must not break a report
+            log.warning("cost: price lookup for %r failed: %s", model, exc)
+            return None
+    return None
+
+
+def _now_iso() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H")
+
+
+def _hour_start(hour: str) -> datetime:
+    try:
+        return datetime.strptime(hour, "%Y-%m-%dT%H").replace(tzinfo=UTC)
+    except ValueError:
+        return datetime.now(UTC)
+
+
+def pricer(settings: Settings | None = None) -> Pricer:
+    """The fold's pricer over the package data and the settings' `[prices.<model>]` overrides."""
+    return Prices.from_settings(settings).pricer()
+
+
+@cache
+def prices_as_of() -> str:
+    """`pricesAsOf`: the price data's package and version (the data ships with it)."""
+    try:
+        return f"genai-prices {version('genai-prices')}"
+    except PackageNotFoundError:
+        return "genai-prices (unknown version)"

@@ -1,0 +1,224 @@
+"""Usage samples: one `Sample` per `TokensUsed` line of the repository's traces.
+
+The reader is built for volume (a busy repository holds millions of trace lines): it looks for
+the `"TokensUsed"` marker in the raw bytes before parsing anything, parses only those lines with
+orjson, and builds samples from the dicts tolerantly instead of validating each line with pydantic.
+Files and lines it cannot read are skipped and counted in `ScanStats`, never fatal.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from flowd.events import TokensUsed
+from flowd.timeutil import iso, parse_iso
+from flowd.trace import runs_dir
+
+log = logging.getLogger(__name__)
+
+_TOKENS_MARK = b'"TokensUsed"'
+_STARTED_MARK = b'"RunStarted"'
+UNKNOWN_MODEL = "(unknown)"
+
+
+@dataclass(slots=True)
+class Sample:
+    """One turn's usage as the trace recorded it. `input` includes cache reads and writes."""
+
+    run_id: str
+    at: str  # ISO-8601 UTC with milliseconds and `Z` (normalised at read time)
+    agent: str
+    input: int = 0
+    output: int = 0
+    cached_read: int = 0
+    cache_write: int = 0
+    cost_usd: float | None = None  # what the agent reported; wins over the price data
+    estimated: bool = False
+    model: str | None = None
+    lane: str | None = None
+    executor: str | None = None
+    clone: int | None = None
+
+    @property
+    def total(self) -> int:
+        return self.input + self.output
+
+    @classmethod
+    def from_event(cls, event: TokensUsed, *, run_id: str = "", at: str = "") -> Sample:
+        usage = event.usage
+        return cls(
+            run_id=run_id,
+            at=at,
+            agent=event.agent,
+            input=usage.input,
+            output=usage.output,
+            cached_read=usage.cached_read or 0,
+            cache_write=usage.cache_write or 0,
+            cost_usd=usage.cost_usd,
+            estimated=event.estimated,
+            model=event.model,
+            lane=event.lane,
+            executor=event.executor,
+            clone=event.clone,
+        )
+
+
+@dataclass
+class ScanStats:
+    """What a scan met besides samples: skipped files and lines, and each run's budget."""
+
+    files: int = 0
+    skipped_files: int = 0
+    skipped_lines: int = 0
+    problems: list[str] = field(default_factory=list)
+    budgets: dict[str, float] = field(default_factory=dict)  # runId → RunStarted.budgetUsd
+    epics: dict[str, str] = field(default_factory=dict)  # runId → epicId
+
+
+def _canonical_at(value: object) -> str | None:
+    """The time as `YYYY-MM-DDTHH:MM:SS.mmmZ`; writers already use it, others are converted."""
+    if not isinstance(value, str):
+        return None
+    if len(value) == 24 and value[10] == "T" and value[23] == "Z":
+        return value
+    try:
+        return iso(parse_iso(value))
+    except ValueError:
+        return None
+
+
+def _count(value: object) -> int | None:
+    """A token count: a non-negative int (a float from a sloppy writer is truncated); None if absent."""
+    if value is None:
+        return 0
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if value >= 0 else None
+    if isinstance(value, float) and value >= 0 and value == value:
+        return int(value)
+    return None
+
+
+def sample_from_dict(raw: Any, run_hint: str = "") -> Sample | None:
+    """A sample from one parsed trace line, or None when it is not a usable TokensUsed line."""
+    if not isinstance(raw, dict):
+        return None
+    event = raw.get("event")
+    if not isinstance(event, dict) or event.get("type") != "TokensUsed":
+        return None
+    usage = event.get("usage")
+    at = _canonical_at(raw.get("at"))
+    if not isinstance(usage, dict) or at is None:
+        return None
+    agent = event.get("agent")
+    if not isinstance(agent, str):
+        return None
+    run_id = raw.get("runId")
+    if not isinstance(run_id, str) or not run_id:
+        run_id = run_hint
+    counts = [_count(usage.get(k)) for k in ("input", "output", "cachedRead", "cacheWrite")]
+    if any(c is None for c in counts):
+        return None
+    input_, output, cached_read, cache_write = (c or 0 for c in counts)
+    cost = usage.get("costUsd")
+    if cost is not None and (isinstance(cost, bool) or not isinstance(cost, int | float) or cost < 0):
+        return None
+    model = event.get("model")
+    lane = event.get("lane")
+    executor = event.get("executor")
+    clone = event.get("clone")
+    return Sample(
+        run_id=run_id,
+        at=at,
+        agent=agent,
+        input=input_,
+        output=output,
+        cached_read=cached_read,
+        cache_write=cache_write,
+        cost_usd=float(cost) if cost is not None else None,
+        estimated=event.get("estimated") is True,
+        model=model if isinstance(model, str) and model else None,
+        lane=lane if isinstance(lane, str) and lane else None,
+        executor=executor if isinstance(executor, str) and executor else None,
+        clone=clone if isinstance(clone, int) and not isinstance(clone, bool) else None,
+    )
+
+
+def read_samples(path: Path, stats: ScanStats, run_hint: str = "") -> Iterator[Sample]:
+    """The samples of one trace file, in file order; problems are counted in `stats`."""
+    stats.files += 1
+    try:
+        handle = path.open("rb")
+    except OSError as exc:
+        stats.skipped_files += 1
+        stats.problems.append(f"skipped {path}: {exc.strerror or exc}")
+        log.warning("cost: skipped %s: %s", path, exc)
+        return
+    loads = orjson.loads
+    decode_error = orjson.JSONDecodeError
+    with handle:
+        try:
+            for line in handle:
+                if _TOKENS_MARK in line:
+                    try:
+                        raw = loads(line)
+                    except decode_error:
+                        stats.skipped_lines += 1
+                        continue
+                    sample = sample_from_dict(raw, run_hint)
+                    if sample is None:
+                        stats.skipped_lines += 1
+                    else:
+                        yield sample
+                elif _STARTED_MARK in line:
+                    _note_run_started(line, stats)
+        except OSError as exc:  # e.g. EISDIR on the first read, or an I/O error mid-file
+            stats.skipped_files += 1
+            stats.problems.append(f"skipped {path}: {exc.strerror or exc}")
+            log.warning("cost: skipped %s: %s", path, exc)
+
+
+def _note_run_started(line: bytes, stats: ScanStats) -> None:
+    try:
+        raw = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return
+    if not isinstance(raw, dict) or not isinstance(raw.get("event"), dict):
+        return
+    event, run_id = raw["event"], raw.get("runId")
+    if event.get("type") != "RunStarted" or not isinstance(run_id, str):
+        return
+    budget = event.get("budgetUsd")
+    if isinstance(budget, int | float) and not isinstance(budget, bool) and budget > 0:
+        stats.budgets[run_id] = float(budget)
+    epic = event.get("epicId")
+    if isinstance(epic, str):
+        stats.epics[run_id] = epic
+
+
+def trace_files(repo: Path, run_id: str | None = None) -> list[tuple[str, Path]]:
+    """(runId, trace path) of every run directory of the repository, in name order."""
+    base = runs_dir(repo)
+    if run_id is not None:
+        path = base / run_id / "trace.jsonl"
+        return [(run_id, path)] if path.exists() or path.is_symlink() else []
+    try:
+        entries = sorted(base.iterdir())
+    except OSError:
+        return []
+    return [(d.name, d / "trace.jsonl") for d in entries if d.is_dir() and (d / "trace.jsonl").exists()]
+
+
+def scan(files: Iterable[tuple[str, Path]], stats: ScanStats, run_id: str | None = None) -> Iterator[Sample]:
+    """The samples of many traces, one after another (streaming: nothing is kept)."""
+    for hint, path in files:
+        for sample in read_samples(path, stats, hint):
+            if run_id is None or sample.run_id == run_id:
+                yield sample
