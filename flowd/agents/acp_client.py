@@ -1,0 +1,614 @@
+"""`AcpExecutor`: one clone's connection to an ACP agent process (contract §3, reference acp-agents.md).
+
+The process is started on the first turn and reused; a new session opens when the working
+directory changes or the process was restarted. A turn is `session/prompt` carrying
+`_meta.flowd`, watched by two clocks: the turn timeout, and the stall timeout (nothing heard from
+the agent for that long). Either kills the process; the next turn starts a fresh one.
+
+Things the SDK leaves to us (see the gotchas in the reference):
+- stderr is drained into a log file (or dropped) so a chatty agent never blocks on a full pipe;
+- the environment is built explicitly (a minimal base plus the roster's `env`), never inherited;
+- `session_update` never awaits: updates are folded in arrival order;
+- `usage_update.cost` is cumulative per session, so each turn records the difference;
+- the agent runs in its own process group, so commands it started die with it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import signal
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, cast
+
+import acp
+from acp import RequestError
+from acp.connection import StreamDirection, StreamEvent
+from acp.schema import (
+    AgentMessageChunk,
+    AllowedOutcome,
+    ClientCapabilities,
+    DeniedOutcome,
+    FileSystemCapabilities,
+    Implementation,
+    PermissionOption,
+    PromptResponse,
+    ReadTextFileResponse,
+    RequestPermissionResponse,
+    TextContentBlock,
+    ToolCallStart,
+    ToolCallUpdate,
+    UsageUpdate,
+    WriteTextFileResponse,
+)
+
+from flowd import __version__
+from flowd.agents.base import (
+    AgentError,
+    FailureKind,
+    ToolCall,
+    TurnObserver,
+    TurnRequest,
+    TurnResult,
+    TurnUsage,
+)
+from flowd.agents.faults import classify
+
+log = logging.getLogger("flowd.agents.acp")
+
+# What every agent gets from flowd's own environment; the roster's `env` goes on top. Secrets
+# never come from here: they are passed only when the roster names them.
+BASE_ENV_KEYS = (
+    "PATH",
+    "HOME",
+    "LOGNAME",
+    "USER",
+    "SHELL",
+    "TERM",
+    "LANG",
+    "LC_ALL",
+    "LC_CTYPE",
+    "TMPDIR",
+    "TZ",
+    "XDG_CONFIG_HOME",
+    "PYTHONPATH",
+    "VIRTUAL_ENV",
+    "SYSTEMROOT",
+    "FLOWD_SCRIPT_STATE",
+)
+_STDOUT_LIMIT = 50 * 1024 * 1024  # agents send whole files in one JSON line
+_TAIL_BYTES = 8192
+_SHUTDOWN_WAIT_S = 2.0
+_PATH_KEYS = ("path", "file_path", "filePath", "notebook_path", "abs_path", "absolutePath")
+
+
+def base_environment() -> dict[str, str]:
+    return {key: os.environ[key] for key in BASE_ENV_KEYS if key in os.environ}
+
+
+def outside(cwd: Path, path: str) -> bool:
+    """True when `path` (absolute, or relative to `cwd`) resolves outside `cwd`, symlinks followed."""
+    root = os.path.realpath(cwd)
+    target = os.path.realpath(os.path.join(root, path))
+    return os.path.commonpath([root, target]) != root
+
+
+def tool_paths(tool_call: ToolCallUpdate | ToolCallStart) -> list[str]:
+    """Every file path a tool call names, in its locations and its raw input."""
+    paths = [loc.path for loc in tool_call.locations or []]
+    raw = tool_call.raw_input
+    if isinstance(raw, dict):
+        paths += [str(raw[key]) for key in _PATH_KEYS if isinstance(raw.get(key), str)]
+    return paths
+
+
+def capture_usage(response: PromptResponse) -> TurnUsage | None:
+    """Per-turn tokens from `PromptResponse.usage`, else gemini's `_meta.quota`; None when neither."""
+    meta = response.field_meta or {}
+    usage = response.usage
+    if usage is not None:
+        read = usage.cached_read_tokens or 0
+        write = usage.cached_write_tokens or 0
+        total_over_all = usage.input_tokens + usage.output_tokens + read + write
+        # claude (and codex) count input without the cache and put the cache in total_tokens;
+        # an agent whose input already includes the cache reports total = input + output.
+        apart = (read or write) and usage.total_tokens >= total_over_all
+        return TurnUsage(
+            input=usage.input_tokens + (read + write if apart else 0),
+            output=usage.output_tokens,
+            cached_read=usage.cached_read_tokens,
+            cache_write=usage.cached_write_tokens,
+            model=reported_model(meta),
+        )
+    quota = meta.get("quota")
+    if isinstance(quota, dict) and isinstance(quota.get("token_count"), dict):
+        count = quota["token_count"]
+        return TurnUsage(
+            input=int(count.get("input_tokens") or 0),
+            output=int(count.get("output_tokens") or 0),
+            model=reported_model(meta),
+        )
+    return None
+
+
+def reported_model(meta: dict[str, Any]) -> str | None:
+    if isinstance(meta.get("model"), str):
+        return str(meta["model"])
+    quota = meta.get("quota")
+    if isinstance(quota, dict):
+        models = quota.get("model_usage")
+        if isinstance(models, list) and models and isinstance(models[0], dict):
+            name = models[0].get("model")
+            return name if isinstance(name, str) else None
+    return None
+
+
+def error_text(exc: RequestError) -> str:
+    """The JSON-RPC error's message with the agent's details, which carry the real wording."""
+    text = str(exc)
+    data = exc.data
+    if isinstance(data, dict):
+        for key in ("details", "message", "error"):
+            if isinstance(data.get(key), str):
+                return f"{text}: {data[key]}"
+    if data is not None:
+        return f"{text}: {json.dumps(data, default=str)[:500]}"
+    return text
+
+
+@dataclass
+class _Turn:
+    session_id: str
+    cwd: Path
+    observe: TurnObserver | None
+    chunks: list[str] = field(default_factory=list)
+    message_id: str | None = None
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    refusals: list[str] = field(default_factory=list)
+    cost_seen: float | None = None
+    cancelled: bool = False
+    finished: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def emit(self, item: ToolCall | str) -> None:
+        if self.observe is None:
+            return
+        try:
+            self.observe(item)
+        except Exception:  # an observer's bug must not end the agent's turn
+            log.exception("turn observer failed")
+
+
+class _Client:
+    """The ACP client side the agent calls back into. `session_update` never awaits (order)."""
+
+    def __init__(self, owner: AcpExecutor) -> None:
+        self._owner = owner
+
+    async def session_update(self, session_id: str, update: Any, **_: Any) -> None:
+        self._owner._on_update(session_id, update)
+
+    async def request_permission(
+        self, session_id: str, tool_call: ToolCallUpdate, options: list[PermissionOption], **_: Any
+    ) -> RequestPermissionResponse:
+        return self._owner._on_permission(session_id, tool_call, options)
+
+    async def read_text_file(
+        self, session_id: str, path: str, line: int | None = None, limit: int | None = None, **_: Any
+    ) -> ReadTextFileResponse:
+        target = self._owner._checked_path(session_id, path, "read")
+        try:
+            text = await asyncio.to_thread(Path(target).read_text, encoding="utf-8", errors="replace")
+        except FileNotFoundError:
+            raise RequestError.resource_not_found(path)
+        if line is not None or limit is not None:
+            lines = text.splitlines(keepends=True)
+            start = max((line or 1) - 1, 0)
+            text = "".join(lines[start : start + limit if limit is not None else None])
+        return ReadTextFileResponse(content=text)
+
+    async def write_text_file(
+        self, session_id: str, path: str, content: str, **_: Any
+    ) -> WriteTextFileResponse:
+        target = Path(self._owner._checked_path(session_id, path, "write"))
+
+        def write() -> None:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(content, encoding="utf-8")
+
+        await asyncio.to_thread(write)
+        return WriteTextFileResponse()
+
+    async def ext_method(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        raise RequestError.method_not_found(f"_{method}")
+
+    async def ext_notification(self, method: str, params: dict[str, Any]) -> None:
+        log.debug("agent extension notification %s", method)
+
+
+class AcpExecutor:
+    """An `Executor` over one ACP agent process (kinds `acp` and `script`)."""
+
+    def __init__(
+        self,
+        *,
+        label: str,
+        command: list[str],
+        env: dict[str, str] | None = None,
+        model: str | None = None,
+        log_path: Path | None = None,
+        cancel_grace_s: float = 5.0,
+    ) -> None:
+        if not command:
+            raise ValueError("an ACP executor needs a command")
+        self.label = label
+        self._command = list(command)
+        self._env = dict(env or {})
+        self._model = model
+        self._log_path = log_path
+        self._cancel_grace_s = cancel_grace_s
+        self._client = _Client(self)
+        self._proc: asyncio.subprocess.Process | None = None
+        self._conn: Any = None
+        self._drain: asyncio.Task[None] | None = None
+        self._tail = bytearray()
+        self._session: tuple[Path, str] | None = None
+        self._sessions: dict[str, Path] = {}
+        self._cost_base: dict[str, float] = {}
+        self._turn: _Turn | None = None
+        self._turn_lock = asyncio.Lock()
+        self._last_heard = 0.0
+        self._closed = False
+
+    @property
+    def pid(self) -> int | None:
+        """The running agent process, if any (tests check it is gone after close)."""
+        return self._proc.pid if self._proc is not None and self._proc.returncode is None else None
+
+    async def run_turn(self, request: TurnRequest, observe: TurnObserver | None = None) -> TurnResult:
+        async with self._turn_lock:
+            if self._closed:
+                raise AgentError("cancelled", f"{self.label}: the executor is closed")
+            loop = asyncio.get_running_loop()
+            self._last_heard = loop.time()
+            cwd = request.cwd.resolve()
+            try:
+                session_id = await asyncio.wait_for(self._ensure_session(cwd), request.stall_timeout_s)
+            except TimeoutError:
+                await self._stop(graceful=False)
+                raise AgentError("stall", f"{self.label}: no answer while starting the agent")
+            turn = _Turn(session_id=session_id, cwd=cwd, observe=observe)
+            self._turn = turn
+            try:
+                return await self._drive(turn, request)
+            finally:
+                self._turn = None
+                turn.finished.set()
+
+    async def cancel(self) -> None:
+        """Ask the agent to stop the turn in flight; kill it if it does not within the grace."""
+        turn, conn = self._turn, self._conn
+        if turn is None:
+            return
+        turn.cancelled = True
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                await conn.cancel(session_id=turn.session_id)
+        try:
+            await asyncio.wait_for(turn.finished.wait(), self._cancel_grace_s)
+        except TimeoutError:
+            await self._stop(graceful=False)
+            await turn.finished.wait()
+
+    async def close(self) -> None:
+        self._closed = True
+        if self._turn is not None:
+            self._turn.cancelled = True
+        await self._stop(graceful=True)
+
+    # -- the turn -------------------------------------------------------------------------------
+
+    async def _drive(self, turn: _Turn, request: TurnRequest) -> TurnResult:
+        loop = asyncio.get_running_loop()
+        proc, conn = self._proc, self._conn
+        assert proc is not None and conn is not None
+        prompt = asyncio.ensure_future(
+            conn.prompt(
+                session_id=turn.session_id,
+                prompt=[acp.text_block(request.prompt)],
+                flowd=request.meta.wire(),
+            )
+        )
+        deadline = loop.time() + request.turn_timeout_s
+        try:
+            while not prompt.done():
+                now = loop.time()
+                limit = min(deadline, self._last_heard + request.stall_timeout_s)
+                if now >= limit:
+                    await self._abandon(prompt)
+                    if turn.cancelled:
+                        raise AgentError("cancelled", f"{self.label}: the turn was cancelled")
+                    if now >= deadline:
+                        raise AgentError("timeout", f"{self.label}: no answer in {request.turn_timeout_s:g}s")
+                    raise AgentError(
+                        "stall",
+                        f"{self.label}: nothing heard from the agent for {request.stall_timeout_s:g}s",
+                    )
+                await asyncio.wait({prompt}, timeout=limit - now)
+            response: PromptResponse = prompt.result()
+        except asyncio.CancelledError:
+            await asyncio.shield(self._abandon(prompt))
+            raise
+        except RequestError as exc:
+            if turn.cancelled:
+                raise AgentError("cancelled", f"{self.label}: the turn was cancelled")
+            text = error_text(exc)
+            kind, reset_at = classify(text)
+            if exc.code == -32000:
+                kind = "auth"  # ACP's authRequired: claude's "Please run /login"
+            raise AgentError(kind, f"{self.label}: {text}", reset_at=reset_at)
+        except (ConnectionError, OSError):
+            raise await self._died(proc, turn)
+        if response.stop_reason == "cancelled" or turn.cancelled:
+            raise AgentError("cancelled", f"{self.label}: the turn was cancelled")
+        return self._result(turn, response)
+
+    def _result(self, turn: _Turn, response: PromptResponse) -> TurnResult:
+        usage = capture_usage(response)
+        if turn.cost_seen is not None:
+            previous = self._cost_base.get(turn.session_id, 0.0)
+            self._cost_base[turn.session_id] = turn.cost_seen
+            # A smaller cumulative figure means the agent started counting afresh.
+            delta = turn.cost_seen - previous if turn.cost_seen >= previous else turn.cost_seen
+            if usage is not None:
+                usage.cost_usd = round(delta, 10)
+        model = (usage.model if usage is not None else None) or self._model
+        if usage is not None and usage.model is None:
+            usage.model = model
+        return TurnResult(
+            text="".join(turn.chunks),
+            usage=usage,
+            tool_calls=list(turn.tool_calls),
+            stop_reason=response.stop_reason,
+            refusals=list(turn.refusals),
+            model=model,
+        )
+
+    async def _abandon(self, prompt: asyncio.Future[Any]) -> None:
+        await self._stop(graceful=False)
+        prompt.cancel()
+        with contextlib.suppress(BaseException):
+            await prompt
+
+    async def _died(self, proc: asyncio.subprocess.Process, turn: _Turn) -> AgentError:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(proc.wait(), _SHUTDOWN_WAIT_S)
+        code = proc.returncode
+        tail = self._tail_text()
+        await self._stop(graceful=False)
+        if turn.cancelled:
+            return AgentError("cancelled", f"{self.label}: the turn was cancelled")
+        kind, reset_at = classify(tail, exit_code=code if code is not None else -1)
+        detail = f": {tail.splitlines()[-1]}" if tail.strip() else ""
+        return AgentError(
+            kind, f"{self.label}: the agent exited (code {code}) mid-turn{detail}", reset_at=reset_at
+        )
+
+    # -- process and session ----------------------------------------------------------------------
+
+    async def _ensure_session(self, cwd: Path) -> str:
+        if self._proc is None or self._proc.returncode is not None or self._conn is None:
+            await self._start(cwd)
+        if self._session is not None and self._session[0] == cwd:
+            return self._session[1]
+        try:
+            response = await self._conn.new_session(cwd=str(cwd), mcp_servers=[])
+        except RequestError as exc:
+            text = error_text(exc)
+            kind, reset_at = classify(text)
+            raise AgentError(
+                "auth" if exc.code == -32000 else kind, f"{self.label}: {text}", reset_at=reset_at
+            )
+        except (ConnectionError, OSError):
+            raise await self._start_failed()
+        session_id = str(response.session_id)
+        self._session = (cwd, session_id)
+        self._sessions[session_id] = cwd
+        return session_id
+
+    async def _start(self, cwd: Path) -> None:
+        await self._stop(graceful=False)
+        self._tail.clear()
+        env = {**base_environment(), **self._env}
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *self._command,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                env=env,
+                cwd=str(cwd),
+                limit=_STDOUT_LIMIT,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise AgentError(
+                "unavailable", f"{self.label}: cannot start {self._command[0]}: {exc.strerror or exc}"
+            )
+        assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+        self._proc = proc
+        self._drain = asyncio.create_task(self._drain_stderr(proc.stderr))
+        self._conn = acp.connect_to_agent(
+            cast(acp.Client, self._client), proc.stdin, proc.stdout, observers=[self._heard]
+        )
+        try:
+            await self._conn.initialize(
+                protocol_version=acp.PROTOCOL_VERSION,
+                client_capabilities=ClientCapabilities(
+                    fs=FileSystemCapabilities(read_text_file=True, write_text_file=True), terminal=False
+                ),
+                client_info=Implementation(name="flowd", title="flowd", version=__version__),
+            )
+        except RequestError as exc:
+            text = error_text(exc)
+            kind, reset_at = classify(text)
+            await self._stop(graceful=False)
+            raise AgentError(
+                "auth" if exc.code == -32000 else kind, f"{self.label}: {text}", reset_at=reset_at
+            )
+        except (ConnectionError, OSError):
+            raise await self._start_failed()
+
+    async def _start_failed(self) -> AgentError:
+        proc = self._proc
+        code = None
+        if proc is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(proc.wait(), _SHUTDOWN_WAIT_S)
+            code = proc.returncode
+        tail = self._tail_text()
+        await self._stop(graceful=False)
+        kind, reset_at = classify(tail)
+        if kind == "error":
+            kind = "unavailable"  # it never got as far as a turn: the engine cannot be used now
+        detail = f": {tail.strip().splitlines()[-1]}" if tail.strip() else ""
+        return AgentError(
+            kind, f"{self.label}: the agent did not start (exit code {code}){detail}", reset_at=reset_at
+        )
+
+    async def _stop(self, *, graceful: bool) -> None:
+        """End the process (stdin close → SIGTERM → SIGKILL, its whole group) and forget the session."""
+        proc, conn, drain = self._proc, self._conn, self._drain
+        self._proc, self._conn, self._drain, self._session = None, None, None, None
+        if proc is not None and graceful and proc.returncode is None and proc.stdin is not None:
+            with contextlib.suppress(Exception):
+                proc.stdin.close()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(proc.wait(), _SHUTDOWN_WAIT_S)
+        if proc is not None:
+            if proc.returncode is None and graceful:
+                _signal_group(proc.pid, signal.SIGTERM)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(proc.wait(), _SHUTDOWN_WAIT_S)
+            if proc.returncode is None:
+                _signal_group(proc.pid, signal.SIGKILL)
+                await proc.wait()
+            # Commands the agent started may outlive it in its group.
+            _signal_group(proc.pid, signal.SIGKILL)
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(conn.close(), _SHUTDOWN_WAIT_S)
+        if drain is not None:
+            try:
+                await asyncio.wait_for(drain, _SHUTDOWN_WAIT_S)
+            except (TimeoutError, asyncio.CancelledError):
+                drain.cancel()
+
+    async def _drain_stderr(self, stream: asyncio.StreamReader) -> None:
+        sink = None
+        if self._log_path is not None:
+            with contextlib.suppress(OSError):
+                self._log_path.parent.mkdir(parents=True, exist_ok=True)
+                sink = open(self._log_path, "ab")  # noqa: SIM115 - closed below, lives as long as the process
+        try:
+            while chunk := await stream.read(65536):
+                self._tail += chunk
+                del self._tail[:-_TAIL_BYTES]
+                if sink is not None:
+                    sink.write(chunk)
+                    sink.flush()
+        finally:
+            if sink is not None:
+                sink.close()
+
+    def _tail_text(self) -> str:
+        return bytes(self._tail).decode("utf-8", errors="replace")
+
+    # -- callbacks from the agent ---------------------------------------------------------------
+
+    def _heard(self, event: StreamEvent) -> None:
+        if event.direction == StreamDirection.INCOMING:
+            self._last_heard = asyncio.get_running_loop().time()
+
+    def _on_update(self, session_id: str, update: Any) -> None:
+        turn = self._turn
+        if turn is None or session_id != turn.session_id:
+            return  # e.g. available_commands_update after session/new: nothing to record
+        if isinstance(update, AgentMessageChunk):
+            if isinstance(update.content, TextContentBlock):
+                text = update.content.text
+                if update.message_id and turn.message_id and update.message_id != turn.message_id:
+                    text = "\n\n" + text
+                turn.message_id = update.message_id or turn.message_id
+                turn.chunks.append(text)
+                turn.emit(text)
+        elif isinstance(update, ToolCallStart):
+            call = ToolCall(tool=_tool_name(update), args=update.raw_input, parent=_parent(update.field_meta))
+            turn.tool_calls.append(call)
+            turn.emit(call)
+        elif (
+            isinstance(update, UsageUpdate)
+            and update.cost is not None
+            and update.cost.currency.upper() == "USD"
+        ):
+            turn.cost_seen = float(update.cost.amount)
+
+    def _on_permission(
+        self, session_id: str, tool_call: ToolCallUpdate, options: list[PermissionOption]
+    ) -> RequestPermissionResponse:
+        turn = self._turn
+        cwd = self._sessions.get(session_id)
+        if turn is None or turn.cancelled or cwd is None:
+            return RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"))
+        escaping = [path for path in tool_paths(tool_call) if outside(cwd, path)]
+        wanted = ("reject_once", "reject_always") if escaping else ("allow_once", "allow_always")
+        choice = next((o for o in options if o.kind == wanted[0]), None) or next(
+            (o for o in options if o.kind == wanted[1]), None
+        )
+        if escaping:
+            title = tool_call.title or tool_call.kind or "tool call"
+            turn.refusals.append(f"{title}: {escaping[0]} is outside the working directory {cwd}")
+            log.info("%s: refused %s (outside %s)", self.label, title, cwd)
+        if choice is None:
+            return RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"))
+        return RequestPermissionResponse(
+            outcome=AllowedOutcome(outcome="selected", option_id=choice.option_id)
+        )
+
+    def _checked_path(self, session_id: str, path: str, action: str) -> str:
+        cwd = self._sessions.get(session_id)
+        if cwd is None:
+            raise RequestError.invalid_params({"sessionId": session_id, "reason": "unknown session"})
+        if not os.path.isabs(path):
+            raise RequestError.invalid_params({"path": path, "reason": "path must be absolute"})
+        if outside(cwd, path):
+            if self._turn is not None:
+                self._turn.refusals.append(f"{action} {path}: outside the working directory {cwd}")
+            raise RequestError.invalid_params({"path": path, "reason": "outside the working directory"})
+        return os.path.realpath(path)
+
+
+def _tool_name(update: ToolCallStart) -> str:
+    meta = update.field_meta or {}
+    claude = meta.get("claudeCode")
+    if isinstance(claude, dict) and isinstance(claude.get("toolName"), str):
+        return str(claude["toolName"])
+    return update.title or str(update.kind or "tool")
+
+
+def _parent(meta: dict[str, Any] | None) -> str | None:
+    claude = (meta or {}).get("claudeCode")
+    if isinstance(claude, dict) and isinstance(claude.get("parentToolUseId"), str):
+        return str(claude["parentToolUseId"])
+    return None
+
+
+def _signal_group(pid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, sig)
+
+
+__all__ = ["AcpExecutor", "FailureKind", "base_environment", "capture_usage", "outside", "tool_paths"]

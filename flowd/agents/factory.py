@@ -1,0 +1,76 @@
+"""`make_executor`: the roster entry → a live `Executor`, by kind.
+
+Each kind's constructor lives in its own module; this table only names them, so adding a kind
+is one entry here.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from flowd.agents.base import Executor
+from flowd.config import ExecutorSpec
+from flowd.errors import FlowdError
+
+Constructor = Callable[[ExecutorSpec, int, Path | None], Executor]
+
+
+def _log_path(spec: ExecutorSpec, clone: int, log_dir: Path | None) -> Path | None:
+    return log_dir / f"{spec.id}-{clone}.stderr.log" if log_dir is not None else None
+
+
+def _acp(spec: ExecutorSpec, clone: int, log_dir: Path | None) -> Executor:
+    from flowd.agents.acp_client import AcpExecutor
+
+    if not spec.command:
+        raise FlowdError(f"executor {spec.id!r}: kind 'acp' needs `command` (the agent to start)")
+    return AcpExecutor(
+        label=f"{spec.id}#{clone}",
+        command=list(spec.command),
+        env=spec.resolved_env,
+        model=spec.model,
+        log_path=_log_path(spec, clone, log_dir),
+    )
+
+
+def script_command(script: Path) -> list[str]:
+    """How flowd starts its bundled scripted agent: this interpreter, this flowd."""
+    return [sys.executable, "-m", "flowd", "agent", "script", "--script", str(script)]
+
+
+def _script(spec: ExecutorSpec, clone: int, log_dir: Path | None) -> Executor:
+    from flowd.agents.acp_client import AcpExecutor
+
+    if spec.script_path is None:
+        raise FlowdError(f"executor {spec.id!r}: kind 'script' needs `script` (the script file)")
+    return AcpExecutor(
+        label=f"{spec.id}#{clone}",
+        command=script_command(spec.script_path),
+        env=spec.resolved_env,
+        model=spec.model,
+        log_path=_log_path(spec, clone, log_dir),
+    )
+
+
+CONSTRUCTORS: dict[str, Constructor] = {
+    "acp": _acp,
+    "script": _script,
+}
+
+# Kinds served by modules outside this package's ACP support, for the error message.
+_PROVIDED_BY = {
+    "cli": "flowd.agents.cli_kind",
+    "openai": "flowd.agents.openai_kind",
+}
+
+
+def make_executor(spec: ExecutorSpec, *, clone: int, log_dir: Path | None = None) -> Executor:
+    """A fresh executor for clone `clone` of `spec`; the caller owns it and must `close()` it."""
+    constructor = CONSTRUCTORS.get(spec.kind)
+    if constructor is None:
+        where = _PROVIDED_BY.get(spec.kind)
+        provider = f" (provided by {where}, which is not installed in this build)" if where else ""
+        raise FlowdError(f"executor {spec.id!r}: kind {spec.kind!r} is not available{provider}")
+    return constructor(spec, clone, log_dir)

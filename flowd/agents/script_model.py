@@ -1,0 +1,132 @@
+"""The scripted agent's script file (contract §3): models, loading and rule matching.
+
+Pure: nothing here touches processes. `flowd schema script` prints `Script`'s JSON Schema, and
+the agent process (`script_agent.py`) loads a file with `load_script` and picks answers with
+`matches`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, ValidationError, field_validator, model_validator
+
+from flowd.config import describe_validation_error
+from flowd.errors import FileProblems
+from flowd.wire import StrictWireModel
+
+FailMode = Literal["rate_limit", "usage_limit", "auth", "crash", "hang", "error"]
+
+
+class When(StrictWireModel):
+    """Every key given must match; none given matches every prompt."""
+
+    role: str | None = None
+    story: str | None = None
+    task: str | None = Field(default=None, description="regular expression searched in the task title")
+    prompt: str | None = Field(default=None, description="regular expression searched in the prompt text")
+
+    @field_validator("task", "prompt")
+    @classmethod
+    def _compiles(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                re.compile(value)
+            except re.error as exc:
+                raise ValueError(f"is not a valid regular expression ({exc})")
+        return value
+
+
+class ScriptUsage(StrictWireModel):
+    """What the turn reports, as flowd will record it (`input` counts the cache figures too)."""
+
+    input: int = Field(default=0, ge=0)
+    output: int = Field(default=0, ge=0)
+    cached_read: int = Field(default=0, ge=0)
+    cache_write: int = Field(default=0, ge=0)
+    cost_usd: float | None = Field(default=None, ge=0)
+
+    @model_validator(mode="after")
+    def _cache_within_input(self) -> ScriptUsage:
+        if self.cached_read + self.cache_write > self.input:
+            raise ValueError(
+                "input counts every input token, cache included, so it must be at least cachedRead + cacheWrite"
+            )
+        return self
+
+
+class Rule(StrictWireModel):
+    when: When = Field(default_factory=When)
+    times: int | None = Field(default=None, ge=1, description="answers at most this many prompts per run")
+    delay_ms: int = Field(default=0, ge=0)
+    writes: dict[str, str] = Field(default_factory=dict)
+    deletes: list[str] = Field(default_factory=list)
+    run: list[str] = Field(default_factory=list)
+    reply: str | None = None
+    usage: ScriptUsage | None = None
+    fail: FailMode | None = None
+
+    @field_validator("writes", "deletes")
+    @classmethod
+    def _no_empty_paths(cls, value: Any) -> Any:
+        if any(not str(path).strip() for path in value):
+            raise ValueError("a path must not be empty")
+        return value
+
+
+class Script(StrictWireModel):
+    """A scripted agent's behaviour: the first rule that matches answers a prompt."""
+
+    model: str = "scripted"
+    rules: list[Rule] = Field(default_factory=list)
+
+
+def load_script(path: Path) -> Script:
+    """Read and validate a script file; one `FileProblems` naming the file on any problem."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise FileProblems(str(path), [f"cannot be read ({exc.strerror or exc})"])
+    except UnicodeDecodeError:
+        raise FileProblems(str(path), ["is not UTF-8 text"])
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise FileProblems(str(path), [f"is not valid JSON ({exc.msg} at line {exc.lineno})"])
+    try:
+        return Script.model_validate(data)
+    except ValidationError as exc:
+        raise FileProblems(str(path), describe_validation_error(exc))
+
+
+def matches(rule: Rule, *, role: str | None, story: str | None, task: str | None, prompt: str) -> bool:
+    """`role` and `story` match exactly; `task` and `prompt` are regexes searched in the text."""
+    when = rule.when
+    if when.role is not None and when.role != role:
+        return False
+    if when.story is not None and when.story != story:
+        return False
+    if when.task is not None and (task is None or re.search(when.task, task) is None):
+        return False
+    return not (when.prompt is not None and re.search(when.prompt, prompt) is None)
+
+
+def pick_rule(
+    script: Script,
+    counts: dict[int, int],
+    *,
+    role: str | None,
+    story: str | None,
+    task: str | None,
+    prompt: str,
+) -> int | None:
+    """The index of the first matching rule whose `times` is not used up, given this run's counts."""
+    for index, rule in enumerate(script.rules):
+        if rule.times is not None and counts.get(index, 0) >= rule.times:
+            continue
+        if matches(rule, role=role, story=story, task=task, prompt=prompt):
+            return index
+    return None
