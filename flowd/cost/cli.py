@@ -1,0 +1,170 @@
+"""`flowd cost` (contract §5) and `cost_report_for`, the same report for the language server.
+
+Reads every trace under `<repo>/.flow/runs/`; a repository without runs gets an empty report.
+`--since`/`--until` take ISO dates or times: a time without an offset, and a bare date, are read
+in the report's zone; `--since DAY` starts at that day's midnight and `--until DAY` includes the
+whole day (it ends at the next midnight); a time given to `--until` is exclusive.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from datetime import UTC, datetime, time, timedelta, tzinfo
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from flowd.config import load_settings
+from flowd.cost.prices import Prices
+from flowd.cost.render import render
+from flowd.cost.report import CostReport, build_report
+from flowd.cost.samples import ScanStats, scan, trace_files
+from flowd.errors import EXIT_OK, InputError
+from flowd.timeutil import iso
+from flowd.trace import runs_dir
+
+FORMATS = {"json": "json", "text": "text", "markdown": "md", "md": "md"}
+
+
+def repo_root(cwd: Path | None = None) -> Path:
+    """The git toplevel holding `cwd`; outside any repository, `cwd` itself (its report is empty)."""
+    where = cwd or Path.cwd()
+    try:
+        found = subprocess.run(
+            ["git", "rev-parse", "--show-toplevel"],
+            cwd=where,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=30,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return where
+    top = found.stdout.strip()
+    return Path(top) if found.returncode == 0 and top else where
+
+
+def resolve_zone(name: str | None, default: str | None = None) -> tzinfo:
+    """`--tz`, else the config's `timeZone`, else the machine's zone, else UTC."""
+    if name is not None:
+        try:
+            return ZoneInfo(name)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise InputError(
+                f"--tz {name!r} is not a known time zone; use an IANA name like 'Europe/Rome' or 'UTC'"
+            )
+    if default is not None:
+        try:
+            return ZoneInfo(default)
+        except (ZoneInfoNotFoundError, ValueError):
+            pass  # the config loader already refuses unknown zones; be safe anyway
+    return local_zone()
+
+
+def local_zone() -> tzinfo:
+    candidates = [os.environ.get("TZ", "").removeprefix(":")]
+    try:
+        link = os.readlink("/etc/localtime")
+        candidates.append(link.split("zoneinfo/", 1)[1] if "zoneinfo/" in link else "")
+    except OSError:
+        pass
+    for name in candidates:
+        if name:
+            try:
+                return ZoneInfo(name)
+            except (ZoneInfoNotFoundError, ValueError):
+                continue
+    offset = datetime.now().astimezone().tzinfo
+    return offset if offset is not None else UTC
+
+
+def parse_bound(text: str, zone: tzinfo, *, option: str, end: bool = False) -> str:
+    """A `--since`/`--until` value as the trace's UTC ISO form (see the module doc for the rules)."""
+    value = text.strip()
+    try:
+        if len(value) == 10:  # a bare date, YYYY-MM-DD
+            day = datetime.fromisoformat(value).date()
+            if end:
+                day += timedelta(days=1)
+            moment = datetime.combine(day, time(0), tzinfo=zone)
+        else:
+            moment = datetime.fromisoformat(value.replace(" ", "T", 1))
+            if moment.tzinfo is None:
+                moment = moment.replace(tzinfo=zone)
+    except ValueError:
+        raise InputError(
+            f"{option} {text!r} is not an ISO date or time; use e.g. 2026-10-25 or 2026-10-25T14:00"
+        )
+    return iso(moment.astimezone(UTC))
+
+
+def cost_report(
+    repo: Path,
+    *,
+    run_id: str | None = None,
+    since: str | None = None,
+    until: str | None = None,
+    time_zone: str | None = None,
+    runs_per_day: float | None = None,
+) -> CostReport:
+    """The report over the repository's traces (raises InputError on a bad parameter or config)."""
+    settings = load_settings(repo)
+    zone = resolve_zone(time_zone, settings.time_zone)
+    lower = parse_bound(since, zone, option="--since") if since else None
+    upper = parse_bound(until, zone, option="--until", end=True) if until else None
+    if lower is not None and upper is not None and lower >= upper:
+        raise InputError(f"--since {since!r} is not before --until {until!r}; swap or widen them")
+    if runs_per_day is not None and not runs_per_day > 0:
+        raise InputError(f"--runs-per-day {runs_per_day:g} must be a positive number")
+    if run_id is not None and not (runs_dir(repo) / run_id).is_dir():
+        raise InputError(f"no run {run_id!r} in {runs_dir(repo)}; `flowd status` lists the runs")
+    stats = ScanStats()
+    samples = scan(trace_files(repo, run_id), stats, run_id)
+    return build_report(
+        samples,
+        prices=Prices.from_settings(settings),
+        tz=zone,
+        since=lower,
+        until=upper,
+        runs_per_day=runs_per_day,
+        stats=stats,
+        run_id=run_id,
+    )
+
+
+def cost_report_for(
+    repo: Path,
+    *,
+    run_id: str | None = None,
+    since: str | None = None,
+    until: str | None = None,
+    time_zone: str | None = None,
+    fmt: str = "json",
+    runs_per_day: float | None = None,
+) -> dict[str, Any] | str:
+    """For `flow/costReport`: the report as a dict (fmt json) or text (`text`, `markdown`)."""
+    kind = FORMATS.get(fmt)
+    if kind is None:
+        raise InputError(f"format {fmt!r} is not one of json, text, markdown")
+    report = cost_report(
+        repo, run_id=run_id, since=since, until=until, time_zone=time_zone, runs_per_day=runs_per_day
+    )
+    return report.wire() if kind == "json" else render(report, kind)
+
+
+def cost_command(args: argparse.Namespace) -> int:
+    fmt = "json" if getattr(args, "json", False) else "md" if getattr(args, "md", False) else "text"
+    report = cost_report(
+        repo_root(),
+        run_id=getattr(args, "run", None),
+        since=getattr(args, "since", None),
+        until=getattr(args, "until", None),
+        time_zone=getattr(args, "tz", None),
+        runs_per_day=getattr(args, "runs_per_day", None),
+    )
+    sys.stdout.write(render(report, fmt))
+    sys.stdout.flush()
+    return EXIT_OK

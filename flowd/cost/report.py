@@ -1,0 +1,499 @@
+"""The cross-run cost report (contract §7): a pure, streaming fold of usage samples.
+
+Samples are aggregated as they arrive into one small accumulator per distinct
+(run, local hour, model, agent, executor clone, story, estimated) combination, so memory grows with
+the variety of the usage, not its volume; every section of the report is rolled up from those at
+the end. Buckets are local hours and days of the report's IANA zone (zoneinfo, so DST is right:
+the repeated hour of a fall-back night is one `HH:00` bucket holding both).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable
+from datetime import UTC, date, datetime, timedelta, tzinfo
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from pydantic import Field
+
+from flowd.cost.prices import Prices, prices_as_of
+from flowd.cost.samples import UNKNOWN_MODEL, Sample, ScanStats
+from flowd.wire import WireModel
+
+SCHEMA_VERSION = 1
+DAYS_PER_MONTH = 30
+
+
+# -- the report's shape ---------------------------------------------------------------------------
+class Totals(WireModel):
+    requests: int = 0
+    input: int = 0
+    output: int = 0
+    total: int = 0
+    cached_read: int = 0
+    cache_write: int = 0
+    cost_usd: float | None = None  # known costs only; unpriced usage is in `unpriced`
+
+
+class Unpriced(WireModel):
+    requests: int = 0
+    tokens: int = 0
+    models: list[str] = Field(default_factory=list)
+
+
+class Averages(WireModel):
+    active_days: int = 0
+    calendar_days: int = 0
+    active_hours: int = 0
+    tokens_per_active_day: int = 0
+    tokens_per_calendar_day: int = 0
+    tokens_per_active_hour: int = 0
+    tokens_per_run: int = 0
+    tokens_per_request: int = 0
+    cost_usd_per_active_day: float | None = None
+    cost_usd_per_calendar_day: float | None = None
+    cost_usd_per_active_hour: float | None = None
+    cost_usd_per_run: float | None = None
+    cost_usd_per_request: float | None = None
+    peak_day: str | None = None
+    peak_hour: str | None = None
+
+
+class Projection(WireModel):
+    runs_per_day: float
+    tokens_per_day: int
+    tokens_per_month: int
+    cost_usd_per_day: float | None = None
+    cost_usd_per_month: float | None = None
+
+
+class Bucket(WireModel):
+    key: str
+    runs: int
+    measured: Totals
+    estimated: Totals
+
+
+class ModelRow(WireModel):
+    model: str
+    estimated: bool
+    totals: Totals
+
+
+class AgentRow(WireModel):
+    agent: str
+    totals: Totals
+    share: float
+
+
+class ExecutorRow(WireModel):
+    executor: str
+    totals: Totals
+    share: float
+
+
+class StoryRow(WireModel):
+    story: str
+    totals: Totals
+    share: float
+
+
+class BudgetRow(WireModel):
+    run_id: str
+    epic_id: str | None = None
+    budget_usd: float
+    spent_usd: float
+    remaining_usd: float
+    exceeded: bool
+
+
+class Skipped(WireModel):
+    files: int = 0
+    lines: int = 0
+    problems: list[str] = Field(default_factory=list)
+
+
+class CostReport(WireModel):
+    schema_version: int = SCHEMA_VERSION
+    time_zone: str
+    prices_as_of: str
+    from_: str | None = Field(default=None, alias="from")
+    to: str | None = None
+    runs: int = 0
+    requests: int = 0
+    measured: Totals = Field(default_factory=Totals)
+    estimated: Totals = Field(default_factory=Totals)
+    unpriced: Unpriced = Field(default_factory=Unpriced)
+    averages: Averages = Field(default_factory=Averages)
+    projection: Projection | None = None
+    by_day: list[Bucket] = Field(default_factory=list)
+    by_hour: list[Bucket] = Field(default_factory=list)
+    by_model: list[ModelRow] = Field(default_factory=list)
+    by_agent: list[AgentRow] = Field(default_factory=list)
+    by_executor: list[ExecutorRow] = Field(default_factory=list)
+    by_story: list[StoryRow] = Field(default_factory=list)
+    budgets: list[BudgetRow] = Field(default_factory=list)
+    skipped: Skipped = Field(default_factory=Skipped)
+
+    def wire(self) -> dict[str, Any]:
+        """The JSON shape: `costUsd: null` stays (unknown is not $0); absent optionals are dropped."""
+        out = self.model_dump(mode="json", by_alias=True)
+        for key in ("from", "to", "projection"):
+            if out.get(key) is None:
+                out.pop(key, None)
+        for section in ("averages", "projection"):
+            if isinstance(out.get(section), dict):
+                out[section] = {k: v for k, v in out[section].items() if v is not None}
+        for row in out["budgets"]:
+            if row.get("epicId") is None:
+                row.pop("epicId", None)
+        return out
+
+    @property
+    def tokens(self) -> int:
+        return self.measured.total + self.estimated.total
+
+    @property
+    def cost_usd(self) -> float | None:
+        return _add_costs(self.measured.cost_usd, self.estimated.cost_usd)
+
+
+# -- aggregation ------------------------------------------------------------------------------------
+class _Acc:
+    """Running sums; `cost` counts only priced usage, `unpriced_*` the rest."""
+
+    __slots__ = (
+        "cache_write",
+        "cached_read",
+        "cost",
+        "input",
+        "output",
+        "priced",
+        "requests",
+        "unpriced_requests",
+        "unpriced_tokens",
+    )
+
+    def __init__(self) -> None:
+        self.requests = self.input = self.output = self.cached_read = self.cache_write = 0
+        self.priced = self.unpriced_requests = self.unpriced_tokens = 0
+        self.cost = 0.0
+
+    def merge(self, other: _Acc) -> None:
+        self.requests += other.requests
+        self.input += other.input
+        self.output += other.output
+        self.cached_read += other.cached_read
+        self.cache_write += other.cache_write
+        self.cost += other.cost
+        self.priced += other.priced
+        self.unpriced_requests += other.unpriced_requests
+        self.unpriced_tokens += other.unpriced_tokens
+
+    @property
+    def total(self) -> int:
+        return self.input + self.output
+
+    def totals(self) -> Totals:
+        return Totals(
+            requests=self.requests,
+            input=self.input,
+            output=self.output,
+            total=self.input + self.output,
+            cached_read=self.cached_read,
+            cache_write=self.cache_write,
+            cost_usd=round(self.cost, 6) if self.priced else None,
+        )
+
+
+# (run, local hour key, model, agent, executor, clone, story, estimated)
+_Key = tuple[str, str, str | None, str, str | None, int | None, str | None, bool]
+
+
+def zone_label(zone: tzinfo) -> str:
+    """An IANA name as is; a fixed offset as `UTC` or `±HH:MM`."""
+    key = getattr(zone, "key", None)
+    if isinstance(key, str):
+        return key
+    offset = zone.utcoffset(None) or timedelta(0)
+    if not offset:
+        return "UTC"
+    minutes = int(offset.total_seconds()) // 60
+    sign = "+" if minutes >= 0 else "-"
+    return f"{sign}{abs(minutes) // 60:02d}:{abs(minutes) % 60:02d}"
+
+
+def as_zone(tz: str | tzinfo | None) -> tzinfo:
+    if tz is None:
+        return UTC
+    return ZoneInfo(tz) if isinstance(tz, str) else tz
+
+
+def build_report(
+    samples: Iterable[Sample],
+    *,
+    prices: Prices | None = None,
+    tz: str | tzinfo | None = None,
+    since: str | None = None,
+    until: str | None = None,
+    runs_per_day: float | None = None,
+    stats: ScanStats | None = None,
+    run_id: str | None = None,
+) -> CostReport:
+    """The report over `samples`. `since` (inclusive) and `until` (exclusive) are ISO-8601 UTC
+    times in the trace's format (`…T…:…:….mmmZ`). `stats` is read after the samples are exhausted
+    (a scan fills it as it goes): skipped files/lines and the runs' budgets."""
+    prices = prices or Prices()
+    zone = as_zone(tz)
+    combos: dict[_Key, _Acc] = {}
+    hours: dict[str, str] = {}
+    first: str | None = None
+    last: str | None = None
+    price = prices.price
+
+    for s in samples:
+        at = s.at
+        if (since is not None and at < since) or (until is not None and at >= until):
+            continue
+        minute = at[:16]
+        hour = hours.get(minute)
+        if hour is None:
+            hour = hours[minute] = _local_hour(minute, zone)
+        if not hour:
+            continue  # a time we cannot place (only samples built by hand can have one)
+        if first is None or at < first:
+            first = at
+        if last is None or at > last:
+            last = at
+        key = (s.run_id, hour, s.model, s.agent, s.executor, s.clone, s.lane, s.estimated)
+        acc = combos.get(key)
+        if acc is None:
+            acc = combos[key] = _Acc()
+        acc.requests += 1
+        acc.input += s.input
+        acc.output += s.output
+        acc.cached_read += s.cached_read
+        acc.cache_write += s.cache_write
+        cost = price(s)
+        if cost is None:
+            acc.unpriced_requests += 1
+            acc.unpriced_tokens += s.input + s.output
+        else:
+            acc.cost += cost
+            acc.priced += 1
+
+    report = _roll_up(combos, zone, prices_as_of(), runs_per_day)
+    report.from_, report.to = first, last
+    if stats is not None:
+        report.skipped = Skipped(
+            files=stats.skipped_files, lines=stats.skipped_lines, problems=stats.problems
+        )
+        report.budgets = _budgets(combos, stats, run_id)
+    return report
+
+
+def _local_hour(minute: str, zone: tzinfo) -> str:
+    try:
+        moment = datetime.strptime(minute, "%Y-%m-%dT%H:%M").replace(tzinfo=UTC)
+    except ValueError:
+        return ""
+    return moment.astimezone(zone).strftime("%Y-%m-%d %H:00")
+
+
+def _roll_up(combos: dict[_Key, _Acc], zone: tzinfo, as_of: str, runs_per_day: float | None) -> CostReport:
+    measured, estimated, unpriced = _Acc(), _Acc(), _Acc()
+    unpriced_models: set[str] = set()
+    runs: set[str] = set()
+    days: dict[str, tuple[_Acc, _Acc, set[str]]] = {}
+    hours: dict[str, tuple[_Acc, _Acc, set[str]]] = {}
+    models: dict[tuple[str, bool], _Acc] = {}
+    agents: dict[str, _Acc] = {}
+    executors: dict[str, _Acc] = {}
+    stories: dict[str, _Acc] = {}
+
+    for (run, hour, model, agent, executor, clone, lane, is_estimated), acc in combos.items():
+        runs.add(run)
+        (estimated if is_estimated else measured).merge(acc)
+        if acc.unpriced_requests:
+            unpriced.merge(acc)
+            unpriced_models.add(model or UNKNOWN_MODEL)
+        for table, bucket_key in ((days, hour[:10]), (hours, hour)):
+            row = table.get(bucket_key)
+            if row is None:
+                row = table[bucket_key] = (_Acc(), _Acc(), set())
+            (row[1] if is_estimated else row[0]).merge(acc)
+            row[2].add(run)
+        _into(models, (model or UNKNOWN_MODEL, is_estimated), acc)
+        _into(agents, agent, acc)
+        if executor is not None:
+            _into(executors, f"{executor}#{clone}" if clone is not None else executor, acc)
+        if lane is not None:
+            _into(stories, lane, acc)
+
+    tokens = measured.total + estimated.total
+    cost = _add_costs(measured.totals().cost_usd, estimated.totals().cost_usd)
+    report = CostReport(
+        time_zone=zone_label(zone),
+        prices_as_of=as_of,
+        runs=len(runs),
+        requests=measured.requests + estimated.requests,
+        measured=measured.totals(),
+        estimated=estimated.totals(),
+        unpriced=Unpriced(
+            requests=unpriced.unpriced_requests,
+            tokens=unpriced.unpriced_tokens,
+            models=sorted(unpriced_models),
+        ),
+        by_day=_buckets(days),
+        by_hour=_buckets(hours),
+        by_model=[
+            ModelRow(model=name, estimated=est, totals=acc.totals())
+            for (name, est), acc in sorted(models.items(), key=lambda item: (item[0][1], item[0][0]))
+        ],
+        by_agent=[
+            AgentRow(agent=name, totals=acc.totals(), share=_share(acc.total, tokens))
+            for name, acc in _by_total(agents)
+        ],
+        by_executor=[
+            ExecutorRow(
+                executor=name, totals=executors[name].totals(), share=_share(executors[name].total, tokens)
+            )
+            for name in sorted(executors, key=natural_key)
+        ],
+        by_story=[
+            StoryRow(story=name, totals=acc.totals(), share=_share(acc.total, tokens))
+            for name, acc in _by_total(stories)
+        ],
+    )
+    report.averages = _averages(report, days, hours, tokens, cost)
+    if runs_per_day is not None:
+        report.projection = _projection(runs_per_day, len(runs), tokens, cost)
+    return report
+
+
+def _into(table: dict[Any, _Acc], key: Any, acc: _Acc) -> None:
+    row = table.get(key)
+    if row is None:
+        row = table[key] = _Acc()
+    row.merge(acc)
+
+
+def _buckets(table: dict[str, tuple[_Acc, _Acc, set[str]]]) -> list[Bucket]:
+    return [
+        Bucket(key=key, runs=len(runs), measured=m.totals(), estimated=e.totals())
+        for key, (m, e, runs) in sorted(table.items())
+    ]
+
+
+def _by_total(table: dict[str, _Acc]) -> list[tuple[str, _Acc]]:
+    return sorted(table.items(), key=lambda item: (-item[1].total, natural_key(item[0])))
+
+
+_DIGITS = re.compile(r"(\d+)")
+
+
+def natural_key(text: str) -> tuple[tuple[int, int | str], ...]:
+    """`codex#2` before `codex#10`: digit runs compare as numbers."""
+    return tuple((1, int(part)) if part.isdigit() else (0, part) for part in _DIGITS.split(text) if part)
+
+
+def _share(part: int, whole: int) -> float:
+    return round(part / whole, 4) if whole else 0.0
+
+
+def _add_costs(a: float | None, b: float | None) -> float | None:
+    if a is None and b is None:
+        return None
+    return (a or 0.0) + (b or 0.0)
+
+
+def half_up(value: float) -> int:
+    """Round half up (Python's `round` is banker's: 2.5 → 2)."""
+    return math.floor(value + 0.5)
+
+
+def _ratio(value: int, divisor: int) -> int:
+    return half_up(value / divisor) if divisor else 0
+
+
+def _cost_ratio(cost: float | None, divisor: int) -> float | None:
+    return round(cost / divisor, 6) if cost is not None and divisor else None
+
+
+def _averages(
+    report: CostReport,
+    days: dict[str, tuple[_Acc, _Acc, set[str]]],
+    hours: dict[str, tuple[_Acc, _Acc, set[str]]],
+    tokens: int,
+    cost: float | None,
+) -> Averages:
+    calendar_days = 0
+    if days:
+        first, last = date.fromisoformat(min(days)), date.fromisoformat(max(days))
+        calendar_days = (last - first).days + 1
+    divisors = {
+        "active_day": len(days),
+        "calendar_day": calendar_days,
+        "active_hour": len(hours),
+        "run": report.runs,
+        "request": report.requests,
+    }
+    values: dict[str, Any] = {
+        "active_days": len(days),
+        "calendar_days": calendar_days,
+        "active_hours": len(hours),
+    }
+    for name, divisor in divisors.items():
+        values[f"tokens_per_{name}"] = _ratio(tokens, divisor)
+        values[f"cost_usd_per_{name}"] = _cost_ratio(cost, divisor)
+    values["peak_day"] = _peak(days)
+    values["peak_hour"] = _peak(hours)
+    return Averages(**values)
+
+
+def _peak(table: dict[str, tuple[_Acc, _Acc, set[str]]]) -> str | None:
+    best: str | None = None
+    best_tokens = -1
+    for key in sorted(table):  # earliest wins a tie
+        m, e, _ = table[key]
+        if m.total + e.total > best_tokens:
+            best, best_tokens = key, m.total + e.total
+    return best
+
+
+def _projection(runs_per_day: float, runs: int, tokens: int, cost: float | None) -> Projection:
+    per_run = tokens / runs if runs else 0.0
+    cost_per_run = cost / runs if cost is not None and runs else None
+    per_day = per_run * runs_per_day
+    cost_per_day = cost_per_run * runs_per_day if cost_per_run is not None else None
+    return Projection(
+        runs_per_day=runs_per_day,
+        tokens_per_day=half_up(per_day),
+        tokens_per_month=half_up(per_day * DAYS_PER_MONTH),
+        cost_usd_per_day=round(cost_per_day, 6) if cost_per_day is not None else None,
+        cost_usd_per_month=round(cost_per_day * DAYS_PER_MONTH, 6) if cost_per_day is not None else None,
+    )
+
+
+def _budgets(combos: dict[_Key, _Acc], stats: ScanStats, run_id: str | None) -> list[BudgetRow]:
+    spent: dict[str, float] = {}
+    for key, acc in combos.items():
+        spent[key[0]] = spent.get(key[0], 0.0) + acc.cost
+    rows: list[BudgetRow] = []
+    for run, budget in sorted(stats.budgets.items()):
+        if run not in spent and run != run_id:
+            continue
+        used = spent.get(run, 0.0)
+        rows.append(
+            BudgetRow(
+                run_id=run,
+                epic_id=stats.epics.get(run),
+                budget_usd=budget,
+                spent_usd=round(used, 6),
+                remaining_usd=round(max(0.0, budget - used), 6),
+                exceeded=used >= budget,
+            )
+        )
+    return rows
