@@ -551,3 +551,11 @@ def test_git_dir_variables_from_the_caller_are_ignored(repo: Repo, monkeypatch: 
     monkeypatch.setenv("GIT_DIR", os.fspath(repo.git_dir))
     (wt / "a.txt").write_text("a\n")
     assert repo.status_paths(wt) == ["a.txt"]
+
+
+def test_discover_inside_a_linked_worktree(repo: Repo, proj: Path) -> None:
+    _, wt = epic_and_story(repo)
+    inner = Repo.discover(wt / "src")
+    assert inner.root == wt.resolve()
+    assert inner.common_dir == (proj / ".git").resolve()
+    assert inner.git_dir != inner.common_dir
