@@ -1,0 +1,27 @@
+// esbuild entry points: the extension bundle, the test bundles (with `vscode` aliased to the
+// stub in test/stubs), and the README preview renderer.
+import * as esbuild from "esbuild";
+import { readdirSync } from "node:fs";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+
+const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
+const mode = process.argv[2] ?? "--extension";
+const common = { bundle: true, platform: "node", format: "cjs", target: "node20", sourcemap: true, logLevel: "warning", absWorkingDir: root };
+
+if (mode === "--extension") {
+  await esbuild.build({ ...common, entryPoints: ["src/extension.ts"], outfile: "dist/extension.js", external: ["vscode"], minify: process.env.FLOWD_MINIFY === "1" });
+} else if (mode === "--tests") {
+  const tests = readdirSync(join(root, "test")).filter((f) => f.endsWith(".test.ts"));
+  await esbuild.build({
+    ...common,
+    entryPoints: tests.map((f) => join("test", f)),
+    outdir: "out/test",
+    alias: { vscode: "./test/stubs/vscode.ts" },
+  });
+} else if (mode === "--preview") {
+  await esbuild.build({ ...common, entryPoints: ["scripts/render-preview.ts"], outfile: "out/preview/render-preview.js" });
+} else {
+  console.error(`build.mjs: unknown mode ${mode} (use --extension, --tests or --preview)`);
+  process.exit(2);
+}

@@ -1,0 +1,51 @@
+// Entry point: wires the model, the language client, the Lanes view, the status bar and commands.
+
+import * as vscode from "vscode";
+import { CommandContext, LANES_VIEW, registerCommands } from "./commands";
+import { LanesModel } from "./lanesModel";
+import { LanesTreeProvider } from "./lanesView";
+import { ServerManager } from "./server";
+import { FlowStatusBar } from "./statusBar";
+
+export interface FlowdApi {
+  model: LanesModel;
+  manager: ServerManager;
+}
+
+let manager: ServerManager | undefined;
+
+export function activate(context: vscode.ExtensionContext): FlowdApi {
+  const log = vscode.window.createOutputChannel("flowd");
+  const model = new LanesModel();
+  manager = new ServerManager(model, log);
+  const mgr = manager;
+  const tree = new LanesTreeProvider(model);
+  const statusBar = new FlowStatusBar(model);
+  mgr.onDidChangeState((state, detail) => statusBar.setServerState(state, detail));
+
+  const ctx: CommandContext = {
+    model,
+    log,
+    server: () => mgr.server(),
+    flowdPath: () => mgr.flowdPath(),
+    refresh: () => mgr.refresh(),
+  };
+  context.subscriptions.push(
+    log,
+    mgr,
+    tree,
+    statusBar,
+    vscode.window.createTreeView(LANES_VIEW, { treeDataProvider: tree, showCollapseAll: true }),
+    ...registerCommands(ctx, { restart: () => mgr.restart() }),
+    vscode.workspace.onDidChangeConfiguration((e) => {
+      if (e.affectsConfiguration("flowd.path")) void mgr.restart();
+    }),
+  );
+  void mgr.start();
+  return { model, manager: mgr };
+}
+
+export async function deactivate(): Promise<void> {
+  await manager?.stop();
+  manager = undefined;
+}

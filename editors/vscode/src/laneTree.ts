@@ -1,0 +1,206 @@
+// The lanes tree as plain data: run → lanes → tasks and clones, plus the run's roster.
+// The vscode TreeDataProvider (lanesView.ts) only maps these nodes to TreeItems.
+
+import { costPhrase, formatTokens, laneCost } from "./format";
+import {
+  CloneEntry,
+  cloneName,
+  isLaneRunning,
+  LaneEntry,
+  LanesModel,
+  laneTasks,
+  RunEntry,
+  runningLanes,
+  TaskEntry,
+} from "./lanesModel";
+import { isRunActive } from "./protocol";
+
+export interface NodeIcon {
+  /** A codicon id, e.g. `sync~spin`. */
+  id: string;
+  /** A theme color id, e.g. `charts.green`. */
+  color?: string;
+}
+
+export type NodeKind = "run" | "lane" | "task" | "clone" | "roster";
+
+export interface TreeNode {
+  id: string;
+  kind: NodeKind;
+  label: string;
+  description: string;
+  tooltip: string;
+  icon: NodeIcon;
+  /** `run.active`, `run.ended`, `lane`, `task`, `clone`, `roster`: drives the context menus. */
+  contextValue: string;
+  collapsed: "none" | "collapsed" | "expanded";
+  children: TreeNode[];
+  runId: string;
+  lane?: string;
+}
+
+const RUN_ICON: Record<string, NodeIcon> = {
+  done: { id: "pass", color: "charts.green" },
+  failed: { id: "error", color: "charts.red" },
+  cancelled: { id: "circle-slash", color: "charts.yellow" },
+  halted: { id: "warning", color: "charts.yellow" },
+};
+
+const LANE_ICON: Record<string, NodeIcon> = {
+  active: { id: "sync~spin", color: "charts.blue" },
+  running: { id: "sync~spin", color: "charts.blue" },
+  planned: { id: "circle-large-outline" },
+  waiting: { id: "watch", color: "charts.yellow" },
+  done: { id: "pass-filled", color: "charts.green" },
+  failed: { id: "error", color: "charts.red" },
+  skipped: { id: "debug-step-over", color: "disabledForeground" },
+};
+
+const TASK_ICON: Record<string, NodeIcon> = {
+  planned: { id: "circle-large-outline" },
+  started: { id: "loading~spin", color: "charts.blue" },
+  completed: { id: "check", color: "charts.green" },
+};
+
+const CLONE_ICON: Record<string, NodeIcon> = {
+  leased: { id: "vm-active", color: "charts.green" },
+  released: { id: "vm-outline" },
+  excluded: { id: "circle-slash", color: "charts.red" },
+  resumed: { id: "vm-outline" },
+};
+
+function join(...parts: (string | undefined)[]): string {
+  return parts.filter((p) => p !== undefined && p !== "").join(" · ");
+}
+
+export function buildTree(model: LanesModel): TreeNode[] {
+  return model.runs().map(runNode);
+}
+
+export function runNode(run: RunEntry): TreeNode {
+  const active = isRunActive(run.status);
+  const lanes = [...run.lanes.values()].map((lane) => laneNode(run, lane));
+  const roster = rosterNode(run);
+  const children = roster ? [...lanes, roster] : lanes;
+  const progress = active
+    ? join(`${runningLanes(run)} running`, `${run.done}/${run.total} done`)
+    : `${run.done}/${run.total} done`;
+  const tooltip = [
+    `Epic ${run.epicId || "?"} · run ${run.runId}`,
+    run.epicBranch ? `Branch ${run.epicBranch}` : "",
+    run.startedAt ? `Started ${run.startedAt}` : "",
+    run.endedAt ? `Ended ${run.endedAt}` : "",
+    run.failed || run.skipped ? `${run.failed} failed, ${run.skipped} skipped` : "",
+    run.cost ? `${formatTokens(run.cost.tokens)} tokens` : "",
+  ].filter(Boolean);
+  return {
+    id: `run:${run.runId}`,
+    kind: "run",
+    label: run.epicId || run.runId,
+    description: join(run.status, progress, costPhrase(run.cost)),
+    tooltip: tooltip.join("\n"),
+    icon: active ? { id: "sync~spin", color: "charts.blue" } : (RUN_ICON[run.status] ?? { id: "circle-outline" }),
+    contextValue: active ? "run.active" : "run.ended",
+    collapsed: children.length === 0 ? "none" : active ? "expanded" : "collapsed",
+    children,
+    runId: run.runId,
+  };
+}
+
+export function laneNode(run: RunEntry, lane: LaneEntry): TreeNode {
+  const tasks = laneTasks(lane).map((task) => taskNode(run, lane, task));
+  const clones = [...lane.clones.values()].map((c) => cloneNode(run, c, lane.lane));
+  const children = [...tasks, ...clones];
+  const coder = lane.executor ? cloneName(lane.executor, lane.clone) : "";
+  const task = lane.task ? `task ${lane.task.index}/${lane.task.count}` : "";
+  const tokens = lane.tokens > 0 ? `${formatTokens(lane.tokens)} tok` : "";
+  const label = lane.title && lane.title !== lane.lane ? `${lane.lane} — ${lane.title}` : lane.lane;
+  const tooltip = [
+    `${lane.lane}: ${lane.title}`,
+    `Status: ${lane.status}${lane.reason ? ` (${lane.reason})` : ""}`,
+    coder ? `Coder: ${coder}` : "",
+    lane.task ? `Task ${lane.task.index}/${lane.task.count}: ${lane.task.title}` : "",
+    `Tokens: ${lane.tokens}${lane.estimated ? " (estimated)" : ""}`,
+    lane.costUsd !== undefined ? `Cost: ${laneCost(lane.costUsd, lane.estimated)}` : "",
+  ].filter(Boolean);
+  return {
+    id: `lane:${run.runId}:${lane.lane}`,
+    kind: "lane",
+    label,
+    description: join(lane.status, coder, task, tokens, laneCost(lane.costUsd, lane.estimated)),
+    tooltip: tooltip.join("\n"),
+    icon: LANE_ICON[lane.status] ?? { id: "circle-outline" },
+    contextValue: "lane",
+    collapsed: children.length === 0 ? "none" : isLaneRunning(lane.status) ? "expanded" : "collapsed",
+    children,
+    runId: run.runId,
+    lane: lane.lane,
+  };
+}
+
+export function taskNode(run: RunEntry, lane: LaneEntry, task: TaskEntry): TreeNode {
+  const who = task.executor && task.state !== "planned" ? cloneName(task.executor, task.clone) : "";
+  const satisfies = task.satisfies?.length ? `satisfies ${task.satisfies.join(", ")}` : "";
+  return {
+    id: `task:${run.runId}:${lane.lane}:${task.index}`,
+    kind: "task",
+    label: `${task.index}. ${task.title}`,
+    description: join(task.state, task.parallel ? "∥ parallel" : "", who, satisfies),
+    tooltip: `Task ${task.index}/${task.count} of ${lane.lane}: ${task.title}${task.parallel ? " (runs in parallel)" : ""}`,
+    icon: TASK_ICON[task.state] ?? { id: "circle-outline" },
+    contextValue: task.parallel ? "task.parallel" : "task",
+    collapsed: "none",
+    children: [],
+    runId: run.runId,
+    lane: lane.lane,
+  };
+}
+
+export function cloneNode(run: RunEntry, clone: CloneEntry, lane?: string): TreeNode {
+  const name = cloneName(clone.executor, clone.clone);
+  const excluded = run.exclusions.get(clone.executor);
+  const state = excluded !== undefined && clone.state !== "leased" ? "excluded" : clone.state;
+  const reason = state === "excluded" ? excluded || clone.reason : clone.reason;
+  return {
+    id: `clone:${run.runId}:${lane ?? ""}:${name}@${clone.label ?? ""}`,
+    kind: "clone",
+    label: name,
+    description: join(clone.role, state, lane ? "" : clone.label, reason),
+    tooltip: `${name} as ${clone.role}${clone.label ? ` for ${clone.label}` : ""}: ${state}${reason ? ` (${reason})` : ""}`,
+    icon: CLONE_ICON[state] ?? { id: "vm" },
+    contextValue: "clone",
+    collapsed: "none",
+    children: [],
+    runId: run.runId,
+    lane,
+  };
+}
+
+/** Every clone and exclusion of the run, under one collapsed node; absent when there are none. */
+function rosterNode(run: RunEntry): TreeNode | undefined {
+  const clones = [...run.clones.values()].sort((a, b) => naturalCompare(cloneName(a.executor, a.clone), cloneName(b.executor, b.clone)));
+  const children = clones.map((c) => cloneNode(run, c));
+  for (const [executor, reason] of run.exclusions) {
+    if (clones.some((c) => c.executor === executor)) continue;
+    children.push(cloneNode(run, { executor, role: "roster", state: "excluded", reason }));
+  }
+  if (children.length === 0) return undefined;
+  const leased = clones.filter((c) => c.state === "leased").length;
+  return {
+    id: `roster:${run.runId}`,
+    kind: "roster",
+    label: "Clones",
+    description: join(`${leased} leased`, run.exclusions.size ? `${run.exclusions.size} excluded` : ""),
+    tooltip: "Executor clones this run leased, and executors it excluded",
+    icon: { id: "server-environment" },
+    contextValue: "roster",
+    collapsed: "collapsed",
+    children,
+    runId: run.runId,
+  };
+}
+
+/** `codex#2` before `codex#10`. */
+export function naturalCompare(a: string, b: string): number {
+  return a.localeCompare(b, "en", { numeric: true });
+}

@@ -1,0 +1,423 @@
+// The editor's picture of flowd runs, folded from the server's flow/* notifications and
+// flow/status snapshots. Pure: no vscode import, so the tree, the status bar, the README
+// preview and the wire tests all read the same model.
+
+import {
+  CloneParams,
+  CloneState,
+  CostParams,
+  isRunActive,
+  LaneParams,
+  LaneTask,
+  Notifications,
+  RunParams,
+  StatusResult,
+  StatusRun,
+  TaskParams,
+  TaskState,
+} from "./protocol";
+
+export interface TaskEntry {
+  index: number;
+  count: number;
+  title: string;
+  state: TaskState;
+  satisfies?: number[];
+  parallel?: boolean;
+  executor?: string;
+  clone?: number;
+}
+
+export interface CloneEntry {
+  executor: string;
+  clone?: number;
+  role: string;
+  label?: string;
+  state: CloneState;
+  reason?: string;
+}
+
+export interface LaneEntry {
+  lane: string;
+  title: string;
+  status: string;
+  executor?: string;
+  clone?: number;
+  task?: LaneTask;
+  tokens: number;
+  costUsd?: number;
+  estimated: boolean;
+  reason?: string;
+  worktree?: string;
+  branch?: string;
+  /** By task index. */
+  tasks: Map<number, TaskEntry>;
+  /** The clones that served this lane, by `cloneKey`, with their state as far as this lane goes. */
+  clones: Map<string, CloneEntry>;
+}
+
+export interface CostEntry {
+  tokens: number;
+  costUsd?: number;
+  estimatedTokens: number;
+  unpricedTokens: number;
+  budgetUsd?: number;
+}
+
+export interface RunEntry {
+  runId: string;
+  epicId: string;
+  status: string;
+  done: number;
+  failed: number;
+  skipped: number;
+  total: number;
+  startedAt?: string;
+  endedAt?: string;
+  plan?: string;
+  epicBranch?: string;
+  lanes: Map<string, LaneEntry>;
+  /** Latest state of every clone the run has touched, by `cloneKey`. */
+  clones: Map<string, CloneEntry>;
+  /** Executors currently excluded, with the reason. */
+  exclusions: Map<string, string>;
+  cost?: CostEntry;
+  /** Arrival order, so the most recent run sorts first even without timestamps. */
+  seen: number;
+}
+
+const RUNNING_LANE = new Set(["active", "running"]);
+
+export function isLaneRunning(status: string): boolean {
+  return RUNNING_LANE.has(status);
+}
+
+/** `claude#2` for a slot; `claude@label` for a borrowed lease (no clone number). */
+export function cloneKey(executor: string, clone: number | undefined | null, label?: string | null): string {
+  return clone !== undefined && clone !== null ? `${executor}#${clone}` : `${executor}@${label ?? ""}`;
+}
+
+export function cloneName(executor: string, clone: number | undefined | null): string {
+  return clone !== undefined && clone !== null ? `${executor}#${clone}` : executor;
+}
+
+function present<T>(value: T | null | undefined): T | undefined {
+  return value === null ? undefined : value;
+}
+
+type Listener = () => void;
+
+export class LanesModel {
+  private readonly runMap = new Map<string, RunEntry>();
+  private readonly listeners: Listener[] = [];
+  private counter = 0;
+
+  /** Called after every change; returns an unsubscribe function. */
+  onDidChange(listener: Listener): () => void {
+    this.listeners.push(listener);
+    return () => {
+      const at = this.listeners.indexOf(listener);
+      if (at >= 0) this.listeners.splice(at, 1);
+    };
+  }
+
+  /** Most recent first, active runs before ended ones. */
+  runs(): RunEntry[] {
+    return [...this.runMap.values()].sort((a, b) => {
+      const active = Number(isRunActive(b.status)) - Number(isRunActive(a.status));
+      return active !== 0 ? active : b.seen - a.seen;
+    });
+  }
+
+  run(runId: string): RunEntry | undefined {
+    return this.runMap.get(runId);
+  }
+
+  activeRuns(): RunEntry[] {
+    return this.runs().filter((r) => isRunActive(r.status));
+  }
+
+  /** Dispatch one notification by method name; unknown methods are ignored. */
+  apply(method: string, params: unknown): void {
+    switch (method) {
+      case Notifications.run:
+        this.applyRun(params as RunParams);
+        break;
+      case Notifications.lane:
+        this.applyLane(params as LaneParams);
+        break;
+      case Notifications.task:
+        this.applyTask(params as TaskParams);
+        break;
+      case Notifications.clone:
+        this.applyClone(params as CloneParams);
+        break;
+      case Notifications.cost:
+        this.applyCost(params as CostParams);
+        break;
+      default:
+        return;
+    }
+  }
+
+  applyRun(p: RunParams): void {
+    const run = this.ensureRun(p.runId);
+    const wasActive = isRunActive(run.status);
+    run.epicId = p.epicId || run.epicId;
+    run.status = p.status;
+    run.done = p.done;
+    run.failed = p.failed;
+    run.skipped = p.skipped;
+    run.total = p.total;
+    if (wasActive && !isRunActive(p.status)) this.endLeases(run);
+    this.changed();
+  }
+
+  applyLane(p: LaneParams): void {
+    const run = this.ensureRun(p.runId);
+    const lane = this.ensureLane(run, p.lane, p.title);
+    this.mergeLane(run, lane, p);
+    this.changed();
+  }
+
+  applyTask(p: TaskParams): void {
+    const run = this.ensureRun(p.runId);
+    const lane = this.ensureLane(run, p.lane);
+    const task: TaskEntry = {
+      index: p.index,
+      count: p.count,
+      title: p.title,
+      state: p.state,
+      satisfies: p.satisfies,
+      parallel: p.parallel,
+      executor: p.executor,
+      clone: p.clone,
+    };
+    const known = lane.tasks.get(p.index);
+    // A coalesced or replayed update must not move a task backwards; a re-plan does (title changes).
+    if (known && known.title === p.title && rank(known.state) > rank(p.state)) task.state = known.state;
+    lane.tasks.set(p.index, task);
+    for (const other of lane.tasks.values()) other.count = p.count;
+    if (p.executor) this.noteLaneClone(run, lane, p.executor, p.clone, "coder");
+    this.changed();
+  }
+
+  applyClone(p: CloneParams): void {
+    const run = this.ensureRun(p.runId);
+    if (p.state === "excluded" || p.state === "resumed") {
+      if (p.state === "excluded") run.exclusions.set(p.executor, p.reason ?? "");
+      else run.exclusions.delete(p.executor);
+      if (p.clone === undefined) {
+        this.changed();
+        return;
+      }
+    }
+    const key = cloneKey(p.executor, p.clone, p.label);
+    const entry: CloneEntry = {
+      executor: p.executor,
+      clone: p.clone,
+      role: p.role,
+      label: p.label,
+      state: p.state,
+      reason: p.reason,
+    };
+    run.clones.set(key, entry);
+    const owner = p.label !== undefined ? run.lanes.get(p.label) : undefined;
+    if (owner) {
+      owner.clones.set(key, { ...entry });
+    } else if (p.state === "released") {
+      // A release that does not name its lane ends whichever lane holds that lease.
+      for (const lane of run.lanes.values()) {
+        const held = lane.clones.get(key);
+        if (held && held.state === "leased" && held.role === p.role) held.state = "released";
+      }
+    }
+    this.changed();
+  }
+
+  applyCost(p: CostParams): void {
+    const run = this.ensureRun(p.runId);
+    run.cost = {
+      tokens: p.tokens,
+      costUsd: present(p.costUsd),
+      estimatedTokens: p.estimatedTokens,
+      unpricedTokens: p.unpricedTokens,
+      budgetUsd: present(p.budgetUsd),
+    };
+    this.changed();
+  }
+
+  /** A `flow/status` result is authoritative for the runs it lists: it resyncs a late attach. */
+  applyStatus(result: StatusResult): void {
+    for (const s of result.runs ?? []) this.applyStatusRun(s);
+    this.changed();
+  }
+
+  private applyStatusRun(s: StatusRun): void {
+    const run = this.ensureRun(s.runId);
+    run.epicId = s.epicId || run.epicId;
+    run.status = s.status;
+    run.startedAt = present(s.startedAt) ?? run.startedAt;
+    run.endedAt = present(s.endedAt) ?? run.endedAt;
+    run.plan = s.plan ?? run.plan;
+    run.epicBranch = s.epicBranch ?? run.epicBranch;
+    for (const p of s.lanes ?? []) {
+      const lane = this.ensureLane(run, p.lane, p.title);
+      this.mergeLane(run, lane, p);
+      if (p.task && !lane.tasks.has(p.task.index)) {
+        lane.tasks.set(p.task.index, { ...p.task, state: "started" });
+      }
+    }
+    const lanes = [...run.lanes.values()];
+    run.total = lanes.length;
+    run.done = lanes.filter((l) => l.status === "done").length;
+    run.failed = lanes.filter((l) => l.status === "failed").length;
+    run.skipped = lanes.filter((l) => l.status === "skipped").length;
+    if (s.clones) {
+      const held = new Set(s.clones.map((c) => cloneKey(c.executor, c.clone, c.label)));
+      for (const [key, c] of run.clones) if (c.state === "leased" && !held.has(key)) c.state = "released";
+      for (const lane of run.lanes.values()) {
+        for (const [key, c] of lane.clones) if (c.state === "leased" && !held.has(key)) c.state = "released";
+      }
+      for (const c of s.clones) {
+        this.applyCloneQuiet(run, {
+          runId: run.runId,
+          executor: c.executor,
+          clone: present(c.clone),
+          role: c.role,
+          label: present(c.label),
+          state: "leased",
+        });
+      }
+    }
+    if (s.exclusions) {
+      run.exclusions.clear();
+      for (const e of s.exclusions) run.exclusions.set(e.executor, e.reason ?? "");
+    }
+    if (s.totals) {
+      const t = s.totals;
+      run.cost = {
+        tokens: t.tokens ?? 0,
+        costUsd: present(t.costUsd),
+        estimatedTokens: t.estimatedTokens ?? 0,
+        unpricedTokens: t.unpricedTokens ?? 0,
+        budgetUsd: present(t.budgetUsd),
+      };
+    }
+    if (!isRunActive(run.status)) this.endLeases(run);
+  }
+
+  private applyCloneQuiet(run: RunEntry, p: CloneParams): void {
+    const key = cloneKey(p.executor, p.clone, p.label);
+    const entry: CloneEntry = { executor: p.executor, clone: p.clone, role: p.role, label: p.label, state: p.state };
+    run.clones.set(key, entry);
+    const owner = p.label !== undefined ? run.lanes.get(p.label) : undefined;
+    if (owner) owner.clones.set(key, { ...entry });
+  }
+
+  private mergeLane(run: RunEntry, lane: LaneEntry, p: LaneParams): void {
+    lane.title = p.title || lane.title;
+    lane.status = p.status;
+    lane.executor = p.executor;
+    lane.clone = p.clone;
+    lane.task = p.task;
+    lane.tokens = typeof p.tokens === "number" ? p.tokens : lane.tokens;
+    lane.costUsd = present(p.costUsd);
+    lane.estimated = Boolean(p.estimated);
+    lane.reason = p.reason;
+    lane.worktree = p.worktree ?? lane.worktree;
+    lane.branch = p.branch ?? lane.branch;
+    if (p.task) {
+      for (const t of lane.tasks.values()) t.count = p.task.count;
+    }
+    if (p.executor) this.noteLaneClone(run, lane, p.executor, p.clone, "coder");
+  }
+
+  /** A lane or task naming its coder makes that clone one of the lane's, even before its lease event. */
+  private noteLaneClone(run: RunEntry, lane: LaneEntry, executor: string, clone: number | undefined, role: string): void {
+    const key = cloneKey(executor, clone, lane.lane);
+    if (lane.clones.has(key)) return;
+    const known = run.clones.get(key);
+    lane.clones.set(key, {
+      executor,
+      clone,
+      role: known?.role ?? role,
+      label: lane.lane,
+      state: known && known.label === lane.lane ? known.state : "leased",
+    });
+  }
+
+  private endLeases(run: RunEntry): void {
+    for (const c of run.clones.values()) if (c.state === "leased") c.state = "released";
+    for (const lane of run.lanes.values()) {
+      for (const c of lane.clones.values()) if (c.state === "leased") c.state = "released";
+    }
+  }
+
+  private ensureRun(runId: string): RunEntry {
+    let run = this.runMap.get(runId);
+    if (!run) {
+      run = {
+        runId,
+        epicId: "",
+        status: "running",
+        done: 0,
+        failed: 0,
+        skipped: 0,
+        total: 0,
+        lanes: new Map(),
+        clones: new Map(),
+        exclusions: new Map(),
+        seen: ++this.counter,
+      };
+      this.runMap.set(runId, run);
+    }
+    return run;
+  }
+
+  private ensureLane(run: RunEntry, id: string, title?: string): LaneEntry {
+    let lane = run.lanes.get(id);
+    if (!lane) {
+      lane = {
+        lane: id,
+        title: title || id,
+        status: "planned",
+        tokens: 0,
+        estimated: false,
+        tasks: new Map(),
+        clones: new Map(),
+      };
+      run.lanes.set(id, lane);
+      if (run.total < run.lanes.size) run.total = run.lanes.size;
+    }
+    return lane;
+  }
+
+  private changed(): void {
+    for (const listener of [...this.listeners]) listener();
+  }
+}
+
+function rank(state: TaskState): number {
+  return state === "completed" ? 2 : state === "started" ? 1 : 0;
+}
+
+/** Tasks in index order. */
+export function laneTasks(lane: LaneEntry): TaskEntry[] {
+  return [...lane.tasks.values()].sort((a, b) => a.index - b.index);
+}
+
+/** Lanes running in a run. */
+export function runningLanes(run: RunEntry): number {
+  let n = 0;
+  for (const lane of run.lanes.values()) if (isLaneRunning(lane.status)) n++;
+  return n;
+}
+
+/**
+ * Feeds every flow/* notification into the model. `on` registers a handler the way the
+ * transport does it (the language client's `onNotification`, or a jsonrpc connection's).
+ */
+export function feedModel<D>(model: LanesModel, on: (method: string, handler: (params: unknown) => void) => D): D[] {
+  return Object.values(Notifications).map((method) => on(method, (params) => model.apply(method, params)));
+}

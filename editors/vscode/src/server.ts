@@ -1,0 +1,142 @@
+// Finding flowd and running `flowd serve` through vscode-languageclient.
+
+import * as vscode from "vscode";
+import { ExecuteCommandRequest, LanguageClient, LanguageClientOptions, ServerOptions, State } from "vscode-languageclient/node";
+import { findFlowd, FlowdLocation } from "./findFlowd";
+import { feedModel, LanesModel } from "./lanesModel";
+import { FlowServer, Requests, StatusResult } from "./protocol";
+
+/** The language client seen as the FlowServer the commands talk to. */
+export class ClientServer implements FlowServer {
+  constructor(private readonly client: LanguageClient) {}
+
+  executeCommand<T>(command: string, arg: object): Promise<T> {
+    return this.client.sendRequest(ExecuteCommandRequest.type, { command, arguments: [arg] }) as Promise<T>;
+  }
+
+  request<T>(method: string, params: object): Promise<T> {
+    return this.client.sendRequest<T>(method, params);
+  }
+}
+
+export type ServerState = "starting" | "running" | "stopped" | "missing";
+
+export class ServerManager implements vscode.Disposable {
+  private client: LanguageClient | undefined;
+  private flow: FlowServer | undefined;
+  private location: FlowdLocation | undefined;
+  private toldMissing = false;
+  private readonly stateListeners: ((state: ServerState, detail: string) => void)[] = [];
+
+  constructor(
+    private readonly model: LanesModel,
+    private readonly log: vscode.OutputChannel,
+  ) {}
+
+  onDidChangeState(listener: (state: ServerState, detail: string) => void): void {
+    this.stateListeners.push(listener);
+  }
+
+  server(): FlowServer | undefined {
+    return this.client?.state === State.Running ? this.flow : undefined;
+  }
+
+  flowdPath(): string | undefined {
+    return this.location?.path ?? this.locate()?.path;
+  }
+
+  private setState(state: ServerState, detail = ""): void {
+    for (const l of this.stateListeners) l(state, detail);
+  }
+
+  private locate(): FlowdLocation | undefined {
+    const folders = (vscode.workspace.workspaceFolders ?? []).map((f) => f.uri.fsPath);
+    const setting = vscode.workspace.getConfiguration("flowd").get<string>("path") ?? "";
+    const result = findFlowd({ setting, workspaceFolders: folders });
+    if ("found" in result) return result.found;
+    this.log.appendLine(`[error] ${result.missing}`);
+    this.setState("missing", result.missing);
+    if (!this.toldMissing) {
+      this.toldMissing = true;
+      void vscode.window.showErrorMessage(result.missing, "Open Settings", "Show Log").then((choice) => {
+        if (choice === "Open Settings") void vscode.commands.executeCommand("workbench.action.openSettings", "flowd.path");
+        if (choice === "Show Log") this.log.show(true);
+      });
+    }
+    return undefined;
+  }
+
+  async start(): Promise<void> {
+    this.location = this.locate();
+    if (!this.location) return;
+    const cwd = vscode.workspace.workspaceFolders?.[0]?.uri.fsPath;
+    this.log.appendLine(`starting ${this.location.path} serve (found via ${this.location.source}${cwd ? `, in ${cwd}` : ""})`);
+    const serverOptions: ServerOptions = { command: this.location.path, args: ["serve"], options: cwd ? { cwd } : {} };
+    const clientOptions: LanguageClientOptions = {
+      // Every file: perimeter diagnostics land on any path an agent or the user touches.
+      documentSelector: [{ scheme: "file" }],
+      outputChannel: this.log,
+      diagnosticCollectionName: "flowd",
+    };
+    // The id `flowd` makes the client honour the `flowd.trace.server` setting.
+    const client = new LanguageClient("flowd", "flowd", serverOptions, clientOptions);
+    this.client = client;
+    this.flow = new ClientServer(client);
+    client.onDidChangeState((e) => {
+      if (e.newState === State.Running) this.setState("running");
+      else if (e.newState === State.Stopped) this.setState("stopped", "the flowd language server stopped");
+      else this.setState("starting");
+    });
+    feedModel(this.model, (method, handler) => client.onNotification(method, handler));
+    this.setState("starting");
+    try {
+      await client.start();
+    } catch (err) {
+      const message = err instanceof Error ? err.message : String(err);
+      this.log.appendLine(`[error] flowd serve did not start: ${message}`);
+      this.setState("stopped", message);
+      void vscode.window.showErrorMessage(`flowd: the language server did not start (${message}).`, "Show Log").then((choice) => {
+        if (choice === "Show Log") this.log.show(true);
+      });
+      return;
+    }
+    await this.refresh();
+  }
+
+  /** Resyncs the model from `flow/status` (a late attach, a reload, a user's refresh). */
+  async refresh(): Promise<StatusResult | undefined> {
+    const flow = this.server();
+    if (!flow) return undefined;
+    try {
+      const status = await flow.request<StatusResult>(Requests.status, {});
+      this.model.applyStatus(status);
+      return status;
+    } catch (err) {
+      this.log.appendLine(`[error] flow/status: ${err instanceof Error ? err.message : String(err)}`);
+      return undefined;
+    }
+  }
+
+  async stop(): Promise<void> {
+    const client = this.client;
+    this.client = undefined;
+    this.flow = undefined;
+    if (client && client.state !== State.Stopped) {
+      try {
+        await client.stop(2000);
+      } catch (err) {
+        this.log.appendLine(`[warn] stopping flowd serve: ${err instanceof Error ? err.message : String(err)}`);
+      }
+    }
+  }
+
+  async restart(): Promise<void> {
+    await this.stop();
+    this.toldMissing = false;
+    await this.start();
+  }
+
+  dispose(): void {
+    void this.stop();
+  }
+}

@@ -1,0 +1,53 @@
+// The status bar item: runs at a glance, a click away from the Lanes view.
+
+import * as vscode from "vscode";
+import { PaletteCommands } from "./commands";
+import { LanesModel } from "./lanesModel";
+import { ServerState } from "./server";
+import { statusText, statusTooltip } from "./statusText";
+
+export class FlowStatusBar implements vscode.Disposable {
+  private readonly item: vscode.StatusBarItem;
+  private readonly unsubscribe: () => void;
+  private serverState: ServerState = "starting";
+  private detail = "";
+
+  constructor(private readonly model: LanesModel) {
+    this.item = vscode.window.createStatusBarItem("flowd.status", vscode.StatusBarAlignment.Left, 50);
+    this.item.name = "flowd";
+    this.item.command = PaletteCommands.showLanes;
+    this.unsubscribe = model.onDidChange(() => this.update());
+    this.update();
+    this.item.show();
+  }
+
+  setServerState(state: ServerState, detail: string): void {
+    this.serverState = state;
+    this.detail = detail;
+    this.update();
+  }
+
+  update(): void {
+    if (this.serverState === "missing" || this.serverState === "stopped") {
+      this.item.text = this.serverState === "missing" ? "$(warning) flowd not found" : "$(debug-disconnect) flowd stopped";
+      this.item.tooltip = this.detail || "The flowd language server is not running.";
+      this.item.backgroundColor = new vscode.ThemeColor("statusBarItem.warningBackground");
+      this.item.command = this.serverState === "missing" ? { title: "Settings", command: "workbench.action.openSettings", arguments: ["flowd.path"] } : PaletteCommands.restartServer;
+      return;
+    }
+    this.item.text = statusText(this.model);
+    this.item.tooltip = statusTooltip(this.model);
+    this.item.backgroundColor = undefined;
+    this.item.command = PaletteCommands.showLanes;
+  }
+
+  /** For tests. */
+  get text(): string {
+    return this.item.text;
+  }
+
+  dispose(): void {
+    this.unsubscribe();
+    this.item.dispose();
+  }
+}
