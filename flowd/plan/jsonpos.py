@@ -77,7 +77,7 @@ class Positions:
             return self.values[(*base, field_name, item)]
         if field_name == "id" and (*base, "id") in self.values:
             return self.values[(*base, "id")]
-        return self.keys.get((*base, field_name)) or self.find(base)
+        return self.keys.get((*base, field_name)) or self.story(index)
 
 
 class _Scanner:
