@@ -1,0 +1,1 @@
+"""The epic engine: scheduler, story pipeline, task loop, gates, merge queue, report."""

@@ -1,0 +1,211 @@
+"""What every part of a run shares: repository, plan, settings, roster pool, trace, live view."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from flowd.agents.base import AgentError, FlowdMeta, ToolCall, TurnRequest, TurnResult, estimate_tokens
+from flowd.config import Settings
+from flowd.engine.state import EpicPaths
+from flowd.events import AssistantMessage, BudgetExceeded, Event, TokensUsed, ToolUse, Usage
+from flowd.gitops import Repo
+from flowd.plan.model import StoryPlan
+from flowd.roster import Lease, LeaseInfo, RosterPool
+from flowd.view import RunView
+
+# Failures that are the executor's, not the reply's: a held coder moves to another executor.
+EXECUTOR_FAULTS = frozenset({"rate_limit", "usage_limit", "auth", "unavailable", "crash", "timeout", "stall"})
+MESSAGE_CHARS = 600
+TOOL_ARG_CHARS = 300
+
+
+class Halt(Exception):
+    """Stop launching new work (budget spent, no executor, a dirty epic checkout)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass
+class RunContext:
+    repo: Repo
+    plan: StoryPlan
+    plan_path: Path
+    settings: Settings
+    run_id: str
+    epic_wt: Path
+    worktree_root: Path
+    paths: EpicPaths
+    pool: RosterPool
+    emit: Callable[[Event], object]
+    view: RunView
+    budget_usd: float | None = None
+    story_budget_usd: float | None = None
+    merge_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    halted: str | None = None
+    _budget_told: set[str] = field(default_factory=set)
+
+    @property
+    def epic_id(self) -> str:
+        return self.plan.epic_id
+
+    @property
+    def epic_branch(self) -> str:
+        return self.plan.epic_branch
+
+    def story_branch(self, story_id: str) -> str:
+        return f"story/{self.epic_id}/{story_id}"
+
+    def story_worktree(self, story_id: str) -> Path:
+        return self.worktree_root / self.epic_id / story_id
+
+    def meta(
+        self, role: str, story: str | None, task: str | None = None, index: int | None = None
+    ) -> FlowdMeta:
+        return FlowdMeta(
+            role=role, run_id=self.run_id, epic_id=self.epic_id, story=story, task=task, task_index=index
+        )
+
+    def request(
+        self,
+        role: str,
+        prompt: str,
+        cwd: Path,
+        story: str | None,
+        task: str | None = None,
+        index: int | None = None,
+    ) -> TurnRequest:
+        return TurnRequest(
+            role=role,
+            prompt=prompt,
+            cwd=cwd,
+            meta=self.meta(role, story, task, index),
+            turn_timeout_s=self.settings.turn_timeout_s,
+            stall_timeout_s=self.settings.stall_timeout_s,
+        )
+
+    # -- budget --------------------------------------------------------------------------------
+    def budget_stop(self, lane: str | None) -> str | None:
+        """Why no new task or story may start now (None: go on). Emits BudgetExceeded once per scope."""
+        spent = self.view.totals.cost_usd or 0.0
+        if self.budget_usd is not None and spent >= self.budget_usd:
+            if "epic" not in self._budget_told:
+                self._budget_told.add("epic")
+                self.emit(BudgetExceeded(scope="epic", limit_usd=self.budget_usd, spent_usd=round(spent, 6)))
+            return f"the epic budget of ${self.budget_usd:.2f} is spent (${spent:.2f})"
+        if lane is not None and self.story_budget_usd is not None:
+            lane_view = self.view.lanes.get(lane)
+            lane_spent = (lane_view.cost_usd or 0.0) if lane_view else 0.0
+            if lane_spent >= self.story_budget_usd:
+                if lane not in self._budget_told:
+                    self._budget_told.add(lane)
+                    self.emit(
+                        BudgetExceeded(
+                            scope="story",
+                            lane=lane,
+                            limit_usd=self.story_budget_usd,
+                            spent_usd=round(lane_spent, 6),
+                        )
+                    )
+                return f"the story budget of ${self.story_budget_usd:.2f} is spent (${lane_spent:.2f})"
+        return None
+
+    # -- turns ---------------------------------------------------------------------------------
+    def observer(self, lane: str | None, executor: str | None) -> Callable[[ToolCall | str], None]:
+        def observe(item: ToolCall | str) -> None:
+            if isinstance(item, ToolCall):
+                args = item.args
+                if isinstance(args, str | dict | list) and len(str(args)) > TOOL_ARG_CHARS:
+                    args = str(args)[:TOOL_ARG_CHARS] + "…"
+                self.emit(
+                    ToolUse(lane=lane, executor=executor, tool=item.tool, args=args, parent=item.parent)
+                )
+
+        return observe
+
+    def record_turn(
+        self,
+        request: TurnRequest,
+        result: TurnResult,
+        info: LeaseInfo,
+        *,
+        lane: str | None,
+        coder_clone: bool,
+    ) -> None:
+        if result.text.strip():
+            text = result.text.strip()
+            if len(text) > MESSAGE_CHARS:
+                text = text[:MESSAGE_CHARS] + "…"
+            self.emit(AssistantMessage(lane=lane, agent=request.role, text=text))
+        usage = result.usage
+        model = (usage.model if usage else None) or result.model or info.model
+        if usage is not None:
+            wire = Usage(
+                input=usage.input,
+                output=usage.output,
+                total=usage.input + usage.output,
+                cached_read=usage.cached_read,
+                cache_write=usage.cache_write,
+                cost_usd=usage.cost_usd,
+            )
+            estimated = False
+        else:
+            inp, out = estimate_tokens(request.prompt), estimate_tokens(result.text)
+            wire, estimated = Usage(input=inp, output=out, total=inp + out), True
+        self.emit(
+            TokensUsed(
+                lane=lane,
+                executor=info.executor,
+                clone=info.clone if coder_clone else None,
+                agent=request.role,
+                model=model,
+                usage=wire,
+                estimated=estimated,
+            )
+        )
+
+    async def ask(self, role: str, request: TurnRequest, *, lane: str | None) -> TurnResult:
+        """One turn on any executor serving `role` (leased for the turn only)."""
+        result, info = await self.pool.run(role, request, label=lane, observe=self.observer(lane, None))
+        self.record_turn(request, result, info, lane=lane, coder_clone=False)
+        return result
+
+
+@dataclass
+class HeldCoder:
+    """A story's coder: one clone held for the whole story, handed over when its executor fails."""
+
+    ctx: RunContext
+    lane: str
+    lease: Lease
+    chain: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.chain.append(self.lease.executor_id)
+
+    async def turn(self, request: TurnRequest) -> TurnResult:
+        handed_over = False
+        while True:
+            lease = self.lease
+            try:
+                result = await lease.executor.run_turn(
+                    request, self.ctx.observer(self.lane, lease.executor_id)
+                )
+            except AgentError as error:
+                if error.kind not in EXECUTOR_FAULTS or handed_over:
+                    self.ctx.pool.fail(lease, error)
+                    raise
+                self.lease = await self.ctx.pool.hand_over(lease, error)
+                self.chain.append(self.lease.executor_id)
+                handed_over = True
+                continue
+            self.ctx.pool.succeeded(lease)
+            self.ctx.record_turn(request, result, lease.info, lane=self.lane, coder_clone=True)
+            return result
+
+    def release(self) -> None:
+        self.ctx.pool.release(self.lease)

@@ -1,0 +1,126 @@
+"""Gates: shell commands that must pass, in a story worktree (per task) and on the epic (per merge).
+
+Commands run in order and stop at the first red one. Each runs in its own process group so a
+timeout or a cancel kills everything it started; its output goes to a log file and its tail
+into the failure reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from flowd.events import Event, GateResult, GateWhere
+
+TAIL_CHARS = 3000
+
+
+@dataclass(frozen=True)
+class CommandRun:
+    command: str
+    ok: bool
+    exit_code: int
+    duration_ms: int
+    tail: str
+    log: Path | None
+
+    def describe(self) -> str:
+        head = (
+            f"`{self.command}` exited with {self.exit_code}"
+            if self.exit_code >= 0
+            else f"`{self.command}` timed out"
+        )
+        return f"{head}:\n{self.tail}".rstrip()
+
+
+def _slug(command: str) -> str:
+    return re.sub(r"[^A-Za-z0-9]+", "-", command).strip("-")[:40] or "gate"
+
+
+async def run_command(
+    command: str, cwd: Path, *, log: Path | None, timeout_s: float, env: dict[str, str] | None = None
+) -> CommandRun:
+    started = time.monotonic()
+    if log is not None:
+        log.parent.mkdir(parents=True, exist_ok=True)
+    sink = log.open("wb") if log is not None else None
+    try:
+        process = await asyncio.create_subprocess_shell(
+            command,
+            cwd=cwd,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            start_new_session=True,
+            env={**os.environ, **(env or {})},
+        )
+        tail = bytearray()
+        assert process.stdout is not None
+
+        async def pump() -> None:
+            assert process.stdout is not None
+            while chunk := await process.stdout.read(65536):
+                if sink is not None:
+                    sink.write(chunk)
+                tail.extend(chunk)
+                del tail[: max(0, len(tail) - TAIL_CHARS * 2)]
+
+        try:
+            await asyncio.wait_for(asyncio.gather(pump(), process.wait()), timeout_s)
+            code = process.returncode if process.returncode is not None else -1
+        except TimeoutError:
+            _kill_group(process.pid)
+            await process.wait()
+            code = -1
+        except BaseException:
+            _kill_group(process.pid)
+            with contextlib.suppress(Exception):
+                await asyncio.shield(process.wait())
+            raise
+    finally:
+        if sink is not None:
+            sink.close()
+    text = tail.decode("utf-8", errors="replace")[-TAIL_CHARS:]
+    duration = int((time.monotonic() - started) * 1000)
+    return CommandRun(command, code == 0, code, duration, text, log)
+
+
+def _kill_group(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+
+
+async def run_gates(
+    commands: list[str],
+    cwd: Path,
+    *,
+    where: GateWhere,
+    lane: str | None,
+    emit: Callable[[Event], object],
+    log_dir: Path | None,
+    timeout_s: float,
+) -> CommandRun | None:
+    """Run the gates in order; the first red one is returned (None: all green)."""
+    for number, command in enumerate(commands, start=1):
+        log = log_dir / f"{number}-{_slug(command)}.log" if log_dir is not None else None
+        result = await run_command(command, cwd, log=log, timeout_s=timeout_s)
+        emit(
+            GateResult(
+                lane=lane,
+                where=where,
+                gate=command,
+                ok=result.ok,
+                exit_code=result.exit_code,
+                duration_ms=result.duration_ms,
+            )
+        )
+        if not result.ok:
+            return result
+    return None

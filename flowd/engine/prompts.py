@@ -1,0 +1,195 @@
+"""Every prompt flowd sends, as plain templates (documented in docs/prompts.md).
+
+Templates use `str.format` fields; `render_*` helpers fill them from the plan so the wording
+lives here and nowhere else.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from flowd.plan.graph import dependencies_of, dependents_of
+from flowd.plan.model import Story, StoryPlan
+
+PERIMETER_RULES = """You implement ONE story of the epic "{epic}": {title} ({story_id}).
+
+{description}
+
+Paths you own (create and change files ONLY here):
+{owned}
+Shared paths (read them, never modify them):
+{shared}
+What this story must provide for others:
+{provides}
+{acceptance}
+Where you are: your working directory is {worktree}. Run every command there; never cd into,
+read or write any other checkout.
+Other stories of the epic:
+{others}
+
+Rules:
+- Changing anything outside your owned paths fails the story; flowd puts such changes back.
+- flowd runs the project's gates after each task and hands failures back to you: run at most the
+  one relevant test file yourself.
+- If something you need does not exist and another story owns it, end your reply with exactly
+  `BLOCKED_ON: <what, and which path>` and stop. This is ONLY for work another story owns.
+- Do not commit; flowd commits after each task."""
+
+PLANNER_TASKS = """Plan ONE story as a short list of small, independently verifiable tasks, each described
+by its observable outcome. Stay inside the story's owned paths:
+{owned}
+{criteria}End every task description with `Depends on: <task numbers>` (or `Depends on: none` when
+it can run beside the task before it) and `Owns: <paths>` (the files it changes).
+Never plan work in another story's paths.
+
+Answer ONLY with JSON of this shape:
+{{"tasks": [{{"title": "...", "description": "..."}}]}}
+
+Request:
+Story: {title}
+
+{description}{done_when}"""
+
+CODER_TASK = """{rules}
+
+The story's task plan (you do task {index} of {count}; completed tasks are already in your working tree):
+{plan}
+
+Your task now: {title}
+
+{description}"""
+
+FIX_FEEDBACK = """Your change for task "{title}" is not ready yet. Fix these, inside your owned paths:
+
+{feedback}"""
+
+PERIMETER_FEEDBACK = """You changed paths outside this story's perimeter:
+{paths}
+Put each of them back exactly as it is on the epic branch (restore a changed file, delete a
+created one) and move the story's work into your owned paths."""
+
+CONFIRM_EMPTY = """Task "{title}" changed no file. If the task is already satisfied by the code as it
+stands, reply with exactly `TASK_ALREADY_SATISFIED` on the last line. Otherwise implement it now."""
+
+REVIEWER = """Review the change below for the task "{title}" of the story "{story_title}" ({story_id}).
+Judge correctness, completeness against the task, and that it stays inside the owned paths:
+{owned}
+
+Answer ONLY with JSON: {{"issues": [{{"severity": "critical|major|minor", "title": "...",
+"description": "..."}}], "summary": "..."}}. Critical and major issues block the task.
+
+Task description:
+{description}
+
+The change (a unified diff against the story's start):
+{diff}"""
+
+JUDGE = """Judge whether the story "{story_title}" ({story_id}) is done.
+Acceptance criteria (each must hold, observably):
+{acceptance}
+It must provide: {provides}
+
+Answer ONLY with JSON: {{"issues": [{{"severity": "critical|major|minor", "title": "...",
+"description": "..."}}], "summary": "..."}}. Critical and major issues mean it is not done.
+
+{subject_kind}:
+{subject}"""
+
+REVISION_LEAD = "The story was judged short of done (judge round {round})."
+EMPTY_REVISION_LEAD = (
+    "The story has no changes yet, and what it must provide is not all in place on the epic branch."
+)
+REVISION_BODY = """{lead}
+Close these gaps without weakening any test and without leaving your owned paths:
+{issues}"""
+
+REBUTTAL = """You stopped with `BLOCKED_ON: {need}`. That was checked against the epic's plan and rejected:
+{rebuttal}
+Continue the task inside your owned paths."""
+
+REPLY_RETRY = """Your previous reply could not be used: {error}
+Answer again, exactly in the requested format."""
+
+EPIC_DRAFT = """Split this epic into stories for a team of coding agents working in parallel.
+
+Epic: {epic}
+
+Rules:
+- Each story fits ONE agent session and owns a set of paths (files or folders); owned sets of
+  different stories never overlap, and every story owns its own tests.
+- Shared surfaces are never edited by a feature story: a new shared component or contract is its
+  own story that others depend on. One story owns the composition point and depends on the parts.
+- `readFirst` names 1-4 files that exist in the repository (exemplars, contracts to extend).
+- `acceptance` lists 2-6 observable "done when" outcomes.
+- ids are kebab-case; `dependsOn` names ids of this plan and forms no cycle.
+
+Files in the repository (first {shown} of {total}):
+{files}
+
+Answer ONLY with JSON: {{"epicId": "{epic_id}", "epic": "...", "stories": [{{"id": "...", "title": "...",
+"description": "...", "owned": ["..."], "sharedReadOnly": [], "dependsOn": [], "provides": [],
+"readFirst": [], "acceptance": ["..."], "testsChange": false}}]}}"""
+
+EPIC_DRAFT_RETRY = """Your proposed plan is invalid:
+{violations}
+Answer again with the whole corrected plan, as JSON only."""
+
+
+def _bullets(items: list[str], empty: str = "(none)") -> str:
+    return "\n".join(f"- {item}" for item in items) if items else f"- {empty}"
+
+
+def story_rules(plan: StoryPlan, story: Story, worktree: Path) -> str:
+    deps = set(dependencies_of(plan, story.id))
+    later = set(dependents_of(plan, story.id))
+    others: list[str] = []
+    for other in plan.stories:
+        if other.id == story.id:
+            continue
+        if other.id in deps:
+            relation = "merged into the epic before you started: read it"
+        elif other.id in later:
+            relation = "built AFTER you: leave it alone"
+        else:
+            relation = "built at the same time by another coder: leave it alone"
+        others.append(f"{other.id} owns {', '.join(other.owned)} ({relation})")
+    acceptance = ""
+    if story.acceptance:
+        acceptance = "Done when (each must hold, observably):\n" + "\n".join(
+            f"{n}. {item}" for n, item in enumerate(story.acceptance, start=1)
+        )
+    return PERIMETER_RULES.format(
+        epic=plan.epic,
+        title=story.title,
+        story_id=story.id,
+        description=story.description.strip(),
+        owned=_bullets(story.owned),
+        shared=_bullets(story.shared_read_only),
+        provides=_bullets(story.provides),
+        acceptance=acceptance,
+        worktree=worktree,
+        others=_bullets(others),
+    )
+
+
+def planner_prompt(story: Story) -> str:
+    criteria = ""
+    done_when = ""
+    if story.acceptance:
+        numbered = "\n".join(f"{n}. {item}" for n, item in enumerate(story.acceptance, start=1))
+        criteria = (
+            "The story's acceptance criteria are numbered below; end every task description with "
+            "`Satisfies: <numbers>` and cover every criterion.\n"
+        )
+        done_when = "\n\nDone when (each must hold, observably):\n" + numbered
+    return PLANNER_TASKS.format(
+        owned=_bullets(story.owned),
+        criteria=criteria,
+        title=story.title,
+        description=story.description.strip(),
+        done_when=done_when,
+    )
+
+
+def judge_issues_text(issues: list[tuple[str, str, str]]) -> str:
+    return "\n".join(f"- [{sev}] {title}: {desc}".rstrip(": ") for sev, title, desc in issues)

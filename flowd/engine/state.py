@@ -1,0 +1,156 @@
+"""Durable per-epic state: story state files, the task checkpoint path, the epic lock.
+
+`.flow/epics/<epicId>/stories/<storyId>.json` says where a story is (started, merged, failed) and
+the hash of the plan entry its branch was created from; that and the task checkpoint are all a
+resumed run needs. Every write is atomic.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from pydantic import ValidationError
+
+from flowd.errors import InputError
+from flowd.fsio import write_model_atomic, write_text_atomic
+from flowd.trace import pid_alive
+from flowd.wire import WireModel
+
+StoryStateStatus = Literal["started", "merged", "failed"]
+
+
+class StoryState(WireModel):
+    id: str
+    hash: str
+    branch: str
+    worktree: str
+    status: StoryStateStatus
+    executor: str | None = None
+    # Beyond the contract's fields: the commit the branch started from (tells a branch with work
+    # from a fresh one when deciding whether it was merged before a kill) and the last failure.
+    base: str | None = None
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
+class EpicPaths:
+    repo: Path
+    epic_id: str
+
+    @property
+    def root(self) -> Path:
+        return self.repo / ".flow" / "epics" / self.epic_id
+
+    @property
+    def stories(self) -> Path:
+        return self.root / "stories"
+
+    def state(self, story_id: str) -> Path:
+        return self.stories / f"{story_id}.json"
+
+    def checkpoint(self, story_id: str) -> Path:
+        return self.stories / f"{story_id}.plan.md"
+
+    def findings(self, story_id: str) -> Path:
+        return self.stories / f"{story_id}.findings.md"
+
+    def gate_logs(self, story_id: str) -> Path:
+        return self.stories / story_id / "gates"
+
+    def agent_logs(self) -> Path:
+        return self.root / "agents"
+
+    @property
+    def lock(self) -> Path:
+        return self.root / "lock"
+
+    @property
+    def report_json(self) -> Path:
+        return self.root / "report.json"
+
+    @property
+    def report_md(self) -> Path:
+        return self.root / "report.md"
+
+
+def load_state(paths: EpicPaths, story_id: str) -> StoryState | None:
+    path = paths.state(story_id)
+    try:
+        return StoryState.model_validate_json(path.read_bytes())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValidationError, ValueError) as exc:
+        raise InputError(f"{path}: unreadable story state ({exc}); delete it to start the story over")
+
+
+def save_state(paths: EpicPaths, state: StoryState) -> None:
+    write_model_atomic(paths.state(state.id), state)
+
+
+def all_states(paths: EpicPaths) -> list[StoryState]:
+    if not paths.stories.is_dir():
+        return []
+    out: list[StoryState] = []
+    for file in sorted(paths.stories.glob("*.json")):
+        with contextlib.suppress(OSError, ValidationError, ValueError):
+            out.append(StoryState.model_validate_json(file.read_bytes()))
+    return out
+
+
+class EpicLock:
+    """One run per epic: `.flow/epics/<epicId>/lock` holds `<runId> <pid>` while a run is active.
+
+    A lock whose pid is gone (a killed run) is stale and taken over.
+    """
+
+    def __init__(self, paths: EpicPaths) -> None:
+        self.path = paths.lock
+        self.held = False
+
+    def holder(self) -> tuple[str, int] | None:
+        try:
+            run_id, pid = self.path.read_text(encoding="utf-8").split()
+            return run_id, int(pid)
+        except (OSError, ValueError):
+            return None
+
+    def acquire(self, run_id: str) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        for _ in range(2):
+            try:
+                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                holder = self.holder()
+                if holder is not None and pid_alive(holder[1]) and holder[1] != os.getpid():
+                    raise InputError(
+                        f"epic {self.path.parent.name!r} is already running as run {holder[0]} "
+                        f"(pid {holder[1]}); cancel it with `flowd cancel {holder[0]}` or wait for it"
+                    )
+                with contextlib.suppress(FileNotFoundError):
+                    self.path.unlink()
+                continue
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                handle.write(f"{run_id} {os.getpid()}\n")
+            self.held = True
+            return
+        raise InputError(f"{self.path}: could not take the epic lock; remove the file if no run is active")
+
+    def release(self) -> None:
+        if self.held:
+            with contextlib.suppress(FileNotFoundError):
+                self.path.unlink()
+            self.held = False
+
+
+def append_findings(paths: EpicPaths, story_id: str, text: str) -> None:
+    """The story's human log of review and judge findings (append-only; rewritten atomically)."""
+    path = paths.findings(story_id)
+    try:
+        previous = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        previous = f"# Findings: {story_id}\n"
+    write_text_atomic(path, previous.rstrip("\n") + "\n\n" + text.strip() + "\n")

@@ -1,0 +1,327 @@
+"""One story's life: prepare its worktree (hash-guarded resume), catch up, set up, plan its tasks,
+run the task loop, judge, repair the perimeter, and merge into the epic behind the gates.
+
+Every failure inside a story becomes that story's outcome; only `Halt` stops the run's launching.
+Blocking git work runs in threads so stories proceed side by side.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from flowd.engine.context import Halt, HeldCoder, RunContext
+from flowd.engine.gates import run_command, run_gates
+from flowd.engine.state import StoryState, append_findings, load_state, save_state
+from flowd.engine.taskloop import StoryFailed, StoryWaiting, TaskLoop
+from flowd.errors import FlowdError
+from flowd.events import (
+    Info,
+    MergeRolledBack,
+    PerimeterViolation,
+    StageCompleted,
+    StageFailed,
+    StageStarted,
+    StoryMerged,
+    StoryStatusChanged,
+)
+from flowd.perimeter import classify
+from flowd.plan.hashing import story_hash
+from flowd.plan.model import Story
+from flowd.roster import NoExecutor
+
+OutcomeStatus = Literal["done", "failed", "waiting", "cancelled"]
+
+
+@dataclass
+class StoryOutcome:
+    id: str
+    status: OutcomeStatus
+    reason: str | None = None
+    branch: str | None = None
+    note: str | None = None
+    executors: list[str] = field(default_factory=list)
+    halt: str | None = None
+
+
+class StoryRun:
+    def __init__(self, ctx: RunContext, story: Story) -> None:
+        self.ctx = ctx
+        self.story = story
+        self.branch = ctx.story_branch(story.id)
+        self.worktree = ctx.story_worktree(story.id)
+        self.state: StoryState | None = None
+
+    def info(self, message: str) -> None:
+        self.ctx.emit(Info(lane=self.story.id, message=message))
+
+    async def run(self) -> StoryOutcome:
+        ctx, sid = self.ctx, self.story.id
+        ctx.emit(StoryStatusChanged(story=sid, status="active"))
+        coder: HeldCoder | None = None
+        try:
+            merged_before = await asyncio.to_thread(self._prepare)
+            if merged_before:
+                self.info("already merged; skipping")
+                return self._finish(StoryOutcome(sid, "done", branch=self.branch, note=merged_before))
+            assert self.state is not None
+            lease = await ctx.pool.lease("coder", label=sid, prefer=self.state.executor)
+            coder = HeldCoder(ctx, sid, lease)
+            if self.state.executor != lease.executor_id:
+                self.state = self.state.model_copy(update={"executor": lease.executor_id})
+                save_state(ctx.paths, self.state)
+            await asyncio.to_thread(self._catch_up)
+            await self._setup()
+            loop = TaskLoop(ctx, self.story, self.worktree, coder)
+            await loop.plan_tasks()
+            await loop.run_tasks()
+            note = await loop.judge()
+            await asyncio.to_thread(self._catch_up)
+            await asyncio.to_thread(self._repair_perimeter)
+            coder.release()
+            commit = await self._merge()
+            await asyncio.to_thread(self._clean_up)
+            chain = coder.chain
+            return self._finish(
+                StoryOutcome(
+                    sid, "done", branch=self.branch, note=note or f"merged at {commit[:10]}", executors=chain
+                )
+            )
+        except StoryWaiting as waiting:
+            return self._finish(
+                StoryOutcome(
+                    sid,
+                    "waiting",
+                    reason=waiting.reason,
+                    branch=self.branch,
+                    executors=coder.chain if coder else [],
+                )
+            )
+        except Halt as halt:
+            return self._finish(
+                StoryOutcome(
+                    sid,
+                    "waiting",
+                    reason=f"not finished: {halt.reason}",
+                    branch=self.branch,
+                    halt=halt.reason,
+                )
+            )
+        except NoExecutor as exc:
+            return self._finish(StoryOutcome(sid, "waiting", reason=f"not finished: {exc}", halt=str(exc)))
+        except (StoryFailed, FlowdError) as exc:
+            reason = exc.reason if isinstance(exc, StoryFailed) else str(exc)
+            return self._finish(
+                StoryOutcome(
+                    sid, "failed", reason=reason, branch=self.branch, executors=coder.chain if coder else []
+                )
+            )
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # an agent error or a bug: the story fails, the run goes on
+            reason = str(exc) or type(exc).__name__
+            return self._finish(
+                StoryOutcome(
+                    sid, "failed", reason=reason, branch=self.branch, executors=coder.chain if coder else []
+                )
+            )
+        finally:
+            if coder is not None:
+                coder.release()
+
+    def _finish(self, outcome: StoryOutcome) -> StoryOutcome:
+        ctx = self.ctx
+        if outcome.status == "failed" and self.state is not None and self.state.status != "merged":
+            with contextlib.suppress(OSError):
+                save_state(
+                    ctx.paths, self.state.model_copy(update={"status": "failed", "reason": outcome.reason})
+                )
+        if outcome.status == "failed":
+            with contextlib.suppress(OSError):
+                append_findings(ctx.paths, self.story.id, f"## Failed\n\n{outcome.reason}")
+        ctx.emit(
+            StoryStatusChanged(
+                story=self.story.id,
+                status=outcome.status if outcome.status != "cancelled" else "waiting",
+                reason=outcome.reason,
+            )
+        )
+        return outcome
+
+    # -- prepare -------------------------------------------------------------------------------
+    def _prepare(self) -> str | None:
+        """Make the worktree ready; returns a note when the story was merged on a previous run."""
+        ctx, story, repo = self.ctx, self.story, self.ctx.repo
+        digest = story_hash(story)
+        state = load_state(ctx.paths, story.id)
+        if state is not None and state.hash != digest:
+            self.info("plan entry changed since its branch was created; starting over")
+            self._discard(Path(state.worktree), state.branch)
+            state = None
+        if state is not None and state.status == "merged":
+            self.state = state
+            return "merged on a previous run"
+        if state is None:
+            base = repo.head(ctx.epic_branch)
+            if repo.branch_exists(self.branch):
+                # A branch with no state: a run killed between creating it and saving its state.
+                if repo.is_ancestor(self.branch, ctx.epic_branch):
+                    self._discard(self.worktree, self.branch)
+                else:
+                    self.info(f"reusing the existing branch {self.branch} (it holds work the epic lacks)")
+                    base = repo.rev_parse(f"{ctx.epic_branch}") or base
+            if repo.branch_exists(self.branch):
+                repo.worktree_add(self.worktree, self.branch)
+            else:
+                repo.worktree_add(self.worktree, self.branch, start=ctx.epic_branch)
+            self.state = StoryState(
+                id=story.id,
+                hash=digest,
+                branch=self.branch,
+                worktree=str(self.worktree),
+                status="started",
+                base=base,
+            )
+            save_state(ctx.paths, self.state)
+            return None
+        stored = Path(state.worktree)
+        if stored != self.worktree and (stored / ".git").is_file():
+            repo.worktree_move(stored, self.worktree)
+            self.info(f"moved its worktree to {self.worktree}")
+        repo.worktree_add(self.worktree, self.branch)
+        head = repo.head(self.branch)
+        if state.base is not None and head != state.base and repo.is_ancestor(self.branch, ctx.epic_branch):
+            # Merged just before the previous runner stopped: record it, never merge twice.
+            self.state = state.model_copy(update={"status": "merged", "worktree": str(self.worktree)})
+            save_state(ctx.paths, self.state)
+            with contextlib.suppress(FlowdError):
+                repo.worktree_remove(self.worktree)
+            return "merged before the previous run stopped"
+        self.state = state.model_copy(
+            update={"status": "started", "worktree": str(self.worktree), "reason": None}
+        )
+        save_state(ctx.paths, self.state)
+        self.info(f"resuming {self.branch}")
+        return None
+
+    def _discard(self, worktree: Path, branch: str) -> None:
+        repo, paths = self.ctx.repo, self.ctx.paths
+        try:
+            repo.worktree_remove(worktree, force=True)
+        except FlowdError as exc:
+            self.info(f"could not remove the old worktree: {exc}")
+        if worktree.exists():
+            shutil.rmtree(worktree, ignore_errors=True)
+        with contextlib.suppress(FlowdError):
+            repo.worktree_prune()
+        if repo.branch_exists(branch):
+            repo.delete_branch(branch, force=True)
+        for stale in (paths.checkpoint(self.story.id), paths.state(self.story.id)):
+            with contextlib.suppress(FileNotFoundError):
+                stale.unlink()
+
+    def _catch_up(self) -> None:
+        ctx, repo = self.ctx, self.ctx.repo
+        if repo.is_ancestor(ctx.epic_branch, self.branch):
+            return
+        if repo.is_dirty(self.worktree):
+            repo.commit_all(self.worktree, f"{self.story.id}: work in progress")
+        result = repo.merge(
+            self.worktree,
+            ctx.epic_branch,
+            f"{self.story.id}: catch up with {ctx.epic_branch}",
+            prefer_incoming=True,
+        )
+        if not result.ok:
+            raise StoryFailed(f"catching up with {ctx.epic_branch} conflicted: {', '.join(result.conflicts)}")
+        self.info(f"caught up with {ctx.epic_branch}")
+
+    async def _setup(self) -> None:
+        ctx, sid = self.ctx, self.story.id
+        if not ctx.settings.setup:
+            return
+        stage = f"story {sid}: setup"
+        ctx.emit(StageStarted(stage=stage, lane=sid))
+        for number, command in enumerate(ctx.settings.setup, start=1):
+            log = ctx.paths.gate_logs(sid).parent / "setup" / f"{number}.log"
+            result = await run_command(command, self.worktree, log=log, timeout_s=ctx.settings.gate_timeout_s)
+            if not result.ok:
+                ctx.emit(StageFailed(stage=stage, lane=sid, error=result.describe()[:500]))
+                raise StoryFailed(f"setup failed: {result.describe()}")
+        ctx.emit(StageCompleted(stage=stage, lane=sid))
+
+    # -- perimeter and merge -------------------------------------------------------------------
+    def _repair_perimeter(self) -> None:
+        ctx, repo, sid = self.ctx, self.ctx.repo, self.story.id
+        repo.commit_all(self.worktree, f"{sid}: remaining changes")
+        strays = classify(repo.changed_files(self.worktree, ctx.epic_branch), sid, ctx.plan)
+        if not strays:
+            return
+        repo.restore_paths(self.worktree, [p.path for p in strays], ctx.epic_branch)
+        repo.commit_all(self.worktree, f"{sid}: put paths outside the perimeter back")
+        ctx.emit(PerimeterViolation(lane=sid, paths=strays, action="restored"))
+        self.info(
+            f"restored {len(strays)} path(s) outside its perimeter from {ctx.epic_branch}: "
+            + ", ".join(p.path for p in strays)
+        )
+        left = classify(repo.changed_files(self.worktree, ctx.epic_branch), sid, ctx.plan)
+        if left:
+            ctx.emit(PerimeterViolation(lane=sid, paths=left, action="failed"))
+            raise StoryFailed(
+                f"story '{sid}' changed paths outside its perimeter that could not be put back: "
+                + ", ".join(f"{p.path} ({p.kind})" for p in left)
+            )
+
+    async def _merge(self) -> str:
+        ctx, repo, sid = self.ctx, self.ctx.repo, self.story.id
+        async with ctx.merge_lock:
+            dirty = await asyncio.to_thread(repo.status_paths, ctx.epic_wt)
+            if dirty:
+                raise Halt(
+                    f"the epic worktree {ctx.epic_wt} has uncommitted changes (found after story '{sid}' "
+                    f"finished): {', '.join(dirty[:5])}; move or discard them, then run again"
+                )
+            checkpoint = await asyncio.to_thread(repo.head_of, ctx.epic_wt)
+            stage = f"story {sid}: merge"
+            ctx.emit(StageStarted(stage=stage, lane=sid))
+            result = await asyncio.to_thread(
+                repo.merge, ctx.epic_wt, self.branch, f"{ctx.epic_id}: merge story {sid}"
+            )
+            if not result.ok:
+                ctx.emit(StageFailed(stage=stage, lane=sid, error="conflict"))
+                raise StoryFailed(
+                    f"merging {self.branch} into {ctx.epic_branch} conflicted: {', '.join(result.conflicts)}"
+                )
+            if not result.already_merged:
+                red = await run_gates(
+                    ctx.settings.gates,
+                    ctx.epic_wt,
+                    where="epic",
+                    lane=sid,
+                    emit=ctx.emit,
+                    log_dir=ctx.paths.gate_logs(sid).parent / "epic-gates",
+                    timeout_s=ctx.settings.gate_timeout_s,
+                )
+                if red is not None:
+                    await asyncio.to_thread(repo.reset_hard, ctx.epic_wt, checkpoint)
+                    reason = f"epic gates failed after merging; merge undone:\n{red.describe()}"
+                    ctx.emit(MergeRolledBack(lane=sid, reason=reason[:2000]))
+                    ctx.emit(StageFailed(stage=stage, lane=sid, error="epic gates red"))
+                    raise StoryFailed(reason)
+            commit = result.commit or checkpoint
+            assert self.state is not None
+            self.state = self.state.model_copy(update={"status": "merged", "reason": None})
+            save_state(ctx.paths, self.state)
+            ctx.emit(StoryMerged(lane=sid, branch=self.branch, commit=commit))
+            ctx.emit(StageCompleted(stage=stage, lane=sid))
+            return commit
+
+    def _clean_up(self) -> None:
+        try:
+            self.ctx.repo.worktree_remove(self.worktree)
+        except FlowdError as exc:
+            self.info(f"kept its worktree: {exc}")

@@ -1,0 +1,69 @@
+"""Terminal rendering of the fold: the live progress of `flowd run`/`flowd demo` and `flowd status`.
+
+Both draw the same RunView the language server folds, so every view shows the same thing.
+"""
+
+from __future__ import annotations
+
+from rich.console import Group
+from rich.progress_bar import ProgressBar
+from rich.table import Table
+from rich.text import Text
+
+from flowd.view import LaneView, RunView
+
+STATUS_STYLE = {
+    "planned": "dim",
+    "active": "cyan",
+    "waiting": "yellow",
+    "done": "green",
+    "failed": "red",
+    "skipped": "dim",
+}
+
+
+def money(value: float | None, estimated: bool = False) -> str:
+    if value is None:
+        return "—"
+    return f"{'~' if estimated else ''}${value:,.2f}"
+
+
+def lane_row(view: RunView, lane: LaneView) -> list[Text | str]:
+    task = lane.task
+    where = f"{task.index}/{len(lane.tasks)} {task.title}" if task else (lane.reason or "")
+    executor = (
+        f"{lane.executor}#{lane.clone}" if lane.executor and lane.clone is not None else (lane.executor or "")
+    )
+    return [
+        Text(lane.lane, style="bold"),
+        Text(lane.status, style=STATUS_STYLE.get(lane.status, "")),
+        executor,
+        where[:60],
+        f"{lane.tokens:,}" if lane.tokens else "",
+        money(lane.cost_usd, lane.estimated) if lane.cost_usd is not None else "",
+    ]
+
+
+def render_run(view: RunView) -> Group:
+    table = Table(box=None, pad_edge=False, show_edge=False, expand=False)
+    for header in ("lane", "status", "clone", "task", "tokens", "cost"):
+        table.add_column(header, no_wrap=True, justify="right" if header in ("tokens", "cost") else "left")
+    for lane in view.lanes.values():
+        table.add_row(*lane_row(view, lane))
+    finished = view.count("done") + view.count("failed") + view.count("skipped")
+    bar = ProgressBar(total=max(1, view.total), completed=finished, width=40)
+    totals = view.totals
+    cost = money(totals.cost_usd)
+    extra = []
+    if totals.estimated_tokens:
+        extra.append(f"{totals.estimated_tokens:,} estimated")
+    if totals.unpriced_tokens:
+        extra.append(f"{totals.unpriced_tokens:,} unpriced")
+    budget = f" of {money(view.budget_usd)}" if view.budget_usd is not None else ""
+    title = Text.assemble(
+        (f"Epic {view.epic_id} ", "bold"),
+        (f"[{view.status}] ", STATUS_STYLE.get(view.status, "cyan")),
+        f"{view.count('done')}/{view.total} stories · {view.active_lanes} lanes · "
+        f"{totals.tokens:,} tokens · {cost}{budget}" + (f" ({', '.join(extra)})" if extra else ""),
+    )
+    return Group(title, bar, table)

@@ -1,0 +1,54 @@
+"""`flowd status`: active and recent runs with their lanes, folded from their traces."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from rich.console import Console
+
+from flowd.config import load_settings
+from flowd.cost.prices import pricer
+from flowd.errors import FlowdError
+from flowd.gitops import Repo
+from flowd.progress import render_run
+from flowd.trace import is_active, list_runs, read_trace, trace_path
+from flowd.view import RunView, fold
+
+RECENT = 10
+
+
+def run_views(repo: Path, limit: int = RECENT) -> list[RunView]:
+    """The fold of each recent run; a run whose runner died without ending is `interrupted`."""
+    try:
+        price = pricer(load_settings(repo))
+    except FlowdError:
+        price = pricer(None)
+    views: list[RunView] = []
+    for record in list_runs(repo)[:limit]:
+        view = fold(record.run_id, read_trace(trace_path(repo, record.run_id)), pricer=price)
+        view.epic_id = view.epic_id or record.epic_id
+        view.plan = view.plan or record.plan
+        view.started_at = record.started_at
+        if view.status == "running" and not is_active(record):
+            view.status = "interrupted"
+        views.append(view)
+    return views
+
+
+def status_command(args: argparse.Namespace) -> int:
+    repo = Repo.discover(Path.cwd())
+    views = run_views(repo.root)
+    if args.json:
+        print(json.dumps({"runs": [v.status_wire() for v in views]}, indent=2))
+        return 0
+    console = Console()
+    if not views:
+        console.print("No runs yet. Start one with `flowd run PLAN` (or `flowd demo`).")
+        return 0
+    for view in views:
+        console.print(f"[bold]{view.run_id}[/bold]  started {view.started_at}")
+        console.print(render_run(view))
+        console.print()
+    return 0
