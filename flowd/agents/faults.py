@@ -76,7 +76,7 @@ _UNAVAILABLE = (
 _SHORT_RETRY = timedelta(seconds=120)
 
 _DURATION_PART = re.compile(
-    r"(\d+(?:\.\d+)?)\s*(ms|milliseconds?|d|days?|h|hours?|hrs?|m|mins?|minutes?|s|secs?|seconds?)\b",
+    r"(\d+(?:\.\d+)?)\s*(ms|milliseconds?|d|days?|h|hours?|hrs?|m|mins?|minutes?|s|secs?|seconds?)(?![a-z])",
     re.IGNORECASE,
 )
 _DURATION = re.compile(

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
-import os
+import asyncio
+import json
+import subprocess
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
+
 from flowd.agents.acp_client import AcpExecutor
-from flowd.agents.base import ToolCall
+from flowd.agents.base import AgentError, ToolCall
 
 from .conftest import request
 
@@ -59,8 +64,214 @@ async def test_turn_writes_files_and_returns_reply_usage_and_tool_calls(
 
 
 def _alive(pid: int) -> bool:
+    # A zombie awaiting its reaper counts as gone.
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
         return False
-    return True
+
+
+async def test_cumulative_cost_becomes_per_turn_delta_in_one_session(
+    worktree: Path, write_script: Callable[..., Path], executors: Callable[..., AcpExecutor]
+) -> None:
+    script = write_script(
+        [
+            {"times": 1, "reply": "one", "usage": {"input": 10, "output": 5, "costUsd": 0.01}},
+            {"reply": "two", "usage": {"input": 20, "output": 7, "costUsd": 0.025}},
+        ]
+    )
+    executor = executors(script)
+    first = await executor.run_turn(request(worktree))
+    pid = executor.pid
+    second = await executor.run_turn(request(worktree))
+    assert executor.pid == pid  # one process, one session: the agent's cost figure is cumulative
+    assert first.usage is not None and second.usage is not None
+    assert (first.text, first.usage.cost_usd) == ("one", 0.01)
+    assert (second.text, second.usage.cost_usd) == ("two", 0.025)
+    assert (second.usage.input, second.usage.output) == (20, 7)
+
+
+async def test_meta_reaches_the_agent_and_defaults_answer_unmatched_roles(
+    worktree: Path, write_script: Callable[..., Path], executors: Callable[..., AcpExecutor]
+) -> None:
+    script = write_script(
+        [
+            {"when": {"role": "coder", "story": "api", "task": "^Add"}, "reply": "coder on api, Add task"},
+            {"when": {"role": "coder", "story": "web"}, "reply": "coder on web"},
+            {"when": {"role": "reviewer", "prompt": "look\\s+closely"}, "reply": "careful review"},
+        ]
+    )
+    executor = executors(script)
+
+    async def reply(**kwargs: object) -> str:
+        return (await executor.run_turn(request(worktree, **kwargs))).text  # type: ignore[arg-type]
+
+    assert await reply() == "coder on api, Add task"
+    assert await reply(task="Fix the login") == "Nothing to change.\nTASK_ALREADY_SATISFIED"
+    assert await reply(story="web", task="Fix") == "coder on web"
+    assert await reply(role="reviewer", prompt="please look  closely") == "careful review"
+    assert json.loads(await reply(role="reviewer")) == {"issues": [], "summary": "ok"}
+    assert json.loads(await reply(role="judge")) == {"issues": [], "summary": "ok"}
+    plan = json.loads(await reply(role="planner", task=None))
+    assert [task["title"] for task in plan["tasks"]] == ["api"]
+
+
+async def test_times_is_shared_by_every_process_of_a_run_and_resets_for_another_run(
+    worktree: Path, write_script: Callable[..., Path], executors: Callable[..., AcpExecutor]
+) -> None:
+    script = write_script([{"times": 1, "reply": "first"}, {"reply": "later"}])
+    clone1, clone2 = executors(script, "demo#1"), executors(script, "demo#2")
+    assert (await clone1.run_turn(request(worktree, run_id="run-a"))).text == "first"
+    assert (await clone2.run_turn(request(worktree, run_id="run-a"))).text == "later"
+    assert clone1.pid != clone2.pid
+    await clone1.close()
+    restarted = executors(script, "demo#1")  # a new process still remembers the run
+    assert (await restarted.run_turn(request(worktree, run_id="run-a"))).text == "later"
+    assert (await clone2.run_turn(request(worktree, run_id="run-b"))).text == "first"
+
+
+async def test_fail_modes_surface_as_typed_agent_errors(
+    worktree: Path, write_script: Callable[..., Path], executors: Callable[..., AcpExecutor]
+) -> None:
+    script = write_script(
+        [
+            {"when": {"prompt": "rate"}, "fail": "rate_limit"},
+            {"when": {"prompt": "usage"}, "fail": "usage_limit"},
+            {"when": {"prompt": "auth"}, "fail": "auth"},
+            {"when": {"prompt": "error"}, "fail": "error", "reply": "the scripted tool blew up"},
+        ]
+    )
+    executor = executors(script)
+    kinds: dict[str, AgentError] = {}
+    for name in ("rate", "usage", "auth", "error"):
+        with pytest.raises(AgentError) as caught:
+            await executor.run_turn(request(worktree, prompt=name))
+        kinds[name] = caught.value
+    assert {name: err.kind for name, err in kinds.items()} == {
+        "rate": "rate_limit",
+        "usage": "usage_limit",
+        "auth": "auth",
+        "error": "error",
+    }
+    assert "rate limit exceeded" in kinds["rate"].message
+    assert "not logged in" in kinds["auth"].message.lower()
+    assert "the scripted tool blew up" in kinds["error"].message
+    reset = kinds["usage"].reset_at
+    assert reset is not None
+    assert timedelta(minutes=55) < reset - datetime.now(UTC) <= timedelta(hours=1, minutes=1)
+    # Errors answered over JSON-RPC leave the agent running for the next turn.
+    assert (await executor.run_turn(request(worktree, prompt="fine"))).stop_reason == "end_turn"
+
+
+async def test_crashed_agent_fails_the_turn_and_restarts_on_the_next(
+    worktree: Path, write_script: Callable[..., Path], executors: Callable[..., AcpExecutor]
+) -> None:
+    script = write_script(
+        [
+            {"times": 1, "writes": {"partial.txt": "half\n"}, "fail": "crash"},
+            {"reply": "back again"},
+        ]
+    )
+    executor = executors(script)
+    with pytest.raises(AgentError) as caught:
+        await executor.run_turn(request(worktree))
+    assert caught.value.kind == "crash"
+    assert (worktree / "partial.txt").exists()  # what it did before dying stays for the engine to judge
+    assert executor.pid is None
+    result = await executor.run_turn(request(worktree))
+    assert result.text == "back again"
+
+
+async def test_hung_agent_stalls_or_times_out_and_is_killed(
+    worktree: Path, write_script: Callable[..., Path], executors: Callable[..., AcpExecutor]
+) -> None:
+    script = write_script([{"when": {"prompt": "hang"}, "fail": "hang"}, {"reply": "alive"}])
+    executor = executors(script)
+    await executor.run_turn(request(worktree))  # warm: the process is up before the short clocks start
+    pid = executor.pid
+    assert pid is not None
+    with pytest.raises(AgentError) as caught:
+        await executor.run_turn(request(worktree, prompt="hang", stall_timeout_s=1.0))
+    assert caught.value.kind == "stall"
+    assert not _alive(pid)
+    await executor.run_turn(request(worktree))
+    with pytest.raises(AgentError) as caught:
+        await executor.run_turn(request(worktree, prompt="hang", turn_timeout_s=1.0))
+    assert caught.value.kind == "timeout"
+    assert (await executor.run_turn(request(worktree))).text == "alive"
+
+
+async def test_cancel_ends_a_turn_the_agent_ignores_and_kills_what_it_started(
+    worktree: Path, write_script: Callable[..., Path], executors: Callable[..., AcpExecutor]
+) -> None:
+    script = write_script([{"run": ["sleep 60 & echo $! > bg.pid"], "fail": "hang"}])
+    executor = executors(script, cancel_grace_s=0.5)
+    started = asyncio.Event()
+
+    def observe(item: ToolCall | str) -> None:
+        if isinstance(item, ToolCall):
+            started.set()
+
+    turn = asyncio.create_task(executor.run_turn(request(worktree), observe))
+    await started.wait()
+    while not (worktree / "bg.pid").exists() or not (worktree / "bg.pid").read_text().strip():
+        await asyncio.sleep(0.05)  # the command runs after its tool call is announced
+    pid = executor.pid
+    assert pid is not None
+    await executor.cancel()
+    with pytest.raises(AgentError) as caught:
+        await turn
+    assert caught.value.kind == "cancelled"
+    assert not _alive(pid)
+    assert not _alive(int((worktree / "bg.pid").read_text()))
+
+
+async def test_permission_outside_the_worktree_is_refused_and_recorded(
+    worktree: Path, write_script: Callable[..., Path], executors: Callable[..., AcpExecutor]
+) -> None:
+    script = write_script([{"writes": {"inside.txt": "ok\n", "../outside.txt": "no\n"}, "reply": "done"}])
+    executor = executors(script)
+    result = await executor.run_turn(request(worktree))
+    assert (worktree / "inside.txt").read_text() == "ok\n"
+    assert not (worktree.parent / "outside.txt").exists()
+    assert len(result.refusals) == 1
+    assert "../outside.txt" in result.refusals[0] or "outside.txt" in result.refusals[0]
+    assert "permission refused" in result.text
+
+
+async def test_a_new_working_directory_opens_a_new_session(
+    worktree: Path, write_script: Callable[..., Path], executors: Callable[..., AcpExecutor]
+) -> None:
+    other = worktree.parent / "web"
+    subprocess.run(
+        ["git", "worktree", "add", "-q", "-b", "story/epic/web", str(other)], cwd=worktree, check=True
+    )
+    script = write_script(
+        [{"writes": {"here.txt": "x\n"}, "usage": {"input": 1, "output": 1, "costUsd": 0.5}}]
+    )
+    executor = executors(script)
+    first = await executor.run_turn(request(worktree))
+    pid = executor.pid
+    second = await executor.run_turn(request(other, story="web"))
+    assert executor.pid == pid
+    assert (worktree / "here.txt").exists() and (other / "here.txt").exists()
+    # Each session counts its cost from zero, so both turns cost what the script says.
+    assert first.usage is not None and second.usage is not None
+    assert first.usage.cost_usd == second.usage.cost_usd == 0.5
+
+
+async def test_an_agent_that_cannot_start_is_unavailable(
+    worktree: Path, tmp_path: Path, executors: Callable[..., AcpExecutor]
+) -> None:
+    broken = tmp_path / "broken.script.json"
+    broken.write_text("{not json")
+    with pytest.raises(AgentError) as caught:
+        await executors(broken).run_turn(request(worktree))
+    assert caught.value.kind == "unavailable"
+    assert "broken.script.json" in caught.value.message
+    missing = AcpExecutor(label="ghost#1", command=[str(tmp_path / "no-such-agent")])
+    with pytest.raises(AgentError) as caught:
+        await missing.run_turn(request(worktree))
+    assert caught.value.kind == "unavailable"
+    await missing.close()
