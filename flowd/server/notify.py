@@ -1,0 +1,229 @@
+"""From folded run state to `flow/*` notifications, and their pacing.
+
+`notes_for` is pure: given the run view after an event was folded, it says which notifications
+the event implies. `Pacer` sends them: transitions (a task started or completed, a lease or
+release, a lane's status, executor or task changing, a run's status) go out at once and in order;
+pure progress updates of one lane or one run's cost (tokens, dollars) are coalesced to at most one
+per `interval` per key, the later state winning. A transition supersedes a pending update of the
+same key, since it carries the newer state.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from flowd.events import (
+    BudgetExceeded,
+    Event,
+    ExecutorExcluded,
+    ExecutorLeased,
+    ExecutorReleased,
+    ExecutorResumed,
+    RunEnded,
+    RunStarted,
+    StoryStatusChanged,
+    TaskCompleted,
+    TasksPlanned,
+    TaskStarted,
+    TokensUsed,
+)
+from flowd.view import LaneView, RunView
+
+RUN = "flow/run"
+LANE = "flow/lane"
+TASK = "flow/task"
+CLONE = "flow/clone"
+COST = "flow/cost"
+
+
+@dataclass(frozen=True)
+class Note:
+    """One notification to send. `sig` is what makes an update a transition: when the signature of
+    a key changes, the note is sent at once; when it is unchanged, the note may be coalesced."""
+
+    method: str
+    params: dict[str, Any]
+    key: Hashable
+    transition: bool = False
+    sig: Hashable = None
+
+
+def lane_note(view: RunView, lane: LaneView, *, transition: bool = False) -> Note:
+    task = lane.task
+    sig = (lane.status, lane.executor, lane.clone, task.index if task else None, len(lane.tasks))
+    return Note(LANE, view.lane_wire(lane), (LANE, view.run_id, lane.lane), transition, sig)
+
+
+def run_note(view: RunView) -> Note:
+    return Note(RUN, view.run_wire(), (RUN, view.run_id), True)
+
+
+def cost_note(view: RunView, *, transition: bool = False) -> Note:
+    return Note(COST, view.cost_wire(), (COST, view.run_id), transition, view.budget_exceeded)
+
+
+def _clone_params(view: RunView, event: ExecutorLeased | ExecutorReleased, state: str) -> dict[str, Any]:
+    out: dict[str, Any] = {"runId": view.run_id, "executor": event.executor}
+    if event.clone is not None:
+        out["clone"] = event.clone
+    out["role"] = event.role
+    if event.label is not None:
+        out["label"] = event.label
+    out["state"] = state
+    return out
+
+
+def _exclusion_params(view: RunView, event: ExecutorExcluded | ExecutorResumed, state: str) -> dict[str, Any]:
+    out: dict[str, Any] = {"runId": view.run_id, "executor": event.executor, "state": state}
+    out["reason"] = event.reason
+    if event.until is not None:
+        out["until"] = event.until
+    return out
+
+
+def _task_notes(view: RunView, lane_id: str, indexes: list[int]) -> list[Note]:
+    lane = view.lanes.get(lane_id)
+    if lane is None:
+        return []
+    notes = []
+    for index in indexes:
+        if 1 <= index <= len(lane.tasks):
+            task = lane.tasks[index - 1]
+            key = (TASK, view.run_id, lane_id, index, task.state)
+            notes.append(Note(TASK, view.task_wire(lane, task), key, True))
+    return notes
+
+
+def _lane(view: RunView, lane_id: str | None) -> list[Note]:
+    if lane_id is None or lane_id not in view.lanes:
+        return []
+    return [lane_note(view, view.lanes[lane_id])]
+
+
+def notes_for(view: RunView, event: Event) -> list[Note]:
+    """The notifications implied by `event`, already folded into `view`."""
+    if isinstance(event, RunStarted):
+        return [run_note(view), *(lane_note(view, lane, transition=True) for lane in view.lanes.values())]
+    if isinstance(event, RunEnded):
+        lanes = [lane_note(view, lane, transition=True) for lane in view.lanes.values()]
+        return [*lanes, cost_note(view, transition=True), run_note(view)]
+    if isinstance(event, StoryStatusChanged):
+        return [*_lane(view, event.story), run_note(view)]
+    if isinstance(event, TasksPlanned):
+        lane = view.lanes.get(event.lane)
+        count = len(lane.tasks) if lane else 0
+        return [*_task_notes(view, event.lane, list(range(1, count + 1))), *_lane(view, event.lane)]
+    if isinstance(event, TaskStarted | TaskCompleted):
+        return [*_task_notes(view, event.lane, [event.index]), *_lane(view, event.lane)]
+    if isinstance(event, TokensUsed):
+        return [*_lane(view, event.lane), cost_note(view)]
+    if isinstance(event, ExecutorLeased | ExecutorReleased):
+        state = "leased" if isinstance(event, ExecutorLeased) else "released"
+        note = Note(CLONE, _clone_params(view, event, state), (CLONE, view.run_id, event.executor), True)
+        coder_lane = _lane(view, event.label) if event.role == "coder" else []
+        return [note, *coder_lane]
+    if isinstance(event, ExecutorExcluded | ExecutorResumed):
+        state = "excluded" if isinstance(event, ExecutorExcluded) else "resumed"
+        return [
+            Note(CLONE, _exclusion_params(view, event, state), (CLONE, view.run_id, event.executor), True)
+        ]
+    if isinstance(event, BudgetExceeded):
+        return [cost_note(view, transition=True)]
+    return []
+
+
+def snapshot(view: RunView) -> list[Note]:
+    """Every notification a client needs to draw a run it has not seen (attach, re-attach)."""
+    notes: list[Note] = [run_note(view)]
+    for lane in view.lanes.values():
+        notes.append(lane_note(view, lane, transition=True))
+        notes.extend(_task_notes(view, lane.lane, [t.index for t in lane.tasks]))
+    for clone in view.clones.values():
+        if clone.held:
+            params: dict[str, Any] = {"runId": view.run_id, "executor": clone.executor}
+            if clone.clone is not None:
+                params["clone"] = clone.clone
+            params["role"] = clone.role
+            if clone.label is not None:
+                params["label"] = clone.label
+            params["state"] = "leased"
+            notes.append(Note(CLONE, params, (CLONE, view.run_id, clone.executor), True))
+    notes.append(cost_note(view, transition=True))
+    return notes
+
+
+class Timer(Protocol):
+    def cancel(self) -> None: ...
+
+
+Scheduler = Callable[[float, Callable[[], None]], Timer]
+
+
+class Pacer:
+    """Sends notes through `send`, coalescing non-transitions per key to one per `interval` seconds."""
+
+    def __init__(
+        self,
+        send: Callable[[str, dict[str, Any]], None],
+        schedule: Scheduler,
+        *,
+        interval: float = 0.1,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._send = send
+        self._schedule = schedule
+        self._interval = interval
+        self._clock = clock
+        self._last_sent: dict[Hashable, float] = {}
+        self._sigs: dict[Hashable, Hashable] = {}
+        self._pending: dict[Hashable, Note] = {}
+        self._timers: dict[Hashable, Timer] = {}
+
+    def offer(self, note: Note) -> None:
+        key = note.key
+        changed = key not in self._sigs or self._sigs[key] != note.sig
+        now = self._clock()
+        if note.transition or changed:
+            self._drop_pending(key)
+            self._emit(note, now)
+            return
+        if key in self._pending:
+            self._pending[key] = note  # the later state wins; the timer is already set
+            return
+        due = self._last_sent.get(key, float("-inf")) + self._interval
+        if now >= due:
+            self._emit(note, now)
+            return
+        self._pending[key] = note
+        self._timers[key] = self._schedule(due - now, lambda: self._fire(key))
+
+    def flush(self) -> None:
+        """Send every pending update now (a run ended; the server is stopping)."""
+        for key in list(self._pending):
+            self._fire(key)
+
+    def forget(self, predicate: Callable[[Hashable], bool]) -> None:
+        """Drop bookkeeping for keys that can never be sent again (a run that ended)."""
+        for store in (self._last_sent, self._sigs):
+            for key in [k for k in store if predicate(k)]:
+                del store[key]
+
+    def _fire(self, key: Hashable) -> None:
+        self._timers.pop(key, None)
+        note = self._pending.pop(key, None)
+        if note is not None:
+            self._emit(note, self._clock())
+
+    def _drop_pending(self, key: Hashable) -> None:
+        self._pending.pop(key, None)
+        timer = self._timers.pop(key, None)
+        if timer is not None:
+            timer.cancel()
+
+    def _emit(self, note: Note, now: float) -> None:
+        self._last_sent[note.key] = now
+        self._sigs[note.key] = note.sig
+        self._send(note.method, note.params)

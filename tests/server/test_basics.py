@@ -1,0 +1,75 @@
+"""The protocol surface on an empty repository: capabilities, errors, status, cost, validation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from lsprotocol import types as lsp
+from pygls.exceptions import JsonRpcException
+
+from tests.server.conftest import FlowClient, command, request
+
+
+async def test_commands_are_advertised(client: FlowClient) -> None:
+    capabilities = client.init_result.capabilities  # type: ignore[attr-defined]
+    assert capabilities.execute_command_provider is not None
+    assert set(capabilities.execute_command_provider.commands) == {
+        "flow.launchEpic",
+        "flow.cancelEpic",
+        "flow.resumeEpic",
+        "flow.validatePlan",
+    }
+    assert client.init_result.server_info.name == "flowd"  # type: ignore[attr-defined]
+    result = await request(client, "flow/status", {})
+    assert result.runs == []
+
+
+async def test_bad_params_answer_32602_and_the_server_keeps_serving(client: FlowClient) -> None:
+    for method, params in [
+        ("flow/costReport", {"format": "pdf"}),
+        ("flow/costReport", {"runID": "x"}),
+        ("flow/status", [1, 2]),
+        ("flow/perimeter", {"uri": 3}),
+    ]:
+        with pytest.raises(JsonRpcException) as caught:
+            await request(client, method, params)
+        assert caught.value.code == -32602, (method, caught.value)
+        assert method in caught.value.message
+    with pytest.raises(JsonRpcException) as caught:
+        await command(client, "flow.cancelEpic", {"run": "x"})
+    assert caught.value.code == -32602
+    assert "runId" in caught.value.message
+    with pytest.raises(JsonRpcException) as caught:
+        await command(client, "flow.resumeEpic", {"runId": "a", "plan": "b"})
+    assert caught.value.code == -32602
+    assert "exactly one" in caught.value.message
+    # Still serving.
+    assert (await request(client, "flow/status", {})).runs == []
+
+
+async def test_unknown_method_answers_32601(client: FlowClient) -> None:
+    with pytest.raises(JsonRpcException) as caught:
+        await request(client, "flow/nope", {})
+    assert caught.value.code == -32601
+    assert (await request(client, "flow/status", {})).runs == []
+
+
+async def test_cost_report_on_an_empty_repo(client: FlowClient) -> None:
+    report = await request(client, "flow/costReport", {})
+    assert report.schemaVersion == 1
+    assert report.runs == 0
+    text = await request(client, "flow/costReport", {"format": "markdown"})
+    assert isinstance(text.text, str) and text.text
+    plain = await request(client, "flow/costReport", {"format": "text"})
+    assert isinstance(plain.text, str) and plain.text
+
+
+async def test_plan_outside_the_workspace_is_refused(client: FlowClient, repo: Path, tmp_path: Path) -> None:
+    outside = tmp_path / "x.epic.json"
+    outside.write_text("{}")
+    for plan in ("../x.epic.json", str(outside), outside.as_uri()):
+        with pytest.raises(JsonRpcException) as caught:
+            await command(client, "flow.validatePlan", {"plan": plan})
+        assert caught.value.code == -32602
+        assert "outside the workspace" in caught.value.message
