@@ -15,15 +15,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib
 import sys
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Protocol, cast
+from typing import Protocol
 
 from flowd.agents.base import AgentError, Executor, TurnObserver, TurnRequest, TurnResult
+from flowd.agents.factory import make_executor
 from flowd.config import ExecutorSpec, Roster
 from flowd.errors import EXIT_HALTED, FlowdError
 from flowd.events import (
@@ -64,12 +64,6 @@ class NoExecutor(FlowdError):
 
 class ExecutorFactory(Protocol):
     def __call__(self, spec: ExecutorSpec, *, clone: int, log_dir: Path | None = None) -> Executor: ...
-
-
-def _default_factory() -> ExecutorFactory:
-    # Imported late: the factory imports every agent kind, the pool needs none of them.
-    module = importlib.import_module("flowd.agents.factory")
-    return cast(ExecutorFactory, module.make_executor)
 
 
 @dataclass(frozen=True)
@@ -165,7 +159,7 @@ class RosterPool:
         *,
         state_path: Path,
         emit: Callable[[Event], None],
-        executor_factory: ExecutorFactory | None = None,
+        executor_factory: ExecutorFactory = make_executor,
         clock: Callable[[], datetime] = utc_now,
         policy: ExclusionPolicy | None = None,
         log_dir: Path | None = None,
@@ -173,7 +167,7 @@ class RosterPool:
         self._roster = roster
         self._state_path = state_path
         self._emit = emit
-        self._factory = executor_factory or _default_factory()
+        self._factory = executor_factory
         self._clock = clock
         self._policy = policy or ExclusionPolicy()
         self._log_dir = log_dir

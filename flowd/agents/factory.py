@@ -11,6 +11,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from flowd.agents.base import Executor
+from flowd.agents.cli_kind import CliExecutor
+from flowd.agents.openai_kind import OpenAIExecutor
 from flowd.config import ExecutorSpec
 from flowd.errors import FlowdError
 
@@ -57,6 +59,8 @@ def _script(spec: ExecutorSpec, clone: int, log_dir: Path | None) -> Executor:
 CONSTRUCTORS: dict[str, Constructor] = {
     "acp": _acp,
     "script": _script,
+    "cli": lambda spec, clone, log_dir: CliExecutor(spec, clone=clone, log_dir=log_dir),
+    "openai": lambda spec, clone, log_dir: OpenAIExecutor(spec, clone=clone, log_dir=log_dir),
 }
 
 # Kinds served by modules outside this package's ACP support, for the error message.
