@@ -44,7 +44,7 @@ export interface CommandContext {
   server(): FlowServer | undefined;
   /** The flowd executable, for commands that run it as a process. */
   flowdPath(): string | undefined;
-  /** Asks the server for `flow/status` and feeds the model. */
+  /** Asks the server for `flow/status` and feeds the model; never rejects (failures are logged). */
   refresh(): Promise<StatusResult | undefined>;
 }
 

@@ -77,7 +77,11 @@ export function reportLine(repo: string, run: RunEntry, lane: LaneEntry): string
 
 function storyLine(story: unknown): string {
   const get = (k: string): unknown => field(story, k);
-  const parts = [`${String(get("id"))}: ${String(get("status") ?? "?")}`];
+  const text = (k: string): string => {
+    const v = get(k);
+    return typeof v === "string" || typeof v === "number" ? String(v) : "?";
+  };
+  const parts = [`${text("id")}: ${text("status")}`];
   const branch = get("branch");
   if (typeof branch === "string") parts.push(branch);
   const executor = get("executor");

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The extension's checks, as `make vscode-test` runs them:
+#   cd editors/vscode && FLOWD_BIN=/abs/path/to/flowd ./scripts/test.sh
+# Installs node_modules when missing or stale, regenerates the plan schema from flowd, then
+# typecheck, lint, build and the node --test suite. Wire tests against the real `flowd serve`
+# run only with FLOWD_WIRE=1.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if ! node scripts/deps-fresh.mjs; then
+  echo "== npm ci (node_modules missing or stale)"
+  npm ci --no-audit --no-fund --loglevel=error
+fi
+
+echo "== schema"
+node scripts/schema.mjs
+echo "== typecheck"
+npm run --silent typecheck
+echo "== lint"
+npm run --silent lint
+echo "== build"
+npm run --silent build
+echo "== test"
+npm run --silent test
