@@ -8,7 +8,7 @@ Two dialects are understood, and a stream may use either (the parser keys on eve
   command_execution, file_change, mcp_tool_call, …), `turn.completed` with `usage`, and
   `turn.failed` / `error`.
 The prompt goes to the process's stdin; the process runs in the turn's cwd with the roster's env
-over flowd's own. A process that prints nothing for the stall timeout is killed (its whole
+over a few of flowd's own variables (PATH, HOME, locale, config dirs; never its secrets). A process that prints nothing for the stall timeout is killed (its whole
 process group), as is one that outlives the turn timeout or whose turn is cancelled.
 """
 
@@ -32,6 +32,18 @@ from flowd.config import ExecutorSpec
 Dialect = Literal["claude", "codex", "other"]
 _LINE_LIMIT = 32 * 1024 * 1024  # one JSON line may carry a whole file's tool result
 _STDERR_KEEP = 200  # lines of stderr kept for the error message
+# What the CLI gets from flowd's own environment (as for ACP agents); the roster's `env` goes on
+# top. Keys and tokens are passed only when the roster names them; the CLIs' own sign-in lives
+# under HOME (or the config dirs below), which is why those pass through.
+BASE_ENV_KEYS = (
+    "PATH", "HOME", "LOGNAME", "USER", "SHELL", "TERM", "LANG", "LC_ALL", "LC_CTYPE", "TMPDIR", "TZ",
+    "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME", "XDG_CACHE_HOME", "CLAUDE_CONFIG_DIR",
+    "CODEX_HOME", "GEMINI_CLI_HOME", "SYSTEMROOT",
+)  # fmt: skip
+
+
+def cli_environment(roster_env: dict[str, str]) -> dict[str, str]:
+    return {**{k: os.environ[k] for k in BASE_ENV_KEYS if k in os.environ}, **roster_env}
 
 
 def dialect_of(command: list[str]) -> Dialect:
@@ -271,7 +283,7 @@ class CliExecutor:
             proc = await asyncio.create_subprocess_exec(
                 *argv,
                 cwd=request.cwd,
-                env={**os.environ, **self.spec.resolved_env},
+                env=cli_environment(self.spec.resolved_env),
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,

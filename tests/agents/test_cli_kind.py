@@ -55,7 +55,10 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
-async def test_claude_stream_gives_text_tools_and_usage_with_cache_and_cost(tmp_path: Path) -> None:
+async def test_claude_stream_gives_text_tools_and_usage_with_cache_and_cost(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FLOWD_TEST_SECRET", "not for agents")  # only the roster's env reaches them
     record = tmp_path / "seen.json"
     executor = CliExecutor(
         spec("claude_success.jsonl", "--record", str(record), env={"FLOWD_TEST_KEY": "k1"}), clone=2
