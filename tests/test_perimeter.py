@@ -2,7 +2,16 @@ from __future__ import annotations
 
 import pytest
 
-from flowd.perimeter import classify, owner_of_path, shared_by, task_owns_violations
+from flowd.perimeter import (
+    classify,
+    owner_of_path,
+    paths_named_in,
+    prune_read_first,
+    shared_by,
+    stray_tasks,
+    task_owns_violations,
+)
+from flowd.tasks.model import Task, TaskPlan
 from tests.plan.helpers import plan, story
 
 PLAN = plan(
@@ -66,3 +75,41 @@ def test_unsafe_entries_never_cover_anything() -> None:
 )
 def test_task_owns_violations(changed: list[str], owns: list[str], expected: list[str]) -> None:
     assert task_owns_violations(changed, owns) == expected
+
+
+def test_paths_named_in_prose() -> None:
+    p = plan(story("app", owned=["src/App.tsx", "src/kit/"]), story("docs", owned=["docs/"]))
+    text = "Register X in App.tsx and read src/kit/api.ts, en/it. See https://x/src/a.ts and docs/guide.md."
+    assert paths_named_in(p, text) == ["src/App.tsx", "src/kit/api.ts", "docs/guide.md"]
+
+
+def test_stray_tasks() -> None:
+    p = plan(
+        story("app", owned=["src/app/", "src/main.py"], sharedReadOnly=["src/lib/util.py"]),
+        story("lib", owned=["src/lib/"]),
+        story("docs", owned=["docs/"]),
+    )
+    tasks = TaskPlan(
+        story_id="app",
+        tasks=[
+            Task(title="Edit src/lib/x.py", description="done already", completed=True),
+            Task(title="Main", description="Change src/main.py and src/app/a.py, reading src/lib/util.py."),
+            Task(title="Folder", description="Work in src/ on src/app/b.py"),
+            Task(title="Docs", description="Update docs/app.md and src/lib/y.py"),
+            Task(title="Nobody's", description="Touch src/other/z.py"),
+        ],
+    )
+    strays = stray_tasks(p, "app", tasks)
+    assert [(s.index, s.paths, s.foreign) for s in strays] == [
+        (4, ["docs/app.md", "src/lib/y.py"], True),
+        (5, ["src/other/z.py"], False),
+    ]
+
+
+def test_prune_read_first_keeps_safe_anchors_with_tracked_files() -> None:
+    p = plan(story("a", readFirst=["src/a/", "src/missing.py", "../x", "README.md"]), story("b"))
+    pruned, dropped = prune_read_first(p, ["src/a/x.py", "README.md"])
+    assert pruned.stories[0].read_first == ["src/a/", "README.md"]
+    assert dropped == [("a", "src/missing.py"), ("a", "../x")]
+    same, none = prune_read_first(pruned, ["src/a/x.py", "README.md"])
+    assert same is pruned and none == []

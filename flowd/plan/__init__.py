@@ -14,6 +14,7 @@ from flowd.plan.graph import (
 )
 from flowd.plan.hashing import story_hash
 from flowd.plan.jsonpos import Positions, Span
+from flowd.plan.markdown import render_plan_markdown
 from flowd.plan.model import ID_PATTERN, Story, StoryPlan
 from flowd.plan.parse import ParsedPlan, check_plan_file, load_plan, parse_plan_text
 from flowd.plan.validate import violations
@@ -36,6 +37,7 @@ __all__ = [
     "owner_of",
     "parse_plan_text",
     "ready",
+    "render_plan_markdown",
     "story_hash",
     "violations",
     "wave_of",
