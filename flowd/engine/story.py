@@ -164,6 +164,9 @@ class StoryRun:
             state = None
         if state is not None and state.status == "merged":
             self.state = state
+            # A runner killed between the merge and its clean-up left the worktree: finish the job.
+            if (Path(state.worktree) / ".git").exists():
+                self._clean_up_at(Path(state.worktree))
             return "merged on a previous run"
         if state is None:
             base = repo.head(ctx.epic_branch)
@@ -198,8 +201,7 @@ class StoryRun:
             # Merged just before the previous runner stopped: record it, never merge twice.
             self.state = state.model_copy(update={"status": "merged", "worktree": str(self.worktree)})
             save_state(ctx.paths, self.state)
-            with contextlib.suppress(FlowdError):
-                repo.worktree_remove(self.worktree)
+            self._clean_up_at(self.worktree)
             return "merged before the previous run stopped"
         self.state = state.model_copy(
             update={"status": "started", "worktree": str(self.worktree), "reason": None}
@@ -321,7 +323,10 @@ class StoryRun:
             return commit
 
     def _clean_up(self) -> None:
+        self._clean_up_at(self.worktree)
+
+    def _clean_up_at(self, worktree: Path) -> None:
         try:
-            self.ctx.repo.worktree_remove(self.worktree)
+            self.ctx.repo.worktree_remove(worktree)
         except FlowdError as exc:
             self.info(f"kept its worktree: {exc}")
