@@ -241,6 +241,7 @@ class AcpExecutor:
         model: str | None = None,
         log_path: Path | None = None,
         cancel_grace_s: float = 5.0,
+        start_timeout_s: float = 60.0,
     ) -> None:
         if not command:
             raise ValueError("an ACP executor needs a command")
@@ -250,6 +251,7 @@ class AcpExecutor:
         self._model = model
         self._log_path = log_path
         self._cancel_grace_s = cancel_grace_s
+        self._start_timeout_s = start_timeout_s
         self._client = _Client(self)
         self._proc: asyncio.subprocess.Process | None = None
         self._conn: Any = None
@@ -275,8 +277,12 @@ class AcpExecutor:
             loop = asyncio.get_running_loop()
             self._last_heard = loop.time()
             cwd = request.cwd.resolve()
+            if not cwd.is_dir():
+                raise AgentError("error", f"{self.label}: the working directory {cwd} does not exist")
+            # Starting a process (node, or Python importing acp) is not a stall: allow it a while.
+            start_s = max(request.stall_timeout_s, self._start_timeout_s)
             try:
-                session_id = await asyncio.wait_for(self._ensure_session(cwd), request.stall_timeout_s)
+                session_id = await asyncio.wait_for(self._ensure_session(cwd), start_s)
             except TimeoutError:
                 await self._stop(graceful=False)
                 raise AgentError("stall", f"{self.label}: no answer while starting the agent")

@@ -36,25 +36,27 @@ _KEPT_RUNS = 50  # counts of older runs are dropped so the state file stays smal
 
 
 class RunCounts:
-    """`times` bookkeeping shared by every process serving one script: {runId: {ruleIndex: n}}."""
+    """`times` bookkeeping shared by every process serving one script: {runId: {ruleIndex: n}}.
+
+    One file per script (named by a hash of its path and content), read and rewritten under an
+    exclusive `flock` on the file itself, so concurrent clones never lose a count.
+    """
 
     def __init__(self, script_path: Path, script_text: bytes) -> None:
         configured = os.environ.get(STATE_ENV)
-        if configured:
-            base = Path(configured)
-        else:
-            key = hashlib.sha256(str(script_path.resolve()).encode() + b"\0" + script_text).hexdigest()[:16]
-            base = Path(tempfile.gettempdir()) / f"flowd-script-{key}"
-        self.path = base / "counts.json"
-        self._lock_path = base / "counts.lock"
+        base = Path(configured) if configured else Path(tempfile.gettempdir()) / "flowd-script-state"
+        key = hashlib.sha256(str(script_path.resolve()).encode() + b"\0" + script_text).hexdigest()[:16]
+        self.path = base / f"{script_path.name}-{key}.json"
 
     def take(self, run_id: str, choose: Any) -> int | None:
         """Under the lock: `choose(counts)` picks a rule index (or None), whose count then goes up."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self._lock_path, "a+") as lock:
-            fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        with open(fd, "r+", encoding="utf-8") as handle:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
             try:
-                data = self._read()
+                handle.seek(0)
+                data = _parse(handle.read())
                 runs: dict[str, dict[str, int]] = data.setdefault("runs", {})
                 counts = runs.get(run_id, {})
                 index: int | None = choose({int(k): v for k, v in counts.items()})
@@ -64,19 +66,21 @@ class RunCounts:
                     runs[run_id] = counts  # most recent last, so trimming drops the oldest runs
                     while len(runs) > _KEPT_RUNS:
                         runs.pop(next(iter(runs)))
-                    tmp = self.path.with_suffix(".tmp")
-                    tmp.write_text(json.dumps(data), encoding="utf-8")
-                    os.replace(tmp, self.path)
+                    handle.seek(0)
+                    handle.truncate()
+                    handle.write(json.dumps(data))
+                    handle.flush()
                 return index
             finally:
-                fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+                fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
-    def _read(self) -> dict[str, Any]:
-        try:
-            data = json.loads(self.path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return {}
-        return data if isinstance(data, dict) else {}
+
+def _parse(text: str) -> dict[str, Any]:
+    try:
+        data = json.loads(text) if text.strip() else {}
+    except ValueError:
+        return {}  # a torn write (the machine died mid-write): counting starts afresh
+    return data if isinstance(data, dict) else {}
 
 
 def default_reply(role: str | None, story: str | None, epic_id: str | None) -> str:
@@ -112,6 +116,7 @@ class ScriptAgent:
         self._sessions: dict[str, Path] = {}
         self._cost: dict[str, float] = {}  # cumulative per session, as claude-agent-acp reports it
         self._calls = 0
+        self._cancelled: dict[str, asyncio.Event] = {}
 
     def on_connect(self, conn: Any) -> None:
         self._conn = conn
@@ -134,7 +139,8 @@ class ScriptAgent:
         return NewSessionResponse(session_id=session_id)
 
     async def cancel(self, session_id: str, **_: Any) -> None:
-        return None  # turns are short; a `hang` rule deliberately ignores cancellation too
+        # Honoured during `delayMs`, as ACP asks (reply `cancelled`); a `hang` rule ignores it.
+        self._cancelled.setdefault(session_id, asyncio.Event()).set()
 
     async def prompt(self, prompt: list[Any], session_id: str, **meta: Any) -> Any:
         from acp import PromptResponse, RequestError
@@ -152,10 +158,14 @@ class ScriptAgent:
         def choose(counts: dict[int, int]) -> int | None:
             return pick_rule(self._script, counts, role=role, story=story, task=task, prompt=text)
 
+        cancelled = self._cancelled[session_id] = asyncio.Event()
         index = await asyncio.to_thread(self._counts.take, run_id, choose)
         rule = self._script.rules[index] if index is not None else Rule()
         if rule.delay_ms:
-            await asyncio.sleep(rule.delay_ms / 1000)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(cancelled.wait(), rule.delay_ms / 1000)
+            if cancelled.is_set():
+                return PromptResponse(stop_reason="cancelled")
         await self._think(session_id, f"Working as {role or 'agent'}" + (f" on {task}" if task else "") + ".")
         refused = await self._act(session_id, cwd, rule)
         if rule.fail == "crash":

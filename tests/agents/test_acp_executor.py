@@ -275,3 +275,31 @@ async def test_an_agent_that_cannot_start_is_unavailable(
         await missing.run_turn(request(worktree))
     assert caught.value.kind == "unavailable"
     await missing.close()
+
+
+async def test_cancel_during_a_delay_gets_a_cancelled_answer_and_keeps_the_agent(
+    worktree: Path, write_script: Callable[..., Path], executors: Callable[..., AcpExecutor]
+) -> None:
+    script = write_script([{"when": {"prompt": "slow"}, "delayMs": 60000}, {"reply": "quick"}])
+    executor = executors(script)
+    await executor.run_turn(request(worktree))
+    pid = executor.pid
+    turn = asyncio.create_task(executor.run_turn(request(worktree, prompt="slow")))
+    while executor._turn is None:  # the turn is in flight once its session is settled
+        await asyncio.sleep(0.01)
+    await executor.cancel()
+    with pytest.raises(AgentError) as caught:
+        await turn
+    assert caught.value.kind == "cancelled"
+    assert executor.pid == pid  # it answered `cancelled`, so it did not need killing
+    assert (await executor.run_turn(request(worktree))).text == "quick"
+
+
+async def test_a_missing_working_directory_is_not_the_agents_fault(
+    tmp_path: Path, write_script: Callable[..., Path], executors: Callable[..., AcpExecutor]
+) -> None:
+    executor = executors(write_script([]))
+    with pytest.raises(AgentError) as caught:
+        await executor.run_turn(request(tmp_path / "gone"))
+    assert caught.value.kind == "error"
+    assert executor.pid is None
