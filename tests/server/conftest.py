@@ -149,3 +149,8 @@ async def command(client: LanguageClient, name: str, *arguments: Any) -> Any:
         client.workspace_execute_command_async(lsp.ExecuteCommandParams(command=name, arguments=list(arguments))),
         60,
     )
+
+
+def cleared(client: LanguageClient, uri: str) -> bool:
+    """Diagnostics were published for `uri`, and the last publication was empty."""
+    return uri in client.diagnostics and len(client.diagnostics[uri]) == 0
