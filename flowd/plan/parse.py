@@ -114,7 +114,9 @@ def parse_plan_text(text: str, *, markdown: bool) -> ParsedPlan:
     """Decode a plan from a JSON file's text, or from the storyplan block of a Markdown file."""
     index = LineIndex(text)
     if not markdown:
-        return _decode(text, 0, len(text), index, "the plan")
+        # An editor may hand over a byte-order mark; skip it without shifting other positions.
+        start = 1 if text.startswith("\ufeff") else 0
+        return _decode(text, start, len(text), index, "the plan")
     match = _BLOCK.search(text)
     if match is None:
         empty = _BLOCK_EMPTY.search(text)

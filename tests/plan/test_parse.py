@@ -192,3 +192,8 @@ def test_a_markdown_plan_without_md_suffix_is_recognised(tmp_path: Path) -> None
     path = tmp_path / "plan.txt"
     path.write_text(markdown_plan(JSON_PLAN))
     assert [v.code for v in check_plan_file(path)] == ["plan.unknownDependency", "plan.overlap"]
+
+
+def test_a_byte_order_mark_is_skipped() -> None:
+    parsed = parse_plan_text("\ufeff" + JSON_PLAN, markdown=False)
+    assert parsed.plan is not None and parsed.plan.epic_id == "auth"
