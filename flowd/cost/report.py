@@ -1,9 +1,9 @@
 """The cross-run cost report (contract §7): a pure, streaming fold of usage samples.
 
-Samples are aggregated as they arrive into one small accumulator per distinct
-(run, local hour, model, agent, executor clone, story, estimated) combination, so memory grows with
-the variety of the usage, not its volume; every section of the report is rolled up from those at
-the end. Buckets are local hours and days of the report's IANA zone (zoneinfo, so DST is right:
+Samples are aggregated as they arrive into two small tables of accumulators, one keyed by
+(run, local hour, model, estimated) and one by (agent, executor, clone, story), so memory grows
+with the variety of the usage, never with its volume; every section of the report is rolled up
+from those two at the end. Buckets are local hours and days of the report's IANA zone (zoneinfo, so DST is right:
 the repeated hour of a fall-back night is one `HH:00` bucket holding both).
 """
 
@@ -208,8 +208,9 @@ class _Acc:
         )
 
 
-# (run, local hour key, model, agent, executor, clone, story, estimated)
-_Key = tuple[str, str, str | None, str, str | None, int | None, str | None, bool]
+# (run, local hour key, model, estimated) and (agent, executor, clone, story)
+_WhenKey = tuple[str, str, str | None, bool]
+_WhoKey = tuple[str, str | None, int | None, str | None]
 
 
 def zone_label(zone: tzinfo) -> str:
@@ -247,7 +248,8 @@ def build_report(
     (a scan fills it as it goes): skipped files/lines and the runs' budgets."""
     prices = prices or Prices()
     zone = as_zone(tz)
-    combos: dict[_Key, _Acc] = {}
+    when: dict[_WhenKey, _Acc] = {}
+    who: dict[_WhoKey, _Acc] = {}
     hours: dict[str, str] = {}
     first: str | None = None
     last: str | None = None
@@ -267,30 +269,45 @@ def build_report(
             first = at
         if last is None or at > last:
             last = at
-        key = (s.run_id, hour, s.model, s.agent, s.executor, s.clone, s.lane, s.estimated)
-        acc = combos.get(key)
-        if acc is None:
-            acc = combos[key] = _Acc()
-        acc.requests += 1
-        acc.input += s.input
-        acc.output += s.output
-        acc.cached_read += s.cached_read
-        acc.cache_write += s.cache_write
+        input_, output, cached_read, cache_write = s.input, s.output, s.cached_read, s.cache_write
         cost = price(s)
+        # The two updates are spelled out: this loop runs once per usage line.
+        key1 = (s.run_id, hour, s.model, s.estimated)
+        acc = when.get(key1)
+        if acc is None:
+            acc = when[key1] = _Acc()
+        acc.requests += 1
+        acc.input += input_
+        acc.output += output
+        acc.cached_read += cached_read
+        acc.cache_write += cache_write
+        key2 = (s.agent, s.executor, s.clone, s.lane)
+        acc2 = who.get(key2)
+        if acc2 is None:
+            acc2 = who[key2] = _Acc()
+        acc2.requests += 1
+        acc2.input += input_
+        acc2.output += output
+        acc2.cached_read += cached_read
+        acc2.cache_write += cache_write
         if cost is None:
             acc.unpriced_requests += 1
-            acc.unpriced_tokens += s.input + s.output
+            acc.unpriced_tokens += input_ + output
+            acc2.unpriced_requests += 1
+            acc2.unpriced_tokens += input_ + output
         else:
             acc.cost += cost
             acc.priced += 1
+            acc2.cost += cost
+            acc2.priced += 1
 
-    report = _roll_up(combos, zone, prices_as_of(), runs_per_day)
+    report = _roll_up(when, who, zone, prices_as_of(), runs_per_day)
     report.from_, report.to = first, last
     if stats is not None:
         report.skipped = Skipped(
             files=stats.skipped_files, lines=stats.skipped_lines, problems=stats.problems
         )
-        report.budgets = _budgets(combos, stats, run_id)
+        report.budgets = _budgets(when, stats, run_id)
     return report
 
 
@@ -302,7 +319,13 @@ def _local_hour(minute: str, zone: tzinfo) -> str:
     return moment.astimezone(zone).strftime("%Y-%m-%d %H:00")
 
 
-def _roll_up(combos: dict[_Key, _Acc], zone: tzinfo, as_of: str, runs_per_day: float | None) -> CostReport:
+def _roll_up(
+    when: dict[_WhenKey, _Acc],
+    who: dict[_WhoKey, _Acc],
+    zone: tzinfo,
+    as_of: str,
+    runs_per_day: float | None,
+) -> CostReport:
     measured, estimated, unpriced = _Acc(), _Acc(), _Acc()
     unpriced_models: set[str] = set()
     runs: set[str] = set()
@@ -313,7 +336,7 @@ def _roll_up(combos: dict[_Key, _Acc], zone: tzinfo, as_of: str, runs_per_day: f
     executors: dict[str, _Acc] = {}
     stories: dict[str, _Acc] = {}
 
-    for (run, hour, model, agent, executor, clone, lane, is_estimated), acc in combos.items():
+    for (run, hour, model, is_estimated), acc in when.items():
         runs.add(run)
         (estimated if is_estimated else measured).merge(acc)
         if acc.unpriced_requests:
@@ -326,6 +349,7 @@ def _roll_up(combos: dict[_Key, _Acc], zone: tzinfo, as_of: str, runs_per_day: f
             (row[1] if is_estimated else row[0]).merge(acc)
             row[2].add(run)
         _into(models, (model or UNKNOWN_MODEL, is_estimated), acc)
+    for (agent, executor, clone, lane), acc in who.items():
         _into(agents, agent, acc)
         if executor is not None:
             _into(executors, f"{executor}#{clone}" if clone is not None else executor, acc)
@@ -477,9 +501,9 @@ def _projection(runs_per_day: float, runs: int, tokens: int, cost: float | None)
     )
 
 
-def _budgets(combos: dict[_Key, _Acc], stats: ScanStats, run_id: str | None) -> list[BudgetRow]:
+def _budgets(when: dict[_WhenKey, _Acc], stats: ScanStats, run_id: str | None) -> list[BudgetRow]:
     spent: dict[str, float] = {}
-    for key, acc in combos.items():
+    for key, acc in when.items():
         spent[key[0]] = spent.get(key[0], 0.0) + acc.cost
     rows: list[BudgetRow] = []
     for run, budget in sorted(stats.budgets.items()):

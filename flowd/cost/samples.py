@@ -108,46 +108,67 @@ def _count(value: object) -> int | None:
 
 def sample_from_dict(raw: Any, run_hint: str = "") -> Sample | None:
     """A sample from one parsed trace line, or None when it is not a usable TokensUsed line."""
-    if not isinstance(raw, dict):
+    # Written for speed (it runs once per usage line): plain lookups and exact type checks on the
+    # common shape, with the tolerant conversions only when a field is odd.
+    if type(raw) is not dict:
         return None
     event = raw.get("event")
-    if not isinstance(event, dict) or event.get("type") != "TokensUsed":
+    if type(event) is not dict or event.get("type") != "TokensUsed":
         return None
     usage = event.get("usage")
-    at = _canonical_at(raw.get("at"))
-    if not isinstance(usage, dict) or at is None:
-        return None
+    at = raw.get("at")
+    if type(at) is not str or len(at) != 24 or at[23] != "Z" or at[10] != "T":
+        at = _canonical_at(at)
     agent = event.get("agent")
-    if not isinstance(agent, str):
+    if type(usage) is not dict or at is None or type(agent) is not str:
         return None
     run_id = raw.get("runId")
-    if not isinstance(run_id, str) or not run_id:
+    if type(run_id) is not str or not run_id:
         run_id = run_hint
-    counts = [_count(usage.get(k)) for k in ("input", "output", "cachedRead", "cacheWrite")]
-    if any(c is None for c in counts):
-        return None
-    input_, output, cached_read, cache_write = (c or 0 for c in counts)
+    input_ = usage.get("input", 0)
+    output = usage.get("output", 0)
+    cached_read = usage.get("cachedRead") or 0
+    cache_write = usage.get("cacheWrite") or 0
+    if not (
+        type(input_) is int
+        and type(output) is int
+        and type(cached_read) is int
+        and type(cache_write) is int
+        and input_ >= 0
+        and output >= 0
+        and cached_read >= 0
+        and cache_write >= 0
+    ):
+        counts = [_count(v) for v in (input_, output, cached_read, cache_write)]
+        if any(c is None for c in counts):
+            return None
+        input_, output, cached_read, cache_write = (c or 0 for c in counts)
     cost = usage.get("costUsd")
-    if cost is not None and (isinstance(cost, bool) or not isinstance(cost, int | float) or cost < 0):
-        return None
+    if cost is not None:
+        if type(cost) is int:
+            cost = float(cost)
+        elif type(cost) is not float:
+            return None
+        if not cost >= 0:
+            return None
     model = event.get("model")
     lane = event.get("lane")
     executor = event.get("executor")
     clone = event.get("clone")
     return Sample(
-        run_id=run_id,
-        at=at,
-        agent=agent,
-        input=input_,
-        output=output,
-        cached_read=cached_read,
-        cache_write=cache_write,
-        cost_usd=float(cost) if cost is not None else None,
-        estimated=event.get("estimated") is True,
-        model=model if isinstance(model, str) and model else None,
-        lane=lane if isinstance(lane, str) and lane else None,
-        executor=executor if isinstance(executor, str) and executor else None,
-        clone=clone if isinstance(clone, int) and not isinstance(clone, bool) else None,
+        run_id,
+        at,
+        agent,
+        input_,
+        output,
+        cached_read,
+        cache_write,
+        cost,
+        event.get("estimated") is True,
+        model if type(model) is str and model else None,
+        lane if type(lane) is str and lane else None,
+        executor if type(executor) is str and executor else None,
+        clone if type(clone) is int else None,
     )
 
 
