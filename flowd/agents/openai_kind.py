@@ -178,7 +178,7 @@ class OpenAIExecutor:
         self._url = spec.base_url.rstrip("/") + "/chat/completions"
         self._api_key = spec.resolved_env.get("OPENAI_API_KEY")
         self._history: dict[tuple[str, ...], list[dict[str, str]]] = {}
-        self._conn: http.client.HTTPConnection | None = None
+        self._sock: socket.socket | None = None
         self._lock = threading.Lock()
         self._aborted = threading.Event()  # set by cancel/timeout, seen by a thread not yet connected
 
@@ -234,32 +234,37 @@ class OpenAIExecutor:
         headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
         if self._api_key:
             headers["Authorization"] = f"Bearer {self._api_key}"
-        with self._lock:
-            self._conn = conn
         try:
-            if self._aborted.is_set():
-                raise AgentError("cancelled", "the turn was cancelled")
             try:
+                conn.connect()
+                with self._lock:
+                    if self._aborted.is_set():
+                        raise AgentError("cancelled", "the turn was cancelled")
+                    # The raw socket, kept apart: http.client drops `conn.sock` once a response
+                    # that closes the connection owns it, and `_abort` must still reach it.
+                    self._sock = conn.sock
                 conn.request("POST", path or "/", body=body, headers=headers)
                 response = conn.getresponse()
             except TimeoutError as exc:
                 raise AgentError("stall", f"{self._url} did not answer within {stall_s:g}s") from exc
             except OSError as exc:
                 raise AgentError("unavailable", f"cannot reach {self._url}: {exc}") from exc
-            if response.status >= 400:
-                text = response.read(_MAX_ERROR_BODY).decode("utf-8", "replace")
-                raise classify_http(
-                    response.status, text, retry_after=response.getheader("Retry-After"), url=self._url
-                )
             try:
+                if response.status >= 400:
+                    text = response.read(_MAX_ERROR_BODY).decode("utf-8", "replace")
+                    raise classify_http(
+                        response.status, text, retry_after=response.getheader("Retry-After"), url=self._url
+                    )
                 return self._read(response, on_delta, stall_s)
             except TimeoutError as exc:
                 raise AgentError("stall", f"{self._url} sent nothing for {stall_s:g}s") from exc
             except (OSError, http.client.HTTPException) as exc:
                 raise AgentError("unavailable", f"the stream from {self._url} broke: {exc}") from exc
+            finally:
+                response.close()
         finally:
             with self._lock:
-                self._conn = None
+                self._sock = None
             conn.close()
 
     def _read(
@@ -295,10 +300,10 @@ class OpenAIExecutor:
         """Close the socket under the worker thread, so its blocking read ends now."""
         with self._lock:
             self._aborted.set()
-            conn = self._conn
-        if conn is not None and conn.sock is not None:
+            sock = self._sock
+        if sock is not None:
             with contextlib.suppress(OSError):
-                conn.sock.shutdown(socket.SHUT_RDWR)
+                sock.shutdown(socket.SHUT_RDWR)
 
     async def cancel(self) -> None:
         self._abort()

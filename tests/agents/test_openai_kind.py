@@ -58,7 +58,7 @@ def server() -> Iterator[Server]:
 
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     httpd.daemon_threads = True
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     state.url = f"http://127.0.0.1:{httpd.server_address[1]}/v1"
     try:
