@@ -96,7 +96,7 @@ def test_hour_buckets_across_the_fall_back_in_rome() -> None:
     assert report.averages.peak_hour == "2026-10-25 02:00"
     # The same samples in UTC: five distinct hours, two days split differently.
     utc = build_report([sample(at, input=100) for at in times], prices=PRICES, tz="UTC")
-    assert [b.key for b in utc.by_hour][0] == "2026-10-24 21:00" and len(utc.by_hour) == 5
+    assert utc.by_hour[0].key == "2026-10-24 21:00" and len(utc.by_hour) == 5
     assert [d.measured.requests for d in utc.by_day] == [2, 3]
 
 
