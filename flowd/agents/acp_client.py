@@ -286,6 +286,10 @@ class AcpExecutor:
             except TimeoutError:
                 await self._stop(graceful=False)
                 raise AgentError("stall", f"{self.label}: no answer while starting the agent")
+            except asyncio.CancelledError:
+                # A half-started agent is of no use to the next turn.
+                await asyncio.shield(self._stop(graceful=False))
+                raise
             turn = _Turn(session_id=session_id, cwd=cwd, observe=observe)
             self._turn = turn
             try:
@@ -397,8 +401,10 @@ class AcpExecutor:
         await self._stop(graceful=False)
         if turn.cancelled:
             return AgentError("cancelled", f"{self.label}: the turn was cancelled")
-        kind, reset_at = classify(tail, exit_code=code if code is not None else -1)
-        detail = f": {tail.splitlines()[-1]}" if tail.strip() else ""
+        # Only its last words: agents like claude log everything to stderr, old errors included.
+        last = "\n".join(tail.strip().splitlines()[-5:])
+        kind, reset_at = classify(last, exit_code=code if code is not None else -1)
+        detail = f": {last.splitlines()[-1]}" if last else ""
         return AgentError(
             kind, f"{self.label}: the agent exited (code {code}) mid-turn{detail}", reset_at=reset_at
         )
@@ -408,6 +414,8 @@ class AcpExecutor:
     async def _ensure_session(self, cwd: Path) -> str:
         if self._proc is None or self._proc.returncode is not None or self._conn is None:
             await self._start(cwd)
+        if self._conn is None:  # closed while starting
+            raise AgentError("cancelled", f"{self.label}: the executor was closed")
         if self._session is not None and self._session[0] == cwd:
             return self._session[1]
         try:

@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from acp import RequestError
 
 from flowd.agents.acp_client import AcpExecutor
 from flowd.agents.base import AgentError, ToolCall
@@ -18,7 +19,7 @@ from .conftest import request
 
 
 async def test_turn_writes_files_and_returns_reply_usage_and_tool_calls(
-    worktree: Path, write_script: Callable[..., Path], executors: Callable[..., AcpExecutor]
+    worktree: Path, tmp_path: Path, write_script: Callable[..., Path], executors: Callable[..., AcpExecutor]
 ) -> None:
     script = write_script(
         [
@@ -26,7 +27,7 @@ async def test_turn_writes_files_and_returns_reply_usage_and_tool_calls(
                 "when": {"role": "coder", "story": "api", "task": "login"},
                 "writes": {"src/api/login.py": "def login(): ...\n"},
                 "deletes": ["README.md"],
-                "run": ["echo ran > ran.txt"],
+                "run": ["echo ran > ran.txt", "echo into-the-log"],
                 "reply": "wrote the login endpoint",
                 "usage": {
                     "input": 1200,
@@ -52,7 +53,12 @@ async def test_turn_writes_files_and_returns_reply_usage_and_tool_calls(
     assert result.usage.cost_usd == 0.012
     assert result.model == "scripted"
     tools = [item.tool for item in seen if isinstance(item, ToolCall)]
-    assert tools == ["Write src/api/login.py", "Delete README.md", "Run echo ran > ran.txt"]
+    assert tools == [
+        "Write src/api/login.py",
+        "Delete README.md",
+        "Run echo ran > ran.txt",
+        "Run echo into-the-log",
+    ]
     assert [call.tool for call in result.tool_calls] == tools
     assert "".join(item for item in seen if isinstance(item, str)) == result.text
     assert result.refusals == []
@@ -61,6 +67,8 @@ async def test_turn_writes_files_and_returns_reply_usage_and_tool_calls(
     await executor.close()
     assert executor.pid is None
     assert not _alive(pid)
+    # A command's output never reaches the ACP channel: it is in the agent's stderr log.
+    assert "into-the-log" in (tmp_path / "logs" / "demo#1.log").read_text()
 
 
 def _alive(pid: int) -> bool:
@@ -303,3 +311,24 @@ async def test_a_missing_working_directory_is_not_the_agents_fault(
         await executor.run_turn(request(tmp_path / "gone"))
     assert caught.value.kind == "error"
     assert executor.pid is None
+
+
+async def test_fs_callbacks_serve_the_working_directory_only(
+    worktree: Path, write_script: Callable[..., Path], executors: Callable[..., AcpExecutor]
+) -> None:
+    executor = executors(write_script([]))
+    await executor.run_turn(request(worktree))
+    assert executor._session is not None
+    session_id = executor._session[1]
+    client = executor._client
+    await client.write_text_file(session_id, str(worktree / "notes" / "a.txt"), "one\ntwo\nthree\n")
+    assert (worktree / "notes" / "a.txt").read_text() == "one\ntwo\nthree\n"
+    read = await client.read_text_file(session_id, str(worktree / "notes" / "a.txt"), line=2, limit=1)
+    assert read.content == "two\n"
+    for path in (str(worktree.parent / "x.txt"), str(worktree / ".." / "x.txt"), "relative.txt"):
+        with pytest.raises(RequestError):
+            await client.write_text_file(session_id, path, "no")
+    assert not (worktree.parent / "x.txt").exists()
+    with pytest.raises(RequestError) as caught:
+        await client.read_text_file(session_id, str(worktree / "missing.txt"))
+    assert caught.value.code == -32002
