@@ -54,9 +54,9 @@ from flowd.agents.base import (
     TurnObserver,
     TurnRequest,
     TurnResult,
-    TurnUsage,
 )
 from flowd.agents.faults import classify
+from flowd.agents.usage import capture_usage
 
 log = logging.getLogger("flowd.agents.acp")
 
@@ -104,47 +104,6 @@ def tool_paths(tool_call: ToolCallUpdate | ToolCallStart) -> list[str]:
     if isinstance(raw, dict):
         paths += [str(raw[key]) for key in _PATH_KEYS if isinstance(raw.get(key), str)]
     return paths
-
-
-def capture_usage(response: PromptResponse) -> TurnUsage | None:
-    """Per-turn tokens from `PromptResponse.usage`, else gemini's `_meta.quota`; None when neither."""
-    meta = response.field_meta or {}
-    usage = response.usage
-    if usage is not None:
-        read = usage.cached_read_tokens or 0
-        write = usage.cached_write_tokens or 0
-        total_over_all = usage.input_tokens + usage.output_tokens + read + write
-        # claude (and codex) count input without the cache and put the cache in total_tokens;
-        # an agent whose input already includes the cache reports total = input + output.
-        apart = (read or write) and usage.total_tokens >= total_over_all
-        return TurnUsage(
-            input=usage.input_tokens + (read + write if apart else 0),
-            output=usage.output_tokens,
-            cached_read=usage.cached_read_tokens,
-            cache_write=usage.cached_write_tokens,
-            model=reported_model(meta),
-        )
-    quota = meta.get("quota")
-    if isinstance(quota, dict) and isinstance(quota.get("token_count"), dict):
-        count = quota["token_count"]
-        return TurnUsage(
-            input=int(count.get("input_tokens") or 0),
-            output=int(count.get("output_tokens") or 0),
-            model=reported_model(meta),
-        )
-    return None
-
-
-def reported_model(meta: dict[str, Any]) -> str | None:
-    if isinstance(meta.get("model"), str):
-        return str(meta["model"])
-    quota = meta.get("quota")
-    if isinstance(quota, dict):
-        models = quota.get("model_usage")
-        if isinstance(models, list) and models and isinstance(models[0], dict):
-            name = models[0].get("model")
-            return name if isinstance(name, str) else None
-    return None
 
 
 def error_text(exc: RequestError) -> str:

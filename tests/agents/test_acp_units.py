@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 from acp.schema import PromptResponse, ToolCallLocation, ToolCallUpdate, Usage
 
-from flowd.agents.acp_client import AcpExecutor, base_environment, capture_usage, outside, tool_paths
+from flowd.agents.acp_client import AcpExecutor, base_environment, outside, tool_paths
 from flowd.agents.factory import make_executor
+from flowd.agents.usage import capture_usage
 from flowd.config import ExecutorSpec
 from flowd.errors import FlowdError
 
