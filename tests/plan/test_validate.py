@@ -3,7 +3,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
+from flowd.paths import normalize, overlapping
 from flowd.plan.validate import violations
 from tests.plan.helpers import plan, story
 
@@ -152,3 +155,26 @@ def test_long_chain_does_not_hit_the_recursion_limit() -> None:
     assert found[0].message.startswith("dependency cycle: s0 -> s1 -> ") and found[0].message.endswith(
         "-> s0"
     )
+
+
+owned_entries = st.lists(
+    st.lists(st.sampled_from(["a", "ab", "b", "a-b"]), min_size=1, max_size=3)
+    .map("/".join)
+    .map(lambda p: p + ("/" if len(p) % 2 else "")),
+    min_size=1,
+    max_size=3,
+)
+
+
+@given(st.lists(owned_entries, min_size=1, max_size=6))
+def test_overlaps_match_the_pairwise_definition(owned: list[list[str]]) -> None:
+    p = plan(*[story(f"s{i}", owned=o) for i, o in enumerate(owned)])
+    expected = [
+        f"stories 's{i}' and 's{j}' both own '{normalize(pa)}' / '{normalize(pb)}'"
+        for i in range(len(owned))
+        for j in range(i + 1, len(owned))
+        for pa in owned[i]
+        for pb in owned[j]
+        if overlapping(pa, pb)
+    ]
+    assert [v.message for v in violations(p) if v.code == "plan.overlap"] == expected
