@@ -119,6 +119,8 @@ def cost_report(
         raise InputError(f"--since {since!r} is not before --until {until!r}; swap or widen them")
     if runs_per_day is not None and not runs_per_day > 0:
         raise InputError(f"--runs-per-day {runs_per_day:g} must be a positive number")
+    if run_id is not None and (not run_id or "/" in run_id or "\\" in run_id or run_id in (".", "..")):
+        raise InputError(f"--run {run_id!r} is not a run id; `flowd status` lists the runs")
     if run_id is not None and not (runs_dir(repo) / run_id).is_dir():
         raise InputError(f"no run {run_id!r} in {runs_dir(repo)}; `flowd status` lists the runs")
     stats = ScanStats()

@@ -141,3 +141,9 @@ def test_parse_bound_reads_dates_and_times_in_the_zone() -> None:
     assert parse_bound("2026-10-25T14:00Z", rome, option="--since") == "2026-10-25T14:00:00.000Z"
     with pytest.raises(InputError, match="--until"):
         parse_bound("soon", rome, option="--until")
+
+
+def test_run_id_must_name_a_run_directory(repo: Path) -> None:
+    for bad in ("..", "../r1", ""):
+        with pytest.raises(InputError, match="--run"):
+            cost_report_for(repo, run_id=bad)

@@ -108,3 +108,16 @@ def test_pricer_serves_the_fold() -> None:
 
 def test_prices_as_of_names_the_data() -> None:
     assert prices_as_of().startswith("genai-prices ")
+
+
+def test_only_the_bundled_data_is_used() -> None:
+    # Anything in the process may install a fetched snapshot (the package's updater does); the
+    # report must keep using the data that shipped with the package, offline and repeatable.
+    from genai_prices import data_snapshot
+
+    bundled = Prices().cost("gpt-5", 1000, 1000)
+    data_snapshot.set_custom_snapshot(data_snapshot.DataSnapshot(providers=[], from_auto_update=True))
+    try:
+        assert Prices().cost("gpt-5", 1000, 1000) == bundled
+    finally:
+        data_snapshot.set_custom_snapshot(None)
