@@ -103,6 +103,20 @@ REVISION_BODY = """{lead}
 Close these gaps without weakening any test and without leaving your owned paths:
 {issues}"""
 
+TASK_OWNS_NOTE = """
+This task owns only: {owns}. Another task of this story may be changing other files right now,
+so change nothing else."""
+
+TASK_OWNS_FEEDBACK = """[critical] task owns: you changed paths outside the paths this task owns ({owns}):
+{paths}
+Put each of them back as it was (restore a changed file, delete a created one) and keep this
+task's change inside its own paths."""
+
+STORY_GATES_LEAD = (
+    "The story's parallel tasks were merged together and its gates went red; the failures come "
+    "from the combination:\n{red}"
+)
+
 REBUTTAL = """You stopped with `BLOCKED_ON: {need}`. That was checked against the epic's plan and rejected:
 {rebuttal}
 Continue the task inside your owned paths."""

@@ -1,22 +1,24 @@
 """Inside a story: plan its tasks, run each with the held coder until the gates, the perimeter and
 the reviewer are satisfied, commit per task, then judge the story against its acceptance.
+
+With `taskConcurrency > 1` and a task plan whose `Depends on:` lines allow it, tasks also run
+beside the held coder (`flowd.engine.aside`). The work of one task is `flowd.engine.taskbody`.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import re
 from pathlib import Path
-from typing import TypeVar
 
 from flowd.engine import prompts
+from flowd.engine.aside import TaskGraph
 from flowd.engine.context import Halt, HeldCoder, RunContext
-from flowd.engine.gates import run_gates
 from flowd.engine.state import append_findings
+from flowd.engine.taskbody import Seat, StoryFailed, StoryWaiting, TaskBody, clip, issues_text
 from flowd.events import (
     Info,
     JudgeIssue,
-    PerimeterViolation,
     PlannedTask,
     StageCompleted,
     StageStarted,
@@ -26,34 +28,16 @@ from flowd.events import (
     TaskStarted,
 )
 from flowd.fsio import write_text_atomic
-from flowd.perimeter import classify, owner_of_path
-from flowd.plan.graph import dependencies_of, dependents_of
 from flowd.plan.model import Story
-from flowd.replies import ReplyParseError, Verdict, coder_sentinel, parse_task_plan, parse_verdict
+from flowd.replies import Verdict, parse_task_plan, parse_verdict
 from flowd.tasks.checkpoint import parse_checkpoint, render_checkpoint
 from flowd.tasks.model import Task, TaskPlan
-from flowd.tasks.parsing import depends_on, owns, satisfies
+from flowd.tasks.parsing import depends_on, has_parallel_tasks, owns, satisfies
 
-T = TypeVar("T")
-DIFF_CHARS = 60_000
+__all__ = ["StoryFailed", "StoryWaiting", "TaskLoop"]
 
-
-class StoryFailed(Exception):
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
-
-
-class StoryWaiting(Exception):
-    """The story stops as waiting (a genuine BLOCKED_ON): not a failure of its own."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
-
-
-def _clip(text: str, limit: int = DIFF_CHARS) -> str:
-    return text if len(text) <= limit else text[:limit] + f"\n… ({len(text) - limit} more characters)"
+_REVISION = re.compile(r"^Revision \d+: ")
+OWNED_CODE_CHARS = 40_000
 
 
 class TaskLoop:
@@ -62,10 +46,10 @@ class TaskLoop:
         self.story = story
         self.worktree = worktree
         self.coder = coder
+        self.branch = ctx.story_branch(story.id)
         self.plan = TaskPlan(story_id=story.id)
-        self.perimeter_pushed = False
-        self.rebutted = False
-        self.rules = prompts.story_rules(ctx.plan, story, worktree)
+        self.body = TaskBody(ctx, story, lambda: self.plan)
+        self.home = Seat(worktree=worktree, coder=coder, rules=prompts.story_rules(ctx.plan, story, worktree))
 
     @property
     def sid(self) -> str:
@@ -73,25 +57,6 @@ class TaskLoop:
 
     def info(self, message: str) -> None:
         self.ctx.emit(Info(lane=self.sid, message=message))
-
-    # -- structured replies --------------------------------------------------------------------
-    async def _structured(
-        self, role: str, prompt: str, parse: Callable[[str], T], *, task: str | None = None
-    ) -> T:
-        """Ask a role for a structured reply; a reply that does not parse is asked again once."""
-        request = self.ctx.request(role, prompt, self.worktree, self.sid, task)
-        result = await self.ctx.ask(role, request, lane=self.sid)
-        try:
-            return parse(result.text)
-        except ReplyParseError as first:
-            retry = f"{prompt}\n\n{prompts.REPLY_RETRY.format(error=first)}"
-            result = await self.ctx.ask(
-                role, self.ctx.request(role, retry, self.worktree, self.sid, task), lane=self.sid
-            )
-            try:
-                return parse(result.text)
-            except ReplyParseError as second:
-                raise StoryFailed(f"the {role}'s reply could not be used twice: {second}")
 
     # -- planning ------------------------------------------------------------------------------
     async def plan_tasks(self) -> None:
@@ -106,8 +71,11 @@ class TaskLoop:
         stage = f"story {self.sid}: plan tasks"
         self.ctx.emit(StageStarted(stage=stage, lane=self.sid))
         if self.ctx.pool.can_ever_serve("planner"):
-            planned = await self._structured(
-                "planner", prompts.planner_prompt(self.story), lambda text: parse_task_plan(text, self.sid)
+            planned = await self.body.structured(
+                "planner",
+                prompts.planner_prompt(self.story),
+                lambda text: parse_task_plan(text, self.sid),
+                cwd=self.worktree,
             )
         else:
             planned = TaskPlan(story_id=self.sid)
@@ -144,173 +112,52 @@ class TaskLoop:
             )
         self.ctx.emit(TasksPlanned(lane=self.sid, tasks=tasks))
 
+    def append_revision(self, subject: str, lead: str, findings: str) -> None:
+        """Append `Revision <k>: <subject>` (no `Depends on:`: it waits for every task, at home)."""
+        number = 1 + sum(1 for t in self.plan.tasks if _REVISION.match(t.title))
+        body = prompts.REVISION_BODY.format(lead=lead, issues=findings)
+        self.plan = self.plan.appending(Task(title=f"Revision {number}: {subject}", description=body))
+        self._save()
+        self._announce()
+
     # -- the loop ------------------------------------------------------------------------------
     async def run_tasks(self) -> None:
+        if self.ctx.settings.task_concurrency > 1 and has_parallel_tasks(self.plan):
+            await TaskGraph(self).run()
+            return
         while (found := self.plan.next_incomplete()) is not None:
             stop = self.ctx.budget_stop(self.sid)
             if stop is not None:
                 raise Halt(stop)
             index, task = found
-            count = len(self.plan.tasks)
-            lease = self.coder.lease
-            self.ctx.emit(
-                TaskStarted(
-                    lane=self.sid,
-                    index=index,
-                    count=count,
-                    title=task.title,
-                    satisfies=satisfies(task.description) or None,
-                    executor=lease.executor_id,
-                    clone=lease.clone,
-                )
-            )
-            await self._run_task(index, task)
-            self.plan = self.plan.completing(index)
-            self._save()
-            self.ctx.emit(TaskCompleted(lane=self.sid, index=index, count=count, title=task.title))
+            await self.run_home(index, task)
+            self.complete(index, task)
 
-    def _plan_listing(self, current: int) -> str:
-        lines = []
-        for index, task in enumerate(self.plan.tasks, start=1):
-            mark = "x" if task.completed else (">" if index == current else " ")
-            lines.append(f"[{mark}] {index}. {task.title}")
-        return "\n".join(lines)
-
-    async def _coder(self, prompt: str, task: Task, index: int) -> str:
-        request = self.ctx.request("coder", prompt, self.worktree, self.sid, task.title, index)
-        result = await self.coder.turn(request)
-        return result.text
-
-    async def _run_task(self, index: int, task: Task) -> None:
-        ctx, repo = self.ctx, self.ctx.repo
-        prompt = prompts.CODER_TASK.format(
-            rules=self.rules,
-            index=index,
-            count=len(self.plan.tasks),
-            plan=self._plan_listing(index),
-            title=task.title,
-            description=self.plan.prompt_for(task),
-        )
-        reply = await self._coder(prompt, task, index)
-        reply = await self._check_blocked(reply, task, index)
-        if not await asyncio.to_thread(repo.status_paths, self.worktree):
-            reply = await self._coder(prompts.CONFIRM_EMPTY.format(title=task.title), task, index)
-            reply = await self._check_blocked(reply, task, index)
-            if not await asyncio.to_thread(repo.status_paths, self.worktree):
-                if coder_sentinel(reply).already_satisfied:
-                    self.info(f"task {index} ({task.title}): already satisfied; ticked without a commit")
-                    return
-                raise StoryFailed(
-                    f"task {index} ({task.title}) changed nothing, and the coder did not confirm it was already satisfied"
-                )
-        rounds = 0
-        while True:
-            feedback = await self._task_feedback(index, task)
-            if not feedback:
-                break
-            if rounds >= ctx.settings.max_review_rounds:
-                text = "\n\n".join(feedback)
-                append_findings(
-                    ctx.paths, self.sid, f"## Task {index}: {task.title} — still blocking\n\n{text}"
-                )
-                raise StoryFailed(
-                    f"task {index} ({task.title}) still fails after {rounds} fix round(s):\n{text}"
-                )
-            rounds += 1
-            reply = await self._coder(
-                prompts.FIX_FEEDBACK.format(title=task.title, feedback="\n\n".join(feedback)), task, index
-            )
-            await self._check_blocked(reply, task, index)
-        await asyncio.to_thread(repo.commit_all, self.worktree, f"{self.sid}: {task.title}")
-
-    async def _task_feedback(self, index: int, task: Task) -> list[str]:
-        """What still blocks the task: the perimeter (once per story), red gates, the review."""
-        ctx, repo = self.ctx, self.ctx.repo
-        feedback: list[str] = []
-        changed = await asyncio.to_thread(repo.changed_files, self.worktree, ctx.epic_branch)
-        strays = classify(changed, self.sid, ctx.plan)
-        if strays:
-            ctx.emit(PerimeterViolation(lane=self.sid, paths=strays, action="flagged"))
-            if not self.perimeter_pushed:
-                self.perimeter_pushed = True
-                listing = "\n".join(f"- {p.path} ({p.kind})" for p in strays)
-                feedback.append(prompts.PERIMETER_FEEDBACK.format(paths=listing))
-        red = await run_gates(
-            ctx.settings.gates,
-            self.worktree,
-            where="task",
-            lane=self.sid,
-            emit=ctx.emit,
-            log_dir=ctx.paths.gate_logs(self.sid),
-            timeout_s=ctx.settings.gate_timeout_s,
-        )
-        if red is not None:
-            feedback.append(f"The gates are red:\n{red.describe()}")
-        if feedback or ctx.settings.max_review_rounds == 0 or not ctx.pool.can_ever_serve("reviewer"):
-            return feedback
-        diff = await asyncio.to_thread(repo.diff, self.worktree, "HEAD")
-        verdict = await self._structured(
-            "reviewer",
-            prompts.REVIEWER.format(
+    async def run_home(self, index: int, task: Task, *, parallel: bool | None = None) -> None:
+        """Task `index` in the story worktree on the held coder, to its commit."""
+        lease = self.coder.lease
+        self.ctx.emit(
+            TaskStarted(
+                lane=self.sid,
+                index=index,
+                count=len(self.plan.tasks),
                 title=task.title,
-                story_title=self.story.title,
-                story_id=self.sid,
-                owned="\n".join(f"- {p}" for p in self.story.owned),
-                description=task.description,
-                diff=_clip(diff) or "(no changes)",
-            ),
-            parse_verdict,
-            task=task.title,
-        )
-        if verdict.issues:
-            append_findings(
-                ctx.paths, self.sid, f"## Review of task {index}: {task.title}\n\n{_issues(verdict)}"
+                satisfies=satisfies(task.description) or None,
+                parallel=parallel,
+                executor=lease.executor_id,
+                clone=lease.clone,
             )
-        if not verdict.clean:
-            feedback.append(f"The reviewer found blocking issues:\n{_issues(verdict)}")
-        return feedback
+        )
+        await self.body.run(self.home, index, task)
 
-    # -- BLOCKED_ON ----------------------------------------------------------------------------
-    def _rebuttal(self, need: str) -> str | None:
-        """The plan's answer to a claimed missing dependency, when the plan settles it."""
-        plan = self.ctx.plan
-        deps = set(dependencies_of(plan, self.sid))
-        later = set(dependents_of(plan, self.sid))
-        for token in need.replace(",", " ").split():
-            path = token.strip("`'\"()[]:;.")
-            if "/" not in path and "." not in path:
-                continue
-            owner = owner_of_path(plan, path)
-            if owner == self.sid:
-                return f"{path} is under your own owned paths: building it is this story's work"
-            if owner in later:
-                return f"{path} belongs to story '{owner}', which runs AFTER you: leave it alone"
-            if owner in deps:
-                dep = plan.require(owner)
-                provides = f" That story provides: {', '.join(dep.provides)}." if dep.provides else ""
-                return (
-                    f"{path} belongs to story '{owner}', merged into the epic branch before you started, "
-                    f"so it is already in your working tree.{provides}"
-                )
-        return None
-
-    async def _check_blocked(self, reply: str, task: Task, index: int) -> str:
-        need = coder_sentinel(reply).blocked_on
-        if need is None:
-            return reply
-        rebuttal = None if self.rebutted else self._rebuttal(need)
-        if rebuttal is None:
-            raise StoryWaiting(f"blocked on unplanned work: {need}")
-        self.rebutted = True
-        self.info(f"BLOCKED_ON rejected — {rebuttal}")
-        reply = await self._coder(prompts.REBUTTAL.format(need=need, rebuttal=rebuttal), task, index)
-        again = coder_sentinel(reply).blocked_on
-        if again is not None:
-            raise StoryWaiting(f"blocked on unplanned work: {again}")
-        return reply
+    def complete(self, index: int, task: Task) -> None:
+        self.plan = self.plan.completing(index)
+        self._save()
+        self.ctx.emit(TaskCompleted(lane=self.sid, index=index, count=len(self.plan.tasks), title=task.title))
 
     # -- judge ---------------------------------------------------------------------------------
     async def judge(self) -> str | None:
+        """Judge rounds; each finding set becomes a revision task. The note, or None without a judge."""
         ctx, repo = self.ctx, self.ctx.repo
         rounds = ctx.settings.judge_rounds
         if rounds == 0 or not ctx.pool.can_ever_serve("judge"):
@@ -319,75 +166,70 @@ class TaskLoop:
             await asyncio.to_thread(repo.commit_all, self.worktree, f"{self.sid}: remaining changes")
             diff = await asyncio.to_thread(repo.diff, self.worktree, ctx.epic_branch)
             empty = not diff.strip()
-            subject_kind, subject = "The story's change (a diff against the epic branch)", diff
-            if empty:
-                subject_kind, subject = (
-                    "The story's owned code as it stands (its branch has no changes)",
-                    self._owned_code(),
-                )
-            if empty and not subject.strip():
-                verdict = Verdict.of(
-                    [
-                        JudgeIssue(
-                            severity="critical",
-                            title=f"nothing exists yet under {', '.join(self.story.owned)}",
-                        )
-                    ]
-                )
-            else:
-                acceptance = (
-                    "\n".join(f"{n}. {a}" for n, a in enumerate(self.story.acceptance, 1)) or "(none given)"
-                )
-                verdict = await self._structured(
-                    "judge",
-                    prompts.JUDGE.format(
-                        story_title=self.story.title,
-                        story_id=self.sid,
-                        acceptance=acceptance,
-                        provides=", ".join(self.story.provides) or "(nothing named)",
-                        subject_kind=subject_kind,
-                        subject=_clip(subject),
-                    ),
-                    parse_verdict,
-                )
+            verdict = await self._verdict(diff, empty)
             ctx.emit(StoryJudged(lane=self.sid, round=round_, clean=verdict.clean, issues=verdict.issues))
             state = "cleared" if verdict.clean else "not cleared"
             append_findings(
                 ctx.paths,
                 self.sid,
-                f"## Judge round {round_} — {state}\n\n{_issues(verdict) or '(no issues)'}",
+                f"## Judge round {round_} — {state}\n\n{issues_text(verdict) or '(no issues)'}",
             )
             if verdict.clean:
+                if empty:
+                    return f"verified already in place (round {round_})"
                 return f"judge cleared (round {round_})"
-            revisions = round_ - 1
             if round_ == rounds:
+                revisions = round_ - 1
                 plural = "revision" if revisions == 1 else "revisions"
-                raise StoryFailed(f"judge not cleared after {revisions} {plural}:\n{_issues(verdict)}")
+                if empty:
+                    raise StoryFailed(
+                        f"the story's code is not in place after {revisions} {plural}, and its branch "
+                        f"has no changes:\n{issues_text(verdict)}"
+                    )
+                raise StoryFailed(f"judge not cleared after {revisions} {plural}:\n{issues_text(verdict)}")
             lead = prompts.EMPTY_REVISION_LEAD if empty else prompts.REVISION_LEAD.format(round=round_)
-            number = 1 + sum(1 for t in self.plan.tasks if t.title.startswith("Revision "))
-            body = prompts.REVISION_BODY.format(lead=lead, issues=_issues(verdict))
-            self.plan = self.plan.appending(
-                Task(title=f"Revision {number}: close the judge's findings", description=body)
-            )
-            self._save()
-            self._announce()
+            self.append_revision("close the judge's findings", lead, issues_text(verdict))
             await self.run_tasks()
         return None
 
-    def _owned_code(self, limit: int = 40_000) -> str:
+    async def _verdict(self, diff: str, empty: bool) -> Verdict:
+        """The judge's verdict on the story's diff, or on its owned code when the diff is empty."""
+        subject_kind, subject = "The story's change (a diff against the epic branch)", diff
+        if empty:
+            subject_kind = "The story's owned code as it stands (its branch has no changes)"
+            subject = await asyncio.to_thread(self._owned_code)
+            if not subject.strip():
+                # Nothing to read: no model is needed to say so.
+                title = f"nothing exists yet under {', '.join(self.story.owned)}"
+                return Verdict.of([JudgeIssue(severity="critical", title=title)])
+        acceptance = "\n".join(f"{n}. {a}" for n, a in enumerate(self.story.acceptance, 1)) or "(none given)"
+        return await self.body.structured(
+            "judge",
+            prompts.JUDGE.format(
+                story_title=self.story.title,
+                story_id=self.sid,
+                acceptance=acceptance,
+                provides=", ".join(self.story.provides) or "(nothing named)",
+                subject_kind=subject_kind,
+                subject=clip(subject),
+            ),
+            parse_verdict,
+            cwd=self.worktree,
+        )
+
+    def _owned_code(self, limit: int = OWNED_CODE_CHARS) -> str:
         parts: list[str] = []
         size = 0
         for prefix in self.story.owned:
-            root = self.worktree / prefix
-            files = (
-                [root]
-                if root.is_file()
-                else sorted(p for p in root.rglob("*") if p.is_file())
-                if root.is_dir()
-                else []
-            )
+            root = self.worktree / prefix.rstrip("/*")
+            if root.is_file():
+                files = [root]
+            elif root.is_dir():
+                files = sorted(p for p in root.rglob("*") if p.is_file())
+            else:
+                files = []
             for file in files:
-                if ".git" in file.parts:
+                if ".git" in file.relative_to(self.worktree).parts:
                     continue
                 try:
                     text = file.read_text(encoding="utf-8")
@@ -401,10 +243,3 @@ class TaskLoop:
                 parts.append(chunk)
                 size += len(chunk)
         return "\n".join(parts)
-
-
-def _issues(verdict: Verdict) -> str:
-    return "\n".join(
-        f"- [{i.severity}] {i.title}" + (f": {i.description}" if i.description else "")
-        for i in verdict.issues
-    )

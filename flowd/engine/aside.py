@@ -1,0 +1,264 @@
+"""Parallel tasks inside a story (reference §2.7, §3.12): the task-graph scheduler and the aside runner.
+
+The story's held coder runs one task at a time in the story worktree ("home"). Ready tasks the
+graph allows run beside it ("aside"), each on a coder clone leased only if one is free now, in a
+task worktree on a task branch made from the story branch's committed state, limited to its
+`Owns:` paths. A finished aside task merges back into the story branch under a per-story lock
+that a home task holds from its first coder turn to its commit, so a merge never lands in the
+middle of a home task's uncommitted work.
+
+A task run aside never fails its story: when no clone is free, it strays, stops on BLOCKED_ON
+or fails, it is declined and rerun at home; when its merge conflicts, it reruns at home last.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shutil
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+from flowd.agents.base import AgentError, TurnRequest, TurnResult
+from flowd.engine import prompts
+from flowd.engine.context import Halt, RunContext
+from flowd.engine.gates import run_command, run_gates
+from flowd.engine.taskbody import Seat, StoryFailed, StoryWaiting
+from flowd.errors import FlowdError
+from flowd.events import Info, TaskStarted
+from flowd.roster import Lease
+from flowd.tasks.parsing import TaskNode, ready_tasks, satisfies, task_nodes
+
+if TYPE_CHECKING:
+    from flowd.engine.taskloop import TaskLoop
+
+Outcome = Literal["merged", "declined", "conflict"]
+
+
+class AsideCoder:
+    """A coder clone leased for one task: no hand-over (a failing executor declines the task)."""
+
+    def __init__(self, ctx: RunContext, lane: str, lease: Lease) -> None:
+        self.ctx = ctx
+        self.lane = lane
+        self._lease = lease
+
+    @property
+    def lease(self) -> Lease:
+        return self._lease
+
+    async def turn(self, request: TurnRequest) -> TurnResult:
+        lease = self._lease
+        try:
+            result = await lease.executor.run_turn(request, self.ctx.observer(self.lane, lease.executor_id))
+        except AgentError as error:
+            self.ctx.pool.fail(lease, error)
+            raise
+        self.ctx.pool.succeeded(lease)
+        self.ctx.record_turn(request, result, lease.info, lane=self.lane, coder_clone=True)
+        return result
+
+
+def task_worktree(ctx: RunContext, story_id: str, index: int) -> Path:
+    return ctx.worktree_root / ctx.epic_id / f"{story_id}.task-{index}"
+
+
+def task_branch(ctx: RunContext, story_id: str, index: int) -> str:
+    return f"{ctx.story_branch(story_id)}--task-{index}"
+
+
+class TaskGraph:
+    """Runs a story's incomplete tasks by their `Depends on:` graph, up to `taskConcurrency` at once."""
+
+    def __init__(self, loop: TaskLoop) -> None:
+        self.loop = loop
+        self.ctx = loop.ctx
+        self.sid = loop.sid
+        # Home tasks and merge-backs exclude each other (asyncio.Lock is fair: a waiting merge goes
+        # before the next home task).
+        self.lock = asyncio.Lock()
+        self.merged = 0
+
+    def info(self, message: str) -> None:
+        self.ctx.emit(Info(lane=self.sid, message=message))
+
+    async def run(self) -> None:
+        """Schedule until every task is done; then, if parallel tasks merged, the story's gates must
+        be green on the combination (one revision task may repair them)."""
+        ctx, loop = self.ctx, self.loop
+        revised = False
+        check = False
+        while True:
+            before = self.merged
+            await self._schedule()
+            check = check or self.merged > before
+            if not check or not ctx.settings.gates:
+                return
+            stage = f"story {self.sid}: gates after parallel tasks"
+            red = await run_gates(
+                ctx.settings.gates,
+                loop.worktree,
+                where="task",
+                lane=self.sid,
+                emit=ctx.emit,
+                log_dir=ctx.paths.gate_logs(self.sid) / "after-parallel",
+                timeout_s=ctx.settings.gate_timeout_s,
+            )
+            if red is None:
+                return
+            if revised:
+                raise StoryFailed(
+                    f"its gates are red with its parallel tasks merged together:\n{red.describe()}"
+                )
+            self.info(f"{stage}: red; adding a revision task")
+            revised = True
+            loop.append_revision(
+                "make the story gates green after merging its parallel tasks",
+                prompts.STORY_GATES_LEAD.format(red=red.describe()),
+                "- the gates above",
+            )
+
+    async def _schedule(self) -> None:
+        ctx, loop = self.ctx, self.loop
+        nodes = task_nodes(loop.plan)
+        done = {n.index for n in nodes if n.task.completed}
+        home_only: set[int] = set()
+        run_last: set[int] = set()
+        running: dict[asyncio.Task[Outcome | None], int] = {}
+        home: asyncio.Task[Outcome | None] | None = None
+        stop: str | None = None
+        try:
+            while len(done) < len(nodes):
+                stop = stop or ctx.budget_stop(self.sid)
+                if stop is None:
+                    ready = ready_tasks(nodes, done, running.values())
+                    if home is None and ready:
+                        pick = next((i for i in ready if i not in run_last), ready[0])
+                        ready.remove(pick)
+                        home = asyncio.create_task(self._home(nodes[pick - 1]))
+                        running[home] = pick
+                    for index in ready:
+                        if len(running) >= ctx.settings.task_concurrency:
+                            break
+                        if index in home_only:
+                            continue
+                        lease = ctx.pool.try_lease("coder", label=f"{self.sid}#t{index}")
+                        if lease is None:
+                            home_only.add(index)  # declined before any disk work
+                            continue
+                        running[asyncio.create_task(self._aside(nodes[index - 1], lease))] = index
+                if not running:
+                    if stop is not None:
+                        raise Halt(stop)
+                    left = len(nodes) - len(done)
+                    raise StoryFailed(f"story {self.sid}: no task can start, though {left} are not done")
+                finished, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+                for job in finished:
+                    index = running.pop(job)
+                    outcome = job.result()  # a home task's failure ends the story here
+                    if job is home:
+                        home = None
+                        done.add(index)
+                        loop.complete(index, nodes[index - 1].task)
+                    elif outcome == "merged":
+                        done.add(index)
+                        loop.complete(index, nodes[index - 1].task)
+                    else:
+                        home_only.add(index)
+                        if outcome == "conflict":
+                            run_last.add(index)
+        finally:
+            for job in running:
+                job.cancel()
+            if running:
+                await asyncio.gather(*running, return_exceptions=True)
+
+    async def _home(self, node: TaskNode) -> Outcome | None:
+        async with self.lock:
+            await self.loop.run_home(node.index, node.task, parallel=False)
+        return None
+
+    async def _aside(self, node: TaskNode, lease: Lease) -> Outcome | None:
+        ctx, loop, repo, sid = self.ctx, self.loop, self.ctx.repo, self.sid
+        index, task = node.index, node.task
+        worktree, branch = task_worktree(ctx, sid, index), task_branch(ctx, sid, index)
+        try:
+            try:
+                await asyncio.to_thread(self._discard, worktree, branch)
+                fork = await asyncio.to_thread(repo.head, loop.branch)
+                await asyncio.to_thread(repo.worktree_add, worktree, branch, fork)
+                ctx.emit(
+                    TaskStarted(
+                        lane=sid,
+                        index=index,
+                        count=len(loop.plan.tasks),
+                        title=task.title,
+                        satisfies=satisfies(task.description) or None,
+                        parallel=True,
+                        executor=lease.executor_id,
+                        clone=lease.clone,
+                    )
+                )
+                await self._setup(worktree, index)
+                rules = prompts.story_rules(ctx.plan, loop.story, worktree)
+                if node.owns:
+                    rules += prompts.TASK_OWNS_NOTE.format(owns=", ".join(node.owns))
+                seat = Seat(
+                    worktree=worktree,
+                    coder=AsideCoder(ctx, sid, lease),
+                    rules=rules,
+                    aside=True,
+                    owns=list(node.owns),
+                    fork=fork,
+                    gate_logs=ctx.paths.gate_logs(sid) / f"task-{index}",
+                )
+                commit = await loop.body.run(seat, index, task)
+            finally:
+                ctx.pool.release(lease)  # the clone is free before the merge waits
+            async with self.lock:
+                if commit is not None:
+                    message = f"{sid}: merge task {index} ({task.title})"
+                    result = await asyncio.to_thread(repo.merge, loop.worktree, branch, message)
+                    if not result.ok:
+                        self.info(
+                            f"task {index} conflicted merging back ({', '.join(result.conflicts)}); "
+                            "the story's coder runs it last"
+                        )
+                        return "conflict"
+                    self.merged += 1
+                self.info(f"task {index} ({task.title}) merged from beside the story's coder")
+            return "merged"
+        except asyncio.CancelledError:
+            raise
+        except StoryWaiting as waiting:
+            self.info(
+                f"task {index} stopped on BLOCKED_ON aside ({waiting.reason}); the story's coder takes it"
+            )
+            return "declined"
+        except (StoryFailed, FlowdError, AgentError, Halt, OSError) as exc:
+            first = (getattr(exc, "reason", None) or str(exc) or type(exc).__name__).splitlines()[0]
+            self.info(f"task {index}: could not finish aside ({first}); the story's coder takes it")
+            return "declined"
+        finally:
+            with contextlib.suppress(FlowdError, OSError):
+                await asyncio.to_thread(self._discard, worktree, branch)
+
+    async def _setup(self, worktree: Path, index: int) -> None:
+        ctx = self.ctx
+        for number, command in enumerate(ctx.settings.setup, start=1):
+            log = ctx.paths.gate_logs(self.sid).parent / "setup" / f"task-{index}-{number}.log"
+            result = await run_command(command, worktree, log=log, timeout_s=ctx.settings.gate_timeout_s)
+            if not result.ok:
+                raise StoryFailed(f"setup failed in the task worktree: {result.describe()}")
+
+    def _discard(self, worktree: Path, branch: str) -> None:
+        """Remove a task worktree and its branch (leftovers of a killed run included)."""
+        repo = self.ctx.repo
+        with contextlib.suppress(FlowdError):
+            repo.worktree_remove(worktree, force=True)
+        if worktree.exists():
+            shutil.rmtree(worktree, ignore_errors=True)
+            with contextlib.suppress(FlowdError):
+                repo.worktree_prune()
+        if repo.branch_exists(branch):
+            repo.delete_branch(branch, force=True)

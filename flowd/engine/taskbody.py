@@ -1,0 +1,293 @@
+"""One task of a story, from its coder turn to its commit: BLOCKED_ON, empty diffs, the perimeter,
+the task-owns gate, the gates and the reviewer, with fix rounds on the same coder.
+
+A task runs on a `Seat`: the story worktree with the story's held coder (home), or a task worktree
+beside it with a coder clone leased for that task only (aside, see `flowd.engine.aside`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol, TypeVar
+
+from flowd.agents.base import TurnRequest, TurnResult
+from flowd.engine import prompts
+from flowd.engine.context import RunContext
+from flowd.engine.gates import run_gates
+from flowd.engine.state import append_findings
+from flowd.events import Info, PerimeterViolation, TaskOwnsViolation
+from flowd.perimeter import classify, owner_of_path, task_owns_violations
+from flowd.plan.graph import dependencies_of, dependents_of
+from flowd.plan.model import Story
+from flowd.replies import ReplyParseError, Verdict, coder_sentinel, parse_verdict
+from flowd.roster import Lease
+from flowd.tasks.model import Task, TaskPlan
+
+T = TypeVar("T")
+DIFF_CHARS = 60_000
+
+
+class StoryFailed(Exception):
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class StoryWaiting(Exception):
+    """The story stops as waiting (a genuine BLOCKED_ON): not a failure of its own."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class Coder(Protocol):
+    """What a seat's coder offers: the lease it runs on and one turn at a time."""
+
+    @property
+    def lease(self) -> Lease: ...
+
+    async def turn(self, request: TurnRequest) -> TurnResult: ...
+
+
+@dataclass
+class Seat:
+    """Where a task runs and on which coder."""
+
+    worktree: Path
+    coder: Coder
+    rules: str
+    aside: bool = False
+    owns: list[str] = field(default_factory=list)
+    # The story commit a task worktree started from: the task-owns gate compares against it.
+    fork: str | None = None
+    gate_logs: Path | None = None
+    owns_pushed: bool = False
+
+
+def clip(text: str, limit: int = DIFF_CHARS) -> str:
+    return text if len(text) <= limit else text[:limit] + f"\n… ({len(text) - limit} more characters)"
+
+
+def issues_text(verdict: Verdict) -> str:
+    return "\n".join(
+        f"- [{i.severity}] {i.title}" + (f": {i.description}" if i.description else "")
+        for i in verdict.issues
+    )
+
+
+class TaskBody:
+    """The per-task work of one story; one instance is shared by its home and aside seats, so the
+    perimeter pushback and the BLOCKED_ON rebuttal are each used once per story."""
+
+    def __init__(self, ctx: RunContext, story: Story, plan: Callable[[], TaskPlan]) -> None:
+        self.ctx = ctx
+        self.story = story
+        self._plan = plan
+        self.perimeter_pushed = False
+        self.rebutted = False
+
+    @property
+    def sid(self) -> str:
+        return self.story.id
+
+    def info(self, message: str) -> None:
+        self.ctx.emit(Info(lane=self.sid, message=message))
+
+    # -- structured replies --------------------------------------------------------------------
+    async def structured(
+        self, role: str, prompt: str, parse: Callable[[str], T], *, cwd: Path, task: str | None = None
+    ) -> T:
+        """Ask a role for a structured reply; a reply that does not parse is asked again once."""
+        ctx = self.ctx
+        result = await ctx.ask(role, ctx.request(role, prompt, cwd, self.sid, task), lane=self.sid)
+        try:
+            return parse(result.text)
+        except ReplyParseError as first:
+            retry = f"{prompt}\n\n{prompts.REPLY_RETRY.format(error=first)}"
+            result = await ctx.ask(role, ctx.request(role, retry, cwd, self.sid, task), lane=self.sid)
+            try:
+                return parse(result.text)
+            except ReplyParseError as second:
+                raise StoryFailed(f"the {role}'s reply could not be used twice: {second}")
+
+    # -- one task --------------------------------------------------------------------------------
+    def _listing(self, current: int) -> str:
+        lines = []
+        for index, task in enumerate(self._plan().tasks, start=1):
+            mark = "x" if task.completed else (">" if index == current else " ")
+            lines.append(f"[{mark}] {index}. {task.title}")
+        return "\n".join(lines)
+
+    async def _coder(self, seat: Seat, prompt: str, task: Task, index: int) -> str:
+        request = self.ctx.request("coder", prompt, seat.worktree, self.sid, task.title, index)
+        result = await seat.coder.turn(request)
+        return result.text
+
+    async def run(self, seat: Seat, index: int, task: Task) -> str | None:
+        """Run task `index` to its commit; the commit, or None when the task changed nothing.
+
+        Raises StoryFailed (still blocking after the fix rounds, or an unconfirmed empty task) and
+        StoryWaiting (a genuine BLOCKED_ON).
+        """
+        ctx, repo = self.ctx, self.ctx.repo
+        plan = self._plan()
+        prompt = prompts.CODER_TASK.format(
+            rules=seat.rules,
+            index=index,
+            count=len(plan.tasks),
+            plan=self._listing(index),
+            title=task.title,
+            description=plan.prompt_for(task),
+        )
+        reply = await self._coder(seat, prompt, task, index)
+        reply = await self.check_blocked(seat, reply, task, index)
+        if not await asyncio.to_thread(repo.status_paths, seat.worktree):
+            reply = await self._coder(seat, prompts.CONFIRM_EMPTY.format(title=task.title), task, index)
+            reply = await self.check_blocked(seat, reply, task, index)
+            if not await asyncio.to_thread(repo.status_paths, seat.worktree):
+                if coder_sentinel(reply).already_satisfied:
+                    self.info(f"task {index} ({task.title}): already satisfied; ticked without a commit")
+                    return None
+                raise StoryFailed(
+                    f"task {index} ({task.title}) changed nothing, and the coder did not confirm "
+                    "it was already satisfied"
+                )
+        rounds = 0
+        while True:
+            feedback = await self.feedback(seat, index, task)
+            if not feedback:
+                break
+            if rounds >= ctx.settings.max_review_rounds:
+                text = "\n\n".join(feedback)
+                append_findings(
+                    ctx.paths, self.sid, f"## Task {index}: {task.title} — still blocking\n\n{text}"
+                )
+                raise StoryFailed(
+                    f"task {index} ({task.title}) still fails after {rounds} fix round(s):\n{text}"
+                )
+            rounds += 1
+            reply = await self._coder(
+                seat,
+                prompts.FIX_FEEDBACK.format(title=task.title, feedback="\n\n".join(feedback)),
+                task,
+                index,
+            )
+            await self.check_blocked(seat, reply, task, index)
+        return await asyncio.to_thread(repo.commit_all, seat.worktree, f"{self.sid}: {task.title}")
+
+    async def feedback(self, seat: Seat, index: int, task: Task) -> list[str]:
+        """What still blocks the task: the perimeter (once per story), its Owns: paths (aside, once),
+        red gates, the review."""
+        ctx, repo = self.ctx, self.ctx.repo
+        feedback: list[str] = []
+        changed = await asyncio.to_thread(repo.changed_files, seat.worktree, ctx.epic_branch)
+        strays = classify(changed, self.sid, ctx.plan)
+        if strays:
+            ctx.emit(PerimeterViolation(lane=self.sid, paths=strays, action="flagged"))
+            if not self.perimeter_pushed:
+                self.perimeter_pushed = True
+                listing = "\n".join(f"- {p.path} ({p.kind})" for p in strays)
+                feedback.append(prompts.PERIMETER_FEEDBACK.format(paths=listing))
+        if seat.owns and seat.fork is not None:
+            feedback += await self._owns_gate(seat, index, task)
+        red = await run_gates(
+            ctx.settings.gates,
+            seat.worktree,
+            where="task",
+            lane=self.sid,
+            emit=ctx.emit,
+            log_dir=seat.gate_logs or ctx.paths.gate_logs(self.sid),
+            timeout_s=ctx.settings.gate_timeout_s,
+        )
+        if red is not None:
+            feedback.append(f"The gates are red:\n{red.describe()}")
+        if feedback or ctx.settings.max_review_rounds == 0 or not ctx.pool.can_ever_serve("reviewer"):
+            return feedback
+        diff = await asyncio.to_thread(repo.diff, seat.worktree, "HEAD")
+        verdict = await self.structured(
+            "reviewer",
+            prompts.REVIEWER.format(
+                title=task.title,
+                story_title=self.story.title,
+                story_id=self.sid,
+                owned="\n".join(f"- {p}" for p in (seat.owns or self.story.owned)),
+                description=task.description,
+                diff=clip(diff) or "(no changes)",
+            ),
+            parse_verdict,
+            cwd=seat.worktree,
+            task=task.title,
+        )
+        if verdict.issues:
+            append_findings(
+                ctx.paths, self.sid, f"## Review of task {index}: {task.title}\n\n{issues_text(verdict)}"
+            )
+        if not verdict.clean:
+            feedback.append(f"The reviewer found blocking issues:\n{issues_text(verdict)}")
+        return feedback
+
+    async def _owns_gate(self, seat: Seat, index: int, task: Task) -> list[str]:
+        """A task run aside may change only its `Owns:` paths: another task may be changing the rest."""
+        assert seat.fork is not None
+        changed = await asyncio.to_thread(self.ctx.repo.changed_files, seat.worktree, seat.fork)
+        outside = task_owns_violations(changed, seat.owns)
+        if not outside:
+            return []
+        self.ctx.emit(TaskOwnsViolation(lane=self.sid, task=task.title, paths=outside))
+        listing = "\n".join(f"- {p}" for p in outside)
+        if seat.owns_pushed:
+            raise StoryFailed(
+                f"task {index} ({task.title}) still changes paths outside its Owns: "
+                f"({', '.join(seat.owns)}): {', '.join(outside)}"
+            )
+        seat.owns_pushed = True
+        text = prompts.TASK_OWNS_FEEDBACK.format(owns=", ".join(seat.owns), paths=listing)
+        append_findings(self.ctx.paths, self.sid, f"## Task {index}: {task.title} — owns\n\n{text}")
+        return [text]
+
+    # -- BLOCKED_ON ----------------------------------------------------------------------------
+    def rebuttal(self, need: str) -> str | None:
+        """The plan's answer to a claimed missing dependency, when the plan settles it."""
+        plan = self.ctx.plan
+        deps = set(dependencies_of(plan, self.sid))
+        later = set(dependents_of(plan, self.sid))
+        for token in need.replace(",", " ").split():
+            path = token.strip("`'\"()[]:;.")
+            if "/" not in path and "." not in path:
+                continue
+            owner = owner_of_path(plan, path)
+            if owner == self.sid:
+                return f"{path} is under your own owned paths: building it is this story's work"
+            if owner in later:
+                return f"{path} belongs to story '{owner}', which runs AFTER you: leave it alone"
+            if owner in deps:
+                dep = plan.require(owner)
+                provides = f" That story provides: {', '.join(dep.provides)}." if dep.provides else ""
+                return (
+                    f"{path} belongs to story '{owner}', merged into the epic branch before you started, "
+                    f"so it is already in your working tree.{provides}"
+                )
+        return None
+
+    async def check_blocked(self, seat: Seat, reply: str, task: Task, index: int) -> str:
+        """The reply, unless it ends with `BLOCKED_ON:`; then the plan may send it back once.
+
+        A task run aside never uses the story's rebuttal: it is handed back to the story's coder.
+        """
+        need = coder_sentinel(reply).blocked_on
+        if need is None:
+            return reply
+        rebuttal = None if (self.rebutted or seat.aside) else self.rebuttal(need)
+        if rebuttal is None:
+            raise StoryWaiting(f"blocked on unplanned work: {need}")
+        self.rebutted = True
+        self.info(f"BLOCKED_ON rejected — {rebuttal}")
+        reply = await self._coder(seat, prompts.REBUTTAL.format(need=need, rebuttal=rebuttal), task, index)
+        again = coder_sentinel(reply).blocked_on
+        if again is not None:
+            raise StoryWaiting(f"blocked on unplanned work: {again}")
+        return reply
