@@ -1,0 +1,338 @@
+// Wire tests: the real `flowd serve` (FLOWD_BIN) over stdio through vscode-jsonrpc — the transport
+// vscode-languageclient itself uses — on a real git repository with flowd's scripted agent as
+// the only stand-in (at the model boundary). Every flow/* notification feeds the same LanesModel
+// the extension uses, and the assertions read the tree and the status text built from it.
+//
+// They run only with FLOWD_WIRE=1 (and FLOWD_BIN set) while the server is being written.
+
+import assert from "node:assert/strict";
+import { ChildProcess, execFileSync, spawn } from "node:child_process";
+import * as fs from "node:fs";
+import * as os from "node:os";
+import * as path from "node:path";
+import { after, before, describe, test } from "node:test";
+import { createMessageConnection, MessageConnection, StreamMessageReader, StreamMessageWriter } from "vscode-jsonrpc/node";
+import { formatUsd } from "../src/format";
+import { reportLine } from "../src/laneActions";
+import { buildTree, TreeNode } from "../src/laneTree";
+import { feedModel, LanesModel } from "../src/lanesModel";
+import { draftArgs, runFlowd } from "../src/plans";
+import { Commands, FlowServer, isRunActive, LaunchResult, Requests, StatusResult, ValidateResult } from "../src/protocol";
+import { statusText } from "../src/statusText";
+
+const FLOWD_BIN = process.env.FLOWD_BIN ?? "";
+const WIRE = process.env.FLOWD_WIRE === "1";
+
+// ------------------------------------------------------------------------ sample repo ---
+
+const EPIC = "auth";
+
+const PLAN = {
+  epicId: EPIC,
+  epic: "Add password login",
+  stories: [
+    { id: "api", title: "Login API", description: "POST /login.", owned: ["src/api/"], acceptance: ["login() exists"] },
+    { id: "ui", title: "Login page", description: "A form.", owned: ["src/ui/"], acceptance: ["page() exists"] },
+    { id: "docs", title: "Document login", description: "How to log in.", owned: ["docs/"], dependsOn: ["api"], acceptance: ["docs/login.md"] },
+  ],
+};
+
+const DRAFT_MARK = "ZEBRA-DRAFT";
+const DRAFTED = {
+  epicId: "billing",
+  epic: `Add invoices ${DRAFT_MARK}`,
+  stories: [{ id: "invoices", title: "Invoices", description: "Model and API.", owned: ["src/billing/"] }],
+};
+
+const usage = (input: number, output: number, costUsd: number) => ({ input, output, cachedRead: 0, cacheWrite: 0, costUsd });
+const tasks = (...items: [string, string][]) => JSON.stringify({ tasks: items.map(([title, description]) => ({ title, description })) });
+const clean = JSON.stringify({ issues: [], summary: "Looks right." });
+
+const SCRIPT = {
+  model: "scripted",
+  rules: [
+    { when: { role: "planner", prompt: DRAFT_MARK }, reply: JSON.stringify(DRAFTED), usage: usage(500, 200, 0.002) },
+    {
+      when: { role: "planner", story: "api" },
+      reply: tasks(["Password hashing", "Write src/api/hashing.py. Satisfies: 1"], ["Login handler", "Write src/api/login.py. Satisfies: 1"]),
+      usage: usage(900, 150, 0.003),
+    },
+    { when: { role: "planner", story: "ui" }, reply: tasks(["Login form", "Write src/ui/page.py. Satisfies: 1"]), usage: usage(800, 100, 0.002) },
+    { when: { role: "planner", story: "docs" }, reply: tasks(["Login how-to", "Write docs/login.md. Satisfies: 1"]), usage: usage(700, 90, 0.002) },
+    { when: { role: "coder", story: "api", task: "hashing" }, delayMs: 100, writes: { "src/api/hashing.py": "def hash_password(p: str) -> str:\n    return p[::-1]\n" }, reply: "Hashing done.", usage: usage(4200, 600, 0.021) },
+    { when: { role: "coder", story: "api", task: "handler" }, delayMs: 100, writes: { "src/api/login.py": "def login() -> bool:\n    return True\n" }, reply: "Handler done.", usage: usage(3100, 380, 0.015) },
+    { when: { role: "coder", story: "ui" }, delayMs: 150, writes: { "src/ui/page.py": "def page() -> str:\n    return '<form></form>'\n" }, reply: "Form done.", usage: usage(2600, 300, 0.012) },
+    { when: { role: "coder", story: "docs" }, delayMs: 100, writes: { "docs/login.md": "# Logging in\n" }, reply: "Docs done.", usage: usage(1800, 260, 0.009) },
+    { when: { role: "reviewer" }, reply: clean, usage: usage(1500, 120, 0.006) },
+    { when: { role: "judge" }, reply: clean, usage: usage(2000, 150, 0.008) },
+  ],
+};
+
+const ROSTER = `[[executors]]
+id = "demo"
+kind = "script"
+script = "demo.script.json"
+roles = ["planner", "coder", "reviewer", "judge"]
+slots = 3
+coderSlots = 2
+`;
+
+function git(cwd: string, ...args: string[]): string {
+  return execFileSync("git", ["-c", "user.name=flowd test", "-c", "user.email=test@flowd.invalid", ...args], { cwd, encoding: "utf8" });
+}
+
+/** A git repository with the plan committed and a scripted roster in `.flow/` (CONTRACT §2, §3). */
+function makeRepo(base: string): { repo: string; plan: string } {
+  const repo = path.join(base, "app");
+  fs.mkdirSync(path.join(repo, "src"), { recursive: true });
+  fs.writeFileSync(path.join(repo, "README.md"), "# app\n");
+  fs.writeFileSync(path.join(repo, "src", "__init__.py"), "");
+  const plan = path.join(repo, `${EPIC}.epic.json`);
+  fs.writeFileSync(plan, JSON.stringify(PLAN, null, 2) + "\n");
+  git(repo, "init", "-q", "-b", "main");
+  git(repo, "add", "-A");
+  git(repo, "commit", "-q", "-m", "initial");
+  fs.mkdirSync(path.join(repo, ".flow"));
+  fs.writeFileSync(path.join(repo, ".flow", "roster.toml"), ROSTER);
+  fs.writeFileSync(path.join(repo, ".flow", "demo.script.json"), JSON.stringify(SCRIPT, null, 2));
+  fs.writeFileSync(path.join(repo, ".flow", "config.toml"), "concurrency = 2\njudgeRounds = 1\nmaxReviewRounds = 1\n");
+  return { repo, plan };
+}
+
+// ----------------------------------------------------------------------------- client ---
+
+interface Session {
+  conn: MessageConnection;
+  proc: ChildProcess;
+  model: LanesModel;
+  server: FlowServer;
+  notes: { method: string; params: unknown }[];
+  stderr: string[];
+  initializeResult: { capabilities: { executeCommandProvider?: { commands: string[] } } };
+  exited: Promise<number | null>;
+  /**
+   * Resolves once `ready(model)` holds, re-checked after every notification. A guard rejects
+   * after `guardMs` with what the server sent, so a stuck run fails readably, not by a bare timeout.
+   */
+  until(ready: (model: LanesModel) => boolean, guardMs?: number): Promise<void>;
+}
+
+function isolatedEnv(home: string): NodeJS.ProcessEnv {
+  // A user's ~/.config/flowd/roster.toml must not leak into the test's roster.
+  return { ...process.env, HOME: home, XDG_CONFIG_HOME: path.join(home, ".config"), NO_COLOR: "1" };
+}
+
+async function startSession(repo: string, home: string): Promise<Session> {
+  const proc = spawn(FLOWD_BIN, ["serve"], { cwd: repo, env: isolatedEnv(home), stdio: ["pipe", "pipe", "pipe"] });
+  const exited = new Promise<number | null>((resolve) => proc.on("exit", (code) => resolve(code)));
+  const stderr: string[] = [];
+  proc.stderr?.setEncoding("utf8").on("data", (d: string) => stderr.push(d));
+  const conn = createMessageConnection(new StreamMessageReader(proc.stdout), new StreamMessageWriter(proc.stdin));
+  const model = new LanesModel();
+  const notes: Session["notes"] = [];
+  const waiters: { ready: (m: LanesModel) => boolean; resolve: () => void }[] = [];
+  feedModel(model, (method, handler) =>
+    conn.onNotification(method, (params: unknown) => {
+      notes.push({ method, params });
+      handler(params);
+      for (const w of [...waiters]) {
+        if (w.ready(model)) {
+          waiters.splice(waiters.indexOf(w), 1);
+          w.resolve();
+        }
+      }
+    }),
+  );
+  conn.onNotification((method: string, params: unknown) => notes.push({ method, params }));
+  conn.onRequest("window/workDoneProgress/create", () => null);
+  conn.onRequest("client/registerCapability", () => null);
+  conn.onRequest("client/unregisterCapability", () => null);
+  conn.onRequest("workspace/configuration", (p: { items: unknown[] }) => p.items.map(() => null));
+  conn.onRequest("window/showMessageRequest", () => null);
+  conn.listen();
+  const rootUri = `file://${repo}`;
+  const initializeResult = await conn.sendRequest<Session["initializeResult"]>("initialize", {
+    processId: process.pid,
+    clientInfo: { name: "flowd-vscode-wire-test" },
+    rootUri,
+    workspaceFolders: [{ uri: rootUri, name: path.basename(repo) }],
+    capabilities: {
+      window: { workDoneProgress: true },
+      workspace: { workspaceFolders: true, configuration: true, executeCommand: {}, didChangeWatchedFiles: { dynamicRegistration: true } },
+      textDocument: { publishDiagnostics: { relatedInformation: true }, synchronization: { didSave: true } },
+    },
+  });
+  await conn.sendNotification("initialized", {});
+  const server: FlowServer = {
+    executeCommand: <T>(command: string, arg: object) => conn.sendRequest<T>("workspace/executeCommand", { command, arguments: [arg] }),
+    request: <T>(method: string, params: object) => conn.sendRequest<T>(method, params),
+  };
+  const until = (ready: (m: LanesModel) => boolean, guardMs = 120_000): Promise<void> => {
+    if (ready(model)) return Promise.resolve();
+    return new Promise((resolve, reject) => {
+      const guard = setTimeout(() => {
+        const last = notes.slice(-15).map((n) => `${n.method} ${JSON.stringify(n.params)}`);
+        reject(new Error(`the server never got there; last notifications:\n${last.join("\n")}\nstderr:\n${stderr.join("").slice(-3000)}`));
+      }, guardMs);
+      waiters.push({
+        ready,
+        resolve: () => {
+          clearTimeout(guard);
+          resolve();
+        },
+      });
+    });
+  };
+  return { conn, proc, model, server, notes, stderr, initializeResult, exited, until };
+}
+
+async function stopSession(s: Session): Promise<number | null> {
+  // Tidy even when the server misbehaves: the process must not outlive the test.
+  const guard = setTimeout(() => s.proc.kill("SIGKILL"), 10_000);
+  try {
+    await s.conn.sendRequest("shutdown");
+    await s.conn.sendNotification("exit");
+  } catch {
+    s.proc.kill("SIGKILL");
+  }
+  const code = await s.exited;
+  clearTimeout(guard);
+  s.conn.dispose();
+  return code;
+}
+
+function node(nodes: TreeNode[], label: string): TreeNode {
+  const found = nodes.find((n) => n.label === label);
+  assert.ok(found, `no node ${label} among ${nodes.map((n) => n.label).join(", ")}`);
+  return found;
+}
+
+// ------------------------------------------------------------------------------ tests ---
+
+if (!WIRE || !FLOWD_BIN) {
+  process.stderr.write("wire tests not run: set FLOWD_WIRE=1 and FLOWD_BIN=/path/to/flowd to run them against flowd serve\n");
+} else {
+  describe("wire: flowd serve", { timeout: 240_000 }, () => {
+    let tmp: string;
+    let repo: string;
+    let plan: string;
+    let home: string;
+    let session: Session;
+
+    before(async () => {
+      tmp = fs.realpathSync(fs.mkdtempSync(path.join(os.tmpdir(), "flowd-wire-")));
+      home = path.join(tmp, "home");
+      fs.mkdirSync(home);
+      ({ repo, plan } = makeRepo(tmp));
+      session = await startSession(repo, home);
+    });
+
+    after(async () => {
+      if (session) {
+        for (const run of session.model.activeRuns()) {
+          await session.server.executeCommand(Commands.cancelEpic, { runId: run.runId }).catch(() => undefined);
+        }
+        await stopSession(session).catch(() => undefined);
+      }
+      if (process.env.FLOWD_WIRE_KEEP === "1") process.stderr.write(`wire: kept ${tmp}\n`);
+      else fs.rmSync(tmp, { recursive: true, force: true });
+    });
+
+    test("initialize advertises the flow.* commands", () => {
+      const commands = session.initializeResult.capabilities.executeCommandProvider?.commands ?? [];
+      for (const c of Object.values(Commands)) assert.ok(commands.includes(c), `${c} not advertised: ${commands.join(", ")}`);
+    });
+
+    test("flow.validatePlan: the sample plan is valid, a broken one lists its violations", async () => {
+      const ok = await session.server.executeCommand<ValidateResult>(Commands.validatePlan, { plan });
+      assert.deepEqual(ok, { violations: [] });
+      const broken = path.join(repo, "broken.epic.json");
+      fs.writeFileSync(broken, JSON.stringify({ epicId: "x", epic: "x", stories: [{ id: "Bad Id", title: "t", owned: [] }] }));
+      const bad = await session.server.executeCommand<ValidateResult>(Commands.validatePlan, { plan: "broken.epic.json" });
+      assert.ok(bad.violations.length >= 2, JSON.stringify(bad));
+      fs.rmSync(broken);
+    });
+
+    test("flow.launchEpic runs the epic; the lanes tree and the status bar follow it to the end", async () => {
+      const launched = await session.server.executeCommand<LaunchResult>(Commands.launchEpic, { plan, concurrency: 2 });
+      assert.equal(launched.epicId, EPIC);
+      assert.equal(launched.epicBranch, `epic/${EPIC}`);
+      const { runId } = launched;
+
+      await session.until((m) => {
+        const run = m.run(runId);
+        return run !== undefined && !isRunActive(run.status);
+      });
+      const run = session.model.run(runId);
+      assert.ok(run);
+      assert.equal(run.status, "done", `run ended ${run.status}; server stderr:\n${session.stderr.join("")}`);
+      assert.deepEqual([run.done, run.failed, run.skipped, run.total], [3, 0, 0, 3]);
+
+      const methods = new Set(session.notes.map((n) => n.method));
+      for (const m of ["flow/run", "flow/lane", "flow/task", "flow/clone", "flow/cost"]) assert.ok(methods.has(m), `no ${m} notification`);
+
+      const [root] = buildTree(session.model);
+      assert.equal(root.label, EPIC);
+      assert.equal(root.icon.id, "pass");
+      const lanes = root.children.filter((c) => c.kind === "lane");
+      assert.deepEqual(lanes.map((l) => l.label).sort(), ["api — Login API", "docs — Document login", "ui — Login page"]);
+      for (const lane of lanes) {
+        assert.equal(lane.icon.id, "pass-filled", `${lane.label}: ${lane.description}`);
+        const taskNodes = lane.children.filter((c) => c.kind === "task");
+        assert.ok(taskNodes.length >= 1, `${lane.label} shows no task`);
+        for (const t of taskNodes) assert.equal(t.icon.id, "check", `${lane.label} ${t.label}: ${t.description}`);
+        const clones = lane.children.filter((c) => c.kind === "clone");
+        assert.ok(clones.length >= 1, `${lane.label} shows no clone`);
+        for (const c of clones) {
+          assert.match(c.label, /^demo#[123]$/);
+          assert.match(c.description, /released/);
+        }
+      }
+      const api = node(lanes, "api — Login API");
+      assert.deepEqual(api.children.filter((c) => c.kind === "task").map((t) => t.label), ["1. Password hashing", "2. Login handler"]);
+      assert.match(api.description, /^done · .*tok · \$0\.\d\d$/);
+
+      const cost = run.cost;
+      assert.ok(cost && cost.costUsd !== undefined && cost.costUsd > 0, JSON.stringify(cost));
+      assert.equal(cost.estimatedTokens, 0);
+      assert.equal(cost.unpricedTokens, 0);
+      assert.equal(statusText(session.model), `$(check) ${EPIC} done · ${formatUsd(cost.costUsd)}`);
+
+      // The work really landed on the epic branch, and the report names each story.
+      assert.equal(git(repo, "show", `epic/${EPIC}:src/api/login.py`), "def login() -> bool:\n    return True\n");
+      const apiLane = run.lanes.get("api");
+      assert.ok(apiLane);
+      assert.match(reportLine(repo, run, apiLane), /^api: done/);
+
+      // A fresh flow/status agrees with what the notifications built.
+      const status = await session.server.request<StatusResult>(Requests.status, {});
+      const listed = status.runs.find((r) => r.runId === runId);
+      assert.ok(listed, JSON.stringify(status));
+      assert.equal(listed.status, "done");
+      const fresh = new LanesModel();
+      fresh.applyStatus(status);
+      assert.equal(statusText(fresh), statusText(session.model));
+
+      const report = await session.server.request<{ schemaVersion: number; measured: { costUsd: number | null } }>(Requests.costReport, { runId, format: "json" });
+      assert.equal(report.schemaVersion, 1);
+      assert.ok(report.measured.costUsd !== null && Math.abs(report.measured.costUsd - cost.costUsd) < 1e-6, JSON.stringify(report.measured));
+      const markdown = await session.server.request<{ text: string }>(Requests.costReport, { runId, format: "markdown" });
+      assert.match(markdown.text, /^#/m);
+    });
+
+    test("flowd plan new drafts a plan with the planner role (Flow: Draft Epic Plan's process)", async () => {
+      const out = path.join(repo, "billing.epic.json");
+      const result = await runFlowd(FLOWD_BIN, draftArgs(`Add invoices ${DRAFT_MARK}`, out), repo, undefined, isolatedEnv(home));
+      assert.equal(result.code, 0, result.stderr);
+      const drafted = JSON.parse(fs.readFileSync(out, "utf8")) as { epicId: string; stories: { id: string }[] };
+      assert.equal(drafted.epicId, "billing");
+      assert.deepEqual(drafted.stories.map((s) => s.id), ["invoices"]);
+    });
+
+    test("shutdown then exit ends the server with code 0", async () => {
+      const code = await stopSession(session);
+      session = undefined as unknown as Session;
+      assert.equal(code, 0);
+    });
+  });
+}
