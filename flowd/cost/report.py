@@ -351,8 +351,10 @@ def _roll_up(
         _into(models, (model or UNKNOWN_MODEL, is_estimated), acc)
     for (agent, executor, clone, lane), acc in who.items():
         _into(agents, agent, acc)
-        if executor is not None:
-            _into(executors, f"{executor}#{clone}" if clone is not None else executor, acc)
+        # Contract §7: byExecutor counts coder usage per clone (`id#clone`); other roles' turns are
+        # leased per call and carry no clone, so they are counted in byAgent, not here.
+        if executor is not None and clone is not None:
+            _into(executors, f"{executor}#{clone}", acc)
         if lane is not None:
             _into(stories, lane, acc)
 
