@@ -31,7 +31,7 @@ export interface TreeNode {
   description: string;
   tooltip: string;
   icon: NodeIcon;
-  /** `run.active`, `run.ended`, `lane`, `task`, `clone`, `roster`: drives the context menus. */
+  /** `run.active`, `run.done`, `run.ended` (resumable), `lane`, `task[.parallel]`, `clone`, `roster`: the context menus. */
   contextValue: string;
   collapsed: "none" | "collapsed" | "expanded";
   children: TreeNode[];
@@ -82,9 +82,10 @@ export function runNode(run: RunEntry): TreeNode {
   const lanes = [...run.lanes.values()].map((lane) => laneNode(run, lane));
   const roster = rosterNode(run);
   const children = roster ? [...lanes, roster] : lanes;
+  // The icon already says running or how it ended; the text says how far it got.
   const progress = active
     ? join(`${runningLanes(run)} running`, `${run.done}/${run.total} done`)
-    : `${run.done}/${run.total} done`;
+    : join(run.status, run.status === "done" ? `${run.total} stories` : `${run.done}/${run.total} done`);
   const tooltip = [
     `Epic ${run.epicId || "?"} · run ${run.runId}`,
     run.epicBranch ? `Branch ${run.epicBranch}` : "",
@@ -97,10 +98,10 @@ export function runNode(run: RunEntry): TreeNode {
     id: `run:${run.runId}`,
     kind: "run",
     label: run.epicId || run.runId,
-    description: join(run.status, progress, costPhrase(run.cost)),
+    description: join(progress, costPhrase(run.cost)),
     tooltip: tooltip.join("\n"),
     icon: active ? { id: "sync~spin", color: "charts.blue" } : (RUN_ICON[run.status] ?? { id: "circle-outline" }),
-    contextValue: active ? "run.active" : "run.ended",
+    contextValue: active ? "run.active" : run.status === "done" ? "run.done" : "run.ended",
     collapsed: children.length === 0 ? "none" : active ? "expanded" : "collapsed",
     children,
     runId: run.runId,
@@ -182,7 +183,7 @@ function rosterNode(run: RunEntry): TreeNode | undefined {
   const children = clones.map((c) => cloneNode(run, c));
   for (const [executor, reason] of run.exclusions) {
     if (clones.some((c) => c.executor === executor)) continue;
-    children.push(cloneNode(run, { executor, role: "roster", state: "excluded", reason }));
+    children.push(cloneNode(run, { executor, role: "", state: "excluded", reason }));
   }
   if (children.length === 0) return undefined;
   const leased = clones.filter((c) => c.state === "leased").length;

@@ -25,7 +25,7 @@ function summary(node: TreeNode): string {
 describe("LanesModel fed a run's notifications", () => {
   test("at the start: running run, two active lanes, tasks and clones", () => {
     const [run] = buildTree(feed(START));
-    assert.equal(summary(run), "sync~spin(charts.blue) auth | running · 2 running · 0/3 done · $0.07 / $10");
+    assert.equal(summary(run), "sync~spin(charts.blue) auth | 2 running · 0/3 done · $0.07 / $10");
     assert.equal(run.contextValue, "run.active");
     assert.equal(run.collapsed, "expanded");
     assert.deepEqual(
@@ -69,7 +69,7 @@ describe("LanesModel fed a run's notifications", () => {
   test("mid-run: tasks complete, a lane finishes, another waits, an executor is excluded", () => {
     const model = feed(START, MIDDLE);
     const [run] = buildTree(model);
-    assert.equal(summary(run), "sync~spin(charts.blue) auth | running · 1 running · 1/3 done · $0.41 / $10");
+    assert.equal(summary(run), "sync~spin(charts.blue) auth | 1 running · 1/3 done · $0.41 / $10");
     const api = child(run, "api — Login API");
     assert.equal(api.description, "active · claude#1 · task 2/3 · 18.4k tok · $0.26");
     assert.deepEqual(api.children.slice(0, 3).map((t) => `${t.icon.id} ${t.description}`), [
@@ -86,14 +86,14 @@ describe("LanesModel fed a run's notifications", () => {
     assert.match(docs.tooltip, /waits for api/);
     const clones = child(run, "Clones");
     assert.equal(clones.description, "1 leased · 1 excluded");
-    assert.equal(summary(clones.children[clones.children.length - 1]), "circle-slash(charts.red) gemini | roster · excluded · usage limit reached");
+    assert.equal(summary(clones.children[clones.children.length - 1]), "circle-slash(charts.red) gemini | excluded · usage limit reached");
   });
 
   test("the end: run done, every lane done, every lease released", () => {
     const model = feed(START, MIDDLE, END);
     const [run] = buildTree(model);
-    assert.equal(summary(run), "pass(charts.green) auth | done · 3/3 done · $1.42 / $10");
-    assert.equal(run.contextValue, "run.ended");
+    assert.equal(summary(run), "pass(charts.green) auth | done · 3 stories · $1.42 / $10");
+    assert.equal(run.contextValue, "run.done");
     assert.equal(run.collapsed, "collapsed");
     for (const lane of run.children.filter((c) => c.kind === "lane")) {
       assert.equal(lane.icon.id, "pass-filled", lane.label);
@@ -136,7 +136,7 @@ describe("LanesModel fed a run's notifications", () => {
       ],
     });
     const [run] = buildTree(model);
-    assert.equal(summary(run), "sync~spin(charts.blue) auth | running · 1 running · 1/2 done · 1.5k tok unpriced");
+    assert.equal(summary(run), "sync~spin(charts.blue) auth | 1 running · 1/2 done · 1.5k tok unpriced");
     const api = child(run, "api — Login API");
     assert.equal(api.description, "active · claude#2 · task 2/4 · 1.2k tok · ~$0.50");
     assert.deepEqual(api.children.map(summary), ["loading~spin(charts.blue) 2. Handler | started", "vm-active(charts.green) claude#2 | coder · leased"]);
@@ -144,6 +144,7 @@ describe("LanesModel fed a run's notifications", () => {
     model.applyStatus({ runs: [{ runId: "r1", epicId: "auth", status: "cancelled", lanes: [], clones: [] }] });
     const [ended] = buildTree(model);
     assert.equal(ended.icon.id, "circle-slash");
+    assert.equal(ended.contextValue, "run.ended");
     assert.match(child(ended, "api — Login API").children[1].description, /released/);
   });
 

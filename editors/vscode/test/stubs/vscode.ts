@@ -110,6 +110,18 @@ export enum ConfigurationTarget {
   WorkspaceFolder = 3,
 }
 
+// vscode-languageclient subclasses these at load time; the tests never construct them.
+export class CallHierarchyItem {}
+export class CodeLens {}
+export class CompletionItem {}
+export class DocumentLink {}
+export class InlayHint {}
+export class SymbolInformation {}
+export class TypeHierarchyItem {}
+export class CodeAction {}
+export class Diagnostic {}
+export class CancellationError extends Error {}
+
 // ------------------------------------------------------------------- recorded test state ---
 
 export interface Shown {
@@ -134,6 +146,7 @@ export const recorded = {
   shownDocuments: [] as Uri[],
   terminals: [] as { name?: string; cwd?: string; sent: string[] }[],
   log: [] as string[],
+  statusBarItems: [] as { text: string }[],
 };
 
 /** Answers for the next prompts, in order. A function receives the items (quick pick). */
@@ -211,7 +224,7 @@ export const window = {
     };
   },
   createStatusBarItem(id?: string, alignment?: StatusBarAlignment, priority?: number) {
-    return {
+    const item = {
       id,
       alignment,
       priority,
@@ -231,6 +244,8 @@ export const window = {
         this.visible = false;
       },
     };
+    recorded.statusBarItems.push(item);
+    return item;
   },
   createTreeView(id: string, options: unknown) {
     return { id, options, dispose: () => undefined };
