@@ -115,7 +115,7 @@ def test_a_story_with_an_empty_diff_is_judged_on_its_owned_code(tmp_path: Path) 
         {
             "when": {"role": "judge", "story": "s", "prompt": "owned code as it stands(.|\n)*x = 41"},
             "reply": verdict(),
-        },  # fmt: skip
+        },
         {"when": {"role": "judge"}, "reply": verdict(("critical", "judged the wrong thing"))},
     ]
     sc = Scenario.create(
@@ -150,10 +150,13 @@ def test_a_blocked_on_a_merged_dependency_is_rebutted_once_and_the_story_goes_on
     stories = [story("dep", ["lib/"], provides=["lib.util.helper"]), story("s", ["src/"], ["dep"])]
     rules = [
         coder("dep", {"lib/util.py": "def helper(): ...\n"}),
-        coder("s", {"src/a.py": "from lib.util import helper\n"},
-              when={"role": "coder", "story": "s", "prompt": "checked against the epic's plan and rejected"}),
+        coder(
+            "s",
+            {"src/a.py": "from lib.util import helper\n"},
+            when={"role": "coder", "story": "s", "prompt": "checked against the epic's plan and rejected"},
+        ),
         coder("s", reply="I need the helper.\nBLOCKED_ON: lib/util.py", times=1),
-    ]  # fmt: skip
+    ]
     sc = Scenario.create(tmp_path, stories, rules)
     result = sc.run()
     assert result.outcome == "done", result.view.lanes["s"].reason
