@@ -63,6 +63,9 @@ const SCRIPT = {
     { when: { role: "coder", story: "api", task: "handler" }, delayMs: 100, writes: { "src/api/login.py": "def login() -> bool:\n    return True\n" }, reply: "Handler done.", usage: usage(3100, 380, 0.015) },
     { when: { role: "coder", story: "ui" }, delayMs: 150, writes: { "src/ui/page.py": "def page() -> str:\n    return '<form></form>'\n" }, reply: "Form done.", usage: usage(2600, 300, 0.012) },
     { when: { role: "coder", story: "docs" }, delayMs: 100, writes: { "docs/login.md": "# Logging in\n" }, reply: "Docs done.", usage: usage(1800, 260, 0.009) },
+    { when: { role: "planner", story: "slow-story" }, reply: tasks(["Slow task", "Write src/slow/a.py. Satisfies: 1"]), usage: usage(500, 50, 0.001) },
+    // Long enough to cancel the run while this coder works; a resumed run finishes it.
+    { when: { role: "coder", story: "slow-story" }, delayMs: 4000, writes: { "src/slow/a.py": "A = 1\n" }, reply: "Slow done.", usage: usage(1000, 100, 0.004) },
     { when: { role: "reviewer" }, reply: clean, usage: usage(1500, 120, 0.006) },
     { when: { role: "judge" }, reply: clean, usage: usage(2000, 150, 0.008) },
   ],
@@ -76,6 +79,12 @@ roles = ["planner", "coder", "reviewer", "judge"]
 slots = 3
 coderSlots = 2
 `;
+
+const SLOW_PLAN = {
+  epicId: "slow",
+  epic: "A slow epic to cancel and resume",
+  stories: [{ id: "slow-story", title: "Slow story", description: "Takes a while.", owned: ["src/slow/"], acceptance: ["src/slow/a.py"] }],
+};
 
 function git(cwd: string, ...args: string[]): string {
   return execFileSync("git", ["-c", "user.name=flowd test", "-c", "user.email=test@flowd.invalid", ...args], { cwd, encoding: "utf8" });
@@ -318,6 +327,30 @@ if (!WIRE || !FLOWD_BIN) {
       assert.ok(report.measured.costUsd !== null && Math.abs(report.measured.costUsd - cost.costUsd) < 1e-6, JSON.stringify(report.measured));
       const markdown = await session.server.request<{ text: string }>(Requests.costReport, { runId, format: "markdown" });
       assert.match(markdown.text, /^#/m);
+    });
+
+    test("flow.cancelEpic stops a run (resumable), flow.resumeEpic finishes it", async () => {
+      const slowPlan = path.join(repo, "slow.epic.json");
+      fs.writeFileSync(slowPlan, JSON.stringify(SLOW_PLAN, null, 2));
+      const launched = await session.server.executeCommand<LaunchResult>(Commands.launchEpic, { plan: "slow.epic.json" });
+      await session.until((m) => m.run(launched.runId)?.lanes.get("slow-story")?.status === "active");
+      const cancelled = await session.server.executeCommand<{ runId: string; outcome: string }>(Commands.cancelEpic, { runId: launched.runId });
+      assert.equal(cancelled.runId, launched.runId);
+      await session.until((m) => {
+        const run = m.run(launched.runId);
+        return run !== undefined && !isRunActive(run.status);
+      });
+      const stopped = session.model.run(launched.runId);
+      assert.equal(stopped?.status, "cancelled");
+      assert.match(statusText(session.model), /^\$\(circle-slash\) slow cancelled · 0\/1 done/);
+
+      const resumed = await session.server.executeCommand<LaunchResult>(Commands.resumeEpic, { runId: launched.runId });
+      assert.equal(resumed.epicId, "slow");
+      await session.until((m) => m.run(resumed.runId)?.status === "done");
+      assert.equal(git(repo, "show", "epic/slow:src/slow/a.py"), "A = 1\n");
+      const [top] = buildTree(session.model);
+      assert.equal(top.label, "slow");
+      assert.equal(top.icon.id, "pass");
     });
 
     test("flowd plan new drafts a plan with the planner role (Flow: Draft Epic Plan's process)", async () => {
