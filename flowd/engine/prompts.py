@@ -126,7 +126,7 @@ Answer again, exactly in the requested format."""
 
 EPIC_DRAFT = """Split this epic into stories for a team of coding agents working in parallel.
 
-Epic: {epic}
+{request}
 
 Rules:
 - Each story fits ONE agent session and owns a set of paths (files or folders); owned sets of
@@ -143,6 +143,11 @@ Files in the repository (first {shown} of {total}):
 Answer ONLY with JSON: {{"epicId": "{epic_id}", "epic": "...", "stories": [{{"id": "...", "title": "...",
 "description": "...", "owned": ["..."], "sharedReadOnly": [], "dependsOn": [], "provides": [],
 "readFirst": [], "acceptance": ["..."], "testsChange": false}}]}}"""
+
+EPIC_DRAFT_BRIEF = """Epic: {epic}
+
+The epic's brief (the user's design; plan exactly what it asks for):
+{brief}"""
 
 EPIC_DRAFT_RETRY = """Your proposed plan is invalid:
 {violations}
