@@ -1,7 +1,7 @@
 // esbuild entry points: the extension bundle, the test bundles (with `vscode` aliased to the
 // stub in test/stubs), and the README preview renderer.
 import * as esbuild from "esbuild";
-import { readdirSync } from "node:fs";
+import { readdirSync, rmSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 
@@ -13,6 +13,7 @@ if (mode === "--extension") {
   await esbuild.build({ ...common, entryPoints: ["src/extension.ts"], outfile: "dist/extension.js", external: ["vscode"], minify: process.env.FLOWD_MINIFY === "1" });
 } else if (mode === "--tests") {
   const tests = readdirSync(join(root, "test")).filter((f) => f.endsWith(".test.ts"));
+  rmSync(join(root, "out", "test"), { recursive: true, force: true }); // no stale bundles of removed tests
   await esbuild.build({
     ...common,
     entryPoints: tests.map((f) => join("test", f)),

@@ -314,7 +314,8 @@ export async function draftPlan(ctx: CommandContext): Promise<vscode.Uri | undef
   if (result.stdout) ctx.log.append(result.stdout);
   if (result.stderr) ctx.log.append(result.stderr);
   if (result.code !== 0) {
-    void vscode.window.showErrorMessage(`flowd: ${failureMessage(result, "flowd plan new")}`);
+    const message = failureMessage(result, "flowd plan new");
+    void vscode.window.showErrorMessage(message.startsWith("flowd") ? message : `flowd: ${message}`);
     return undefined;
   }
   const uri = vscode.Uri.file(target);

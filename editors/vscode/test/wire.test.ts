@@ -12,13 +12,14 @@ import * as os from "node:os";
 import * as path from "node:path";
 import { after, before, describe, test } from "node:test";
 import { createMessageConnection, MessageConnection, StreamMessageReader, StreamMessageWriter } from "vscode-jsonrpc/node";
+import { draftPlan } from "../src/commands";
 import { formatUsd } from "../src/format";
 import { reportLine } from "../src/laneActions";
 import { buildTree, TreeNode } from "../src/laneTree";
 import { feedModel, LanesModel } from "../src/lanesModel";
-import { draftArgs, runFlowd } from "../src/plans";
 import { Commands, FlowServer, isRunActive, LaunchResult, Requests, StatusResult, ValidateResult } from "../src/protocol";
 import { statusText } from "../src/statusText";
+import * as stub from "./stubs/vscode";
 
 const FLOWD_BIN = process.env.FLOWD_BIN ?? "";
 const WIRE = process.env.FLOWD_WIRE === "1";
@@ -41,7 +42,15 @@ const DRAFT_MARK = "ZEBRA-DRAFT";
 const DRAFTED = {
   epicId: "billing",
   epic: `Add invoices ${DRAFT_MARK}`,
-  stories: [{ id: "invoices", title: "Invoices", description: "Model and API.", owned: ["src/billing/"] }],
+  stories: [
+    {
+      id: "invoices",
+      title: "Invoices",
+      description: "Model and API.",
+      owned: ["src/billing/"],
+      acceptance: ["an Invoice model with a total", "POST /invoices creates one"],
+    },
+  ],
 };
 
 const usage = (input: number, output: number, costUsd: number) => ({ input, output, cachedRead: 0, cacheWrite: 0, costUsd });
@@ -353,13 +362,34 @@ if (!WIRE || !FLOWD_BIN) {
       assert.equal(top.icon.id, "pass");
     });
 
-    test("flowd plan new drafts a plan with the planner role (Flow: Draft Epic Plan's process)", async () => {
-      const out = path.join(repo, "billing.epic.json");
-      const result = await runFlowd(FLOWD_BIN, draftArgs(`Add invoices ${DRAFT_MARK}`, out), repo, undefined, isolatedEnv(home));
-      assert.equal(result.code, 0, result.stderr);
-      const drafted = JSON.parse(fs.readFileSync(out, "utf8")) as { epicId: string; stories: { id: string }[] };
-      assert.equal(drafted.epicId, "billing");
+    test("Flow: Draft Epic Plan runs flowd plan new (the planner role) and opens the draft", async () => {
+      stub.reset([repo]);
+      stub.answers.inputBox.push(`Add invoices ${DRAFT_MARK}`, "billing.epic.json");
+      const saved = { HOME: process.env.HOME, XDG_CONFIG_HOME: process.env.XDG_CONFIG_HOME };
+      Object.assign(process.env, { HOME: home, XDG_CONFIG_HOME: path.join(home, ".config") });
+      const log = stub.window.createOutputChannel("flowd");
+      try {
+        const uri = await draftPlan({
+          model: session.model,
+          log: log as never,
+          server: () => session.server,
+          flowdPath: () => FLOWD_BIN,
+          refresh: () => Promise.resolve(undefined),
+        });
+        const errors = stub.recorded.messages.filter((m) => m.kind === "error").map((m) => m.message);
+        assert.deepEqual(errors, [], log.lines.join(""));
+        assert.equal(uri?.fsPath, path.join(repo, "billing.epic.json"));
+      } finally {
+        for (const [key, value] of Object.entries(saved)) {
+          if (value === undefined) delete process.env[key];
+          else process.env[key] = value;
+        }
+      }
+      assert.equal(stub.recorded.inputBoxes[1].value, "add-invoices-zebra-draft.epic.json");
+      const drafted = JSON.parse(fs.readFileSync(path.join(repo, "billing.epic.json"), "utf8")) as { epicId: string; stories: { id: string }[] };
+      assert.match(drafted.epicId, /^[a-z0-9][a-z0-9-]*$/); // flowd names the epic itself
       assert.deepEqual(drafted.stories.map((s) => s.id), ["invoices"]);
+      assert.equal(stub.recorded.shownDocuments[0]?.fsPath, path.join(repo, "billing.epic.json"));
     });
 
     test("shutdown then exit ends the server with code 0", async () => {
