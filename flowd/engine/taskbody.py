@@ -89,6 +89,10 @@ class TaskBody:
         self._plan = plan
         self.perimeter_pushed = False
         self.rebutted = False
+        # The task a killed run was inside, when that run left work for it (a commit of the task,
+        # or the work-in-progress commit catch-up makes of a dirty worktree): rerun, it rightly
+        # changes nothing more, and its earlier work stands.
+        self.resumed_with_work: int | None = None
 
     @property
     def sid(self) -> str:
@@ -151,6 +155,12 @@ class TaskBody:
             if not await asyncio.to_thread(repo.status_paths, seat.worktree):
                 if coder_sentinel(reply).already_satisfied:
                     self.info(f"task {index} ({task.title}): already satisfied; ticked without a commit")
+                    return None
+                if not seat.aside and index == self.resumed_with_work:
+                    self.info(
+                        f"task {index} ({task.title}): changed nothing when resumed; "
+                        "the interrupted run's work for it stands"
+                    )
                     return None
                 raise StoryFailed(
                     f"task {index} ({task.title}) changed nothing, and the coder did not confirm "

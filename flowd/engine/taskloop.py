@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import subprocess
 from pathlib import Path
 
 from flowd.engine import prompts
@@ -40,6 +41,19 @@ _REVISION = re.compile(r"^Revision \d+: ")
 OWNED_CODE_CHARS = 40_000
 
 
+def _subjects_since(worktree: Path, base: str) -> set[str]:
+    """Subjects of the commits the worktree's branch has beyond `base` (empty when git cannot say)."""
+    proc = subprocess.run(
+        ["git", "log", "--format=%s", f"{base}..HEAD", "--"],
+        cwd=worktree,
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
+    return set(proc.stdout.splitlines()) if proc.returncode == 0 else set()
+
+
 class TaskLoop:
     def __init__(self, ctx: RunContext, story: Story, worktree: Path, coder: HeldCoder) -> None:
         self.ctx = ctx
@@ -66,6 +80,7 @@ class TaskLoop:
             self.plan = parse_checkpoint(text, str(checkpoint))
             if self.plan.tasks:
                 self.info(f"resuming at task {self._next_index()} of {len(self.plan.tasks)}")
+                await self._note_interrupted_work()
                 self._announce()
                 return
         stage = f"story {self.sid}: plan tasks"
@@ -87,6 +102,15 @@ class TaskLoop:
         self._save()
         self.ctx.emit(StageCompleted(stage=stage, lane=self.sid))
         self._announce()
+
+    async def _note_interrupted_work(self) -> None:
+        found = self.plan.next_incomplete()
+        if found is None:
+            return
+        index, task = found
+        subjects = await asyncio.to_thread(_subjects_since, self.worktree, self.ctx.epic_branch)
+        if f"{self.sid}: {task.title}" in subjects or f"{self.sid}: work in progress" in subjects:
+            self.body.resumed_with_work = index
 
     def _next_index(self) -> int:
         found = self.plan.next_incomplete()

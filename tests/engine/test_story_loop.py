@@ -194,3 +194,24 @@ def test_an_unconfirmed_empty_task_fails_the_story(tmp_path: Path) -> None:
         "task 1 (s) changed nothing, and the coder did not confirm it was already satisfied"
     )
     assert turns(sc, result.run_id, "coder") == 2  # the task, and the one confirmation asked
+
+
+def test_a_resumed_task_whose_interrupted_work_stands_is_ticked_when_it_changes_nothing_more(
+    tmp_path: Path,
+) -> None:
+    stories = [story("a", ["a/"]), story("b", ["b/"])]
+    first = [
+        coder("a", {"a/x.py": "x = 1\n"}),
+        coder("b", {"b/y.py": "y = 1\n"}, fail="error", reply="the agent died mid-task"),
+    ]
+    sc = Scenario.create(tmp_path, stories, first)
+    assert sc.run().view.lanes["b"].status == "failed"
+    # The rerun finds b's work from the first run (committed as work in progress when b catches up
+    # with a), writes the same file again and says nothing about it being satisfied.
+    sc.write_script([coder("b", {"b/y.py": "y = 1\n"})])
+    result = sc.run()
+    assert result.outcome == "done", result.view.lanes["b"].reason
+    assert "task 1 (b): changed nothing when resumed; the interrupted run's work for it stands" in infos(
+        sc, result.run_id
+    )
+    assert git(sc.repo, "show", "epic/ep:b/y.py") == "y = 1\n"
