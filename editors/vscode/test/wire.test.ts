@@ -136,8 +136,13 @@ interface Session {
 }
 
 function isolatedEnv(home: string): NodeJS.ProcessEnv {
-  // A user's ~/.config/flowd/roster.toml must not leak into the test's roster.
-  return { ...process.env, HOME: home, XDG_CONFIG_HOME: path.join(home, ".config"), NO_COLOR: "1" };
+  // A user's ~/.config/flowd/roster.toml must not leak into the test's roster, and the scripted
+  // agent's `times` bookkeeping stays in the test's temp dir (removed with it).
+  return { ...process.env, ...isolatedVars(home), NO_COLOR: "1" };
+}
+
+function isolatedVars(home: string): Record<string, string> {
+  return { HOME: home, XDG_CONFIG_HOME: path.join(home, ".config"), FLOWD_SCRIPT_STATE: path.join(home, "script-state") };
 }
 
 async function startSession(repo: string, home: string): Promise<Session> {
@@ -365,8 +370,10 @@ if (!WIRE || !FLOWD_BIN) {
     test("Flow: Draft Epic Plan runs flowd plan new (the planner role) and opens the draft", async () => {
       stub.reset([repo]);
       stub.answers.inputBox.push(`Add invoices ${DRAFT_MARK}`, "billing.epic.json");
-      const saved = { HOME: process.env.HOME, XDG_CONFIG_HOME: process.env.XDG_CONFIG_HOME };
-      Object.assign(process.env, { HOME: home, XDG_CONFIG_HOME: path.join(home, ".config") });
+      // draftPlan runs flowd with the extension host's environment: isolate it as for the server.
+      const vars = isolatedVars(home);
+      const saved = Object.fromEntries(Object.keys(vars).map((k) => [k, process.env[k]]));
+      Object.assign(process.env, vars);
       const log = stub.window.createOutputChannel("flowd");
       try {
         const uri = await draftPlan({
