@@ -30,7 +30,7 @@ def money(value: float | None, estimated: bool = False) -> str:
 
 def lane_row(view: RunView, lane: LaneView) -> list[Text | str]:
     task = lane.task
-    where = f"{task.index}/{len(lane.tasks)} {task.title}" if task else (lane.reason or "")
+    where = f"{task.index}/{lane.count} {task.title}" if task else (lane.reason or "")
     executor = (
         f"{lane.executor}#{lane.clone}" if lane.executor and lane.clone is not None else (lane.executor or "")
     )
@@ -66,4 +66,12 @@ def render_run(view: RunView) -> Group:
         f"{view.count('done')}/{view.total} stories · {view.active_lanes} lanes · "
         f"{totals.tokens:,} tokens · {cost}{budget}" + (f" ({', '.join(extra)})" if extra else ""),
     )
-    return Group(title, bar, table)
+    parts: list[Text | ProgressBar | Table] = [title, bar, table]
+    held = [c for c in view.clones.values() if c.held]
+    if held:
+        names = ", ".join(f"{c.name} {c.role}" + (f" ({c.label})" if c.label else "") for c in held)
+        parts.append(Text(f"clones held: {names}", style="dim"))
+    for executor, exclusion in view.exclusions.items():
+        until = f" until {exclusion['until']}" if exclusion.get("until") else ""
+        parts.append(Text(f"{executor} excluded{until}: {exclusion['reason']}", style="yellow"))
+    return Group(*parts)

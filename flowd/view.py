@@ -62,6 +62,11 @@ class LaneView:
     tokens: int = 0
     cost_usd: float | None = None
     estimated: bool = False
+    task_count: int = 0  # from TasksPlanned and TaskStarted.count (a plan may grow by revisions)
+
+    @property
+    def count(self) -> int:
+        return max(self.task_count, len(self.tasks))
 
     @property
     def task(self) -> TaskView | None:
@@ -158,6 +163,7 @@ class RunView:
                 lane.current = None
         elif isinstance(event, TasksPlanned):
             lane = self._lane(event.lane)
+            lane.task_count = len(event.tasks)
             old = {t.index: t for t in lane.tasks}
             lane.tasks = []
             for number, planned in enumerate(event.tasks, start=1):
@@ -171,6 +177,7 @@ class RunView:
         elif isinstance(event, TaskStarted):
             lane = self._lane(event.lane)
             task = self._task(lane, event.index, event.title)
+            lane.task_count = max(lane.task_count, event.count)
             task.state, task.satisfies = "started", event.satisfies
             task.parallel, task.executor, task.clone = event.parallel, event.executor, event.clone
             if not event.parallel:
@@ -265,7 +272,7 @@ class RunView:
             out["clone"] = lane.clone
         task = lane.task
         if task is not None:
-            out["task"] = {"index": task.index, "count": len(lane.tasks), "title": task.title}
+            out["task"] = {"index": task.index, "count": lane.count, "title": task.title}
         out["tokens"] = lane.tokens
         if lane.cost_usd is not None:
             out["costUsd"] = round(lane.cost_usd, 6)
@@ -279,7 +286,7 @@ class RunView:
             "runId": self.run_id,
             "lane": lane.lane,
             "index": task.index,
-            "count": len(lane.tasks),
+            "count": lane.count,
             "title": task.title,
             "state": task.state,
         }

@@ -1,0 +1,54 @@
+from __future__ import annotations
+
+from rich.console import Console
+
+from flowd.events import (
+    Envelope,
+    Event,
+    ExecutorExcluded,
+    ExecutorLeased,
+    RunStarted,
+    StoryStatusChanged,
+    TaskStarted,
+    TokensUsed,
+    Usage,
+)
+from flowd.progress import render_run
+from flowd.view import fold
+
+
+def text_of(*events: Event) -> str:
+    envelopes = [
+        Envelope(seq=n, at="2026-11-29T10:00:00.000Z", run_id="r", event=e) for n, e in enumerate(events, 1)
+    ]
+    console = Console(width=120, record=True, color_system=None)
+    console.print(render_run(fold("r", envelopes)))
+    return console.export_text()
+
+
+def test_lanes_clones_exclusions_and_totals_are_shown() -> None:
+    out = text_of(
+        RunStarted(
+            epic_id="auth",
+            epic_branch="epic/auth",
+            plan="p",
+            stories=["api", "ui"],
+            concurrency=2,
+            budget_usd=5.0,
+        ),
+        StoryStatusChanged(story="api", status="active"),
+        ExecutorLeased(executor="claude", clone=2, role="coder", label="api"),
+        TaskStarted(lane="api", index=1, count=3, title="Write the handler"),
+        TokensUsed(
+            lane="api",
+            executor="claude",
+            clone=2,
+            agent="coder",
+            usage=Usage(input=1000, output=200, total=1200, cost_usd=0.25),
+        ),
+        ExecutorExcluded(executor="codex", reason="usage limit reached", until="2026-11-29T11:00:00.000Z"),
+    )
+    assert "Epic auth [running] 0/2 stories · 1 lanes · 1,200 tokens · $0.25 of $5.00" in out
+    assert "api" in out and "claude#2" in out and "1/3 Write the handler" in out
+    assert "clones held: claude#2 coder (api)" in out
+    assert "codex excluded until 2026-11-29T11:00:00.000Z: usage limit reached" in out
