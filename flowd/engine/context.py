@@ -10,7 +10,16 @@ from pathlib import Path
 from flowd.agents.base import AgentError, FlowdMeta, ToolCall, TurnRequest, TurnResult, estimate_tokens
 from flowd.config import Settings
 from flowd.engine.state import EpicPaths
-from flowd.events import AssistantMessage, BudgetExceeded, Event, TokensUsed, ToolUse, Usage
+from flowd.events import (
+    AssistantMessage,
+    BudgetExceeded,
+    Event,
+    ExecutorLeased,
+    ExecutorReleased,
+    TokensUsed,
+    ToolUse,
+    Usage,
+)
 from flowd.gitops import Repo
 from flowd.plan.model import StoryPlan
 from flowd.roster import Lease, LeaseInfo, RosterPool
@@ -47,6 +56,7 @@ class RunContext:
     story_budget_usd: float | None = None
     merge_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     halted: str | None = None
+    holders: dict[str, HeldCoder] = field(default_factory=dict)  # lane → its held coder
     _budget_told: set[str] = field(default_factory=set)
 
     @property
@@ -169,7 +179,14 @@ class RunContext:
         )
 
     async def ask(self, role: str, request: TurnRequest, *, lane: str | None) -> TurnResult:
-        """One turn on any executor serving `role` (leased for the turn only)."""
+        """One turn on any executor serving `role` (leased for the turn only).
+
+        When no slot for the role is free and the lane's held coder can serve it, the turn borrows
+        that clone: otherwise stories holding every slot as coders would wait on each other forever.
+        """
+        holder = self.holders.get(lane) if lane is not None else None
+        if holder is not None and role in holder.lease.spec.roles and self.pool.free_slots(role) == 0:
+            return await holder.borrowed_turn(request)
         result, info = await self.pool.run(role, request, label=lane, observe=self.observer(lane, None))
         self.record_turn(request, result, info, lane=lane, coder_clone=False)
         return result
@@ -186,6 +203,24 @@ class HeldCoder:
 
     def __post_init__(self) -> None:
         self.chain.append(self.lease.executor_id)
+        self.ctx.holders[self.lane] = self
+
+    async def borrowed_turn(self, request: TurnRequest) -> TurnResult:
+        """A planner/reviewer/judge turn on this story's own coder clone (no slot was free)."""
+        lease, role = self.lease, request.role
+        self.ctx.emit(ExecutorLeased(executor=lease.executor_id, role=role, label=self.lane, borrowed=True))
+        try:
+            result = await lease.executor.run_turn(request, self.ctx.observer(self.lane, lease.executor_id))
+        except AgentError as error:
+            self.ctx.pool.fail(lease, error)
+            raise
+        finally:
+            self.ctx.emit(
+                ExecutorReleased(executor=lease.executor_id, role=role, label=self.lane, borrowed=True)
+            )
+        self.ctx.pool.succeeded(lease)
+        self.ctx.record_turn(request, result, lease.info, lane=self.lane, coder_clone=False)
+        return result
 
     async def turn(self, request: TurnRequest) -> TurnResult:
         handed_over = False
@@ -209,3 +244,5 @@ class HeldCoder:
 
     def release(self) -> None:
         self.ctx.pool.release(self.lease)
+        if self.ctx.holders.get(self.lane) is self:
+            del self.ctx.holders[self.lane]

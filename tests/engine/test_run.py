@@ -246,3 +246,22 @@ def test_budget_stop_halts_with_exit_3(tmp_path: Path) -> None:
     assert exceeded and exceeded[0]["scope"] == "epic" and exceeded[0]["limitUsd"] == 0.4
     assert events[-1]["type"] == "RunEnded" and events[-1]["outcome"] == "halted"
     assert sc.merge_commits() == ["ep: merge story a"]
+
+
+def test_coders_holding_every_slot_borrow_their_clone_for_other_roles(tmp_path: Path) -> None:
+    stories = [story("a", ["a.txt"]), story("b", ["b.txt"]), story("c", ["c.txt"])]
+    rules = [coder(s, {f"{s}.txt": s}) for s in ("a", "b", "c")]
+    sc = Scenario.create(
+        tmp_path,
+        stories,
+        rules,
+        settings="concurrency = 2\njudgeRounds = 1\nmaxReviewRounds = 1\n",
+        executors=[{"id": "solo", "script": "script.json", "slots": 2}],
+    )
+    result = sc.run()
+    assert result.outcome == "done"
+    borrowed = [
+        e.event for e in sc.events(result.run_id) if e.event.type == "ExecutorLeased" and e.event.borrowed
+    ]
+    assert borrowed and all(e.clone is None and e.role != "coder" for e in borrowed)
+    assert not any(c.held for c in result.view.clones.values())
