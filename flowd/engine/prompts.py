@@ -1,7 +1,7 @@
 """Every prompt flowd sends, as plain templates (documented in docs/prompts.md).
 
-Templates use `str.format` fields; `render_*` helpers fill them from the plan so the wording
-lives here and nowhere else.
+Templates use `str.format` fields; `story_rules` and `planner_prompt` fill them from the plan,
+so the wording lives here and nowhere else.
 """
 
 from __future__ import annotations
@@ -32,7 +32,9 @@ Rules:
 - flowd runs the project's gates after each task and hands failures back to you: run at most the
   one relevant test file yourself.
 - If something you need does not exist and another story owns it, end your reply with exactly
-  `BLOCKED_ON: <what, and which path>` and stop. This is ONLY for work another story owns.
+  `BLOCKED_ON: <what, and which path>` and stop. This is ONLY for work another story owns:
+  tooling, dependencies and reference checkouts are never a reason.
+- Everything you provide must be complete: no stubs, no TODOs left for later.
 - Do not commit; flowd commits after each task."""
 
 PLANNER_TASKS = """Plan ONE story as a short list of small, independently verifiable tasks, each described
@@ -208,7 +210,3 @@ def planner_prompt(story: Story) -> str:
         description=story.description.strip(),
         done_when=done_when,
     )
-
-
-def judge_issues_text(issues: list[tuple[str, str, str]]) -> str:
-    return "\n".join(f"- [{sev}] {title}: {desc}".rstrip(": ") for sev, title, desc in issues)

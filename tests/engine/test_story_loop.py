@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from flowd.engine import prompts
 from flowd.events import Info, StoryJudged, TokensUsed
 from tests.engine.scenario import Scenario, coder, git, story
 
@@ -215,3 +216,10 @@ def test_a_resumed_task_whose_interrupted_work_stands_is_ticked_when_it_changes_
         sc, result.run_id
     )
     assert git(sc.repo, "show", "epic/ep:b/y.py") == "y = 1\n"
+
+
+def test_every_prompt_template_is_documented() -> None:
+    names = [n for n, v in vars(prompts).items() if n.isupper() and isinstance(v, str)]
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "prompts.md").read_text(encoding="utf-8")
+    assert len(names) >= 18
+    assert [n for n in names if f"`{n}`" not in doc] == []
