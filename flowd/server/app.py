@@ -385,7 +385,7 @@ class FlowServer(LanguageServer, RunHooks):
     async def _rescan(self, run: Tracked, story: str) -> None:
         """What story `story` changed in its worktree, against its perimeter, as diagnostics."""
         plan, repo, worktree = self.plan_of(run), self.repo, self._worktree(run, story)
-        if plan is None or repo is None or worktree is None or run.ended:
+        if plan is None or repo is None or worktree is None or run.ended or not worktree.is_dir():
             return
         base = self._base(run, story)
         try:

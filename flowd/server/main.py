@@ -19,7 +19,8 @@ def _logging() -> None:
         stream=sys.stderr, level=level, format="flowd serve %(levelname)s %(name)s: %(message)s"
     )
     # pygls logs every message body at INFO; keep it quiet unless asked.
-    logging.getLogger("pygls").setLevel(max(logging.WARNING, logging.getLevelName(level)))
+    for noisy in ("pygls", "watchfiles"):
+        logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLevelName(level)))
 
 
 def serve_command(args: argparse.Namespace) -> int:

@@ -183,7 +183,7 @@ class RunManager:
         return run
 
     def pump(self, run: Tracked) -> None:
-        if not run.ready:
+        if not run.ready or self._stop.is_set():
             return
         for envelope in run.follower.poll():
             run.view.apply(envelope)
@@ -199,6 +199,8 @@ class RunManager:
                     await self._touch(entry.name)
 
     async def _on_changes(self, paths: set[Path], base: Path) -> None:
+        if self._stop.is_set():
+            return
         touched: dict[str, set[str]] = {}
         for path in paths:
             try:

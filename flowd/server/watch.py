@@ -28,12 +28,14 @@ STEP_MS = 10
 class WorktreeWatches:
     def __init__(self) -> None:
         self._watches: dict[Key, tuple[asyncio.Task[None], asyncio.Event]] = {}
+        # Once stopped, no new watch may start: an unstopped watch thread would hold the exit.
+        self._closed = False
 
     def __contains__(self, key: Key) -> bool:
         return key in self._watches
 
     def start(self, key: Key, worktree: Path, rescan: Rescan) -> None:
-        if key in self._watches or not worktree.is_dir():
+        if self._closed or key in self._watches or not worktree.is_dir():
             return
         stop = asyncio.Event()
         task = asyncio.ensure_future(self._run(worktree, rescan, stop))
@@ -50,6 +52,7 @@ class WorktreeWatches:
             self.stop(key)
 
     def stop_all(self) -> None:
+        self._closed = True
         for key in list(self._watches):
             self.stop(key)
 

@@ -121,7 +121,9 @@ def repo(tmp_path: Path) -> Path:
     return root
 
 
-async def initialize(client: FlowClient, root: Path, preset: str = "visual-studio-code") -> lsp.InitializeResult:
+async def initialize(
+    client: FlowClient, root: Path, preset: str = "visual-studio-code"
+) -> lsp.InitializeResult:
     return await client.initialize_session(
         lsp.InitializeParams(
             capabilities=client_capabilities(preset),
@@ -146,7 +148,9 @@ async def request(client: LanguageClient, method: str, params: Any) -> Any:
 
 async def command(client: LanguageClient, name: str, *arguments: Any) -> Any:
     return await asyncio.wait_for(
-        client.workspace_execute_command_async(lsp.ExecuteCommandParams(command=name, arguments=list(arguments))),
+        client.workspace_execute_command_async(
+            lsp.ExecuteCommandParams(command=name, arguments=list(arguments))
+        ),
         60,
     )
 
@@ -154,3 +158,15 @@ async def command(client: LanguageClient, name: str, *arguments: Any) -> Any:
 def cleared(client: LanguageClient, uri: str) -> bool:
     """Diagnostics were published for `uri`, and the last publication was empty."""
     return uri in client.diagnostics and len(client.diagnostics[uri]) == 0
+
+
+async def stop_client(client: LanguageClient) -> None:
+    """Stop a client started by hand; kill its server if it does not exit."""
+    try:
+        await asyncio.wait_for(client.stop(), 10)
+    except TimeoutError:
+        server = getattr(client, "_server", None)
+        if server is not None and server.returncode is None:
+            server.kill()
+            await server.wait()
+        raise AssertionError("the server did not exit after shutdown/exit") from None

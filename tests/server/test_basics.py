@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from lsprotocol import types as lsp
 from pygls.exceptions import JsonRpcException
 
 from tests.server.conftest import FlowClient, command, request

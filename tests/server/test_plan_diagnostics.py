@@ -42,7 +42,9 @@ def _replace_all(client: FlowClient, path: Path, text: str, version: int) -> Non
     )
 
 
-async def test_json_plan_violations_at_their_lines_and_cleared_when_fixed(client: FlowClient, repo: Path) -> None:
+async def test_json_plan_violations_at_their_lines_and_cleared_when_fixed(
+    client: FlowClient, repo: Path
+) -> None:
     path = repo / "auth.epic.json"
     path.write_text(BAD_JSON)
     uri = path.as_uri()
