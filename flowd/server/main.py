@@ -38,6 +38,8 @@ def serve_command(args: argparse.Namespace) -> int:
     server = build_server()
     try:
         if tcp:
+            # pygls says "Serving on (host, port)" once it listens: clients and tests wait for it.
+            logging.getLogger("pygls.server").setLevel(logging.INFO)
             server.start_tcp("::1" if host == "::1" else "127.0.0.1", port)
         else:
             server.start_io()
