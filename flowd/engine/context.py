@@ -178,6 +178,13 @@ class RunContext:
             )
         )
 
+    def _only_coders_hold(self, role: str) -> bool:
+        """No slot for `role` is free, and only stories' coders hold them (nothing brief will end)."""
+        if self.pool.free_slots(role) > 0:
+            return False
+        able = [e for e in self.pool.snapshot().executors if role in e.roles and e.excluded is None]
+        return all(h.role == "coder" for e in able for h in e.held)
+
     async def ask(self, role: str, request: TurnRequest, *, lane: str | None) -> TurnResult:
         """One turn on any executor serving `role` (leased for the turn only).
 
@@ -185,7 +192,7 @@ class RunContext:
         that clone: otherwise stories holding every slot as coders would wait on each other forever.
         """
         holder = self.holders.get(lane) if lane is not None else None
-        if holder is not None and role in holder.lease.spec.roles and self.pool.free_slots(role) == 0:
+        if holder is not None and role in holder.lease.spec.roles and self._only_coders_hold(role):
             return await holder.borrowed_turn(request)
         result, info = await self.pool.run(role, request, label=lane, observe=self.observer(lane, None))
         self.record_turn(request, result, info, lane=lane, coder_clone=False)

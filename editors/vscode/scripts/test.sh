@@ -2,8 +2,8 @@
 # The extension's checks, as `make vscode-test` runs them:
 #   cd editors/vscode && FLOWD_BIN=/abs/path/to/flowd ./scripts/test.sh
 # Installs node_modules when missing or stale, regenerates the plan schema from flowd, then
-# typecheck, lint, build and the node --test suite. Wire tests against the real `flowd serve`
-# run only with FLOWD_WIRE=1.
+# typecheck, lint, build and the node --test suite, including the wire tests against the real
+# `flowd serve` at FLOWD_BIN (FLOWD_WIRE=0 opts out of those).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

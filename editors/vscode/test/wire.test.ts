@@ -3,7 +3,8 @@
 // the only stand-in (at the model boundary). Every flow/* notification feeds the same LanesModel
 // the extension uses, and the assertions read the tree and the status text built from it.
 //
-// They run only with FLOWD_WIRE=1 (and FLOWD_BIN set) while the server is being written.
+// They need FLOWD_BIN (`make test` sets it to the repository's .venv/bin/flowd). Without it they
+// fail, saying so; FLOWD_WIRE=0 opts out explicitly (for a quick UI-only loop).
 
 import assert from "node:assert/strict";
 import { ChildProcess, execFileSync, spawn } from "node:child_process";
@@ -22,7 +23,7 @@ import { statusText } from "../src/statusText";
 import * as stub from "./stubs/vscode";
 
 const FLOWD_BIN = process.env.FLOWD_BIN ?? "";
-const WIRE = process.env.FLOWD_WIRE === "1";
+const WIRE = process.env.FLOWD_WIRE !== "0";
 
 // ------------------------------------------------------------------------ sample repo ---
 
@@ -232,8 +233,12 @@ function node(nodes: TreeNode[], label: string): TreeNode {
 
 // ------------------------------------------------------------------------------ tests ---
 
-if (!WIRE || !FLOWD_BIN) {
-  process.stderr.write("wire tests not run: set FLOWD_WIRE=1 and FLOWD_BIN=/path/to/flowd to run them against flowd serve\n");
+if (!WIRE) {
+  process.stderr.write("wire tests opted out with FLOWD_WIRE=0\n");
+} else if (!FLOWD_BIN) {
+  test("wire tests need FLOWD_BIN=/path/to/flowd (make test sets it)", () => {
+    assert.fail("FLOWD_BIN is not set: run `make test` from the repository root, or set FLOWD_WIRE=0 to opt out");
+  });
 } else {
   describe("wire: flowd serve", { timeout: 240_000 }, () => {
     let tmp: string;
