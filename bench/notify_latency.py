@@ -106,7 +106,7 @@ async def main(lanes: int, tasks: int, gap_ms: float) -> None:
         done = asyncio.Event()
         expected = lanes * tasks * 2
 
-        @client.feature("flow/task")
+        @client.feature("flow/task")  # type: ignore[untyped-decorator]
         def on_task(params: Any) -> None:
             if params.state != "planned":
                 received.setdefault((params.lane, params.index, params.state), time.monotonic())
@@ -138,7 +138,7 @@ async def main(lanes: int, tasks: int, gap_ms: float) -> None:
         latencies = sorted((received[k] - written[k]) * 1000 for k in written if k in received)
         await client.shutdown_async(None)
         client.exit(None)
-        await client.stop()
+        await client.stop()  # type: ignore[no-untyped-call]
 
     p50 = statistics.median(latencies)
     p95 = latencies[int(len(latencies) * 0.95) - 1]
