@@ -23,8 +23,8 @@ def demo_command(args: argparse.Namespace) -> int:
         if target.exists() and any(target.iterdir()):
             raise InputError(f"--dir {target} is not empty; give a new or empty directory")
         return _demo(target, console, json_lines=args.json)
-    with tempfile.TemporaryDirectory(prefix="flowd-demo-") as tmp:
-        return _demo(Path(tmp) / "calc", console, json_lines=args.json)
+    # Kept after the run so the epic branch, worktrees, report and trace can be looked at.
+    return _demo(Path(tempfile.mkdtemp(prefix="flowd-demo-")) / "calc", console, json_lines=args.json)
 
 
 def _demo(target: Path, console: Console, *, json_lines: bool) -> int:
@@ -36,5 +36,8 @@ def _demo(target: Path, console: Console, *, json_lines: bool) -> int:
     # Plain text on stdout (no wrapping): the report and the cost are meant to be read and piped.
     sys.stdout.write(result.report_path.read_text(encoding="utf-8") + "\n")
     sys.stdout.write(str(cost_report_for(repo, run_id=result.run_id, fmt="text")) + "\n")
-    sys.stdout.write(f"Epic branch `{result.view.epic_branch}` in {repo}: outcome {result.outcome}.\n")
+    sys.stdout.write(
+        f"Outcome {result.outcome}. The sample repository is kept at {repo} (epic branch "
+        f"`{result.view.epic_branch}`; try `cd {repo} && flowd status`); delete it when done.\n"
+    )
     return result.exit_code
