@@ -265,3 +265,21 @@ def test_coders_holding_every_slot_borrow_their_clone_for_other_roles(tmp_path: 
     ]
     assert borrowed and all(e.clone is None and e.role != "coder" for e in borrowed)
     assert not any(c.held for c in result.view.clones.values())
+
+
+def test_a_single_slot_executor_serves_every_role_of_its_story(tmp_path: Path) -> None:
+    sc = Scenario.create(
+        tmp_path,
+        [story("a", ["a.txt"])],
+        [coder("a", {"a.txt": "a"})],
+        settings="judgeRounds = 1\nmaxReviewRounds = 1\n",
+        executors=[{"id": "solo", "script": "script.json", "slots": 1}],
+    )
+    result = sc.run()
+    assert result.outcome == "done"
+    roles = {
+        e.event.role
+        for e in sc.events(result.run_id)
+        if e.event.type == "ExecutorLeased" and e.event.borrowed
+    }
+    assert {"planner", "reviewer", "judge"} <= roles
