@@ -539,6 +539,18 @@ class Repo:
             return MergeResult(ok=False, commit=self.head_of(wt), conflicts=sorted(set(conflicts)))
         raise GitError(f"{what}: {_reason(proc)}", detail=proc.stderr + proc.stdout)
 
+    def merge_in_progress(self, wt: Path) -> bool:
+        """A merge stopped half-way in `wt` (MERGE_HEAD is set): a process killed mid-merge."""
+        return (
+            _git(
+                Path(wt),
+                ["rev-parse", "-q", "--verify", "MERGE_HEAD"],
+                f"could not read the merge state of the worktree {wt}",
+                ok_codes=(0, 1),
+            ).returncode
+            == 0
+        )
+
     def reset_hard(self, wt: Path, commit: str) -> None:
         """Roll the worktree and its branch back to `commit`; untracked files are kept."""
         wt = self._owned_worktree(wt, "reset")

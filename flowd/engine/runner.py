@@ -21,7 +21,7 @@ from flowd.cost.prices import pricer
 from flowd.engine.context import RunContext
 from flowd.engine.report import EpicReport, build_report, write_report
 from flowd.engine.state import EpicLock, EpicPaths
-from flowd.engine.story import StoryOutcome, StoryRun
+from flowd.engine.story import StoryOutcome, StoryRun, undo_interrupted_merge
 from flowd.errors import EXIT_CANCELLED, EXIT_FAILED, EXIT_HALTED, EXIT_OK, FlowdError, InputError
 from flowd.events import (
     Envelope,
@@ -89,16 +89,23 @@ async def run_epic(options: RunOptions) -> RunResult:
     paths = EpicPaths(repo.root, plan.epic_id)
     wt_root = worktree_root(repo, settings.worktree_root)
     epic_wt = wt_root / plan.epic_id / "_epic"
-    if (epic_wt / ".git").exists():
-        dirty = repo.status_paths(epic_wt)
-        if dirty:
-            raise InputError(
-                f"the epic worktree {epic_wt} has uncommitted changes ({', '.join(dirty[:5])}); "
-                "commit, move or discard them, then run again"
-            )
     run_id = options.run_id or new_run_id(plan.epic_id)
     lock = EpicLock(paths)
     lock.acquire(run_id)
+    recovered: list[Event] = []
+    try:
+        # Under the lock: a merge a killed run left unverified is undone before anything reads the epic.
+        undo_interrupted_merge(repo, paths, epic_wt, recovered.append)
+        if (epic_wt / ".git").exists():
+            dirty = repo.status_paths(epic_wt)
+            if dirty:
+                raise InputError(
+                    f"the epic worktree {epic_wt} has uncommitted changes ({', '.join(dirty[:5])}); "
+                    "commit, move or discard them, then run again"
+                )
+    except BaseException:
+        lock.release()
+        raise
     previous = load_run_record(repo.root, run_id)
     record = RunRecord(
         run_id=run_id,
@@ -133,6 +140,8 @@ async def run_epic(options: RunOptions) -> RunResult:
                 budget_usd=budget,
             )
         )
+        for event in recovered:
+            writer.emit(event)
         writer.emit(StageStarted(stage="epic branch"))
         if not repo.branch_exists(plan.epic_branch):
             repo.create_branch(plan.epic_branch, options.base or "HEAD")

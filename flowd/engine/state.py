@@ -69,12 +69,49 @@ class EpicPaths:
         return self.root / "lock"
 
     @property
+    def merging(self) -> Path:
+        return self.root / "merging.json"
+
+    @property
     def report_json(self) -> Path:
         return self.root / "report.json"
 
     @property
     def report_md(self) -> Path:
         return self.root / "report.md"
+
+
+class MergeIntent(WireModel):
+    """`merging.json`: a merge into the epic under way and not yet verified by the epic gates.
+
+    Written before the merge and removed once the story is recorded merged or the merge is undone,
+    so a run killed in between leaves it behind and the next run knows the epic head it finds may
+    be a merge no gate ever passed.
+    """
+
+    story: str
+    branch: str
+    checkpoint: str  # the epic head before the merge
+
+
+def save_intent(paths: EpicPaths, intent: MergeIntent) -> None:
+    write_model_atomic(paths.merging, intent)
+
+
+def load_intent(paths: EpicPaths) -> MergeIntent | None:
+    try:
+        return MergeIntent.model_validate_json(paths.merging.read_bytes())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValidationError, ValueError) as exc:
+        raise InputError(
+            f"{paths.merging}: unreadable ({exc}); check the epic branch's last merge, then delete the file"
+        )
+
+
+def clear_intent(paths: EpicPaths) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        paths.merging.unlink()
 
 
 def load_state(paths: EpicPaths, story_id: str) -> StoryState | None:

@@ -10,16 +10,28 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
 from flowd.engine.context import Halt, HeldCoder, RunContext
 from flowd.engine.gates import run_command, run_gates
-from flowd.engine.state import StoryState, append_findings, load_state, save_state
+from flowd.engine.state import (
+    EpicPaths,
+    MergeIntent,
+    StoryState,
+    append_findings,
+    clear_intent,
+    load_intent,
+    load_state,
+    save_intent,
+    save_state,
+)
 from flowd.engine.taskloop import StoryFailed, StoryWaiting, TaskLoop
 from flowd.errors import FlowdError
 from flowd.events import (
+    Event,
     Info,
     MergeRolledBack,
     PerimeterViolation,
@@ -29,6 +41,7 @@ from flowd.events import (
     StoryMerged,
     StoryStatusChanged,
 )
+from flowd.gitops import Repo
 from flowd.perimeter import classify
 from flowd.plan.hashing import story_hash
 from flowd.plan.model import Story
@@ -64,7 +77,11 @@ class StoryRun:
         ctx.emit(StoryStatusChanged(story=sid, status="active"))
         coder: HeldCoder | None = None
         try:
-            merged_before = await asyncio.to_thread(self._prepare)
+            # The epic head is only read under the merge lock: between a merge and its epic gates
+            # it is a commit no gate has passed (and may be rolled back), which no story may start
+            # from, catch up with or restore paths from.
+            async with ctx.merge_lock:
+                merged_before = await asyncio.to_thread(self._prepare)
             if merged_before:
                 self.info("already merged; skipping")
                 return self._finish(StoryOutcome(sid, "done", branch=self.branch, note=merged_before))
@@ -74,14 +91,16 @@ class StoryRun:
             if self.state.executor != lease.executor_id:
                 self.state = self.state.model_copy(update={"executor": lease.executor_id})
                 save_state(ctx.paths, self.state)
-            await asyncio.to_thread(self._catch_up)
+            async with ctx.merge_lock:
+                await asyncio.to_thread(self._catch_up)
             await self._setup()
             loop = TaskLoop(ctx, self.story, self.worktree, coder)
             await loop.plan_tasks()
             await loop.run_tasks()
             note = await loop.judge()
-            await asyncio.to_thread(self._catch_up)
-            await asyncio.to_thread(self._repair_perimeter)
+            async with ctx.merge_lock:
+                await asyncio.to_thread(self._catch_up)
+                await asyncio.to_thread(self._repair_perimeter)
             coder.release()
             commit = await self._merge()
             await asyncio.to_thread(self._clean_up)
@@ -290,37 +309,59 @@ class StoryRun:
             checkpoint = await asyncio.to_thread(repo.head_of, ctx.epic_wt)
             stage = f"story {sid}: merge"
             ctx.emit(StageStarted(stage=stage, lane=sid))
-            result = await asyncio.to_thread(
-                repo.merge, ctx.epic_wt, self.branch, f"{ctx.epic_id}: merge story {sid}"
-            )
-            if not result.ok:
-                ctx.emit(StageFailed(stage=stage, lane=sid, error="conflict"))
-                raise StoryFailed(
-                    f"merging {self.branch} into {ctx.epic_branch} conflicted: {', '.join(result.conflicts)}"
-                )
-            if not result.already_merged:
-                red = await run_gates(
-                    ctx.settings.gates,
-                    ctx.epic_wt,
-                    where="epic",
-                    lane=sid,
-                    emit=ctx.emit,
-                    log_dir=ctx.paths.gate_logs(sid).parent / "epic-gates",
-                    timeout_s=ctx.settings.gate_timeout_s,
-                )
-                if red is not None:
-                    await asyncio.to_thread(repo.reset_hard, ctx.epic_wt, checkpoint)
-                    reason = f"epic gates failed after merging; merge undone:\n{red.describe()}"
-                    ctx.emit(MergeRolledBack(lane=sid, reason=reason[:2000]))
-                    ctx.emit(StageFailed(stage=stage, lane=sid, error="epic gates red"))
-                    raise StoryFailed(reason)
-            commit = result.commit or checkpoint
-            assert self.state is not None
-            self.state = self.state.model_copy(update={"status": "merged", "reason": None})
-            save_state(ctx.paths, self.state)
+            # Until the gates pass, the merge is provisional; a run killed meanwhile leaves this
+            # behind and the next run undoes the merge (`undo_interrupted_merge`).
+            save_intent(ctx.paths, MergeIntent(story=sid, branch=self.branch, checkpoint=checkpoint))
+            try:
+                commit = await self._merge_verified(stage, checkpoint)
+            except (StoryFailed, asyncio.CancelledError):
+                raise
+            except Exception:
+                # Whatever broke (git, a gate that could not start), the epic keeps only verified merges.
+                recorded = self.state is not None and self.state.status == "merged"
+                with contextlib.suppress(Exception):
+                    if not recorded and await asyncio.to_thread(repo.head_of, ctx.epic_wt) != checkpoint:
+                        await asyncio.to_thread(repo.reset_hard, ctx.epic_wt, checkpoint)
+                    clear_intent(ctx.paths)
+                raise
             ctx.emit(StoryMerged(lane=sid, branch=self.branch, commit=commit))
             ctx.emit(StageCompleted(stage=stage, lane=sid))
             return commit
+
+    async def _merge_verified(self, stage: str, checkpoint: str) -> str:
+        """Merge, run the epic gates, and record the story merged (or undo the merge)."""
+        ctx, repo, sid = self.ctx, self.ctx.repo, self.story.id
+        result = await asyncio.to_thread(
+            repo.merge, ctx.epic_wt, self.branch, f"{ctx.epic_id}: merge story {sid}"
+        )
+        if not result.ok:
+            clear_intent(ctx.paths)
+            ctx.emit(StageFailed(stage=stage, lane=sid, error="conflict"))
+            raise StoryFailed(
+                f"merging {self.branch} into {ctx.epic_branch} conflicted: {', '.join(result.conflicts)}"
+            )
+        if not result.already_merged:
+            red = await run_gates(
+                ctx.settings.gates,
+                ctx.epic_wt,
+                where="epic",
+                lane=sid,
+                emit=ctx.emit,
+                log_dir=ctx.paths.gate_logs(sid).parent / "epic-gates",
+                timeout_s=ctx.settings.gate_timeout_s,
+            )
+            if red is not None:
+                await asyncio.to_thread(repo.reset_hard, ctx.epic_wt, checkpoint)
+                clear_intent(ctx.paths)
+                reason = f"epic gates failed after merging; merge undone:\n{red.describe()}"
+                ctx.emit(MergeRolledBack(lane=sid, reason=reason[:2000]))
+                ctx.emit(StageFailed(stage=stage, lane=sid, error="epic gates red"))
+                raise StoryFailed(reason)
+        assert self.state is not None
+        self.state = self.state.model_copy(update={"status": "merged", "reason": None})
+        save_state(ctx.paths, self.state)
+        clear_intent(ctx.paths)
+        return result.commit or checkpoint
 
     def _clean_up(self) -> None:
         self._clean_up_at(self.worktree)
@@ -330,3 +371,51 @@ class StoryRun:
             self.ctx.repo.worktree_remove(worktree)
         except FlowdError as exc:
             self.info(f"kept its worktree: {exc}")
+
+
+def undo_interrupted_merge(
+    repo: Repo, paths: EpicPaths, epic_wt: Path, emit: Callable[[Event], object]
+) -> None:
+    """Undo a merge a killed run left on the epic before its gates passed; call with the epic lock held.
+
+    The story itself is untouched (its state says `started` or `failed`), so it resumes and merges
+    again, behind the gates this time. A merge the story state already records is kept; an epic
+    that moved on since (a user's commit on top) is left alone and said so.
+    """
+    intent = load_intent(paths)
+    if intent is None:
+        return
+    if not (epic_wt / ".git").exists():
+        clear_intent(paths)
+        return
+    state = load_state(paths, intent.story)
+    sid = intent.story
+    if state is not None and state.status == "merged":
+        clear_intent(paths)
+        return
+    head = repo.head_of(epic_wt)
+    story_head = repo.rev_parse(intent.branch)
+    ours = (
+        head != intent.checkpoint
+        and repo.rev_parse(f"{head}^1") == intent.checkpoint
+        and story_head is not None
+        and repo.rev_parse(f"{head}^2") == story_head
+    )
+    if ours or (head == intent.checkpoint and repo.merge_in_progress(epic_wt)):
+        repo.reset_hard(epic_wt, intent.checkpoint)
+        reason = (
+            f"the previous run stopped before the epic gates passed on story '{sid}''s merge; "
+            "merge undone, the story merges again when it finishes"
+        )
+        if ours:
+            emit(MergeRolledBack(lane=sid, reason=reason))
+        emit(Info(lane=sid, message=reason))
+    elif head != intent.checkpoint:
+        emit(
+            Info(
+                lane=sid,
+                message=f"the previous run stopped while merging story '{sid}', and {epic_wt} has moved on "
+                "since; its head is kept as it is",
+            )
+        )
+    clear_intent(paths)
