@@ -5,10 +5,7 @@ slot (a coder also needs a free coder slot); lowest priority for the role first,
 leased least recently, then roster order; `prefer` wins against executors of equal priority. A
 lease takes the lowest free clone number of its executor. When nothing is free the lease waits
 for a release or an exclusion's end; when nothing can ever serve the role it fails with
-`NoExecutor` (exit 3). A planner, reviewer or judge call that finds every slot able to take it
-held by coders is *borrowed* instead (no slot, no clone number, on the executor's own extra
-connection): a coder's slot frees only when its story ends, and that story may be waiting on
-this very call, so such a call must never wait for a coder.
+`NoExecutor` (exit 3).
 
 All bookkeeping is synchronous and runs on the event loop, so no lock is needed: the only await
 in `lease` is the wait for a change, and a cancelled wait has taken nothing.
@@ -92,7 +89,6 @@ class Lease:
     _pool: RosterPool = field(repr=False)
     released: bool = False
     _reported: AgentError | None = field(default=None, repr=False)
-    borrowed: bool = False  # no slot taken; runs on the executor's clone-0 connection
 
     @property
     def executor(self) -> Executor:
@@ -101,7 +97,7 @@ class Lease:
 
     @property
     def name(self) -> str:
-        return f"{self.executor_id}#{self.clone}" if not self.borrowed else f"{self.executor_id} (borrowed)"
+        return f"{self.executor_id}#{self.clone}"
 
     @property
     def info(self) -> LeaseInfo:
@@ -208,9 +204,6 @@ class RosterPool:
                 return self._take(state, role, label)
             if not self.can_ever_serve(role, avoid=avoid):
                 raise NoExecutor(role, self._hopeless(role, avoid))
-            held = self._held_by_coders(role, avoid, prefer_not)
-            if held is not None:
-                return self._borrow(held, role, label)
             changed = self._changed
             self._arm_timer()
             await changed.wait()
@@ -235,13 +228,6 @@ class RosterPool:
             return
         lease.released = True
         state = self._states[lease.executor_id]
-        if lease.borrowed:
-            self._emit(
-                ExecutorReleased(
-                    executor=lease.executor_id, role=lease.role, label=lease.label, borrowed=True
-                )
-            )
-            return
         if state.held.get(lease.clone) is lease:
             del state.held[lease.clone]
         self._emit(
@@ -299,31 +285,6 @@ class RosterPool:
         lease = Lease(state.spec.id, clone, role, label, state.spec, self)
         state.held[clone] = lease
         self._emit(ExecutorLeased(executor=state.spec.id, clone=clone, role=role, label=label))
-        return lease
-
-    def _held_by_coders(self, role: str, avoid: frozenset[str], prefer_not: frozenset[str]) -> _State | None:
-        """For a non-coder role: the best executor to borrow when every slot of every executor able
-        to take the role now is held by a coder (None: some slot is held by a call, so wait)."""
-        if role == "coder":
-            return None
-        able = [
-            s
-            for s in self._states.values()
-            if role in s.spec.roles and s.spec.id not in avoid and s.exclusion is None
-        ]
-        if not able or any(
-            len(s.held) < s.spec.slots or any(lease.role != "coder" for lease in s.held.values())
-            for s in able
-        ):
-            return None
-        able.sort(key=lambda s: (s.spec.id in prefer_not, s.spec.priority_for(role), s.last_leased, s.order))
-        return able[0]
-
-    def _borrow(self, state: _State, role: str, label: str | None) -> Lease:
-        self._counter += 1
-        state.last_leased = self._counter
-        lease = Lease(state.spec.id, 0, role, label, state.spec, self, borrowed=True)
-        self._emit(ExecutorLeased(executor=state.spec.id, role=role, label=label, borrowed=True))
         return lease
 
     def can_ever_serve(self, role: str, *, avoid: frozenset[str] = frozenset()) -> bool:

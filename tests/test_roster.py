@@ -214,8 +214,7 @@ async def test_coder_slots_are_respected_while_other_roles_still_lease(tmp_path:
 
 async def test_a_waiting_lease_takes_the_slot_a_release_frees(tmp_path: Path) -> None:
     h = make_pool(tmp_path, entry("solo"))
-    # A call holds the slot (one held by a coder is borrowed instead: tests/hardening/test_borrow.py).
-    held = await h.pool.lease("reviewer", label="s1")
+    held = await h.pool.lease("coder", label="s1")
     waiting = asyncio.create_task(h.pool.lease("planner", label="s2"))
     await settle()
     assert not waiting.done()
