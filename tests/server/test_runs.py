@@ -264,3 +264,14 @@ async def test_user_edit_of_a_path_a_running_story_owns(vsc: FlowClient, slow_re
     # Once core is done (merged), the warning goes.
     await client.until(lambda: lane_status(client, run_id, "core") == "done", 60, "core done")
     await client.until(lambda: not _diag(client, uri, "perimeter.ownedByRunningStory"), 10, "warning cleared")
+
+
+async def test_cancel_from_the_progress_ui_cancels_the_run(vsc: FlowClient, slow_repo: Path) -> None:
+    client = vsc
+    run_id = (await command(client, "flow.launchEpic", {"plan": "calc.epic.json"}))["runId"]
+    token = await client.until(lambda: next(iter(client.progress_reports), None), 30, "a progress token")
+    await client.until(lambda: lane_status(client, run_id, "core") == "active", 30, "core active")
+    client.window_work_done_progress_cancel(lsp.WorkDoneProgressCancelParams(token=token))
+    await client.until(lambda: run_status(client, run_id) == "cancelled", 30, "cancelled run")
+    await client.until(lambda: ended_progress(client), 10, "progress end")
+    assert client.progress_reports[token][-1].message.startswith("cancelled")
