@@ -18,6 +18,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from pydantic import Field, PrivateAttr, ValidationError, field_validator
 
 from flowd.errors import FileProblems
+from flowd.fsio import read_user_text
 from flowd.wire import StrictWireModel
 
 Role = Literal["planner", "coder", "reviewer", "judge"]
@@ -164,12 +165,7 @@ def _location(prefix: str, loc: tuple[int | str, ...]) -> str:
 
 
 def read_toml(path: Path) -> dict[str, Any]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise FileProblems(str(path), [f"cannot be read ({exc.strerror or exc})"])
-    except UnicodeDecodeError:
-        raise FileProblems(str(path), ["is not UTF-8 text"])
+    text = read_user_text(path)
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

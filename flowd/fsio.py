@@ -11,6 +11,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from flowd.errors import FileProblems
+
 
 def write_text_atomic(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -33,3 +35,17 @@ def write_json_atomic(path: Path, data: Any) -> None:
 
 def write_model_atomic(path: Path, model: BaseModel) -> None:
     write_text_atomic(path, model.model_dump_json(indent=2, by_alias=True, exclude_none=True) + "\n")
+
+
+def read_user_text(path: Path) -> str:
+    """A file the user wrote (settings, roster, script), or one `FileProblems` sentence naming it."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise FileProblems(str(path), ["does not exist; check the path"]) from None
+    except IsADirectoryError:
+        raise FileProblems(str(path), ["is a directory, not a file"]) from None
+    except UnicodeDecodeError:
+        raise FileProblems(str(path), ["is not UTF-8 text; save it as UTF-8"]) from None
+    except OSError as exc:
+        raise FileProblems(str(path), [f"cannot be read ({exc.strerror or exc})"]) from None

@@ -16,6 +16,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from flowd.config import describe_validation_error
 from flowd.errors import FileProblems
+from flowd.fsio import read_user_text
 from flowd.wire import StrictWireModel
 
 FailMode = Literal["rate_limit", "usage_limit", "auth", "crash", "hang", "error"]
@@ -86,12 +87,7 @@ class Script(StrictWireModel):
 
 def load_script(path: Path) -> Script:
     """Read and validate a script file; one `FileProblems` naming the file on any problem."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise FileProblems(str(path), [f"cannot be read ({exc.strerror or exc})"])
-    except UnicodeDecodeError:
-        raise FileProblems(str(path), ["is not UTF-8 text"])
+    text = read_user_text(path)
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:

@@ -69,7 +69,7 @@ def test_bad_scripts_are_one_error_naming_the_file(tmp_path: Path, data: object,
 
 
 def test_a_missing_script_names_the_file(tmp_path: Path) -> None:
-    with pytest.raises(FileProblems, match=r"nope\.json: cannot be read"):
+    with pytest.raises(FileProblems, match=r"nope\.json: does not exist; check the path"):
         load_script(tmp_path / "nope.json")
 
 
