@@ -113,8 +113,12 @@ def _last_seq(path: Path) -> int:
 class TraceWriter:
     """Appends events to a run's trace, one flushed line each; thread-safe; notifies subscribers."""
 
-    def __init__(self, path: Path, run_id: str) -> None:
+    def __init__(self, path: Path, run_id: str, on_error: Callable[[OSError], None] | None = None) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
+        # A failed write (disk full, quota) stops writing, never raises into the caller: emit is
+        # called from every corner of a run, cleanup paths included. `on_error` hears it once.
+        self.error: OSError | None = None
+        self._on_error = on_error
         self.path = path
         self.run_id = run_id
         self._seq = _last_seq(path)
@@ -132,11 +136,18 @@ class TraceWriter:
         self._subscribers.append(callback)
 
     def emit(self, event: Event) -> Envelope:
+        failed: OSError | None = None
         with self._lock:
             self._seq += 1
             envelope = Envelope(seq=self._seq, at=iso(), run_id=self.run_id, event=event)
-            self._handle.write(dump_envelope(envelope) + b"\n")
-            self._handle.flush()
+            if self.error is None:
+                try:
+                    self._handle.write(dump_envelope(envelope) + b"\n")
+                    self._handle.flush()
+                except OSError as exc:
+                    self.error = failed = exc
+        if failed is not None and self._on_error is not None:
+            self._on_error(failed)
         for callback in list(self._subscribers):
             callback(envelope)
         return envelope
@@ -144,7 +155,10 @@ class TraceWriter:
     def close(self) -> None:
         with self._lock:
             if not self._handle.closed:
-                self._handle.close()
+                try:
+                    self._handle.close()
+                except OSError:  # the buffered tail of a failed write: already reported
+                    pass
 
 
 def read_trace(path: Path) -> Iterator[Envelope]:

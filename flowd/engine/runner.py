@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import os
 import signal
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -115,7 +116,18 @@ async def run_epic(options: RunOptions) -> RunResult:
         started_at=previous.started_at if previous else iso(),
         repo=str(repo.root),
     )
-    writer = TraceWriter(trace_path(repo.root, run_id), run_id)
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()  # a signal, or a trace that can no longer be written
+    broken: list[str] = []
+
+    def trace_failed(exc: OSError) -> None:
+        broken.append(
+            f"could not write the trace {trace_path(repo.root, run_id)} ({exc.strerror or exc}); "
+            "free some space, then run again: the run resumes where it stopped"
+        )
+        loop.call_soon_threadsafe(stop.set)
+
+    writer = TraceWriter(trace_path(repo.root, run_id), run_id, on_error=trace_failed)
     view = RunView(run_id=run_id, pricer=pricer(settings))
     for envelope in read_trace(writer.path):  # a continued run counts what it already did
         view.apply(envelope)
@@ -173,7 +185,8 @@ async def run_epic(options: RunOptions) -> RunResult:
             budget_usd=budget,
             story_budget_usd=settings.story_budget_usd,
         )
-        outcome, reason = await Scheduler(ctx, concurrency, fail_fast, outcomes).run(options.handle_signals)
+        scheduler = Scheduler(ctx, concurrency, fail_fast, outcomes, stop=stop, broken=broken)
+        outcome, reason = await scheduler.run(options.handle_signals)
     except FlowdError as exc:
         outcome, reason = ("halted" if exc.exit_code == EXIT_HALTED else "failed"), str(exc)
         writer.emit(Info(message=f"run stopped: {exc}"))
@@ -199,15 +212,30 @@ async def run_epic(options: RunOptions) -> RunResult:
         report = build_report(plan, view, notes)
         with contextlib.suppress(OSError):
             write_report(paths, report)
-        write_run_record(repo.root, record.model_copy(update={"ended_at": iso(), "outcome": outcome}))
+        try:
+            write_run_record(repo.root, record.model_copy(update={"ended_at": iso(), "outcome": outcome}))
+        except OSError as exc:
+            broken.append(
+                f"could not record the end of the run in {trace_path(repo.root, run_id).parent}: {exc}"
+            )
         writer.close()
         lock.release()
+        if broken:
+            # The trace may not say it: stderr is the one channel left (stdout is --json's).
+            print(f"flowd: run {run_id} halted: {broken[0]}", file=sys.stderr)
     return RunResult(run_id, outcome, EXIT_FOR.get(outcome, EXIT_FAILED), view, report, paths.report_md)
 
 
 class Scheduler:
     def __init__(
-        self, ctx: RunContext, concurrency: int, fail_fast: bool, outcomes: dict[str, StoryOutcome]
+        self,
+        ctx: RunContext,
+        concurrency: int,
+        fail_fast: bool,
+        outcomes: dict[str, StoryOutcome],
+        *,
+        stop: asyncio.Event | None = None,
+        broken: list[str] | None = None,
     ) -> None:
         self.ctx = ctx
         self.concurrency = concurrency
@@ -218,7 +246,8 @@ class Scheduler:
         self.halted: str | None = None
         self.failed_fast: str | None = None
         self.rank = critical_path_rank(ctx.plan)
-        self.cancel = asyncio.Event()
+        self.cancel = stop or asyncio.Event()
+        self.broken = broken if broken is not None else []
         self.last_summary = ""
 
     def _status_sets(self) -> tuple[set[str], set[str]]:
@@ -281,6 +310,8 @@ class Scheduler:
                 )
                 if self.cancel.is_set():
                     await self._stop_all()
+                    if self.broken:
+                        return "halted", self.broken[0]
                     return "cancelled", "cancelled by a signal"
                 for task in finished:
                     sid = next(s for s, t in self.running.items() if t is task)

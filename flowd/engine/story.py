@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -48,6 +49,8 @@ from flowd.plan.model import Story
 from flowd.roster import NoExecutor
 
 OutcomeStatus = Literal["done", "failed", "waiting", "cancelled"]
+# A full disk, a quota, a file-size limit, a read-only file system: the machine's, not the story's.
+DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS})
 
 
 @dataclass
@@ -141,6 +144,23 @@ class StoryRun:
             )
         except asyncio.CancelledError:
             raise
+        except OSError as exc:
+            if exc.errno not in DISK_FULL:
+                return self._finish(
+                    StoryOutcome(
+                        sid,
+                        "failed",
+                        reason=str(exc),
+                        branch=self.branch,
+                        executors=coder.chain if coder else [],
+                    )
+                )
+            # Not the story's fault: it stops resumable, and the run stops launching.
+            where = f" {exc.filename}" if exc.filename else ""
+            why = f"could not write{where} ({exc.strerror}); free some space, then run again"
+            return self._finish(
+                StoryOutcome(sid, "waiting", reason=f"not finished: {why}", branch=self.branch, halt=why)
+            )
         except Exception as exc:  # an agent error or a bug: the story fails, the run goes on
             reason = str(exc) or type(exc).__name__
             return self._finish(
