@@ -271,12 +271,20 @@ class StoryRun:
             return
         if repo.is_dirty(self.worktree):
             repo.commit_all(self.worktree, f"{self.story.id}: work in progress")
-        result = repo.merge(
-            self.worktree,
-            ctx.epic_branch,
-            f"{self.story.id}: catch up with {ctx.epic_branch}",
-            prefer_incoming=True,
-        )
+        message = f"{self.story.id}: catch up with {ctx.epic_branch}"
+        result = repo.merge(self.worktree, ctx.epic_branch, message)
+        if not result.ok:
+            # The epic holds other stories' paths: there the epic's side wins. A conflict on the
+            # story's own paths means someone changed them on the epic outside flowd: never
+            # overwrite either side silently.
+            own = [p for p in result.conflicts if not classify([p], self.story.id, ctx.plan)]
+            if own:
+                raise StoryFailed(
+                    f"catching up with {ctx.epic_branch} conflicted on paths story '{self.story.id}' owns "
+                    f"({', '.join(own)}): they were changed on {ctx.epic_branch} outside flowd since the "
+                    "story started; reconcile them on the story branch or the epic, then run again"
+                )
+            result = repo.merge(self.worktree, ctx.epic_branch, message, prefer_incoming=True)
         if not result.ok:
             raise StoryFailed(f"catching up with {ctx.epic_branch} conflicted: {', '.join(result.conflicts)}")
         self.info(f"caught up with {ctx.epic_branch}")
