@@ -15,6 +15,7 @@ refuses a mutation aimed at the user's checkout.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -397,6 +398,25 @@ class Repo:
             if not force and self.is_dirty(path):
                 raise GitError(f"{what}: it has uncommitted changes (remove it with force to discard them)")
             raise GitError(f"{what}: {_reason(proc)}", detail=proc.stderr)
+
+    def discard_worktree(self, path: Path, branch: str) -> str | None:
+        """Throw away a worktree (work included) and its branch, leftovers of a killed run too.
+
+        Returns why the worktree could not be removed through git (its folder is deleted anyway),
+        or None.
+        """
+        problem = None
+        try:
+            self.worktree_remove(path, force=True)
+        except FlowdError as exc:
+            problem = str(exc)
+        if Path(path).exists():
+            shutil.rmtree(path, ignore_errors=True)
+        with contextlib.suppress(FlowdError):
+            self.worktree_prune()
+        if self.branch_exists(branch):
+            self.delete_branch(branch, force=True)
+        return problem
 
     def worktree_move(self, old: Path, new: Path) -> Path:
         """Move a worktree, its branch and uncommitted work included."""

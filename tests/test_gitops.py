@@ -559,3 +559,20 @@ def test_discover_inside_a_linked_worktree(repo: Repo, proj: Path) -> None:
     assert inner.root == wt.resolve()
     assert inner.common_dir == (proj / ".git").resolve()
     assert inner.git_dir != inner.common_dir
+
+
+def test_discard_worktree_throws_away_work_and_branch(tmp_path: Path) -> None:
+    repo_dir = tmp_path / "r"
+    repo_dir.mkdir()
+    subprocess.run(["git", "init", "-q", "-b", "main"], cwd=repo_dir, check=True)
+    (repo_dir / "f").write_text("x", encoding="utf-8")
+    subprocess.run(["git", "add", "f"], cwd=repo_dir, check=True)
+    subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "i"], cwd=repo_dir, check=True
+    )
+    repo = Repo.discover(repo_dir)
+    wt = repo.worktree_add(tmp_path / "wt", "topic", start="main")
+    (wt / "work.txt").write_text("unsaved", encoding="utf-8")
+    assert repo.discard_worktree(wt, "topic") is None
+    assert not wt.exists() and not repo.branch_exists("topic")
+    assert repo.discard_worktree(wt, "topic") is None  # already gone: nothing to do, no error

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
@@ -253,12 +252,4 @@ class TaskGraph:
 
     def _discard(self, worktree: Path, branch: str) -> None:
         """Remove a task worktree and its branch (leftovers of a killed run included)."""
-        repo = self.ctx.repo
-        with contextlib.suppress(FlowdError):
-            repo.worktree_remove(worktree, force=True)
-        if worktree.exists():
-            shutil.rmtree(worktree, ignore_errors=True)
-            with contextlib.suppress(FlowdError):
-                repo.worktree_prune()
-        if repo.branch_exists(branch):
-            repo.delete_branch(branch, force=True)
+        self.ctx.repo.discard_worktree(worktree, branch)

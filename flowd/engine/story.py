@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
-import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -250,17 +249,10 @@ class StoryRun:
         return None
 
     def _discard(self, worktree: Path, branch: str) -> None:
-        repo, paths = self.ctx.repo, self.ctx.paths
-        try:
-            repo.worktree_remove(worktree, force=True)
-        except FlowdError as exc:
-            self.info(f"could not remove the old worktree: {exc}")
-        if worktree.exists():
-            shutil.rmtree(worktree, ignore_errors=True)
-        with contextlib.suppress(FlowdError):
-            repo.worktree_prune()
-        if repo.branch_exists(branch):
-            repo.delete_branch(branch, force=True)
+        paths = self.ctx.paths
+        problem = self.ctx.repo.discard_worktree(worktree, branch)
+        if problem is not None:
+            self.info(f"could not remove the old worktree cleanly: {problem}")
         for stale in (paths.checkpoint(self.story.id), paths.state(self.story.id)):
             with contextlib.suppress(FileNotFoundError):
                 stale.unlink()
