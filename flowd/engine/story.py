@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -202,9 +203,13 @@ class StoryRun:
             state = None
         if state is not None and state.status == "merged":
             self.state = state
-            # A runner killed between the merge and its clean-up left the worktree: finish the job.
-            if (Path(state.worktree) / ".git").exists():
+            # A runner killed between the merge and its clean-up left the worktree, or killed in the
+            # middle of `git worktree remove` left git's record of it: finish the job.
+            if Path(state.worktree).exists():
                 self._clean_up_at(Path(state.worktree))
+            else:
+                with contextlib.suppress(FlowdError):
+                    repo.worktree_prune()
             return "merged on a previous run"
         if state is None:
             base = repo.head(ctx.epic_branch)
@@ -391,6 +396,10 @@ class StoryRun:
             self.ctx.repo.worktree_remove(worktree)
         except FlowdError as exc:
             self.info(f"kept its worktree: {exc}")
+            return
+        if worktree.exists() and not (worktree / ".git").exists():
+            # What a killed removal left of a merged story's worktree: no longer a checkout.
+            shutil.rmtree(worktree, ignore_errors=True)
 
 
 def undo_interrupted_merge(

@@ -142,3 +142,22 @@ def test_a_trace_that_cannot_be_written_halts_in_one_sentence_and_the_rerun_fini
     again = subprocess.run([*FLOWD, "run", str(sc.plan_path)], cwd=sc.repo, capture_output=True, timeout=120)
     assert again.returncode == 0, again.stderr.decode()
     assert sorted(sc.merge_commits()) == sorted(f"ep: merge story {n}" for n in names)
+
+
+def test_a_worktree_removal_killed_half_way_is_finished_by_the_next_run(tmp_path: Path) -> None:
+    """`git worktree remove` deletes the files, then git's record: a kill in between leaves a record
+    whose directory is gone or half gone. The next run finishes the clean-up of merged stories."""
+    names = ["gone", "half"]
+    sc = Scenario.create(
+        tmp_path, [story(n, [f"{n}.txt"]) for n in names], [coder(n, {f"{n}.txt": n}) for n in names]
+    )
+    assert sc.run().outcome == "done"
+    for name in names:  # put back what the killed removals would have left
+        git(sc.repo, "worktree", "add", "-q", str(sc.worktree_root / "ep" / name), f"story/ep/{name}")
+    shutil.rmtree(sc.worktree_root / "ep" / "gone")
+    (sc.worktree_root / "ep" / "half" / ".git").unlink()
+    assert sc.run().outcome == "done"
+    listed = git(sc.repo, "worktree", "list", "--porcelain")
+    assert "/ep/gone" not in listed and "/ep/half" not in listed
+    assert sorted(p.name for p in (sc.worktree_root / "ep").iterdir()) == ["_epic"]
+    assert sorted(sc.merge_commits()) == ["ep: merge story gone", "ep: merge story half"]
