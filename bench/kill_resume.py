@@ -371,7 +371,10 @@ def campaign(
                 if moment is None:
                     code: int | None = runner.finish(timeout)
                 else:
-                    count = 1 if moment in ("rollback", "report") else rng.randint(1, 3)
+                    # Chosen moments (a test) come at their first occurrence; seeded ones at a random one.
+                    count = (
+                        1 if moments is not None or moment in ("rollback", "report") else rng.randint(1, 3)
+                    )
                     seen = runner.until(MOMENTS[moment], count, timeout)
                     if seen < 0:
                         code = runner.finish(timeout)
