@@ -264,10 +264,27 @@ def check(sc: Scenario, final: Snapshot, reference: Snapshot) -> dict[str, str |
         f"differs at {sorted({p for p, _ in diff})}" if diff else None
     )
     doubled = sorted({m for m in final.merges if final.merges.count(m) > 1})
+    missing = ""
+    if final.merges != reference.merges:
+        report = sc.repo / ".flow" / "epics" / EPIC / "report.json"
+        try:
+            stories = json.loads(report.read_text(encoding="utf-8"))["stories"]
+            wanted = {m.rsplit(" ", 1)[1] for m in set(reference.merges) - set(final.merges)}
+            missing = "; " + "; ".join(
+                f"{s['id']}: {s.get('status')} ({str(s.get('reason') or s.get('note'))[:300]})"
+                for s in stories
+                if s["id"] in wanted
+            )
+        except (OSError, ValueError, KeyError):
+            missing = "; (no readable report)"
     out["every story merged exactly once"] = (
         f"merged twice: {doubled}"
         if doubled
-        else (f"merges {final.merges} != {reference.merges}" if final.merges != reference.merges else None)
+        else (
+            f"merges {final.merges} != {reference.merges}{missing}"
+            if final.merges != reference.merges
+            else None
+        )
     )
     on_disk = sorted(
         str(p.relative_to(sc.worktree_root)) for p in sc.worktree_root.glob(f"{EPIC}/*") if p.is_dir()

@@ -392,11 +392,23 @@ class StoryRun:
         self._clean_up_at(self.worktree)
 
     def _clean_up_at(self, worktree: Path) -> None:
+        repo = self.ctx.repo
         try:
-            self.ctx.repo.worktree_remove(worktree)
+            repo.worktree_remove(worktree)
         except FlowdError as exc:
-            self.info(f"kept its worktree: {exc}")
-            return
+            try:
+                dirty = repo.status_paths(worktree)
+            except FlowdError:
+                dirty = []
+            # Only tracked files missing: a removal killed half-way, nothing of anyone's to keep.
+            if not dirty or any((worktree / p).exists() or (worktree / p).is_symlink() for p in dirty):
+                self.info(f"kept its worktree: {exc}")
+                return
+            try:
+                repo.worktree_remove(worktree, force=True)
+            except FlowdError as again:
+                self.info(f"kept its worktree: {again}")
+                return
         if worktree.exists() and not (worktree / ".git").exists():
             # What a killed removal left of a merged story's worktree: no longer a checkout.
             shutil.rmtree(worktree, ignore_errors=True)

@@ -147,17 +147,21 @@ def test_a_trace_that_cannot_be_written_halts_in_one_sentence_and_the_rerun_fini
 def test_a_worktree_removal_killed_half_way_is_finished_by_the_next_run(tmp_path: Path) -> None:
     """`git worktree remove` deletes the files, then git's record: a kill in between leaves a record
     whose directory is gone or half gone. The next run finishes the clean-up of merged stories."""
-    names = ["gone", "half"]
+    names = ["gone", "half", "partial", "edited"]
     sc = Scenario.create(
         tmp_path, [story(n, [f"{n}.txt"]) for n in names], [coder(n, {f"{n}.txt": n}) for n in names]
     )
     assert sc.run().outcome == "done"
+    ep = sc.worktree_root / "ep"
     for name in names:  # put back what the killed removals would have left
-        git(sc.repo, "worktree", "add", "-q", str(sc.worktree_root / "ep" / name), f"story/ep/{name}")
-    shutil.rmtree(sc.worktree_root / "ep" / "gone")
-    (sc.worktree_root / "ep" / "half" / ".git").unlink()
+        git(sc.repo, "worktree", "add", "-q", str(ep / name), f"story/ep/{name}")
+    shutil.rmtree(ep / "gone")
+    (ep / "half" / ".git").unlink()
+    (ep / "partial" / "README.md").unlink()  # git had deleted some of the files
+    (ep / "edited" / "edited.txt").write_text("someone's edit\n", encoding="utf-8")  # not ours to drop
     assert sc.run().outcome == "done"
     listed = git(sc.repo, "worktree", "list", "--porcelain")
-    assert "/ep/gone" not in listed and "/ep/half" not in listed
-    assert sorted(p.name for p in (sc.worktree_root / "ep").iterdir()) == ["_epic"]
-    assert sorted(sc.merge_commits()) == ["ep: merge story gone", "ep: merge story half"]
+    assert "/ep/gone" not in listed and "/ep/half" not in listed and "/ep/partial" not in listed
+    assert sorted(p.name for p in ep.iterdir()) == ["_epic", "edited"]
+    assert (ep / "edited" / "edited.txt").read_text(encoding="utf-8") == "someone's edit\n"
+    assert sorted(sc.merge_commits()) == sorted(f"ep: merge story {n}" for n in names)
