@@ -559,6 +559,27 @@ class Repo:
             return MergeResult(ok=False, commit=self.head_of(wt), conflicts=sorted(set(conflicts)))
         raise GitError(f"{what}: {_reason(proc)}", detail=proc.stderr + proc.stdout)
 
+    def clear_stale_index_lock(self, wt: Path) -> Path | None:
+        """Remove the `index.lock` a git killed mid-command left in `wt`; returns it if there was one.
+
+        Only for flowd's own worktrees, and only while holding the epic lock: then no flowd process
+        is running git there, and a lock is what a killed run left behind.
+        """
+        wt = self._owned_worktree(wt, "clear the index lock")
+        out = _git(
+            wt,
+            ["rev-parse", "--path-format=absolute", "--git-path", "index.lock"],
+            f"could not find the index of the worktree {wt}",
+        ).stdout.strip()
+        lock = Path(out)
+        try:
+            lock.unlink()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise GitError(f"could not remove the stale lock {lock}: {exc.strerror or exc}") from exc
+        return lock
+
     def merge_in_progress(self, wt: Path) -> bool:
         """A merge stopped half-way in `wt` (MERGE_HEAD is set): a process killed mid-merge."""
         return (

@@ -239,6 +239,9 @@ class StoryRun:
             repo.worktree_move(stored, self.worktree)
             self.info(f"moved its worktree to {self.worktree}")
         repo.worktree_add(self.worktree, self.branch)
+        stale = repo.clear_stale_index_lock(self.worktree)
+        if stale is not None:
+            self.info(f"removed {stale}, left by a git command the previous run was killed in")
         head = repo.head(self.branch)
         if state.base is not None and head != state.base and repo.is_ancestor(self.branch, ctx.epic_branch):
             # Merged just before the previous runner stopped: record it, never merge twice.
@@ -421,8 +424,13 @@ def undo_interrupted_merge(
 
     The story itself is untouched (its state says `started` or `failed`), so it resumes and merges
     again, behind the gates this time. A merge the story state already records is kept; an epic
-    that moved on since (a user's commit on top) is left alone and said so.
+    that moved on since (a user's commit on top) is left alone and said so. An `index.lock` a git
+    killed mid-command left in the epic worktree is removed first.
     """
+    if (epic_wt / ".git").exists():
+        stale = repo.clear_stale_index_lock(epic_wt)
+        if stale is not None:
+            emit(Info(message=f"removed {stale}, left by a git command the previous run was killed in"))
     intent = load_intent(paths)
     if intent is None:
         return
