@@ -85,6 +85,11 @@ class FlowServer(LanguageServer, RunHooks):
     def report_server_error(self, error: Exception, source: Any) -> None:
         # Errors belong in the log, not in pop-ups; request errors already reach the client.
         log.error("%s", error)
+        if isinstance(error, ValueError) and not isinstance(error, JsonRpcException):
+            # The reader loop could not decode a body: JSON-RPC answers that with -32700.
+            protocol = self.protocol
+            if isinstance(protocol, FlowProtocol):
+                protocol.parse_error(error)
 
     def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         task = asyncio.ensure_future(coro)

@@ -4,6 +4,10 @@
    into namedtuples, mangling keys); handlers validate them with pydantic (`params.py`).
 2. A request whose params do not fit the LSP type (pygls raises inside its reader loop and never
    answers, leaving the client waiting) is answered with -32602 naming the method.
+3. JSON-RPC's own errors that pygls leaves unanswered: a request with an id that is not a number
+   or a string (-32600), a body that is not JSON (-32700, `parseError`), and a request after
+   `shutdown` (-32600, as the LSP says).
+4. No Python traceback ever reaches the client: it goes to the log (stderr).
 """
 
 from __future__ import annotations
@@ -12,7 +16,8 @@ import logging
 from typing import Any
 
 import attrs
-from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
+from lsprotocol.types import EXIT, ResponseError
+from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams, JsonRpcInvalidRequest
 from pygls.protocol import LanguageServerProtocol
 
 log = logging.getLogger(__name__)
@@ -32,7 +37,7 @@ class RawRequest:
 class _Rejected:
     """A request that could not be decoded: answered with `error`, never dispatched."""
 
-    id: int | str
+    id: int | str | None
     method: str
     error: JsonRpcException
     jsonrpc: str = "2.0"
@@ -45,6 +50,15 @@ class FlowProtocol(LanguageServerProtocol):
         return super().get_message_type(method)
 
     def structure_message(self, data: dict[str, Any]) -> Any:
+        msg_id = data.get("id")
+        if (
+            "jsonrpc" in data
+            and "method" in data
+            and "id" in data
+            and (isinstance(msg_id, bool) or not isinstance(msg_id, int | str | None))
+        ):
+            invalid = JsonRpcInvalidRequest("a request id must be a number or a string")
+            return _Rejected(None, str(data.get("method")), invalid)
         try:
             return super().structure_message(data)
         except JsonRpcException as exc:
@@ -59,6 +73,32 @@ class FlowProtocol(LanguageServerProtocol):
     def handle_message(self, message: Any) -> None:
         if isinstance(message, _Rejected):
             log.warning("rejected %s request %s: %s", message.method, message.id, message.error.message)
-            self._send_response(message.id, None, message.error.to_response_error())
+            if message.id is None:
+                self.null_id_error(message.error.code, message.error.message)
+            else:
+                self._send_response(message.id, None, message.error.to_response_error())
+            return
+        method = getattr(message, "method", None)
+        if self._shutdown and method is not None and method != EXIT and hasattr(message, "id"):
+            error = JsonRpcInvalidRequest(f"{method}: the server is shutting down (only `exit` is accepted)")
+            self._send_response(message.id, None, error.to_response_error())
             return
         super().handle_message(message)
+
+    def parse_error(self, exc: Exception) -> None:
+        """A body that is not JSON: `-32700` with a null id (JSON-RPC 2.0 §5.1)."""
+        self.null_id_error(-32700, f"Parse error: {exc}")
+
+    def null_id_error(self, code: int, text: str) -> None:
+        # Sent as a plain dict: pygls' converter drops a None id, and JSON-RPC wants `"id": null`.
+        self._send_data({"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": text}})
+
+    def _send_response(
+        self, msg_id: Any, result: Any | None = None, error: ResponseError | None = None
+    ) -> None:
+        if error is not None and isinstance(error.data, dict) and "traceback" in error.data:
+            log.error(
+                "internal error answering %s: %s\n%s", msg_id, error.message, "".join(error.data["traceback"])
+            )
+            error = ResponseError(code=error.code, message=error.message)
+        super()._send_response(msg_id, result, error)
