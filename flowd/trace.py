@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -140,6 +141,13 @@ class TraceWriter:
         with self._lock:
             self._seq += 1
             envelope = Envelope(seq=self._seq, at=iso(), run_id=self.run_id, event=event)
+            if self._handle.closed:
+                # A straggler after the run ended (a task cancelled from outside): nothing to add.
+                print(
+                    f"flowd: dropped a {event.type} event after the trace of {self.run_id} closed",
+                    file=sys.stderr,
+                )
+                return envelope
             if self.error is None:
                 try:
                     self._handle.write(dump_envelope(envelope) + b"\n")

@@ -74,3 +74,12 @@ def test_list_runs_newest_first_and_liveness(tmp_path: Path) -> None:
     assert [r.run_id for r in runs] == ["new", "old"]
     assert is_active(runs[0]) and not is_active(runs[1])
     assert not is_active(runs[0].model_copy(update={"pid": 2**22 + 12345}))
+
+
+def test_an_event_after_close_is_dropped_not_raised(tmp_path: Path) -> None:
+    path = trace_path(tmp_path, "r3")
+    writer = TraceWriter(path, "r3")
+    writer.emit(Info(message="one"))
+    writer.close()
+    writer.emit(Info(message="late"))
+    assert [e.seq for e in read_trace(path)] == [1]
