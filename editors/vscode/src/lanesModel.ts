@@ -8,7 +8,6 @@ import {
   CostParams,
   isRunActive,
   LaneParams,
-  LaneTask,
   Notifications,
   RunParams,
   StatusResult,
@@ -37,19 +36,8 @@ export interface CloneEntry {
   reason?: string;
 }
 
-export interface LaneEntry {
-  lane: string;
-  title: string;
-  status: string;
-  executor?: string;
-  clone?: number;
-  task?: LaneTask;
-  tokens: number;
-  costUsd?: number;
-  estimated: boolean;
-  reason?: string;
-  worktree?: string;
-  branch?: string;
+/** A lane as the `flow/lane` notification describes it (less its run), plus what the model gathers. */
+export interface LaneEntry extends Omit<LaneParams, "runId"> {
   /** By task index. */
   tasks: Map<number, TaskEntry>;
   /** The clones that served this lane, by `cloneKey`, with their state as far as this lane goes. */
