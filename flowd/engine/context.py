@@ -194,7 +194,13 @@ class RunContext:
         holder = self.holders.get(lane) if lane is not None else None
         if holder is not None and role in holder.lease.spec.roles and self._only_coders_hold(role):
             return await holder.borrowed_turn(request)
-        result, info = await self.pool.run(role, request, label=lane, observe=self.observer(lane, None))
+        # A reviewer or judge other than the story's own coder is preferred (never waited for).
+        independent = (
+            frozenset({holder.lease.executor_id}) if holder is not None and role != "planner" else frozenset()
+        )
+        result, info = await self.pool.run(
+            role, request, label=lane, observe=self.observer(lane, None), prefer_not=independent
+        )
         self.record_turn(request, result, info, lane=lane, coder_clone=False)
         return result
 

@@ -283,3 +283,24 @@ def test_a_single_slot_executor_serves_every_role_of_its_story(tmp_path: Path) -
         if e.event.type == "ExecutorLeased" and e.event.borrowed
     }
     assert {"planner", "reviewer", "judge"} <= roles
+
+
+def test_reviewer_and_judge_prefer_an_executor_other_than_the_storys_coder(tmp_path: Path) -> None:
+    sc = Scenario.create(
+        tmp_path,
+        [story("a", ["a.txt"])],
+        [coder("a", {"a.txt": "a"})],
+        settings="judgeRounds = 1\nmaxReviewRounds = 1\n",
+        executors=[
+            {"id": "one", "script": "script.json", "slots": 2},
+            {"id": "two", "script": "script.json", "slots": 2, "priority": 2},
+        ],
+    )
+    result = sc.run()
+    assert result.outcome == "done"
+    turns = [
+        (e.event.agent, e.event.executor) for e in sc.events(result.run_id) if e.event.type == "TokensUsed"
+    ]
+    # The coder takes `one` (better priority); review and judging still go to `two`.
+    assert {x for role, x in turns if role == "coder"} == {"one"}
+    assert {x for role, x in turns if role in ("reviewer", "judge")} == {"two"}
