@@ -11,12 +11,12 @@ from pathlib import Path
 from rich.console import Console
 from rich.live import Live
 
+from flowd.engine.perimeter_now import perimeter_now
 from flowd.engine.runner import RunOptions, RunResult, run_epic
 from flowd.engine.state import EpicPaths, all_states
 from flowd.errors import EXIT_BAD_INPUT
 from flowd.events import Envelope, dump_envelope
 from flowd.gitops import Repo
-from flowd.perimeter import classify
 from flowd.plan.parse import load_plan
 from flowd.progress import render_run
 from flowd.runctl import cancel_run
@@ -89,8 +89,7 @@ def check_command(args: argparse.Namespace) -> int:
             worktree = Path(state.worktree)
             if state.status == "merged" or not (worktree / ".git").exists() or plan.story(state.id) is None:
                 continue
-            changed = repo.changed_files(worktree, plan.epic_branch)
-            for path in classify(changed, state.id, plan):
+            for path in perimeter_now(repo, plan, state.id, worktree):
                 found.append(
                     {
                         "epicId": record.epic_id,

@@ -18,6 +18,7 @@ from typing import Literal
 
 from flowd.engine.context import Halt, HeldCoder, RunContext
 from flowd.engine.gates import run_command, run_gates
+from flowd.engine.perimeter_now import perimeter_now
 from flowd.engine.state import (
     EpicPaths,
     MergeIntent,
@@ -307,7 +308,7 @@ class StoryRun:
     def _repair_perimeter(self) -> None:
         ctx, repo, sid = self.ctx, self.ctx.repo, self.story.id
         repo.commit_all(self.worktree, f"{sid}: remaining changes")
-        strays = classify(repo.changed_files(self.worktree, ctx.epic_branch), sid, ctx.plan)
+        strays = perimeter_now(repo, ctx.plan, sid, self.worktree)
         if not strays:
             return
         repo.restore_paths(self.worktree, [p.path for p in strays], ctx.epic_branch)
@@ -317,7 +318,7 @@ class StoryRun:
             f"restored {len(strays)} path(s) outside its perimeter from {ctx.epic_branch}: "
             + ", ".join(p.path for p in strays)
         )
-        left = classify(repo.changed_files(self.worktree, ctx.epic_branch), sid, ctx.plan)
+        left = perimeter_now(repo, ctx.plan, sid, self.worktree)
         if left:
             ctx.emit(PerimeterViolation(lane=sid, paths=left, action="failed"))
             raise StoryFailed(

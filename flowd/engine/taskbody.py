@@ -17,9 +17,10 @@ from flowd.agents.base import TurnRequest, TurnResult
 from flowd.engine import prompts
 from flowd.engine.context import RunContext
 from flowd.engine.gates import run_gates
+from flowd.engine.perimeter_now import perimeter_now
 from flowd.engine.state import append_findings
 from flowd.events import Info, PerimeterViolation, TaskOwnsViolation
-from flowd.perimeter import classify, owner_of_path, task_owns_violations
+from flowd.perimeter import owner_of_path, task_owns_violations
 from flowd.plan.graph import dependencies_of, dependents_of
 from flowd.plan.model import Story
 from flowd.replies import ReplyParseError, Verdict, coder_sentinel, parse_verdict
@@ -194,8 +195,7 @@ class TaskBody:
         red gates, the review."""
         ctx, repo = self.ctx, self.ctx.repo
         feedback: list[str] = []
-        changed = await asyncio.to_thread(repo.changed_files, seat.worktree, ctx.epic_branch)
-        strays = classify(changed, self.sid, ctx.plan)
+        strays = await asyncio.to_thread(perimeter_now, repo, ctx.plan, self.sid, seat.worktree)
         if strays:
             ctx.emit(PerimeterViolation(lane=self.sid, paths=strays, action="flagged"))
             if not self.perimeter_pushed:

@@ -25,6 +25,7 @@ from pygls.lsp.server import LanguageServer
 from pygls.uris import to_fs_path
 
 from flowd import __version__, perimeter, runctl
+from flowd.engine.perimeter_now import perimeter_now
 from flowd.engine.state import EpicPaths, load_state
 from flowd.errors import FlowdError, InputError
 from flowd.events import (
@@ -380,21 +381,13 @@ class FlowServer(LanguageServer, RunHooks):
             return None
         return Path(state.worktree) if state is not None else None
 
-    def _base(self, run: Tracked, story: str) -> str:
-        with contextlib.suppress(FlowdError):
-            state = load_state(EpicPaths(self.need_repo().root, run.epic_id), story)
-            if state is not None and state.base:
-                return state.base
-        return run.view.epic_branch or f"epic/{run.epic_id}"
-
     async def _rescan(self, run: Tracked, story: str) -> None:
         """What story `story` changed in its worktree, against its perimeter, as diagnostics."""
         plan, repo, worktree = self.plan_of(run), self.repo, self._worktree(run, story)
         if plan is None or repo is None or worktree is None or run.ended or not worktree.is_dir():
             return
-        base = self._base(run, story)
         try:
-            changed = await asyncio.to_thread(repo.changed_files, worktree, base)
+            strays = await asyncio.to_thread(perimeter_now, repo, plan, story, worktree)
         except FlowdError as exc:
             log.info("perimeter scan of %s: %s", story, exc)
             return
@@ -402,7 +395,7 @@ class FlowServer(LanguageServer, RunHooks):
         if run.ended or lane is None or lane.status not in RUNNING:
             return
         items: list[tuple[str, lsp.Diagnostic]] = []
-        for found in perimeter.classify(changed, story, plan):
+        for found in strays:
             owner = perimeter.owner_of_path(plan, found.path)
             items += diag.perimeter_pair(
                 kind=found.kind,

@@ -1,0 +1,21 @@
+"""What a story's worktree changes outside its perimeter right now.
+
+The one place that asks git for a story's changes and classifies them: the task loop, the
+perimeter repair, `flowd check` and the language server's live diagnostics all use it, so they
+always agree. Changes are taken since the merge-base with the epic branch, so what a catch-up
+merge brought in from the epic (other stories' merged work) never counts against the story.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from flowd.events import PerimeterPath
+from flowd.gitops import Repo
+from flowd.perimeter import classify
+from flowd.plan.model import StoryPlan
+
+
+def perimeter_now(repo: Repo, plan: StoryPlan, story_id: str, worktree: Path) -> list[PerimeterPath]:
+    """Committed (since the epic merge-base), uncommitted and untracked changes outside the story."""
+    return classify(repo.changed_files(worktree, plan.epic_branch), story_id, plan)
