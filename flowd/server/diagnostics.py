@@ -64,6 +64,51 @@ def plan_diagnostics(violations: Iterable[Violation]) -> list[lsp.Diagnostic]:
     return out
 
 
+def _mirrored(
+    *,
+    code: str,
+    severity: lsp.DiagnosticSeverity,
+    message: str,
+    mirror_message: str,
+    related_message: str,
+    data: dict[str, Any],
+    path: str,
+    worktree: Path | None,
+    checkout: Path,
+) -> list[tuple[str, lsp.Diagnostic]]:
+    """A diagnostic on the worktree file (when the worktree is known) and, mirrored with a link to
+    it, on the same path in the user's checkout."""
+    out: list[tuple[str, lsp.Diagnostic]] = []
+    related = None
+    if worktree is not None:
+        wt_uri = file_uri(worktree / path)
+        at_worktree = lsp.Diagnostic(
+            range=_FIRST_LINE,
+            message=message,
+            severity=severity,
+            source=SOURCE,
+            code=code,
+            data={**data, "mirror": False},
+        )
+        out.append((wt_uri, at_worktree))
+        related = [
+            lsp.DiagnosticRelatedInformation(
+                location=lsp.Location(uri=wt_uri, range=_FIRST_LINE), message=related_message
+            )
+        ]
+    mirrored = lsp.Diagnostic(
+        range=_FIRST_LINE,
+        message=mirror_message if worktree is not None else message,
+        severity=severity,
+        source=SOURCE,
+        code=code,
+        data={**data, "mirror": worktree is not None},
+        related_information=related,
+    )
+    out.append((file_uri(checkout / path), mirrored))
+    return out
+
+
 def perimeter_pair(
     *,
     kind: str,
@@ -75,80 +120,38 @@ def perimeter_pair(
     owner: str | None = None,
 ) -> list[tuple[str, lsp.Diagnostic]]:
     """A perimeter violation on the worktree file and, mirrored, on the same path in the checkout."""
-    code = f"perimeter.{kind}"
     what = _PERIMETER_TEXT.get(kind, "outside its perimeter")
     if kind == "foreignOwned" and owner:
         what = f"which story '{owner}' owns"
     message = f"story '{story}' changed {path}, {what}"
-    wt_uri = file_uri(worktree / path)
-    data = {"story": story, "runId": run_id, "path": path}
-    at_worktree = lsp.Diagnostic(
-        range=_FIRST_LINE,
+    return _mirrored(
+        code=f"perimeter.{kind}",
+        severity=lsp.DiagnosticSeverity.Error,
         message=message,
-        severity=lsp.DiagnosticSeverity.Error,
-        source=SOURCE,
-        code=code,
-        data={**data, "mirror": False},
+        mirror_message=f"{message} (in its worktree, run {run_id})",
+        related_message=f"the change in story '{story}''s worktree",
+        data={"story": story, "runId": run_id, "path": path},
+        path=path,
+        worktree=worktree,
+        checkout=checkout,
     )
-    mirrored = lsp.Diagnostic(
-        range=_FIRST_LINE,
-        message=f"{message} (in its worktree, run {run_id})",
-        severity=lsp.DiagnosticSeverity.Error,
-        source=SOURCE,
-        code=code,
-        data={**data, "mirror": True},
-        related_information=[
-            lsp.DiagnosticRelatedInformation(
-                location=lsp.Location(uri=wt_uri, range=_FIRST_LINE),
-                message=f"the change in story '{story}''s worktree",
-            )
-        ],
-    )
-    return [(wt_uri, at_worktree), (file_uri(checkout / path), mirrored)]
 
 
 def task_owns_pair(
     *, story: str, task: str, run_id: str, path: str, worktree: Path | None, checkout: Path
 ) -> list[tuple[str, lsp.Diagnostic]]:
     message = f"task '{task}' of story '{story}' changed {path}, outside its Owns: list"
-    data = {"story": story, "runId": run_id, "path": path, "task": task}
-    out: list[tuple[str, lsp.Diagnostic]] = []
-    related = None
-    if worktree is not None:
-        wt_uri = file_uri(worktree / path)
-        out.append(
-            (
-                wt_uri,
-                lsp.Diagnostic(
-                    range=_FIRST_LINE,
-                    message=message,
-                    severity=lsp.DiagnosticSeverity.Warning,
-                    source=SOURCE,
-                    code="task.owns",
-                    data={**data, "mirror": False},
-                ),
-            )
-        )
-        related = [
-            lsp.DiagnosticRelatedInformation(
-                location=lsp.Location(uri=wt_uri, range=_FIRST_LINE), message="the change in the worktree"
-            )
-        ]
-    out.append(
-        (
-            file_uri(checkout / path),
-            lsp.Diagnostic(
-                range=_FIRST_LINE,
-                message=message,
-                severity=lsp.DiagnosticSeverity.Warning,
-                source=SOURCE,
-                code="task.owns",
-                data={**data, "mirror": worktree is not None},
-                related_information=related,
-            ),
-        )
+    return _mirrored(
+        code="task.owns",
+        severity=lsp.DiagnosticSeverity.Warning,
+        message=message,
+        mirror_message=message,
+        related_message="the change in the worktree",
+        data={"story": story, "runId": run_id, "path": path, "task": task},
+        path=path,
+        worktree=worktree,
+        checkout=checkout,
     )
-    return out
 
 
 def owned_by_running(path: str, story: str, run_id: str) -> lsp.Diagnostic:
