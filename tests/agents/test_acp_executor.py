@@ -244,7 +244,10 @@ async def test_permission_outside_the_worktree_is_refused_and_recorded(
     assert (worktree / "inside.txt").read_text() == "ok\n"
     assert not (worktree.parent / "outside.txt").exists()
     assert len(result.refusals) == 1
-    assert "../outside.txt" in result.refusals[0] or "outside.txt" in result.refusals[0]
+    outside = worktree.parent / "outside.txt"
+    assert (
+        result.refusals[0] == f"Write ../outside.txt: {outside} is outside the working directory {worktree}"
+    )
     assert "permission refused" in result.text
 
 
