@@ -124,7 +124,9 @@ class Roster(StrictWireModel):
 
     @property
     def described(self) -> str:
-        return " + ".join(self.sources) if self.sources else "(no roster file)"
+        if self.sources:
+            return " + ".join(self.sources)
+        return f"no roster file: neither .flow/roster.toml nor {user_roster_path()} exists"
 
 
 def flow_dir(repo: Path) -> Path:
@@ -278,6 +280,14 @@ def _check_executor(spec: ExecutorSpec, path: Path, label: str) -> list[str]:
             script = (path.parent / spec.script).resolve()
             if not script.is_file():
                 problems.append(f"{label}.script: {script} does not exist")
+            else:
+                # Imported here: the script model reuses this module's error wording.
+                from flowd.agents.script_model import load_script
+
+                try:
+                    load_script(script)
+                except FileProblems as exc:
+                    problems.append(f"{label}.script: {exc}")
             spec._script_path = script
     if spec.coder_slots is not None and spec.coder_slots > spec.slots:
         problems.append(f"{label}.coderSlots: {spec.coder_slots} is more than slots ({spec.slots})")

@@ -38,7 +38,7 @@ def lane_row(view: RunView, lane: LaneView) -> list[Text | str]:
         Text(lane.lane, style="bold"),
         Text(lane.status, style=STATUS_STYLE.get(lane.status, "")),
         executor,
-        where[:60],
+        Text(where, no_wrap=True, overflow="ellipsis"),
         f"{lane.tokens:,}" if lane.tokens else "",
         money(lane.cost_usd, lane.estimated) if lane.cost_usd is not None else "",
     ]
@@ -46,12 +46,27 @@ def lane_row(view: RunView, lane: LaneView) -> list[Text | str]:
 
 def render_run(view: RunView) -> Group:
     table = Table(box=None, pad_edge=False, show_edge=False, expand=False)
-    for header in ("lane", "status", "clone", "task", "tokens", "cost"):
-        table.add_column(header, no_wrap=True, justify="right" if header in ("tokens", "cost") else "left")
-    for lane in view.lanes.values():
-        table.add_row(*lane_row(view, lane))
+    rows = [lane_row(view, lane) for lane in view.lanes.values()]
+    headers = ("lane", "status", "clone", "task", "tokens", "cost")
+    for number, header in enumerate(headers):
+        if header == "task":
+            # In a narrow terminal only the task text gives way (its cells end in "…").
+            table.add_column(header, no_wrap=False, min_width=8)
+            continue
+        widest = max([len(header), *(len(str(row[number])) for row in rows)])
+        table.add_column(
+            header,
+            no_wrap=True,
+            min_width=widest,
+            justify="right" if header in ("tokens", "cost") else "left",
+        )
+    for row in rows:
+        table.add_row(*row)
     finished = view.count("done") + view.count("failed") + view.count("skipped")
-    bar = ProgressBar(total=max(1, view.total), completed=finished, width=40)
+    bar = Table.grid(padding=(0, 1))  # a grid row ends its line; a bare ProgressBar does not
+    bar.add_row(
+        ProgressBar(total=max(1, view.total), completed=finished, width=40), f"{finished}/{view.total}"
+    )
     totals = view.totals
     cost = money(totals.cost_usd)
     extra = []
@@ -66,7 +81,7 @@ def render_run(view: RunView) -> Group:
         f"{view.count('done')}/{view.total} stories · {view.active_lanes} lanes · "
         f"{totals.tokens:,} tokens · {cost}{budget}" + (f" ({', '.join(extra)})" if extra else ""),
     )
-    parts: list[Text | ProgressBar | Table] = [title, bar, table]
+    parts: list[Text | Table] = [title, bar, table]
     held = [c for c in view.clones.values() if c.held]
     if held:
         names = ", ".join(f"{c.name} {c.role}" + (f" ({c.label})" if c.label else "") for c in held)

@@ -94,3 +94,15 @@ def test_bad_roster_lists_every_problem(tmp_path: Path, monkeypatch: pytest.Monk
         "${FLOWD_MISSING}",
     ):
         assert part in message
+
+
+def test_a_broken_script_is_a_roster_problem_before_anything_runs(tmp_path: Path) -> None:
+    write(tmp_path / ".flow/bad.json", '{"rules": [{"when": {"role": "coder", "task": "("}}]}')
+    path = write(
+        tmp_path / ".flow/roster.toml", '[[executors]]\nid = "demo"\nkind = "script"\nscript = "bad.json"\n'
+    )
+    with pytest.raises(FileProblems) as caught:
+        load_roster(tmp_path, user_path=tmp_path / "none.toml")
+    message = str(caught.value)
+    assert message.startswith(f"{path}: executors[demo].script: ")
+    assert "rules[0].when.task: is not a valid regular expression" in message

@@ -52,3 +52,23 @@ def test_lanes_clones_exclusions_and_totals_are_shown() -> None:
     assert "api" in out and "claude#2" in out and "1/3 Write the handler" in out
     assert "clones held: claude#2 coder (api)" in out
     assert "codex excluded until 2026-11-29T11:00:00.000Z: usage limit reached" in out
+
+
+def test_a_narrow_terminal_shortens_the_task_not_the_ids_or_statuses() -> None:
+    envelopes = [
+        Envelope(seq=n, at="2026-11-29T10:00:00.000Z", run_id="r", event=e)
+        for n, e in enumerate(
+            [
+                RunStarted(
+                    epic_id="e", epic_branch="epic/e", plan="p", stories=["payments-api"], concurrency=1
+                ),
+                StoryStatusChanged(story="payments-api", status="failed", reason="x" * 200),
+            ],
+            1,
+        )
+    ]
+    console = Console(width=60, record=True, color_system=None)
+    console.print(render_run(fold("r", envelopes)))
+    row = next(line for line in console.export_text().splitlines() if line.startswith("payments-api"))
+    assert row.split()[:2] == ["payments-api", "failed"]
+    assert "xxx…" in row and len(row) <= 60
