@@ -77,7 +77,9 @@ def _clone_params(view: RunView, event: ExecutorLeased | ExecutorReleased, state
 
 
 def _exclusion_params(view: RunView, event: ExecutorExcluded | ExecutorResumed, state: str) -> dict[str, Any]:
-    out: dict[str, Any] = {"runId": view.run_id, "executor": event.executor, "state": state}
+    # Contract §6 lists `role` on every flow/clone; an exclusion takes the executor out of every
+    # role it serves, hence "all". `clone` is absent, as the contract allows for exclusions.
+    out: dict[str, Any] = {"runId": view.run_id, "executor": event.executor, "role": "all", "state": state}
     out["reason"] = event.reason
     if event.until is not None:
         out["until"] = event.until

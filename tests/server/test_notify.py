@@ -8,7 +8,9 @@ from typing import Any
 from flowd.events import (
     Envelope,
     Event,
+    ExecutorExcluded,
     ExecutorLeased,
+    ExecutorResumed,
     PlannedTask,
     RunStarted,
     StoryStatusChanged,
@@ -163,3 +165,34 @@ def test_snapshot_describes_the_whole_run() -> None:
         "state": "leased",
     }
     assert all(n.transition for n in notes)
+
+
+def test_exclusions_are_clone_notifications_with_every_contract_field() -> None:
+    view = RunView(run_id="r")
+    notes = feed(
+        view,
+        [
+            ExecutorExcluded(
+                executor="claude", reason="usage limit reached", until="2026-11-29T20:00:00.000Z"
+            ),
+            ExecutorResumed(executor="claude", reason="the limit has reset"),
+        ],
+    )
+    clones = [n.params for n in notes if n.method == "flow/clone"]
+    assert clones == [
+        {
+            "runId": "r",
+            "executor": "claude",
+            "role": "all",
+            "state": "excluded",
+            "reason": "usage limit reached",
+            "until": "2026-11-29T20:00:00.000Z",
+        },
+        {
+            "runId": "r",
+            "executor": "claude",
+            "role": "all",
+            "state": "resumed",
+            "reason": "the limit has reset",
+        },
+    ]
