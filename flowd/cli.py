@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import os
 import sys
 import traceback
@@ -21,93 +22,223 @@ from flowd.errors import EXIT_BAD_INPUT, EXIT_CANCELLED, FlowdError
 Command = Callable[[argparse.Namespace], int]
 
 
+EXIT_CODES = {
+    "run": "0 every story done · 1 a story failed or is waiting · 2 bad input (plan, roster, config, "
+    "not a git repository) · 3 halted (budget spent, no executor) · 130 cancelled",
+    "validate": "0 valid · 2 invalid or unreadable",
+    "new": "0 drafted · 2 bad input, or the planner's plan stayed invalid",
+    "status": "0 · 2 not a git repository",
+    "cost": "0 · 2 bad option or not a git repository",
+    "check": "0 no violation · 1 some · 2 not a git repository",
+    "cancel": "0 stopped or already ended · 2 unknown run",
+    "clean": "0 · 2 not a git repository; with --epic: unknown or unfinished epic, or a run of it is alive",
+    "demo": "as flowd run (0 when the sample epic is done)",
+    "serve": "0 when the client shuts it down · 2 bad option",
+    "script": "0 when its client closes stdin · 2 unreadable script",
+    "roster check": "0 every executor answered · 1 one did not · 2 bad roster",
+    "schema": "0",
+    "plan": "as its subcommand · 2 without one",
+    "agent": "as its subcommand · 2 without one",
+    "roster": "as its subcommand · 2 without one",
+}
+EXAMPLES = {
+    "run": "flowd run auth.epic.json --concurrency 2 --budget-usd 5",
+    "validate": "flowd plan validate auth.epic.json",
+    "new": 'flowd plan new "Add password login" -o auth.epic.json',
+    "status": "flowd status --json | jq '.runs[0].lanes'",
+    "cost": "flowd cost --since 2026-11-01 --until 2026-11-30 --tz Europe/Rome",
+    "check": "flowd check",
+    "cancel": "flowd cancel auth-20261129T140307-1a2b",
+    "clean": "flowd clean --epic auth --dry-run",
+    "demo": "flowd demo --dir /tmp/calc",
+    "serve": "flowd serve --tcp --port 2087",
+    "script": "flowd agent script --script .flow/demo.script.json",
+    "roster check": "flowd roster check --role coder",
+    "schema": "flowd schema plan > plan.schema.json",
+    "plan": "flowd plan validate auth.epic.json",
+    "agent": "flowd agent script --script .flow/demo.script.json",
+    "roster": "flowd roster check",
+}
+
+
+def _epilog(key: str) -> str:
+    return f"exit codes: {EXIT_CODES[key]}\nexample:\n  {EXAMPLES[key]}"
+
+
 def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="flowd", description="Run a team of LLM coding agents on your repository."
+        prog="flowd",
+        description="Run a team of LLM coding agents on your repository.",
+        epilog="exit codes: 0 ok · 1 failed · 2 bad input · 3 halted · 130 cancelled "
+        "(each command's --help says which it uses)\nexample:\n  flowd demo",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"flowd {__version__}")
-    parser.add_argument("--repo", default=None, help="the repository (default: the one holding the cwd)")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    parser.add_argument(
+        "--repo", default=None, metavar="DIR", help="the repository (default: the one holding the cwd)"
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", help="one of:")
 
     def command(
         name: str,
         target: str,
         help_text: str,
         into: argparse._SubParsersAction[argparse.ArgumentParser] = sub,
+        key: str | None = None,
     ) -> argparse.ArgumentParser:
-        p = into.add_parser(name, help=help_text, description=help_text)
+        p = into.add_parser(
+            name,
+            help=help_text,
+            description=help_text,
+            epilog=_epilog(key or name),
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
         p.set_defaults(target=target)
         return p
 
+    def group(
+        name: str, help_text: str, dest: str, metavar: str
+    ) -> argparse._SubParsersAction[argparse.ArgumentParser]:
+        p = sub.add_parser(
+            name,
+            help=help_text,
+            description=help_text,
+            epilog=_epilog(name),
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        p.set_defaults(target=None, subparser=p)
+        return p.add_subparsers(dest=dest, metavar=metavar, help="one of:")
+
     p = command("serve", "flowd.server.main:serve_command", "the language server (stdio by default)")
-    p.add_argument("--tcp", action="store_true", help="listen on TCP instead of stdio")
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=2087)
+    p.add_argument(
+        "--tcp", action="store_true", help="listen on TCP instead of stdio (a client must send a token)"
+    )
+    p.add_argument("--host", default="127.0.0.1", help="TCP address; loopback only (default: 127.0.0.1)")
+    p.add_argument("--port", type=int, default=2087, help="TCP port; 0 picks a free one (default: 2087)")
 
     p = command("run", "flowd.engine.cli:run_command", "run or resume an epic")
-    p.add_argument("plan")
-    p.add_argument("--concurrency", type=int)
-    p.add_argument("--fail-fast", action="store_true", default=None)
-    p.add_argument("--budget-usd", type=float)
-    p.add_argument("--run-id")
-    p.add_argument("--base", help="start the epic branch from this ref (default: HEAD)")
-    p.add_argument("--json", action="store_true", help="print events as JSON lines")
+    p.add_argument(
+        "plan", metavar="PLAN", help="the story plan (*.epic.json, or Markdown with a json storyplan block)"
+    )
+    p.add_argument(
+        "--concurrency",
+        type=int,
+        metavar="N",
+        help="stories at once (default: concurrency in .flow/config.toml, else 3)",
+    )
+    p.add_argument(
+        "--fail-fast", action="store_true", default=None, help="the first failed story stops the others"
+    )
+    p.add_argument(
+        "--budget-usd",
+        type=float,
+        metavar="X",
+        help="epic budget in USD: no new task or story starts once spent",
+    )
+    p.add_argument(
+        "--run-id",
+        metavar="ID",
+        help="name the run (default: <epicId>-<time>-<hex>); the same id continues its trace",
+    )
+    p.add_argument("--base", metavar="REF", help="start the epic branch from this ref (default: HEAD)")
+    p.add_argument(
+        "--json", action="store_true", help="print every event as a JSON line on stdout instead of progress"
+    )
 
-    plan = sub.add_parser("plan", help="validate or draft a story plan")
-    plan_sub = plan.add_subparsers(dest="plan_command", metavar="SUBCOMMAND")
-    plan.set_defaults(target=None, subparser=plan)
+    plan_sub = group("plan", "validate or draft a story plan", "plan_command", "SUBCOMMAND")
     p = command("validate", "flowd.plan.cli:validate_command", "print every violation of a plan", plan_sub)
-    p.add_argument("plan")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("plan", metavar="PLAN", help="the story plan file")
+    p.add_argument("--json", action="store_true", help="print {plan, valid, violations} as JSON on stdout")
     p = command("new", "flowd.plan.draft:new_command", "draft a story plan with the planner", plan_sub)
-    p.add_argument("text", nargs="?", default="")
-    p.add_argument("-o", "--output", required=True)
-    p.add_argument("--brief", help="a Markdown brief used as the planner's input")
+    p.add_argument("text", nargs="?", default="", metavar="EPIC TEXT", help="the epic in a sentence")
+    p.add_argument(
+        "-o", "--output", required=True, metavar="PLAN", help="where to write the draft (.json or .md)"
+    )
+    p.add_argument("--brief", metavar="FILE", help="a Markdown brief used as the planner's input")
     p.add_argument("--force", action="store_true", help="overwrite an existing output file")
 
     p = command("status", "flowd.status:status_command", "active and recent runs with their lanes")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print {runs: [...]} as JSON on stdout")
 
     p = command("cost", "flowd.cost.cli:cost_command", "the cost report over the repository's traces")
-    p.add_argument("--run")
-    p.add_argument("--since")
-    p.add_argument("--until")
-    p.add_argument("--tz")
-    p.add_argument("--runs-per-day", type=float, help="project the cost at this many runs per day")
+    p.add_argument("--run", metavar="ID", help="only this run (`flowd status` lists run ids)")
+    p.add_argument(
+        "--since",
+        metavar="T",
+        help="from this ISO date or time, e.g. 2026-11-01 or 2026-11-01T14:00 (in --tz)",
+    )
+    p.add_argument(
+        "--until", metavar="T", help="up to this ISO date (the whole day included) or time (exclusive)"
+    )
+    p.add_argument(
+        "--tz",
+        metavar="ZONE",
+        help="IANA time zone of days and hours, e.g. Europe/Rome (default: timeZone in config, else local)",
+    )
+    p.add_argument(
+        "--runs-per-day", type=float, metavar="N", help="project the cost at this many runs per day"
+    )
     fmt = p.add_mutually_exclusive_group()
-    fmt.add_argument("--json", action="store_true")
-    fmt.add_argument("--md", action="store_true")
+    fmt.add_argument("--json", action="store_true", help="print the report as JSON")
+    fmt.add_argument("--md", action="store_true", help="print the report as Markdown")
 
     p = command("check", "flowd.engine.cli:check_command", "perimeter violations in story worktrees now")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print {violations: [...]} as JSON on stdout")
 
-    p = command("cancel", "flowd.engine.cli:cancel_command", "stop a run gracefully")
-    p.add_argument("run_id")
+    p = command("cancel", "flowd.engine.cli:cancel_command", "stop a run gracefully (run it again to resume)")
+    p.add_argument(
+        "run_id",
+        metavar="RUN_ID",
+        help="the run to stop (`flowd run` prints it first; `flowd status` lists them)",
+    )
 
     p = command("clean", "flowd.engine.clean:clean_command", "remove merged and forgotten worktrees")
-    p.add_argument("--dry-run", action="store_true")
+    p.add_argument("--dry-run", action="store_true", help="say what would be removed; change nothing")
+    p.add_argument(
+        "--epic",
+        metavar="ID",
+        help="retire this finished epic: remove its _epic worktree and its stories' worktrees and branches, "
+        "keep epic/<ID>",
+    )
 
     p = command("demo", "flowd.demo:demo_command", "run the scripted sample epic end to end")
-    p.add_argument("--dir", help="where to build the sample repository (default: a temp dir)")
-    p.add_argument("--json", action="store_true")
-
-    agent = sub.add_parser("agent", help="bundled agents")
-    agent_sub = agent.add_subparsers(dest="agent_command", metavar="AGENT")
-    agent.set_defaults(target=None, subparser=agent)
-    p = command("script", "flowd.agents.script_agent:agent_command", "the scripted ACP agent", agent_sub)
-    p.add_argument("--script", required=True)
-
-    roster = sub.add_parser("roster", help="inspect the roster")
-    roster_sub = roster.add_subparsers(dest="roster_command", metavar="SUBCOMMAND")
-    roster.set_defaults(target=None, subparser=roster)
-    p = command(
-        "check", "flowd.roster_check:check_command", "run a one-line prompt on each executor", roster_sub
+    p.add_argument(
+        "--dir",
+        metavar="DIR",
+        help="where to build the sample repository (new or empty; default: a temp dir)",
     )
-    p.add_argument("--role", help="only executors serving this role")
-    p.add_argument("--json", action="store_true")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print the run's events as JSON lines instead of progress and report",
+    )
+
+    agent_sub = group("agent", "bundled agents", "agent_command", "AGENT")
+    p = command(
+        "script", "flowd.agents.script_agent:agent_command", "the scripted ACP agent (on stdio)", agent_sub
+    )
+    p.add_argument(
+        "--script",
+        required=True,
+        metavar="FILE",
+        help="the script the agent follows (docs/scripted-agent.md)",
+    )
+
+    roster_sub = group("roster", "inspect the roster", "roster_command", "SUBCOMMAND")
+    p = command(
+        "check",
+        "flowd.roster_check:check_command",
+        "run a one-line prompt on each executor",
+        roster_sub,
+        key="roster check",
+    )
+    p.add_argument("--role", help="only executors serving this role (planner, coder, reviewer, judge)")
+    p.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
 
     p = command("schema", "flowd.schema:schema_command", "print the JSON Schema of a file")
-    p.add_argument("what", choices=["plan", "roster", "config", "script", "trace"])
+    p.add_argument(
+        "what", choices=["plan", "roster", "config", "script", "trace"], help="which file's schema to print"
+    )
     return parser
 
 
@@ -121,6 +252,22 @@ def _resolve(target: str) -> Command | None:
         raise
     found = getattr(module, attr, None)
     return cast(Command, found) if callable(found) else None
+
+
+def report_error(exc: FlowdError, *, json_out: bool) -> None:
+    """The error for people on stderr; with `--json`, also as `{"error", "exitCode"}` on stdout.
+
+    A one-line message reads `flowd: ...`; a multi-line one (a plan's violations, one per line as
+    `PLAN:LINE:COL: message`) is printed as is, so every command shows plan errors alike.
+    """
+    text = str(exc)
+    print(text if "\n" in text else f"flowd: {text}", file=sys.stderr)
+    if json_out:
+        document: dict[str, object] = {"error": text.splitlines()[-1], "exitCode": exc.exit_code}
+        found = getattr(exc, "violations", None)
+        if isinstance(found, list):
+            document["violations"] = [v.wire() for v in found if hasattr(v, "wire")]
+        print(json.dumps(document, ensure_ascii=False), flush=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -147,7 +294,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return EXIT_BAD_INPUT
         return command(args)
     except FlowdError as exc:
-        print(f"flowd: {exc}", file=sys.stderr)
+        report_error(exc, json_out=bool(getattr(args, "json", False)))
         return exc.exit_code
     except KeyboardInterrupt:
         print("flowd: interrupted", file=sys.stderr)

@@ -74,7 +74,7 @@ async def run_epic(options: RunOptions) -> RunResult:
     # Everything that can be wrong with the input is found before anything is touched.
     repo = Repo.discover(options.cwd)
     plan_path = options.plan if options.plan.is_absolute() else (options.cwd / options.plan)
-    plan = load_plan(plan_path)
+    plan = load_plan(plan_path, shown=str(options.plan))
     settings = load_settings(repo.root)
     roster = load_roster(repo.root)
     if not any("coder" in e.roles for e in roster.executors):

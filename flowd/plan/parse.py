@@ -3,6 +3,10 @@
 Parsing keeps where every story and field sits in the file, so the language server and
 `flowd plan validate` point at the offending line. Parsing does not validate: "unparseable" and
 "invalid" stay distinguishable, yet `load_plan` and `check_plan_file` report both kinds together.
+
+A plan with shape errors (`"title": 3`) is still checked against every other rule: the broken
+fields are set aside (`_salvage`) and the rest validated, so one typo never hides the others.
+Violations come in line order, and every command prints them alike (`describe`, docs/plan-format.md).
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from flowd.errors import FileProblems, InputError
+from flowd.errors import InputError
 from flowd.plan.jsonpos import LineIndex, Positions, Span, scan_positions
 from flowd.plan.model import StoryPlan
 from flowd.plan.validate import violations
@@ -34,6 +38,10 @@ class ParsedPlan:
     plan: StoryPlan | None
     positions: Positions = field(default_factory=Positions)
     violations: list[Violation] = field(default_factory=list)
+    # When shapes were wrong: the plan without its broken fields, and those fields (story id or
+    # None for the top level, wire field name or None for the whole story).
+    salvaged: StoryPlan | None = None
+    broken: set[tuple[str | None, str | None]] = field(default_factory=set)
 
 
 def _at(span: Span | None, violation: Violation) -> Violation:
@@ -106,8 +114,75 @@ def _decode(text: str, start: int, end: int, index: LineIndex, what: str) -> Par
     try:
         plan = StoryPlan.model_validate(data)
     except ValidationError as exc:
-        return ParsedPlan(None, positions, _shape_violations(exc, data, positions))
+        parsed = ParsedPlan(None, positions, _shape_violations(exc, data, positions))
+        salvage = _salvage(data, exc)
+        if salvage is not None:
+            parsed.salvaged, parsed.broken = salvage
+        return parsed
     return ParsedPlan(plan, positions, [])
+
+
+_PLACEHOLDER = "\0"  # the id given to a story whose own id is broken: never a real id
+
+
+def _salvage(
+    data: dict[str, Any], exc: ValidationError
+) -> tuple[StoryPlan, set[tuple[str | None, str | None]]] | None:
+    """The plan with every field pydantic refused reset to its default, and which were reset.
+
+    Story indexes are kept (positions depend on them); a story that is not an object becomes an
+    empty placeholder whose violations are not reported. None when the stories list itself is broken.
+    """
+    fixed = dict(data)
+    stories = fixed.get("stories")
+    if not isinstance(stories, list):
+        return None
+    stories = fixed["stories"] = [dict(s) if isinstance(s, dict) else s for s in stories]
+    broken_at: set[tuple[int | None, str | None]] = set()
+    for error in exc.errors(include_url=False):
+        loc = tuple(error["loc"])
+        if loc and loc[0] == "stories" and len(loc) >= 2 and isinstance(loc[1], int):
+            index = loc[1]
+            story = stories[index]
+            if len(loc) == 2 or not isinstance(story, dict) or not isinstance(loc[2], str):
+                stories[index] = {"id": f"{_PLACEHOLDER}{index}", "title": ""}
+                broken_at.add((index, None))
+                continue
+            name = loc[2]
+            story.pop(name, None)
+            if name in ("id", "title"):
+                story[name] = f"{_PLACEHOLDER}{index}" if name == "id" else ""
+            broken_at.add((index, name))
+        elif len(loc) >= 1 and isinstance(loc[0], str) and loc[0] != "stories":
+            fixed.pop(loc[0], None)
+            if loc[0] == "epicId":
+                fixed["epicId"] = "placeholder"
+            broken_at.add((None, loc[0]))
+        else:
+            return None
+    try:
+        plan = StoryPlan.model_validate(fixed)
+    except ValidationError:
+        return None
+    broken = {(plan.stories[i].id if i is not None else None, name) for i, name in broken_at}
+    return plan, broken
+
+
+def _set_aside(found: list[Violation], broken: set[tuple[str | None, str | None]]) -> list[Violation]:
+    """Rule violations of a salvaged plan, minus those about fields that were set aside."""
+    kept = []
+    for v in found:
+        if v.story is not None and v.story.startswith(_PLACEHOLDER):
+            continue
+        if (v.story, v.field) in broken or (v.story, None) in broken:
+            continue
+        kept.append(v)
+    return kept
+
+
+def in_line_order(found: list[Violation]) -> list[Violation]:
+    """Unpositioned problems (about the whole file) first, then by line and column."""
+    return sorted(found, key=lambda v: (-1, 0) if v.line is None else (v.line, v.column or 0))
 
 
 def parse_plan_text(text: str, *, markdown: bool) -> ParsedPlan:
@@ -165,8 +240,11 @@ def check_text(text: str, *, markdown: bool) -> tuple[StoryPlan | None, list[Vio
     """Parse and validate: the plan (None if it did not decode) and every violation, positioned."""
     parsed = parse_plan_text(text, markdown=markdown)
     if parsed.plan is None:
-        return None, parsed.violations
-    return parsed.plan, violations(parsed.plan, parsed.positions)
+        found = list(parsed.violations)
+        if parsed.salvaged is not None:
+            found += _set_aside(violations(parsed.salvaged, parsed.positions), parsed.broken)
+        return None, in_line_order(found)
+    return parsed.plan, in_line_order(violations(parsed.plan, parsed.positions))
 
 
 def check_plan_file(path: Path) -> list[Violation]:
@@ -178,14 +256,31 @@ def check_plan_file(path: Path) -> list[Violation]:
     return check_text(text, markdown=is_markdown(path, text))[1]
 
 
-def load_plan(path: Path) -> StoryPlan:
-    """The valid plan at `path`, or `InputError` (exit 2) naming the file and every violation."""
+def describe(shown: str, v: Violation) -> str:
+    """One violation as every command prints it: `PLAN:LINE:COL: message` (1-based), like a compiler."""
+    return f"{shown}:{v.located()}" if v.line is not None else f"{shown}: {v.message}"
+
+
+def verdict(shown: str, count: int) -> str:
+    return f"{shown}: invalid, {count} {'violation' if count == 1 else 'violations'}"
+
+
+class PlanInvalid(InputError):
+    """An invalid plan: its violations, one line each, then the verdict (what `plan validate` prints)."""
+
+    def __init__(self, shown: str, found: list[Violation]) -> None:
+        self.shown = shown
+        self.violations = found
+        super().__init__("\n".join([*(describe(shown, v) for v in found), verdict(shown, len(found))]))
+
+
+def load_plan(path: Path, shown: str | None = None) -> StoryPlan:
+    """The valid plan at `path`, or `PlanInvalid` (exit 2) listing every violation.
+
+    `shown` is how the user named the file (a relative path), used in the messages.
+    """
     text = read_plan_text(path)
     plan, found = check_text(text, markdown=is_markdown(path, text))
     if found or plan is None:
-        raise FileProblems(str(path), [_human(v) for v in found])
+        raise PlanInvalid(shown or str(path), found)
     return plan
-
-
-def _human(v: Violation) -> str:
-    return f"line {v.line + 1}: {v.message}" if v.line is not None else v.message

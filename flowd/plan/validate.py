@@ -7,6 +7,7 @@ before any git or file work.
 
 from __future__ import annotations
 
+import difflib
 import re
 
 from flowd import paths
@@ -56,9 +57,11 @@ def violations(plan: StoryPlan, positions: Positions | None = None) -> list[Viol
             if dep == sid:
                 add("plan.dependsOnItself", f"story '{sid}' depends on itself", i, "dependsOn", k)
             elif dep not in known:
+                close = difflib.get_close_matches(dep, sorted(known - {sid}), n=1, cutoff=0.6)
+                hint = f"; did you mean '{close[0]}'?" if close else ""
                 add(
                     "plan.unknownDependency",
-                    f"story '{sid}' depends on unknown story '{dep}'",
+                    f"story '{sid}' depends on unknown story '{dep}'{hint}",
                     i,
                     "dependsOn",
                     k,

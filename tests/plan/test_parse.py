@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from flowd.errors import FileProblems, InputError
-from flowd.plan.parse import check_plan_file, load_plan, parse_plan_text
+from flowd.errors import InputError
+from flowd.plan.parse import PlanInvalid, check_plan_file, load_plan, parse_plan_text
 from flowd.plan.violation import Violation
 
 JSON_PLAN = """{
@@ -58,9 +58,10 @@ def test_json_plan_decodes_with_positions() -> None:
 
 def test_violations_point_at_the_offending_item() -> None:
     found = check(JSON_PLAN, markdown=False)
-    assert [v.code for v in found] == ["plan.unknownDependency", "plan.overlap"]
-    assert where(found[0]) == at(JSON_PLAN, '"ghost"')
-    assert where(found[1]) == at(JSON_PLAN, '"src/api/x"')
+    # In line order: the overlap (line 20) before the unknown dependency (line 21).
+    assert [v.code for v in found] == ["plan.overlap", "plan.unknownDependency"]
+    assert where(found[0]) == at(JSON_PLAN, '"src/api/x"')
+    assert where(found[1]) == at(JSON_PLAN, '"ghost"')
 
 
 def test_a_story_level_violation_points_at_the_story_id() -> None:
@@ -100,9 +101,9 @@ def markdown_plan(block: str, newline: str = "\n") -> str:
 def test_markdown_positions_are_offset_by_the_block(newline: str) -> None:
     text = markdown_plan(JSON_PLAN, newline)
     found = check(text, markdown=True)
-    assert [v.code for v in found] == ["plan.unknownDependency", "plan.overlap"]
-    assert where(found[0]) == at(text, '"ghost"')
-    assert found[0].line == 9 + at(JSON_PLAN, '"ghost"')[0]
+    assert [v.code for v in found] == ["plan.overlap", "plan.unknownDependency"]
+    assert where(found[1]) == at(text, '"ghost"')
+    assert found[1].line == 9 + at(JSON_PLAN, '"ghost"')[0]
 
 
 def test_markdown_takes_the_first_storyplan_block_only() -> None:
@@ -173,10 +174,14 @@ def test_load_plan_returns_a_valid_plan(tmp_path: Path) -> None:
 def test_load_plan_raises_with_every_problem_naming_the_file(tmp_path: Path) -> None:
     path = tmp_path / "plan.md"
     path.write_text(markdown_plan(JSON_PLAN))
-    with pytest.raises(FileProblems) as info:
-        load_plan(path)
-    message = str(info.value)
-    assert message.startswith(f"{path} has 2 problems: line 20: story 'ui' depends on unknown story 'ghost'")
+    with pytest.raises(PlanInvalid) as info:
+        load_plan(path, shown="plan.md")
+    # The same lines `flowd plan validate` prints: PLAN:LINE:COL, in line order, then the verdict.
+    assert str(info.value).splitlines() == [
+        "plan.md:19:27: stories 'api' and 'ui' both own 'src/api' / 'src/api/x'",
+        "plan.md:20:28: story 'ui' depends on unknown story 'ghost'",
+        "plan.md: invalid, 2 violations",
+    ]
     assert info.value.exit_code == 2
 
 
@@ -191,7 +196,7 @@ def test_unreadable_plan_is_one_sentence(tmp_path: Path) -> None:
 def test_a_markdown_plan_without_md_suffix_is_recognised(tmp_path: Path) -> None:
     path = tmp_path / "plan.txt"
     path.write_text(markdown_plan(JSON_PLAN))
-    assert [v.code for v in check_plan_file(path)] == ["plan.unknownDependency", "plan.overlap"]
+    assert [v.code for v in check_plan_file(path)] == ["plan.overlap", "plan.unknownDependency"]
 
 
 def test_a_byte_order_mark_is_skipped() -> None:
