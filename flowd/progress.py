@@ -1,6 +1,8 @@
 """Terminal rendering of the fold: the live progress of `flowd run`/`flowd demo` and `flowd status`.
 
-Both draw the same RunView the language server folds, so every view shows the same thing.
+Both draw the same RunView the language server folds, so every view shows the same thing. On a
+terminal that is a live rich table; anywhere else (a pipe, a CI log) it is `plain_lines`: one
+line per state change, no cursor movement and no wrapping (docs/running.md).
 """
 
 from __future__ import annotations
@@ -10,6 +12,22 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
+from flowd.events import (
+    BudgetExceeded,
+    Envelope,
+    ExecutorExcluded,
+    ExecutorResumed,
+    GateResult,
+    MergeRolledBack,
+    PerimeterViolation,
+    RunEnded,
+    RunStarted,
+    StoryMerged,
+    StoryStatusChanged,
+    TaskCompleted,
+    TaskStarted,
+)
+from flowd.timeutil import parse_iso
 from flowd.view import LaneView, RunView
 
 STATUS_STYLE = {
@@ -20,6 +38,10 @@ STATUS_STYLE = {
     "failed": "red",
     "skipped": "dim",
 }
+
+
+def plural(count: int, word: str) -> str:
+    return f"{count:,} {word}" if count == 1 else f"{count:,} {word}s"
 
 
 def money(value: float | None, estimated: bool = False) -> str:
@@ -67,26 +89,146 @@ def render_run(view: RunView) -> Group:
     bar.add_row(
         ProgressBar(total=max(1, view.total), completed=finished, width=40), f"{finished}/{view.total}"
     )
+    title = Text.assemble(
+        (f"Epic {view.epic_id} ", "bold"),
+        (f"[{view.status}] ", STATUS_STYLE.get(view.status, "cyan")),
+        _summary(view),
+    )
+    parts: list[Text | Table] = [title, bar, table]
+    parts += [Text(line, style=style) for line, style in _footer(view)]
+    return Group(*parts)
+
+
+def _summary(view: RunView) -> str:
     totals = view.totals
-    cost = money(totals.cost_usd)
     extra = []
     if totals.estimated_tokens:
         extra.append(f"{totals.estimated_tokens:,} estimated")
     if totals.unpriced_tokens:
         extra.append(f"{totals.unpriced_tokens:,} unpriced")
     budget = f" of {money(view.budget_usd)}" if view.budget_usd is not None else ""
-    title = Text.assemble(
-        (f"Epic {view.epic_id} ", "bold"),
-        (f"[{view.status}] ", STATUS_STYLE.get(view.status, "cyan")),
-        f"{view.count('done')}/{view.total} stories · {view.active_lanes} lanes · "
-        f"{totals.tokens:,} tokens · {cost}{budget}" + (f" ({', '.join(extra)})" if extra else ""),
+    return (
+        f"{view.count('done')}/{view.total} stories · {plural(view.active_lanes, 'lane')} · "
+        f"{totals.tokens:,} tokens · {money(totals.cost_usd)}{budget}"
+        + (f" ({', '.join(extra)})" if extra else "")
     )
-    parts: list[Text | Table] = [title, bar, table]
+
+
+def _footer(view: RunView) -> list[tuple[str, str]]:
+    lines = []
     held = [c for c in view.clones.values() if c.held]
     if held:
         names = ", ".join(f"{c.name} {c.role}" + (f" ({c.label})" if c.label else "") for c in held)
-        parts.append(Text(f"clones held: {names}", style="dim"))
+        lines.append((f"clones held: {names}", "dim"))
     for executor, exclusion in view.exclusions.items():
         until = f" until {exclusion['until']}" if exclusion.get("until") else ""
-        parts.append(Text(f"{executor} excluded{until}: {exclusion['reason']}", style="yellow"))
-    return Group(*parts)
+        lines.append((f"{executor} excluded{until}: {exclusion['reason']}", "yellow"))
+    return lines
+
+
+def plain_run(view: RunView) -> list[str]:
+    """`render_run` as plain lines for a pipe: aligned columns, no colour, never wrapped."""
+    rows = [
+        [cell.plain if isinstance(cell, Text) else cell for cell in lane_row(view, lane)]
+        for lane in view.lanes.values()
+    ]
+    headers = ["lane", "status", "clone", "task", "tokens", "cost"]
+    widths = [max(len(r[i]) for r in [headers, *rows]) for i in range(len(headers))]
+
+    def line(cells: list[str]) -> str:
+        out = [
+            c.rjust(w) if i >= 4 else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+        ]
+        return "  ".join(out).rstrip()
+
+    title = f"Epic {view.epic_id} [{view.status}] {_summary(view)}"
+    return [title, line(headers), *(line(r) for r in rows), *(text for text, _ in _footer(view))]
+
+
+# -- plain lines (not a terminal) --------------------------------------------------------------------
+def _one_line(text: str | None) -> str:
+    return " ".join((text or "").split())
+
+
+def _figures(tokens: int, cost: float | None, estimated: bool = False) -> str:
+    if not tokens:
+        return ""
+    return f" · {'~' if estimated else ''}{tokens:,} tokens" + (
+        f" · {money(cost)}" if cost is not None else ""
+    )
+
+
+def _lane_line(view: RunView, event: object) -> str | None:
+    if isinstance(event, StoryStatusChanged):
+        lane = view.lanes.get(event.story)
+        figures = _figures(lane.tokens, lane.cost_usd, lane.estimated) if lane else ""
+        reason = f" ({_one_line(event.reason)})" if event.reason else ""
+        return f"{event.story}: {event.status}{reason}{figures if event.status in ('done', 'failed') else ''}"
+    if isinstance(event, TaskStarted):
+        who = (
+            f"{event.executor}#{event.clone}"
+            if event.executor and event.clone is not None
+            else event.executor
+        )
+        return (
+            f"{event.lane}: task {event.index}/{event.count} started: {_one_line(event.title)}"
+            + (f" ({who})" if who else "")
+            + (" [parallel]" if event.parallel else "")
+        )
+    if isinstance(event, TaskCompleted):
+        return f"{event.lane}: task {event.index}/{event.count} completed: {_one_line(event.title)}"
+    if isinstance(event, StoryMerged):
+        return f"{event.lane}: merged into {view.epic_branch or 'the epic'} at {event.commit[:10]}"
+    if isinstance(event, MergeRolledBack):
+        return f"{event.lane}: merge rolled back: {_one_line(event.reason)}"
+    if isinstance(event, GateResult) and (not event.ok or event.where == "epic"):
+        where = event.lane if event.where == "task" and event.lane else f"{event.where} gate"
+        verdict = "passed" if event.ok else f"failed (exit {event.exit_code})"
+        return f"{where}: `{event.gate}` {verdict} in {event.duration_ms / 1000:.1f}s"
+    if isinstance(event, PerimeterViolation):
+        paths = ", ".join(f"{p.path} ({p.kind})" for p in event.paths)
+        return f"{event.lane}: perimeter violation, {event.action}: {paths}"
+    return None
+
+
+def _run_line(view: RunView, event: object) -> str | None:
+    if isinstance(event, RunStarted):
+        budget = f", budget {money(event.budget_usd)}" if event.budget_usd is not None else ""
+        count = len(event.stories)
+        return (
+            f"epic {event.epic_id}: {count} {'story' if count == 1 else 'stories'}, "
+            f"concurrency {event.concurrency}{budget}, on {event.epic_branch}"
+        )
+    if isinstance(event, RunEnded):
+        totals = view.totals
+        cost = f" · {money(totals.cost_usd)}" if totals.cost_usd is not None else ""
+        reason = f" ({_one_line(event.reason)})" if event.reason else ""
+        return (
+            f"epic {view.epic_id} {event.outcome}{reason}: {event.done} done, {event.failed} failed, "
+            f"{event.skipped} not finished · {totals.tokens:,} tokens{cost}"
+        )
+    if isinstance(event, BudgetExceeded):
+        where = f"story {event.lane}" if event.scope == "story" and event.lane else "epic"
+        return f"{where} budget of {money(event.limit_usd)} spent ({money(event.spent_usd)})"
+    if isinstance(event, ExecutorExcluded):
+        until = f" until {event.until}" if event.until else ""
+        return f"{event.executor} excluded{until}: {_one_line(event.reason)}"
+    if isinstance(event, ExecutorResumed):
+        return f"{event.executor} resumed: {_one_line(event.reason)}"
+    return None
+
+
+def plain_lines(view: RunView, envelope: Envelope) -> list[str]:
+    """The lines one event adds to plain progress (call after `view.apply(envelope)`).
+
+    Each starts with the local time of the event; none holds a line break.
+    """
+    event = envelope.event
+    line = _run_line(view, event) or _lane_line(view, event)
+    if line is None:
+        return []
+    try:
+        stamp = parse_iso(envelope.at).astimezone().strftime("%H:%M:%S")
+    except ValueError:
+        stamp = envelope.at
+    return [f"{stamp} {line}"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from rich.console import Console
@@ -12,7 +13,7 @@ from flowd.config import load_settings
 from flowd.cost.prices import pricer
 from flowd.errors import FlowdError
 from flowd.gitops import Repo
-from flowd.progress import render_run
+from flowd.progress import plain_run, render_run
 from flowd.trace import is_active, list_runs, read_trace, trace_path
 from flowd.view import RunView, fold
 
@@ -43,10 +44,16 @@ def status_command(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"runs": [v.status_wire() for v in views]}, indent=2))
         return 0
-    console = Console()
     if not views:
-        console.print("No runs yet. Start one with `flowd run PLAN` (or `flowd demo`).")
+        print("No runs yet. Start one with `flowd run PLAN` (or `flowd demo`).")
         return 0
+    if not sys.stdout.isatty():
+        # A pipe or a file: plain lines that never wrap (rich would wrap at 80 columns).
+        for view in views:
+            print(f"{view.run_id}  started {view.started_at}")
+            print("\n".join(plain_run(view)) + "\n")
+        return 0
+    console = Console()
     for view in views:
         console.print(f"[bold]{view.run_id}[/bold]  started {view.started_at}")
         console.print(render_run(view))

@@ -8,6 +8,7 @@ coder also writes a stray file outside its perimeter once, so the demo shows the
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -20,8 +21,11 @@ FILES: dict[str, str] = {
     "README.md": "# calc\n\nA tiny calculator package (the flowd demo's sample repository).\n",
     "calc/__init__.py": '"""A tiny calculator."""\n',
     "tests/__init__.py": "",
-    "tests/test_smoke.py": "import calc\n\n\ndef test_package_imports() -> None:\n    assert calc.__doc__\n",
-    "pyproject.toml": '[project]\nname = "calc"\nversion = "0.0.1"\n\n[tool.pytest.ini_options]\naddopts = "-p no:cacheprovider"\n',
+    "tests/test_smoke.py": (
+        "import unittest\n\nimport calc\n\n\nclass Smoke(unittest.TestCase):\n"
+        "    def test_package_imports(self) -> None:\n        self.assertTrue(calc.__doc__)\n"
+    ),
+    "pyproject.toml": '[project]\nname = "calc"\nversion = "0.0.1"\n',
     ".gitignore": "__pycache__/\n",
 }
 
@@ -35,15 +39,17 @@ def add(a: int, b: int) -> int:
 def sub(a: int, b: int) -> int:
     return a - b
 '''
-CORE_TEST = """from calc.core import add, sub
+CORE_TEST = """import unittest
+
+from calc.core import add, sub
 
 
-def test_add() -> None:
-    assert add(2, 3) == 5
+class Core(unittest.TestCase):
+    def test_add(self) -> None:
+        self.assertEqual(add(2, 3), 5)
 
-
-def test_sub() -> None:
-    assert sub(2, 3) == -1
+    def test_sub(self) -> None:
+        self.assertEqual(sub(2, 3), -1)
 """
 PARSER = '''"""Parse "a + b" and "a - b"."""
 
@@ -58,19 +64,19 @@ def evaluate(text: str) -> int:
         return sub(int(left), int(right))
     raise ValueError(f"unknown operator {op!r}")
 '''
-PARSER_TEST = """import pytest
+PARSER_TEST = """import unittest
 
 from calc.parser import evaluate
 
 
-def test_evaluate() -> None:
-    assert evaluate("2 + 3") == 5
-    assert evaluate("2 - 3") == -1
+class Parser(unittest.TestCase):
+    def test_evaluate(self) -> None:
+        self.assertEqual(evaluate("2 + 3"), 5)
+        self.assertEqual(evaluate("2 - 3"), -1)
 
-
-def test_unknown_operator() -> None:
-    with pytest.raises(ValueError):
-        evaluate("2 * 3")
+    def test_unknown_operator(self) -> None:
+        with self.assertRaises(ValueError):
+            evaluate("2 * 3")
 """
 FORMAT = '''"""Format results."""
 
@@ -78,11 +84,14 @@ FORMAT = '''"""Format results."""
 def show(expression: str, value: int) -> str:
     return f"{expression} = {value}"
 '''
-FORMAT_TEST = """from calc.format import show
+FORMAT_TEST = """import unittest
+
+from calc.format import show
 
 
-def test_show() -> None:
-    assert show("2 + 3", 5) == "2 + 3 = 5"
+class Format(unittest.TestCase):
+    def test_show(self) -> None:
+        self.assertEqual(show("2 + 3", 5), "2 + 3 = 5")
 """
 CLI = '''"""Command line: python -m calc.cli "2 + 3"."""
 
@@ -101,12 +110,19 @@ def main(argv: list[str]) -> int:
 if __name__ == "__main__":
     raise SystemExit(main(sys.argv[1:]))
 '''
-CLI_TEST = """from calc.cli import main
+CLI_TEST = """import contextlib
+import io
+import unittest
+
+from calc.cli import main
 
 
-def test_main(capsys) -> None:  # type: ignore[no-untyped-def]
-    assert main(["2", "+", "3"]) == 0
-    assert capsys.readouterr().out == "2 + 3 = 5\\n"
+class Cli(unittest.TestCase):
+    def test_main(self) -> None:
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            self.assertEqual(main(["2", "+", "3"]), 0)
+        self.assertEqual(out.getvalue(), "2 + 3 = 5\\n")
 """
 DOCS = "# Using calc\n\n```sh\npython -m calc.cli 2 + 3\n```\n"
 
@@ -236,8 +252,9 @@ def build_sample_repo(dest: Path, *, python: str | None = None) -> tuple[Path, P
     (flow / "roster.toml").write_text(ROSTER.format(model=MODEL), encoding="utf-8")
     interpreter = python or sys.executable
     (flow / "config.toml").write_text(
-        "# The gate runs the sample's tests with the interpreter that runs flowd (it has pytest).\n"
-        f"gates = [{json.dumps(interpreter + ' -m pytest -q')}]\n"
+        "# The gate runs the sample's tests with the interpreter that runs flowd (the standard\n"
+        "# library's unittest: a plain `pip install flowd` brings no test runner).\n"
+        f"gates = [{json.dumps(shlex.quote(interpreter) + ' -m unittest -q')}]\n"
         "concurrency = 3\n"
         "judgeRounds = 1\n",
         encoding="utf-8",

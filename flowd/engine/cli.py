@@ -7,25 +7,32 @@ import asyncio
 import json
 import sys
 from pathlib import Path
+from typing import TextIO
 
 from rich.console import Console
 from rich.live import Live
 
+from flowd.config import load_settings
+from flowd.cost.prices import pricer
 from flowd.engine.perimeter_now import perimeter_now
 from flowd.engine.runner import RunOptions, RunResult, run_epic
 from flowd.engine.state import EpicPaths, all_states
-from flowd.errors import EXIT_BAD_INPUT
+from flowd.errors import FlowdError, InputError
 from flowd.events import Envelope, dump_envelope
 from flowd.gitops import Repo
 from flowd.plan.parse import load_plan
-from flowd.progress import render_run
+from flowd.progress import plain_lines, render_run
 from flowd.runctl import cancel_run
 from flowd.trace import list_runs
 from flowd.view import RunView
 
 
-def execute(options: RunOptions, *, json_lines: bool, console: Console | None = None) -> RunResult:
-    """Run an epic with live progress on stderr (or JSON lines of events on stdout)."""
+def execute(options: RunOptions, *, json_lines: bool, out: TextIO | None = None) -> RunResult:
+    """Run an epic showing its progress on `out` (stdout by default), or JSON lines of events.
+
+    The first line is `run <runId>` (`flowd cancel` takes it). On a terminal the progress is a live
+    table; elsewhere one plain line per state change, flushed as it happens (docs/running.md).
+    """
     if json_lines:
 
         def print_line(envelope: Envelope) -> None:
@@ -34,17 +41,21 @@ def execute(options: RunOptions, *, json_lines: bool, console: Console | None = 
 
         options.on_event = print_line
         return asyncio.run(run_epic(options))
-    console = console or Console(stderr=True)
-    live_view: list[RunView] = []
+    stream = out or sys.stdout
+    if not stream.isatty():
+        return _execute_plain(options, stream)
+    console = Console(file=stream)
+    view: list[RunView] = []
 
     async def main() -> RunResult:
         with Live(console=console, refresh_per_second=8, transient=False) as live:
 
             def show(envelope: Envelope) -> None:
-                if not live_view:
-                    live_view.append(RunView(run_id=envelope.run_id))
-                live_view[0].apply(envelope)
-                live.update(render_run(live_view[0]))
+                if not view:
+                    view.append(_view(envelope.run_id, options))
+                    live.console.print(f"run {envelope.run_id}", markup=False, highlight=False)
+                view[0].apply(envelope)
+                live.update(render_run(view[0]))
 
             options.on_event = show
             result = await run_epic(options)
@@ -54,10 +65,34 @@ def execute(options: RunOptions, *, json_lines: bool, console: Console | None = 
     return asyncio.run(main())
 
 
+def _view(run_id: str, options: RunOptions) -> RunView:
+    """An empty fold priced like the runner's (the run has validated the settings by now)."""
+    try:
+        price = pricer(load_settings(Repo.discover(options.cwd).root))
+    except FlowdError:
+        price = pricer(None)
+    return RunView(run_id=run_id, pricer=price)
+
+
+def _execute_plain(options: RunOptions, stream: TextIO) -> RunResult:
+    view: list[RunView] = []
+
+    def show(envelope: Envelope) -> None:
+        if not view:
+            view.append(_view(envelope.run_id, options))
+            stream.write(f"run {envelope.run_id}\n")
+        view[0].apply(envelope)
+        for line in plain_lines(view[0], envelope):
+            stream.write(line + "\n")
+        stream.flush()
+
+    options.on_event = show
+    return asyncio.run(run_epic(options))
+
+
 def run_command(args: argparse.Namespace) -> int:
     if args.concurrency is not None and args.concurrency < 1:
-        print("flowd: --concurrency must be at least 1", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        raise InputError("--concurrency must be at least 1")
     options = RunOptions(
         plan=Path(args.plan),
         run_id=args.run_id,
@@ -68,7 +103,7 @@ def run_command(args: argparse.Namespace) -> int:
     )
     result = execute(options, json_lines=args.json)
     if not args.json:
-        print(f"{result.outcome}: report at {result.report_path}", file=sys.stderr)
+        print(f"{result.outcome}: report at {result.report_path}", flush=True)
     return result.exit_code
 
 
