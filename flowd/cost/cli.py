@@ -29,8 +29,9 @@ from flowd.trace import runs_dir
 FORMATS = {"json": "json", "text": "text", "markdown": "md", "md": "md"}
 
 
-def repo_root(cwd: Path | None = None) -> Path:
-    """The git toplevel holding `cwd`; outside any repository, `cwd` itself (its report is empty)."""
+def repo_root(cwd: Path | None = None, *, strict: bool = False) -> Path:
+    """The git toplevel holding `cwd`; outside any repository, `cwd` itself (its report is empty),
+    or with `strict` an InputError (exit 2, as every other command outside a repository)."""
     where = cwd or Path.cwd()
     try:
         found = subprocess.run(
@@ -42,9 +43,13 @@ def repo_root(cwd: Path | None = None) -> Path:
             timeout=30,
         )
     except (OSError, subprocess.TimeoutExpired):
-        return where
-    top = found.stdout.strip()
-    return Path(top) if found.returncode == 0 and top else where
+        found = None
+    top = found.stdout.strip() if found is not None and found.returncode == 0 else ""
+    if top:
+        return Path(top)
+    if strict:
+        raise InputError(f"{where.resolve()} is not a git repository; run flowd inside a git checkout")
+    return where
 
 
 def resolve_zone(name: str | None, default: str | None = None) -> tzinfo:
@@ -160,7 +165,7 @@ def cost_report_for(
 def cost_command(args: argparse.Namespace) -> int:
     fmt = "json" if getattr(args, "json", False) else "md" if getattr(args, "md", False) else "text"
     report = cost_report(
-        repo_root(),
+        repo_root(strict=True),
         run_id=getattr(args, "run", None),
         since=getattr(args, "since", None),
         until=getattr(args, "until", None),

@@ -9,6 +9,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import orjson
 
 from flowd.cost.report import Bucket, CostReport, Totals
+from flowd.cost.samples import UNKNOWN_MODEL
 from flowd.timeutil import parse_iso
 
 EMPTY = "no usage recorded: run an epic (`flowd run PLAN`) and its agents' token counts will show here"
@@ -119,7 +120,12 @@ def _sections(report: CostReport) -> list[tuple[str, list[str], list[list[str]]]
     )
     for title, head, rows in (
         ("By agent (role)", "agent", [(r.agent, r.totals, r.share) for r in report.by_agent]),
-        ("By executor clone", "executor", [(r.executor, r.totals, r.share) for r in report.by_executor]),
+        (
+            # Only coders hold a lane's clone (docs/cost.md), so this table sums to the coder row.
+            "By executor clone (coder turns only)",
+            "executor",
+            [(r.executor, r.totals, r.share) for r in report.by_executor],
+        ),
         ("By story", "story", [(r.story, r.totals, r.share) for r in report.by_story]),
     ):
         if rows:
@@ -165,9 +171,17 @@ def _summary(report: CostReport) -> list[str]:
     if report.unpriced.requests:
         lines.append(
             f"unpriced: {_plural(report.unpriced.requests, 'request')}, {report.unpriced.tokens:,} tokens "
-            f"({', '.join(report.unpriced.models)})"
+            f"from {_models(report.unpriced.models)}"
         )
     return lines
+
+
+def _models(models: list[str]) -> str:
+    """`a, b` — a turn whose agent named no model (`(unknown)` in the JSON) reads as words."""
+    names = [m for m in models if m != UNKNOWN_MODEL]
+    if len(names) < len(models):
+        names.append("turns that named no model")
+    return ", ".join(names) or "turns that named no model"
 
 
 def _average_lines(report: CostReport) -> list[str]:

@@ -81,7 +81,7 @@ def test_text_and_markdown(repo: Path) -> None:
     assert text.returncode == 0, text.stderr
     assert text.stdout.startswith("flowd cost\n")
     assert "(Europe/Rome)" in text.stdout
-    assert "by executor clone:" in text.stdout and "codex#10" in text.stdout
+    assert "by executor clone (coder turns only):" in text.stdout and "codex#10" in text.stdout
     header = next(line for line in text.stdout.splitlines() if line.strip().startswith("executor"))
     row = next(line for line in text.stdout.splitlines() if "codex#10" in line)
     assert len(row) == len(header)  # an aligned table
