@@ -2,6 +2,11 @@
 
 Never removes a worktree with uncommitted changes or a branch holding commits its epic lacks:
 it keeps them and says which and why. An epic whose run is active is left alone.
+
+`flowd clean --epic ID` retires a finished epic: its `_epic` worktree and its merged stories'
+worktrees and branches go, `epic/<ID>` and `.flow/epics/<ID>` (state, report) stay. It refuses
+(exit 2, nothing removed) while a run of the epic is alive, while a story is unmerged, and while
+the epic worktree has uncommitted changes (docs/running.md).
 """
 
 from __future__ import annotations
@@ -13,9 +18,9 @@ from pathlib import Path
 
 from flowd.config import load_settings
 from flowd.engine.state import EpicLock, EpicPaths, all_states
-from flowd.errors import FlowdError
+from flowd.errors import FlowdError, InputError
 from flowd.gitops import Repo, worktree_root
-from flowd.trace import pid_alive
+from flowd.trace import is_active, list_runs, pid_alive
 
 
 @dataclass
@@ -77,6 +82,64 @@ def plan_clean(repo: Repo) -> CleanPlan:
     return result
 
 
+def retire_plan(repo: Repo, epic_id: str) -> CleanPlan:
+    """What retiring `epic_id` removes; InputError (exit 2) when it must not be retired now."""
+    paths = EpicPaths(repo.root, epic_id)
+    epic_branch = f"epic/{epic_id}"
+    if not paths.root.is_dir() and not repo.branch_exists(epic_branch):
+        raise InputError(f"--epic {epic_id}: no such epic in {repo.root} (`flowd status` lists the runs)")
+    holder = EpicLock(paths).holder()
+    runs = [r for r in list_runs(repo.root) if r.epic_id == epic_id]
+    alive = [r.run_id for r in runs if is_active(r)]
+    if holder is not None and pid_alive(holder[1]):
+        alive.insert(0, holder[0])
+    if alive:
+        raise InputError(
+            f"--epic {epic_id}: run {alive[0]} of it is still running; "
+            f"stop it (`flowd cancel {alive[0]}`) or let it finish, then clean"
+        )
+    states = all_states(paths)
+    unfinished = [f"{s.id} ({s.status})" for s in states if s.status != "merged"]
+    if runs and runs[0].outcome not in (None, "done") and not unfinished:
+        unfinished.append(f"its last run {runs[0].run_id} ended {runs[0].outcome}")
+    if unfinished or not states:
+        what = ", ".join(unfinished) or "no story has been merged"
+        raise InputError(
+            f"--epic {epic_id} is not finished: {what}; run it again to finish it "
+            "(`flowd clean` without --epic removes only merged stories)"
+        )
+    try:
+        root = worktree_root(repo, load_settings(repo.root).worktree_root)
+    except FlowdError:
+        root = worktree_root(repo, None)
+    registered = {info.path.resolve(): info for info in repo.worktrees()}
+    result = CleanPlan()
+    epic_wt = registered.get((root / epic_id / "_epic").resolve()) or next(
+        (i for i in registered.values() if i.branch == epic_branch), None
+    )
+    if epic_wt is not None and epic_wt.path.resolve() != repo.root.resolve():
+        dirty = repo.status_paths(epic_wt.path)
+        if dirty:
+            raise InputError(
+                f"--epic {epic_id}: the epic worktree {epic_wt.path} has uncommitted changes "
+                f"({', '.join(dirty[:5])}); commit, move or discard them, then clean"
+            )
+        result.remove_worktrees.append(epic_wt.path)
+    for branch in repo.branches(f"story/{epic_id}/"):
+        info = next((i for i in registered.values() if i.branch == branch), None)
+        if info is not None and repo.status_paths(info.path):
+            result.kept.append(f"{info.path}: it has uncommitted changes")
+            continue
+        missing = repo.unmerged_commits(branch, epic_branch) if repo.branch_exists(epic_branch) else 1
+        if missing:
+            result.kept.append(f"{branch}: {missing} commit(s) that {epic_branch} lacks")
+            continue
+        if info is not None:
+            result.remove_worktrees.append(info.path)
+        result.delete_branches.append(branch)
+    return result
+
+
 def apply_clean(repo: Repo, plan: CleanPlan) -> list[str]:
     problems: list[str] = []
     for path in plan.remove_worktrees:
@@ -96,9 +159,12 @@ def apply_clean(repo: Repo, plan: CleanPlan) -> list[str]:
 
 def clean_command(args: argparse.Namespace) -> int:
     repo = Repo.discover(Path.cwd())
-    plan = plan_clean(repo)
+    epic_id: str | None = getattr(args, "epic", None)
+    plan = retire_plan(repo, epic_id) if epic_id else plan_clean(repo)
     verb = "would remove" if args.dry_run else "removed"
     problems = [] if args.dry_run else apply_clean(repo, plan)
+    if epic_id and not args.dry_run:
+        _drop_empty_dirs(plan.remove_worktrees)
     for path in plan.remove_worktrees:
         print(f"{verb} worktree {path}")
     for branch in plan.delete_branches:
@@ -107,6 +173,16 @@ def clean_command(args: argparse.Namespace) -> int:
         print(f"kept {reason}")
     for problem in problems:
         print(f"could not clean: {problem}")
-    if not (plan.remove_worktrees or plan.delete_branches or plan.kept):
+    if epic_id:
+        state = "would keep" if args.dry_run else "kept"
+        print(f"{state} branch epic/{epic_id} (its work) and .flow/epics/{epic_id} (its report)")
+    elif not (plan.remove_worktrees or plan.delete_branches or plan.kept):
         print("nothing to clean")
     return 0
+
+
+def _drop_empty_dirs(removed: list[Path]) -> None:
+    """The `<worktreeRoot>/<epicId>` folder a retired epic leaves empty (never a non-empty one)."""
+    for parent in {path.parent for path in removed}:
+        with contextlib.suppress(OSError):
+            parent.rmdir()

@@ -102,6 +102,17 @@ def run_command(args: argparse.Namespace) -> int:
         base=args.base,
     )
     result = execute(options, json_lines=args.json)
+    if not result.fresh:
+        note = (
+            f"nothing to run: every story of epic {result.report.epic_id} is merged into "
+            f"{result.report.epic_branch} (by run {result.run_id}); report at {result.report_path}"
+        )
+        # --json keeps stdout for events (there are none): the sentence goes to stderr.
+        print(
+            note if args.json else f"run {result.run_id}\n{note}",
+            file=sys.stderr if args.json else sys.stdout,
+        )
+        return result.exit_code
     if not args.json:
         print(f"{result.outcome}: report at {result.report_path}", flush=True)
     return result.exit_code

@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import cast
 
-from flowd.config import load_roster, load_settings
+from flowd.config import Settings, load_roster, load_settings
 from flowd.cost.prices import pricer
 from flowd.engine.context import RunContext
 from flowd.engine.report import EpicReport, build_report, write_report
-from flowd.engine.state import EpicLock, EpicPaths
+from flowd.engine.state import EpicLock, EpicPaths, load_state
 from flowd.engine.story import StoryOutcome, StoryRun, undo_interrupted_merge
 from flowd.errors import EXIT_CANCELLED, EXIT_FAILED, EXIT_HALTED, EXIT_OK, FlowdError, InputError
 from flowd.events import (
@@ -37,12 +37,22 @@ from flowd.events import (
 )
 from flowd.gitops import Repo, worktree_root
 from flowd.plan.graph import critical_path_rank, dependents_of, launch_order, ready
+from flowd.plan.hashing import story_hash
+from flowd.plan.model import StoryPlan
 from flowd.plan.parse import load_plan
 from flowd.roster import RosterPool
 from flowd.runctl import new_run_id
 from flowd.timeutil import iso
-from flowd.trace import RunRecord, TraceWriter, load_run_record, read_trace, trace_path, write_run_record
-from flowd.view import RunView
+from flowd.trace import (
+    RunRecord,
+    TraceWriter,
+    list_runs,
+    load_run_record,
+    read_trace,
+    trace_path,
+    write_run_record,
+)
+from flowd.view import RunView, fold
 
 EXIT_FOR = {"done": EXIT_OK, "failed": EXIT_FAILED, "halted": EXIT_HALTED, "cancelled": EXIT_CANCELLED}
 
@@ -68,6 +78,7 @@ class RunResult:
     view: RunView
     report: EpicReport
     report_path: Path
+    fresh: bool = True  # False: the epic was already done, nothing ran (run_id names the run that did it)
 
 
 async def run_epic(options: RunOptions) -> RunResult:
@@ -104,9 +115,14 @@ async def run_epic(options: RunOptions) -> RunResult:
                     f"the epic worktree {epic_wt} has uncommitted changes ({', '.join(dirty[:5])}); "
                     "commit, move or discard them, then run again"
                 )
+        # Rerunning a finished epic adds no empty run (an explicit --run-id still gets its run).
+        finished = None if (options.run_id or recovered) else _already_done(repo, plan, paths, settings)
     except BaseException:
         lock.release()
         raise
+    if finished is not None:
+        lock.release()
+        return finished
     previous = load_run_record(repo.root, run_id)
     record = RunRecord(
         run_id=run_id,
@@ -224,6 +240,28 @@ async def run_epic(options: RunOptions) -> RunResult:
             # The trace may not say it: stderr is the one channel left (stdout is --json's).
             print(f"flowd: run {run_id} halted: {broken[0]}", file=sys.stderr)
     return RunResult(run_id, outcome, EXIT_FOR.get(outcome, EXIT_FAILED), view, report, paths.report_md)
+
+
+def _already_done(repo: Repo, plan: StoryPlan, paths: EpicPaths, settings: Settings) -> RunResult | None:
+    """The result of the run that finished this epic, when every story of the plan as it is now is
+    merged and cleaned up; None when there is anything left to do."""
+    if not repo.branch_exists(plan.epic_branch):
+        return None
+    for story in plan.stories:
+        state = load_state(paths, story.id)
+        if state is None or state.status != "merged" or state.hash != story_hash(story):
+            return None
+        if Path(state.worktree).exists():
+            return None  # a clean-up a killed run left: the next run finishes it
+    last = next((r for r in list_runs(repo.root) if r.epic_id == plan.epic_id and r.outcome == "done"), None)
+    if last is None:
+        return None
+    view = fold(last.run_id, read_trace(trace_path(repo.root, last.run_id)), pricer=pricer(settings))
+    try:
+        report = EpicReport.model_validate_json(paths.report_json.read_bytes())
+    except (OSError, ValueError):
+        report = build_report(plan, view, {})
+    return RunResult(last.run_id, "done", EXIT_OK, view, report, paths.report_md, fresh=False)
 
 
 class Scheduler:
