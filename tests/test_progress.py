@@ -48,7 +48,7 @@ def test_lanes_clones_exclusions_and_totals_are_shown() -> None:
         ),
         ExecutorExcluded(executor="codex", reason="usage limit reached", until="2026-11-29T11:00:00.000Z"),
     )
-    assert "Epic auth [running] 0/2 stories · 1 lanes · 1,200 tokens · $0.25 of $5.00" in out
+    assert "Epic auth [running] 0/2 stories · 1 lane · 1,200 tokens · $0.25 of $5.00" in out
     assert "api" in out and "claude#2" in out and "1/3 Write the handler" in out
     assert "clones held: claude#2 coder (api)" in out
     assert "codex excluded until 2026-11-29T11:00:00.000Z: usage limit reached" in out

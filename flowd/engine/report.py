@@ -1,15 +1,20 @@
 """The epic report (`report.json`, `report.md`): every story's outcome with its tokens and cost,
-written at the end of every run (cancelled and halted ones too). Built from the run's fold.
+written at the end of every run (cancelled and halted ones too). Built from the run's fold and the
+folds of the epic's earlier runs: a story's figures and the epic totals span every run of the
+epic (a story merged two runs ago still shows what it cost), beside this run's own totals.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from flowd.engine.state import EpicPaths
 from flowd.fsio import write_json_atomic, write_text_atomic
 from flowd.plan.model import StoryPlan
-from flowd.view import RunView
+from flowd.trace import list_runs, read_trace, trace_path
+from flowd.view import Pricer, RunView, fold, reported_cost
 from flowd.wire import WireModel
 
 
@@ -18,7 +23,7 @@ class StoryLine(WireModel):
     title: str
     status: str
     branch: str | None = None
-    tokens: int = 0
+    tokens: int = 0  # over every run of the epic, like cost_usd
     cost_usd: float | None = None
     estimated: bool = False
     executor: str | None = None
@@ -48,27 +53,76 @@ class EpicReport(WireModel):
     estimated_tokens: int
     unpriced_tokens: int
     budget_usd: float | None = None
+    # Over every run of the epic (this one included), oldest first.
+    runs: list[str] = []
+    epic_tokens: int = 0
+    epic_cost_usd: float | None = None
+    epic_estimated_tokens: int = 0
+    epic_unpriced_tokens: int = 0
+
+
+def epic_history(repo: Path, epic_id: str, run_id: str, price: Pricer = reported_cost) -> list[RunView]:
+    """The folds of the epic's other runs, oldest first (what the report adds to this run's)."""
+    records = [r for r in list_runs(repo) if r.epic_id == epic_id and r.run_id != run_id]
+    return [fold(r.run_id, read_trace(trace_path(repo, r.run_id)), pricer=price) for r in reversed(records)]
+
+
+def _add(a: float | None, b: float | None) -> float | None:
+    return b if a is None else a if b is None else a + b
+
+
+def _story_figures(story_id: str, views: Sequence[RunView]) -> tuple[int, float | None, bool, str | None]:
+    """(tokens, cost, estimated, the run that finished it) of a story over `views`."""
+    tokens, cost, estimated, done_in = 0, None, False, None
+    for v in views:
+        lane = v.lanes.get(story_id)
+        if lane is None:
+            continue
+        tokens += lane.tokens
+        cost = _add(cost, lane.cost_usd)
+        estimated = estimated or lane.estimated
+        if lane.status == "done" and lane.tokens and done_in is None:
+            done_in = v.run_id
+    return tokens, cost, estimated, done_in
+
+
+def _coder_of(story_id: str, views: Sequence[RunView]) -> list[str]:
+    """The executor whose clone coded the story in an earlier run (leases outlive their release)."""
+    for v in reversed(views):
+        for clone in v.clones.values():
+            if clone.role == "coder" and clone.label == story_id and not clone.borrowed:
+                return [clone.executor]
+    return []
 
 
 def build_report(
-    plan: StoryPlan, view: RunView, notes: dict[str, tuple[str | None, str | None, list[str]]]
+    plan: StoryPlan,
+    view: RunView,
+    notes: dict[str, tuple[str | None, str | None, list[str]]],
+    earlier: Sequence[RunView] = (),
 ) -> EpicReport:
-    """`notes` maps a story to (branch, note, executor chain) from its outcome."""
+    """`notes` maps a story to (branch, note, executor chain) from its outcome; `earlier` are the
+    folds of the epic's earlier runs (`epic_history`)."""
     stories: list[StoryLine] = []
     by_exec: dict[str, ExecutorLine] = {}
+    views = [*earlier, view]
     for story in plan.stories:
         lane = view.lanes.get(story.id)
         branch, note, chain = notes.get(story.id, (None, None, []))
         status = lane.status if lane else "planned"
         reason = lane.reason if lane else None
+        tokens, cost, estimated, done_in = _story_figures(story.id, views)
+        if done_in is not None and done_in != view.run_id and status == "done":
+            note = f"merged in run {done_in}"
+        chain = chain or _coder_of(story.id, earlier)
         line = StoryLine(
             id=story.id,
             title=story.title,
             status=status,
             branch=branch,
-            tokens=lane.tokens if lane else 0,
-            cost_usd=round(lane.cost_usd, 6) if lane and lane.cost_usd is not None else None,
-            estimated=lane.estimated if lane else False,
+            tokens=tokens,
+            cost_usd=round(cost, 6) if cost is not None else None,
+            estimated=estimated,
             executor=" → ".join(chain) if chain else None,
             note=reason or note,
         )
@@ -95,7 +149,23 @@ def build_report(
         estimated_tokens=totals.estimated_tokens,
         unpriced_tokens=totals.unpriced_tokens,
         budget_usd=view.budget_usd,
+        runs=[v.run_id for v in views],
+        epic_tokens=sum(v.totals.tokens for v in views),
+        epic_cost_usd=_rounded(_sum_costs(views)),
+        epic_estimated_tokens=sum(v.totals.estimated_tokens for v in views),
+        epic_unpriced_tokens=sum(v.totals.unpriced_tokens for v in views),
     )
+
+
+def _sum_costs(views: Sequence[RunView]) -> float | None:
+    total: float | None = None
+    for v in views:
+        total = _add(total, v.totals.cost_usd)
+    return total
+
+
+def _rounded(value: float | None) -> float | None:
+    return round(value, 6) if value is not None else None
 
 
 def _money(value: float | None) -> str:
@@ -111,6 +181,8 @@ def render_markdown(report: EpicReport) -> str:
     for story in report.stories:
         counts[story.status] = counts.get(story.status, 0) + 1
     summary = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+    spans = len(report.runs) > 1
+    all_runs = " (all runs)" if spans else ""
     lines = [
         f"# Epic report: {report.epic_id}",
         "",
@@ -119,12 +191,15 @@ def render_markdown(report: EpicReport) -> str:
         f"- Epic branch: `{report.epic_branch}`",
         f"- Stories: {len(report.stories)} ({summary})",
         f"- Tokens: {report.tokens:,}"
-        + (f" ({report.estimated_tokens:,} estimated)" if report.estimated_tokens else ""),
+        + (f" ({report.estimated_tokens:,} estimated)" if report.estimated_tokens else "")
+        + (" this run" if spans else ""),
         f"- Cost: {_money(report.cost_usd)}"
         + (f" (+{report.unpriced_tokens:,} unpriced tokens)" if report.unpriced_tokens else "")
-        + (f" of a {_money(report.budget_usd)} budget" if report.budget_usd is not None else ""),
+        + (f" of a {_money(report.budget_usd)} budget" if report.budget_usd is not None else "")
+        + (" this run" if spans else ""),
+        *(_epic_lines(report) if spans else []),
         "",
-        "| Story | Status | Branch | Tokens | Cost | Executor | Note |",
+        f"| Story | Status | Branch | Tokens{all_runs} | Cost{all_runs} | Executor | Note |",
         "| --- | --- | --- | ---: | ---: | --- | --- |",
     ]
     for s in report.stories:
@@ -140,6 +215,18 @@ def render_markdown(report: EpicReport) -> str:
                 f"- {e.executor}: {', '.join(e.stories)} — {e.tokens:,} tokens, {_money(e.cost_usd)}"
             )
     return "\n".join(lines) + "\n"
+
+
+def _epic_lines(report: EpicReport) -> list[str]:
+    extra = [
+        f"{report.epic_estimated_tokens:,} estimated" if report.epic_estimated_tokens else "",
+        f"+{report.epic_unpriced_tokens:,} unpriced tokens" if report.epic_unpriced_tokens else "",
+    ]
+    shown = ", ".join(e for e in extra if e)
+    return [
+        f"- Epic so far, over {len(report.runs)} runs: {report.epic_tokens:,} tokens, "
+        f"{_money(report.epic_cost_usd)}" + (f" ({shown})" if shown else "")
+    ]
 
 
 def write_report(paths: EpicPaths, report: EpicReport) -> None:

@@ -20,7 +20,7 @@ from typing import cast
 from flowd.config import Settings, load_roster, load_settings
 from flowd.cost.prices import pricer
 from flowd.engine.context import RunContext
-from flowd.engine.report import EpicReport, build_report, write_report
+from flowd.engine.report import EpicReport, build_report, epic_history, write_report
 from flowd.engine.state import EpicLock, EpicPaths, load_state
 from flowd.engine.story import StoryOutcome, StoryRun, undo_interrupted_merge
 from flowd.errors import EXIT_CANCELLED, EXIT_FAILED, EXIT_HALTED, EXIT_OK, FlowdError, InputError
@@ -225,7 +225,11 @@ async def run_epic(options: RunOptions) -> RunResult:
             )
         )
         notes = {sid: (o.branch, o.note, o.executors) for sid, o in outcomes.items()}
-        report = build_report(plan, view, notes)
+        try:
+            earlier = epic_history(repo.root, plan.epic_id, run_id, view.pricer)
+        except OSError:
+            earlier = []
+        report = build_report(plan, view, notes, earlier)
         with contextlib.suppress(OSError):
             write_report(paths, report)
         try:
