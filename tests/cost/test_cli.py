@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -150,3 +151,24 @@ def test_run_id_must_name_a_run_directory(repo: Path) -> None:
     for bad in ("..", "../r1", ""):
         with pytest.raises(InputError, match="--run"):
             cost_report_for(repo, run_id=bad)
+
+
+def test_outside_a_git_repository_exits_2_like_every_command(tmp_path: Path) -> None:
+    env = {**os.environ, "GIT_CEILING_DIRECTORIES": str(tmp_path)}
+    outside = tmp_path / "not-a-repo"
+    outside.mkdir()
+    for command in (["cost"], ["status"]):
+        done = subprocess.run(
+            [FLOWD, *command], cwd=outside, capture_output=True, text=True, env=env, timeout=60
+        )
+        assert done.returncode == 2, (command, done.stdout, done.stderr)
+        assert done.stderr == f"flowd: {outside} is not a git repository; run flowd inside a git checkout\n"
+        assert done.stdout == ""
+    as_json = subprocess.run(
+        [FLOWD, "cost", "--json"], cwd=outside, capture_output=True, text=True, env=env, timeout=60
+    )
+    assert as_json.returncode == 2
+    assert json.loads(as_json.stdout) == {
+        "error": f"{outside} is not a git repository; run flowd inside a git checkout",
+        "exitCode": 2,
+    }
