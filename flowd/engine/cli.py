@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
+import os
 import sys
 from pathlib import Path
 from typing import TextIO
@@ -77,14 +79,25 @@ def _view(run_id: str, options: RunOptions) -> RunView:
 def _execute_plain(options: RunOptions, stream: TextIO) -> RunResult:
     view: list[RunView] = []
 
+    gone: list[OSError] = []
+
     def show(envelope: Envelope) -> None:
         if not view:
             view.append(_view(envelope.run_id, options))
-            stream.write(f"run {envelope.run_id}\n")
+            lines = [f"run {envelope.run_id}"]
+        else:
+            lines = []
         view[0].apply(envelope)
-        for line in plain_lines(view[0], envelope):
-            stream.write(line + "\n")
-        stream.flush()
+        if gone:
+            return
+        try:
+            stream.write("".join(line + "\n" for line in [*lines, *plain_lines(view[0], envelope)]))
+            stream.flush()
+        except OSError as exc:  # the reader went away (`| head`): the run goes on, unprinted
+            gone.append(exc)
+            with contextlib.suppress(OSError, ValueError):
+                # Later writes (the outcome line, the exit-time flush) go nowhere instead of failing.
+                os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
 
     options.on_event = show
     return asyncio.run(run_epic(options))

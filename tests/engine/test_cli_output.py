@@ -12,7 +12,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from tests.engine.scenario import FLOWD, Scenario, coder, story
+from tests.engine.scenario import FLOWD, Scenario, coder, kill_group, story
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 LONG_ID = "a-story-whose-id-alone-is-longer-than-eighty-columns-so-a-wrapping-view-would-split-its-row"
@@ -128,3 +128,27 @@ def test_rerunning_a_finished_epic_adds_no_run(tmp_path: Path) -> None:
         [*FLOWD, "run", str(sc.plan_path), "--json"], cwd=sc.repo, capture_output=True, text=True
     )
     assert quiet.returncode == 0 and quiet.stdout == "" and "nothing to run" in quiet.stderr
+
+
+def test_a_reader_that_goes_away_does_not_stop_the_run(tmp_path: Path) -> None:
+    sc = _scenario(tmp_path)
+    # `flowd run PLAN | head -1`: the pipe closes after the first line.
+    proc = subprocess.Popen(
+        [*FLOWD, "run", str(sc.plan_path)],
+        cwd=sc.repo,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    try:
+        assert proc.stdout is not None and proc.stderr is not None
+        first = proc.stdout.readline().decode()
+        proc.stdout.close()
+        assert proc.wait(timeout=180) == 0
+        assert first.startswith("run ep-")
+        assert b"Traceback" not in proc.stderr.read()
+    finally:
+        kill_group(proc)
+    run_id = first.split()[1].strip()
+    assert [e.event.type for e in sc.events(run_id)][-1] == "RunEnded"
+    assert sorted(sc.epic_files()) == ["README.md", "a.txt", "b.txt"]
