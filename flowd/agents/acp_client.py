@@ -40,6 +40,7 @@ from acp.schema import (
     ReadTextFileResponse,
     RequestPermissionResponse,
     TextContentBlock,
+    ToolCallProgress,
     ToolCallStart,
     ToolCallUpdate,
     UsageUpdate,
@@ -56,7 +57,7 @@ from flowd.agents.base import (
     TurnResult,
 )
 from flowd.agents.faults import classify
-from flowd.agents.usage import capture_usage
+from flowd.agents.usage import capture_usage, model_usages
 
 log = logging.getLogger("flowd.agents.acp")
 
@@ -75,6 +76,12 @@ BASE_ENV_KEYS = (
     "TMPDIR",
     "TZ",
     "XDG_CONFIG_HOME",
+    "XDG_DATA_HOME",
+    "XDG_STATE_HOME",
+    "XDG_CACHE_HOME",
+    "CLAUDE_CONFIG_DIR",
+    "CODEX_HOME",
+    "GEMINI_CLI_HOME",
     "PYTHONPATH",
     "VIRTUAL_ENV",
     "SYSTEMROOT",
@@ -86,8 +93,13 @@ _SHUTDOWN_WAIT_S = 2.0
 _PATH_KEYS = ("path", "file_path", "filePath", "notebook_path", "abs_path", "absolutePath")
 
 
+# Side requests flowd stops where the agent lets it (docs/roster.md, "Usage"): claude's prompt
+# suggestion after each turn. The roster's `env` may set it back.
+QUIET_ENV = {"CLAUDE_CODE_ENABLE_PROMPT_SUGGESTION": "false"}
+
+
 def base_environment() -> dict[str, str]:
-    return {key: os.environ[key] for key in BASE_ENV_KEYS if key in os.environ}
+    return {**QUIET_ENV, **{key: os.environ[key] for key in BASE_ENV_KEYS if key in os.environ}}
 
 
 def outside(cwd: Path, path: str) -> bool:
@@ -129,8 +141,27 @@ class _Turn:
     tool_calls: list[ToolCall] = field(default_factory=list)
     refusals: list[str] = field(default_factory=list)
     cost_seen: float | None = None
+    # Tool calls announced before their input is known (claude streams `rawInput: {}` first):
+    # told to the observer once the input arrives, the call runs, or the turn ends.
+    pending: dict[str, ToolCall] = field(default_factory=dict)
+    known: set[str] = field(default_factory=set)
     cancelled: bool = False
     finished: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def tool(self, call_id: str, call: ToolCall, *, ready: bool) -> None:
+        if call_id in self.known and call_id not in self.pending:
+            return
+        self.known.add(call_id)
+        if not ready:
+            self.pending[call_id] = call
+            return
+        self.pending.pop(call_id, None)
+        self.tool_calls.append(call)
+        self.emit(call)
+
+    def flush_tools(self) -> None:
+        for call_id, call in list(self.pending.items()):
+            self.tool(call_id, call, ready=True)
 
     def emit(self, item: ToolCall | str) -> None:
         if self.observe is None:
@@ -326,7 +357,10 @@ class AcpExecutor:
         return self._result(turn, response)
 
     def _result(self, turn: _Turn, response: PromptResponse) -> TurnResult:
-        usage = capture_usage(response)
+        turn.flush_tools()
+        per_model = model_usages(response.field_meta or {})
+        usage = per_model[0] if per_model else capture_usage(response)
+        more = per_model[1:]
         if turn.cost_seen is not None:
             previous = self._cost_base.get(turn.session_id, 0.0)
             self._cost_base[turn.session_id] = turn.cost_seen
@@ -334,12 +368,15 @@ class AcpExecutor:
             delta = turn.cost_seen - previous if turn.cost_seen >= previous else turn.cost_seen
             if usage is not None:
                 usage.cost_usd = round(delta, 10)
+                for other in more:
+                    other.cost_usd = 0.0  # the agent's figure covers every model of the turn
         model = (usage.model if usage is not None else None) or self._model
         if usage is not None and usage.model is None:
             usage.model = model
         return TurnResult(
             text="".join(turn.chunks),
             usage=usage,
+            more_usage=more,
             tool_calls=list(turn.tool_calls),
             stop_reason=response.stop_reason,
             refusals=list(turn.refusals),
@@ -378,7 +415,8 @@ class AcpExecutor:
         if self._session is not None and self._session[0] == cwd:
             return self._session[1]
         try:
-            response = await self._conn.new_session(cwd=str(cwd), mcp_servers=[])
+            response = await self._conn.new_session(cwd=str(cwd), mcp_servers=[], **self._session_meta())
+            await self._apply_model(response)
         except RequestError as exc:
             text = error_text(exc)
             kind, reset_at = classify(text)
@@ -391,6 +429,32 @@ class AcpExecutor:
         self._session = (cwd, session_id)
         self._sessions[session_id] = cwd
         return session_id
+
+    def _session_meta(self) -> dict[str, Any]:
+        """`_meta` for `session/new`: claude-agent-acp takes SDK options there (others ignore it)."""
+        options: dict[str, Any] = {"promptSuggestions": False}
+        if self._model:
+            options["model"] = self._model
+        return {"claudeCode": {"options": options}}
+
+    async def _apply_model(self, response: Any) -> None:
+        """Make the roster's `model` the session's, through the agent's `model` config option."""
+        if not self._model or self._conn is None:
+            return
+        option = next((o for o in response.config_options or [] if _option_id(o) == "model"), None)
+        if option is None or getattr(getattr(option, "root", option), "current_value", None) == self._model:
+            return
+        try:
+            await self._conn.set_config_option(
+                config_id="model", session_id=str(response.session_id), value=self._model
+            )
+        except RequestError as exc:
+            offered = ", ".join(_option_values(option)[:8]) or "none listed"
+            raise AgentError(
+                "auth",
+                f"{self.label}: the agent rejected model {self._model!r} ({error_text(exc)}); "
+                f"set the roster's `model` to one it offers: {offered}",
+            ) from None
 
     async def _start(self, cwd: Path) -> None:
         await self._stop(graceful=False)
@@ -511,7 +575,9 @@ class AcpExecutor:
         if turn is None or session_id != turn.session_id:
             return  # e.g. available_commands_update after session/new: nothing to record
         if isinstance(update, AgentMessageChunk):
-            if isinstance(update.content, TextContentBlock):
+            if _is_notice(update.field_meta):
+                log.info("%s: agent notice: %s", self.label, getattr(update.content, "text", ""))
+            elif isinstance(update.content, TextContentBlock):
                 text = update.content.text
                 if update.message_id and turn.message_id and update.message_id != turn.message_id:
                     text = "\n\n" + text
@@ -520,8 +586,13 @@ class AcpExecutor:
                 turn.emit(text)
         elif isinstance(update, ToolCallStart):
             call = ToolCall(tool=_tool_name(update), args=update.raw_input, parent=_parent(update.field_meta))
-            turn.tool_calls.append(call)
-            turn.emit(call)
+            turn.tool(update.tool_call_id, call, ready=bool(update.raw_input))
+        elif isinstance(update, ToolCallProgress) and update.tool_call_id in turn.pending:
+            call = turn.pending[update.tool_call_id]
+            if update.raw_input:
+                call.args = update.raw_input
+            if update.raw_input or update.status in ("in_progress", "completed", "failed"):
+                turn.tool(update.tool_call_id, call, ready=True)
         elif (
             isinstance(update, UsageUpdate)
             and update.cost is not None
@@ -536,6 +607,14 @@ class AcpExecutor:
         cwd = self._sessions.get(session_id)
         if turn is None or turn.cancelled or cwd is None:
             return RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"))
+        if tool_call.tool_call_id not in turn.known or tool_call.tool_call_id in turn.pending:
+            # gemini asks before it announces the call: the request is the call's only trace.
+            call = turn.pending.get(tool_call.tool_call_id) or ToolCall(
+                tool=tool_call.title or str(tool_call.kind or "tool"), args=tool_call.raw_input
+            )
+            if tool_call.raw_input:
+                call.args = tool_call.raw_input
+            turn.tool(tool_call.tool_call_id, call, ready=True)
         escaping = [path for path in tool_paths(tool_call) if outside(cwd, path)]
         wanted = ("reject_once", "reject_always") if escaping else ("allow_once", "allow_always")
         choice = next((o for o in options if o.kind == wanted[0]), None) or next(
@@ -562,6 +641,28 @@ class AcpExecutor:
                 self._turn.refusals.append(f"{action} {path}: outside the working directory {cwd}")
             raise RequestError.invalid_params({"path": path, "reason": "outside the working directory"})
         return os.path.realpath(path)
+
+
+def _option_id(option: Any) -> str | None:
+    root = getattr(option, "root", option)
+    return getattr(root, "id", None)
+
+
+def _option_values(option: Any) -> list[str]:
+    root = getattr(option, "root", option)
+    values: list[str] = []
+    for entry in getattr(root, "options", None) or []:
+        entry = getattr(entry, "root", entry)
+        if hasattr(entry, "value"):
+            values.append(str(entry.value))
+        values += [str(o.value) for o in getattr(entry, "options", None) or [] if hasattr(o, "value")]
+    return values
+
+
+def _is_notice(meta: dict[str, Any] | None) -> bool:
+    """A message chunk that is the agent's notice, not its answer (claude marks them in `_meta`)."""
+    claude = (meta or {}).get("claudeCode")
+    return isinstance(claude, dict) and isinstance(claude.get("kind"), str)
 
 
 def _tool_name(update: ToolCallStart) -> str:

@@ -84,6 +84,9 @@ class ToolCall:
 class TurnResult:
     text: str
     usage: TurnUsage | None = None  # None: the agent reported nothing, the caller estimates
+    # Requests of the same turn on other models (a side request on a small model): one more
+    # TokensUsed each, attributed to the same role.
+    more_usage: list[TurnUsage] = field(default_factory=list)
     tool_calls: list[ToolCall] = field(default_factory=list)
     stop_reason: str = "end_turn"
     refusals: list[str] = field(default_factory=list)  # permission requests refused by policy

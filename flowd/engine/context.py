@@ -177,6 +177,24 @@ class RunContext:
                 estimated=estimated,
             )
         )
+        for other in result.more_usage:  # the turn's requests on other models (side requests)
+            self.emit(
+                TokensUsed(
+                    lane=lane,
+                    executor=info.executor,
+                    clone=info.clone if coder_clone else None,
+                    agent=request.role,
+                    model=other.model or model,
+                    usage=Usage(
+                        input=other.input,
+                        output=other.output,
+                        total=other.input + other.output,
+                        cached_read=other.cached_read,
+                        cache_write=other.cache_write,
+                        cost_usd=other.cost_usd,
+                    ),
+                )
+            )
 
     def _only_coders_hold(self, role: str) -> bool:
         """No slot for `role` is free, and only stories' coders hold them (nothing brief will end)."""

@@ -102,6 +102,23 @@ def anthropic_events(reply: Reply, model: str, served: Served) -> list[bytes]:
     return out
 
 
+def anthropic_message(reply: Reply, model: str, served: Served) -> dict[str, Any]:
+    """The non-streaming answer (`"stream": false`), as claude's model check asks for."""
+    content: list[dict[str, Any]] = []
+    if reply.text:
+        content.append({"type": "text", "text": reply.text})
+    if reply.tool is not None:
+        content.append({"type": "tool_use", "id": f"toolu_{uuid.uuid4().hex[:20]}", "name": reply.tool.name,
+                        "input": reply.tool.args})  # fmt: skip
+    return {
+        "id": f"msg_{uuid.uuid4().hex[:20]}", "type": "message", "role": "assistant", "model": model,
+        "content": content, "stop_reason": "tool_use" if reply.tool else "end_turn", "stop_sequence": None,
+        "usage": {"input_tokens": served.input - served.cache_read - served.cache_write,
+                  "cache_creation_input_tokens": served.cache_write,
+                  "cache_read_input_tokens": served.cache_read, "output_tokens": served.output},
+    }  # fmt: skip
+
+
 def anthropic_error(status: int, message: str) -> dict[str, Any]:
     kinds = {401: "authentication_error", 429: "rate_limit_error", 500: "api_error", 529: "overloaded_error"}
     return {"type": "error", "error": {"type": kinds.get(status, "api_error"), "message": message}}

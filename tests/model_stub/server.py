@@ -204,13 +204,15 @@ def _handler(stub: ModelStub) -> type[BaseHTTPRequestHandler]:
                 return
             reply = decide(conv)
             served = stub._usage(len(raw), reply, api)
-            events = to_events(reply, conv.model or "stub-model", served)
             stub._record(
                 LogEntry(0, api, self.path, conv.model, reply.role, 200,
                          reply.tool.name if reply.tool else None,
                          served.input, served.output, served.cache_read, served.cache_write)
             )  # fmt: skip
-            self._stream(events)
+            if api == "anthropic" and not body.get("stream"):
+                self._json(200, apis.anthropic_message(reply, conv.model or "stub-model", served))
+                return
+            self._stream(to_events(reply, conv.model or "stub-model", served))
 
         def _fault(self, fault: Fault, api: str, conv: Conversation, role: str, to_error: Any) -> None:
             label = "hang" if fault.hang else str(fault.status)
