@@ -136,7 +136,7 @@ class _Turn:
     session_id: str
     cwd: Path
     observe: TurnObserver | None
-    chunks: list[str] = field(default_factory=list)
+    chunks: list[tuple[str | None, str]] = field(default_factory=list)  # (message id, text)
     message_id: str | None = None
     tool_calls: list[ToolCall] = field(default_factory=list)
     refusals: list[str] = field(default_factory=list)
@@ -158,6 +158,12 @@ class _Turn:
         self.pending.pop(call_id, None)
         self.tool_calls.append(call)
         self.emit(call)
+
+    def answer(self) -> str:
+        """The reply: when the agent numbers its messages, only those; a chunk without an id
+        beside them is a notice (codex prepends "Warning: Model metadata … not found")."""
+        numbered = [text for message_id, text in self.chunks if message_id]
+        return "".join(numbered if numbered else [text for _, text in self.chunks]).strip()
 
     def flush_tools(self) -> None:
         for call_id, call in list(self.pending.items()):
@@ -374,7 +380,7 @@ class AcpExecutor:
         if usage is not None and usage.model is None:
             usage.model = model
         return TurnResult(
-            text="".join(turn.chunks),
+            text=turn.answer(),
             usage=usage,
             more_usage=more,
             tool_calls=list(turn.tool_calls),
@@ -409,7 +415,14 @@ class AcpExecutor:
 
     async def _ensure_session(self, cwd: Path) -> str:
         if self._proc is None or self._proc.returncode is not None or self._conn is None:
-            await self._start(cwd)
+            # Clones of one executor start one after another, first session included: codex
+            # sets up its state database under CODEX_HOME then, and two at once fail.
+            async with _start_lock(self.label):
+                await self._start(cwd)
+                return await self._open_session(cwd)
+        return await self._open_session(cwd)
+
+    async def _open_session(self, cwd: Path) -> str:
         if self._conn is None:  # closed while starting
             raise AgentError("cancelled", f"{self.label}: the executor was closed")
         if self._session is not None and self._session[0] == cwd:
@@ -417,6 +430,7 @@ class AcpExecutor:
         try:
             response = await self._conn.new_session(cwd=str(cwd), mcp_servers=[], **self._session_meta())
             await self._apply_model(response)
+            await self._name_session(str(response.session_id), cwd)
         except RequestError as exc:
             text = error_text(exc)
             kind, reset_at = classify(text)
@@ -436,6 +450,13 @@ class AcpExecutor:
         if self._model:
             options["model"] = self._model
         return {"claudeCode": {"options": options}}
+
+    async def _name_session(self, session_id: str, cwd: Path) -> None:
+        """Give the session a title when the agent takes one: codex otherwise asks its model for
+        a title on the first prompt, a request no usage report mentions (docs/roster.md)."""
+        # An agent without the method answers -32601; nothing is lost.
+        with contextlib.suppress(RequestError):
+            await self._conn._conn.send_request("session/set_title", {"sessionId": session_id, "title": f"flowd {cwd.name}"})
 
     async def _apply_model(self, response: Any) -> None:
         """Make the roster's `model` the session's, through the agent's `model` config option."""
@@ -582,7 +603,7 @@ class AcpExecutor:
                 if update.message_id and turn.message_id and update.message_id != turn.message_id:
                     text = "\n\n" + text
                 turn.message_id = update.message_id or turn.message_id
-                turn.chunks.append(text)
+                turn.chunks.append((update.message_id, text))
                 turn.emit(text)
         elif isinstance(update, ToolCallStart):
             call = ToolCall(tool=_tool_name(update), args=update.raw_input, parent=_parent(update.field_meta))
@@ -641,6 +662,15 @@ class AcpExecutor:
                 self._turn.refusals.append(f"{action} {path}: outside the working directory {cwd}")
             raise RequestError.invalid_params({"path": path, "reason": "outside the working directory"})
         return os.path.realpath(path)
+
+
+_START_LOCKS: dict[tuple[int, str], asyncio.Lock] = {}
+
+
+def _start_lock(label: str) -> asyncio.Lock:
+    """One lock per executor (the label without its clone number) and event loop."""
+    key = (id(asyncio.get_running_loop()), label.rsplit("#", 1)[0])
+    return _START_LOCKS.setdefault(key, asyncio.Lock())
 
 
 def _option_id(option: Any) -> str | None:
