@@ -20,6 +20,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import signal
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -458,12 +459,30 @@ class AcpExecutor:
         with contextlib.suppress(RequestError):
             await self._conn._conn.send_request("session/set_title", {"sessionId": session_id, "title": f"flowd {cwd.name}"})
 
+    async def _set_model(self, session_id: str) -> None:
+        """ACP's `session/set_model` (gemini: a fixed model also stops its routing requests)."""
+        try:
+            await self._conn._conn.send_request(
+                "session/set_model", {"sessionId": session_id, "modelId": self._model}
+            )
+        except RequestError as exc:
+            if exc.code == -32601:
+                return  # the agent cannot switch models: it runs what its own config names
+            raise AgentError(
+                "auth",
+                f"{self.label}: the agent rejected model {self._model!r} ({error_text(exc)}); "
+                "set the roster's `model` to one the agent offers",
+            ) from None
+
     async def _apply_model(self, response: Any) -> None:
         """Make the roster's `model` the session's, through the agent's `model` config option."""
         if not self._model or self._conn is None:
             return
         option = next((o for o in response.config_options or [] if _option_id(o) == "model"), None)
-        if option is None or getattr(getattr(option, "root", option), "current_value", None) == self._model:
+        if option is None:
+            await self._set_model(str(response.session_id))
+            return
+        if getattr(getattr(option, "root", option), "current_value", None) == self._model:
             return
         try:
             await self._conn.set_config_option(
@@ -505,8 +524,11 @@ class AcpExecutor:
         try:
             await self._conn.initialize(
                 protocol_version=acp.PROTOCOL_VERSION,
+                # No `fs/read_text_file`: gemini (0.61) rejects a client's error as a plain object
+                # its not-found check never matches, so a read of a file still to be created fails
+                # its write; read natively, it sees ENOENT. Writes still come here (path checks).
                 client_capabilities=ClientCapabilities(
-                    fs=FileSystemCapabilities(read_text_file=True, write_text_file=True), terminal=False
+                    fs=FileSystemCapabilities(read_text_file=False, write_text_file=True), terminal=False
                 ),
                 client_info=Implementation(name="flowd", title="flowd", version=__version__),
             )
@@ -606,8 +628,10 @@ class AcpExecutor:
                 turn.chunks.append((update.message_id, text))
                 turn.emit(text)
         elif isinstance(update, ToolCallStart):
-            call = ToolCall(tool=_tool_name(update), args=update.raw_input, parent=_parent(update.field_meta))
-            turn.tool(update.tool_call_id, call, ready=bool(update.raw_input))
+            call = ToolCall(tool=_tool_name(update), args=_tool_args(update), parent=_parent(update.field_meta))
+            # claude announces `rawInput: {}` and streams the input after; gemini sends none.
+            ready = bool(update.raw_input) or update.status in ("in_progress", "completed", "failed")
+            turn.tool(update.tool_call_id, call, ready=ready)
         elif isinstance(update, ToolCallProgress) and update.tool_call_id in turn.pending:
             call = turn.pending[update.tool_call_id]
             if update.raw_input:
@@ -631,7 +655,7 @@ class AcpExecutor:
         if tool_call.tool_call_id not in turn.known or tool_call.tool_call_id in turn.pending:
             # gemini asks before it announces the call: the request is the call's only trace.
             call = turn.pending.get(tool_call.tool_call_id) or ToolCall(
-                tool=tool_call.title or str(tool_call.kind or "tool"), args=tool_call.raw_input
+                tool=_tool_name(tool_call), args=_tool_args(tool_call)
             )
             if tool_call.raw_input:
                 call.args = tool_call.raw_input
@@ -695,12 +719,26 @@ def _is_notice(meta: dict[str, Any] | None) -> bool:
     return isinstance(claude, dict) and isinstance(claude.get("kind"), str)
 
 
-def _tool_name(update: ToolCallStart) -> str:
+def _tool_name(update: ToolCallStart | ToolCallUpdate) -> str:
     meta = update.field_meta or {}
     claude = meta.get("claudeCode")
     if isinstance(claude, dict) and isinstance(claude.get("toolName"), str):
         return str(claude["toolName"])
+    # gemini names its calls `<tool>__<tool>_<time>_<n>`; its title is prose ("Writing to a.txt").
+    named = re.match(r"([A-Za-z][\w.-]*)__", update.tool_call_id or "")
+    if named:
+        return named.group(1)
     return update.title or str(update.kind or "tool")
+
+
+def _tool_args(update: ToolCallStart | ToolCallUpdate) -> Any:
+    """The tool's input; when the agent sends none (gemini), what it says it touches."""
+    if update.raw_input:
+        return update.raw_input
+    paths = [loc.path for loc in update.locations or []]
+    if not paths and not update.title:
+        return update.raw_input
+    return {"title": update.title, "paths": paths} if paths else {"title": update.title}
 
 
 def _parent(meta: dict[str, Any] | None) -> str | None:
