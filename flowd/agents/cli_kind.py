@@ -75,6 +75,8 @@ def build_argv(command: list[str], *, model: str | None, resume: str | None = No
             argv.insert(1, "exec")
         if "--json" not in argv:
             argv.append("--json")
+        if "--skip-git-repo-check" not in argv:
+            argv.append("--skip-git-repo-check")  # `flowd roster check` runs in a plain temp dir
         if model and "--model" not in argv and "-m" not in argv:
             argv += ["--model", model]
     return argv
@@ -92,6 +94,7 @@ class CliTurn:
     usage: TurnUsage | None = None
     tool_calls: list[ToolCall] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
     session: str | None = None
     model: str | None = None
     stop_reason: str = "end_turn"
@@ -212,7 +215,9 @@ def _fold_codex(turn: CliTurn, kind: str, event: dict[str, Any]) -> list[ToolCal
             turn.tool_calls.append(call)
             seen.append(call)
         elif itype == "error" and isinstance(item.get("message"), str):
-            turn.errors.append(item["message"])
+            # codex reports warnings this way ("Model metadata for `…` not found"); a failed
+            # turn comes as `turn.failed` or a top-level `error` event.
+            turn.warnings.append(item["message"])
     elif kind == "turn.completed":
         usage = event.get("usage")
         if isinstance(usage, dict):
