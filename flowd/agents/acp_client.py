@@ -40,6 +40,7 @@ from acp.schema import (
     PromptResponse,
     ReadTextFileResponse,
     RequestPermissionResponse,
+    SessionInfoUpdate,
     TextContentBlock,
     ToolCallProgress,
     ToolCallStart,
@@ -56,6 +57,7 @@ from flowd.agents.base import (
     TurnObserver,
     TurnRequest,
     TurnResult,
+    reaped,
 )
 from flowd.agents.faults import classify
 from flowd.agents.usage import capture_usage, model_usages
@@ -146,6 +148,10 @@ class _Turn:
     # told to the observer once the input arrives, the call runs, or the turn ends.
     pending: dict[str, ToolCall] = field(default_factory=dict)
     known: set[str] = field(default_factory=set)
+    # codex-acp ends a failed turn with `end_turn`: the failure is in `session_info_update._meta`
+    # (a `systemError` thread status, an `error`) and its text in a message without an id.
+    failed: bool = False
+    errors: list[str] = field(default_factory=list)
     cancelled: bool = False
     finished: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -165,6 +171,13 @@ class _Turn:
         beside them is a notice (codex prepends "Warning: Model metadata … not found")."""
         numbered = [text for message_id, text in self.chunks if message_id]
         return "".join(numbered if numbered else [text for _, text in self.chunks]).strip()
+
+    def failure(self) -> str | None:
+        """The turn's failure text, when the agent reported one beside an `end_turn`."""
+        if not (self.failed or self.errors):
+            return None
+        notes = [text.strip() for message_id, text in self.chunks if not message_id and text.strip()]
+        return "; ".join([*self.errors, *notes]) or "the agent reported a failed turn"
 
     def flush_tools(self) -> None:
         for call_id, call in list(self.pending.items()):
@@ -361,6 +374,10 @@ class AcpExecutor:
             raise await self._died(proc, turn)
         if response.stop_reason == "cancelled" or turn.cancelled:
             raise AgentError("cancelled", f"{self.label}: the turn was cancelled")
+        failure = turn.failure()
+        if failure is not None:
+            kind, reset_at = classify(failure)
+            raise AgentError(kind, f"{self.label}: {failure}", reset_at=reset_at)
         return self._result(turn, response)
 
     def _result(self, turn: _Turn, response: PromptResponse) -> TurnResult:
@@ -501,8 +518,12 @@ class AcpExecutor:
         self._tail.clear()
         env = {**base_environment(), **self._env}
         try:
+            argv = reaped(self._command, env.get("PATH"))
+        except AgentError as exc:
+            raise AgentError(exc.kind, f"{self.label}: {exc.message}") from None
+        try:
             proc = await asyncio.create_subprocess_exec(
-                *self._command,
+                *argv,
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
@@ -638,6 +659,8 @@ class AcpExecutor:
                 call.args = update.raw_input
             if update.raw_input or update.status in ("in_progress", "completed", "failed"):
                 turn.tool(update.tool_call_id, call, ready=True)
+        elif isinstance(update, SessionInfoUpdate):
+            _note_status(turn, update.field_meta)
         elif (
             isinstance(update, UsageUpdate)
             and update.cost is not None
@@ -711,6 +734,22 @@ def _option_values(option: Any) -> list[str]:
             values.append(str(entry.value))
         values += [str(o.value) for o in getattr(entry, "options", None) or [] if hasattr(o, "value")]
     return values
+
+
+def _note_status(turn: _Turn, meta: dict[str, Any] | None) -> None:
+    """codex-acp's thread status and error in `session_info_update._meta.codex`."""
+    codex = (meta or {}).get("codex")
+    if not isinstance(codex, dict):
+        return
+    status = codex.get("threadStatus")
+    if isinstance(status, dict) and status.get("type") == "systemError":
+        turn.failed = True
+    error = codex.get("error")
+    if isinstance(error, str) and error.strip():
+        turn.errors.append(error.strip())
+    elif isinstance(error, dict):
+        text = error.get("message") or error.get("details")
+        turn.errors.append(str(text) if text else json.dumps(error, default=str)[:500])
 
 
 def _is_notice(meta: dict[str, Any] | None) -> bool:

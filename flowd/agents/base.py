@@ -7,6 +7,9 @@ to do with the executor (exclude it, hand over, or blame the reply).
 
 from __future__ import annotations
 
+import os
+import shutil
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -105,6 +108,21 @@ class Executor(Protocol):
     async def cancel(self) -> None: ...
 
     async def close(self) -> None: ...
+
+
+def reaped(command: list[str], path: str | None = None) -> list[str]:
+    """`command` run under flowd's reaper, so it dies with flowd (flowd/agents/reaper.py).
+
+    Raises `AgentError("unavailable")` when the program is not there: one sentence, before any
+    process starts.
+    """
+    program = command[0]
+    found = shutil.which(program, path=path)
+    if found is None:
+        where = "not found on PATH" if os.sep not in program else "missing or not executable"
+        raise AgentError("unavailable", f"cannot start {program}: {where}")
+    reaper = str(Path(__file__).with_name("reaper.py"))
+    return [sys.executable, "-I", "-S", reaper, str(os.getpid()), "--", found, *command[1:]]
 
 
 def estimate_tokens(text: str) -> int:

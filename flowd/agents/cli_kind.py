@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 import orjson
 
-from flowd.agents.base import AgentError, ToolCall, TurnObserver, TurnRequest, TurnResult, TurnUsage
+from flowd.agents.base import AgentError, ToolCall, TurnObserver, TurnRequest, TurnResult, TurnUsage, reaped
 from flowd.agents.faults import classify
 from flowd.config import ExecutorSpec
 
@@ -284,11 +284,12 @@ class CliExecutor:
         )
 
     async def _run(self, argv: list[str], request: TurnRequest, observe: TurnObserver | None) -> CliTurn:
+        env = cli_environment(self.spec.resolved_env)
         try:
             proc = await asyncio.create_subprocess_exec(
-                *argv,
+                *reaped(argv, env.get("PATH")),
                 cwd=request.cwd,
-                env=cli_environment(self.spec.resolved_env),
+                env=env,
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
@@ -354,7 +355,12 @@ class CliExecutor:
 
     async def _kill(self) -> None:
         proc = self._proc
-        if proc is None or proc.returncode is not None:
+        if proc is None:
+            return
+        if proc.returncode is not None:
+            # What the CLI started and left behind in its group goes with it.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
             return
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)
