@@ -51,6 +51,7 @@ from acp.schema import (
 
 from flowd import __version__
 from flowd.agents.base import (
+    AGENT_DEFAULT_ENV,
     AgentError,
     FailureKind,
     ToolCall,
@@ -96,13 +97,8 @@ _SHUTDOWN_WAIT_S = 2.0
 _PATH_KEYS = ("path", "file_path", "filePath", "notebook_path", "abs_path", "absolutePath")
 
 
-# Side requests flowd stops where the agent lets it (docs/roster.md, "Usage"): claude's prompt
-# suggestion after each turn. The roster's `env` may set it back.
-QUIET_ENV = {"CLAUDE_CODE_ENABLE_PROMPT_SUGGESTION": "false"}
-
-
 def base_environment() -> dict[str, str]:
-    return {**QUIET_ENV, **{key: os.environ[key] for key in BASE_ENV_KEYS if key in os.environ}}
+    return {**AGENT_DEFAULT_ENV, **{key: os.environ[key] for key in BASE_ENV_KEYS if key in os.environ}}
 
 
 def outside(cwd: Path, path: str) -> bool:
@@ -474,7 +470,9 @@ class AcpExecutor:
         a title on the first prompt, a request no usage report mentions (docs/roster.md)."""
         # An agent without the method answers -32601; nothing is lost.
         with contextlib.suppress(RequestError):
-            await self._conn._conn.send_request("session/set_title", {"sessionId": session_id, "title": f"flowd {cwd.name}"})
+            await self._conn._conn.send_request(
+                "session/set_title", {"sessionId": session_id, "title": f"flowd {cwd.name}"}
+            )
 
     async def _set_model(self, session_id: str) -> None:
         """ACP's `session/set_model` (gemini: a fixed model also stops its routing requests)."""
@@ -649,7 +647,9 @@ class AcpExecutor:
                 turn.chunks.append((update.message_id, text))
                 turn.emit(text)
         elif isinstance(update, ToolCallStart):
-            call = ToolCall(tool=_tool_name(update), args=_tool_args(update), parent=_parent(update.field_meta))
+            call = ToolCall(
+                tool=_tool_name(update), args=_tool_args(update), parent=_parent(update.field_meta)
+            )
             # claude announces `rawInput: {}` and streams the input after; gemini sends none.
             ready = bool(update.raw_input) or update.status in ("in_progress", "completed", "failed")
             turn.tool(update.tool_call_id, call, ready=ready)

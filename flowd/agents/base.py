@@ -110,6 +110,13 @@ class Executor(Protocol):
     async def close(self) -> None: ...
 
 
+# Defaults flowd gives every agent process (the roster's `env` may override them; docs/roster.md):
+# claude's prompt suggestion after each turn is a request nobody reads, and claude retries a
+# failed request (a 401 included) for minutes before flowd hears of it; flowd has its own
+# exclusions for rate limits and outages.
+AGENT_DEFAULT_ENV = {"CLAUDE_CODE_ENABLE_PROMPT_SUGGESTION": "false", "CLAUDE_CODE_MAX_RETRIES": "2"}
+
+
 def reaped(command: list[str], path: str | None = None) -> list[str]:
     """`command` run under flowd's reaper, so it dies with flowd (flowd/agents/reaper.py).
 

@@ -25,7 +25,16 @@ from typing import Any, Literal
 
 import orjson
 
-from flowd.agents.base import AgentError, ToolCall, TurnObserver, TurnRequest, TurnResult, TurnUsage, reaped
+from flowd.agents.base import (
+    AGENT_DEFAULT_ENV,
+    AgentError,
+    ToolCall,
+    TurnObserver,
+    TurnRequest,
+    TurnResult,
+    TurnUsage,
+    reaped,
+)
 from flowd.agents.faults import classify
 from flowd.config import ExecutorSpec
 
@@ -43,7 +52,7 @@ BASE_ENV_KEYS = (
 
 
 def cli_environment(roster_env: dict[str, str]) -> dict[str, str]:
-    return {**{k: os.environ[k] for k in BASE_ENV_KEYS if k in os.environ}, **roster_env}
+    return {**AGENT_DEFAULT_ENV, **{k: os.environ[k] for k in BASE_ENV_KEYS if k in os.environ}, **roster_env}
 
 
 def dialect_of(command: list[str]) -> Dialect:

@@ -90,8 +90,15 @@ def entry(program: str, installed: dict[str, Path], url: str, home: Path) -> dic
         "gemini": {"kind": "acp", "command": [gemini, "--acp"], "env": gemini_env},
         "claude-p": {
             "kind": "cli",
-            "command": [claude, "-p", "--output-format", "stream-json", "--verbose",
-                        "--permission-mode", "bypassPermissions"],  # fmt: skip
+            "command": [
+                claude,
+                "-p",
+                "--output-format",
+                "stream-json",
+                "--verbose",
+                "--permission-mode",
+                "bypassPermissions",
+            ],
             "env": claude_env,
         },
         "codex-exec": {
@@ -127,12 +134,19 @@ class Project:
         git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "add", "-A")
         git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "init")
         stories = [
-            {"id": sid, "title": f"Story {sid}", "description": f"Build the {sid} module.",
-             "owned": [f"{sid}/"], "dependsOn": []}  # fmt: skip
+            {
+                "id": sid,
+                "title": f"Story {sid}",
+                "description": f"Build the {sid} module.",
+                "owned": [f"{sid}/"],
+                "dependsOn": [],
+            }
             for sid in ("alpha", "beta")
         ]
         plan = repo / "ep.epic.json"
-        plan.write_text(json.dumps({"epicId": "ep", "epic": "two stories", "stories": stories}), encoding="utf-8")
+        plan.write_text(
+            json.dumps({"epicId": "ep", "epic": "two stories", "stories": stories}), encoding="utf-8"
+        )
         flow = repo / ".flow"
         flow.mkdir()
         project = cls(repo, plan)

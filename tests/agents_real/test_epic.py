@@ -17,7 +17,9 @@ from tests.model_stub import ModelStub
 
 
 @pytest.mark.parametrize("program", PROGRAMS)
-def test_roster_check_answers(program: str, installed: dict[str, Path], stub: ModelStub, tmp_path: Path) -> None:
+def test_roster_check_answers(
+    program: str, installed: dict[str, Path], stub: ModelStub, tmp_path: Path
+) -> None:
     spec = {**entry(program, installed, stub.url, tmp_path / "home"), "roles": ["reviewer", "coder"]}
     project = Project.create(tmp_path, [spec])
     done = project.flowd("roster", "check", "--json")

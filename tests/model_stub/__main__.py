@@ -20,7 +20,9 @@ def main() -> None:
         print(f"model stub on {stub.url}", flush=True)
         print(f"  ANTHROPIC_BASE_URL={stub.url}", flush=True)
         print(f"  GOOGLE_GEMINI_BASE_URL={stub.url}", flush=True)
-        print(f"  codex: [model_providers.stub] base_url = \"{stub.url}/v1\"  wire_api = \"responses\"", flush=True)
+        print(
+            f'  codex: [model_providers.stub] base_url = "{stub.url}/v1"  wire_api = "responses"', flush=True
+        )
         try:
             while True:
                 time.sleep(3600)

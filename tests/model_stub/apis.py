@@ -65,7 +65,9 @@ def anthropic_conversation(body: dict[str, Any]) -> Conversation:
             last_text = text
         every.append(text)
     tools = {t.get("name", ""): "function" for t in body.get("tools") or [] if isinstance(t, dict)}
-    return Conversation("anthropic", str(body.get("model", "")), last_text, ends_tool, tools, "\n".join(every))
+    return Conversation(
+        "anthropic", str(body.get("model", "")), last_text, ends_tool, tools, "\n".join(every)
+    )
 
 
 def anthropic_events(reply: Reply, model: str, served: Served) -> list[bytes]:
@@ -77,7 +79,7 @@ def anthropic_events(reply: Reply, model: str, served: Served) -> list[bytes]:
         "cache_read_input_tokens": served.cache_read,
         "output_tokens": 1,
     }
-    message = {"id": mid, "type": "message", "role": "assistant", "model": model, "content": [],
+    message: dict[str, Any] = {"id": mid, "type": "message", "role": "assistant", "model": model, "content": [],
                "stop_reason": None, "stop_sequence": None, "usage": start_usage}  # fmt: skip
     out = [_sse("message_start", {"type": "message_start", "message": message})]
     index = 0
@@ -89,10 +91,21 @@ def anthropic_events(reply: Reply, model: str, served: Served) -> list[bytes]:
         out.append(_sse("content_block_stop", {"type": "content_block_stop", "index": index}))
         index += 1
     if reply.tool is not None:
-        block = {"type": "tool_use", "id": f"toolu_{uuid.uuid4().hex[:20]}", "name": reply.tool.name, "input": {}}
-        out.append(_sse("content_block_start", {"type": "content_block_start", "index": index, "content_block": block}))
+        block = {
+            "type": "tool_use",
+            "id": f"toolu_{uuid.uuid4().hex[:20]}",
+            "name": reply.tool.name,
+            "input": {},
+        }
+        out.append(
+            _sse(
+                "content_block_start", {"type": "content_block_start", "index": index, "content_block": block}
+            )
+        )
         delta = {"type": "input_json_delta", "partial_json": json.dumps(reply.tool.args)}
-        out.append(_sse("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta}))
+        out.append(
+            _sse("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta})
+        )
         out.append(_sse("content_block_stop", {"type": "content_block_stop", "index": index}))
     stop = "tool_use" if reply.tool is not None else "end_turn"
     final_usage = {**start_usage, "output_tokens": served.output}
@@ -149,14 +162,24 @@ def responses_conversation(body: dict[str, Any]) -> Conversation:
     for tool in body.get("tools") or []:
         if isinstance(tool, dict) and isinstance(tool.get("name"), str):
             tools[tool["name"]] = "custom" if tool.get("type") == "custom" else "function"
-    return Conversation("responses", str(body.get("model", "")), last_text, ends_tool, tools, "\n".join(every))
+    return Conversation(
+        "responses", str(body.get("model", "")), last_text, ends_tool, tools, "\n".join(every)
+    )
 
 
 def responses_events(reply: Reply, model: str, served: Served) -> list[bytes]:
     rid = f"resp_{uuid.uuid4().hex[:24]}"
-    base = {"id": rid, "object": "response", "created_at": 0, "model": model, "status": "in_progress", "output": []}
+    base = {
+        "id": rid,
+        "object": "response",
+        "created_at": 0,
+        "model": model,
+        "status": "in_progress",
+        "output": [],
+    }
     out = [_sse("response.created", {"type": "response.created", "response": base})]
     output: list[dict[str, Any]] = []
+    item: dict[str, Any]
     if reply.text:
         item = {"id": f"msg_{uuid.uuid4().hex[:20]}", "type": "message", "role": "assistant", "status": "completed",
                 "content": [{"type": "output_text", "text": reply.text, "annotations": []}]}  # fmt: skip

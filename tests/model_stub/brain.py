@@ -90,10 +90,8 @@ def target_file(prompt: str) -> tuple[str, str] | None:
     if worktree is None or not owned:
         return None
     first = owned[0].rstrip("*").rstrip("/")
-    if "." in first.rsplit("/", 1)[-1]:
-        rel = first
-    else:
-        rel = f"{first}/{_slug(_task_title(prompt))}.txt"
+    is_file = "." in first.rsplit("/", 1)[-1]
+    rel = first if is_file else f"{first}/{_slug(_task_title(prompt))}.txt"
     return f"{worktree.rstrip('/')}/{rel}", rel
 
 

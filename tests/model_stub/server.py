@@ -149,7 +149,9 @@ class ModelStub:
         return apis.Served(total_in, output, cache_read, cache_write)
 
 
-Route = tuple[str, Callable[[dict[str, Any]], Conversation], Callable[..., list[bytes]], Callable[[int, str], Any]]
+Route = tuple[
+    str, Callable[[dict[str, Any]], Conversation], Callable[..., list[bytes]], Callable[[int, str], Any]
+]
 
 
 def _route(path: str) -> tuple[Route, str] | None:
@@ -174,7 +176,7 @@ def _handler(stub: ModelStub) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+        def log_message(self, format: str, *args: Any) -> None:
             return
 
         def do_GET(self) -> None:
@@ -216,7 +218,9 @@ def _handler(stub: ModelStub) -> type[BaseHTTPRequestHandler]:
 
         def _fault(self, fault: Fault, api: str, conv: Conversation, role: str, to_error: Any) -> None:
             label = "hang" if fault.hang else str(fault.status)
-            stub._record(LogEntry(0, api, self.path, conv.model, role, 0 if fault.hang else fault.status, fault=label))
+            stub._record(
+                LogEntry(0, api, self.path, conv.model, role, 0 if fault.hang else fault.status, fault=label)
+            )
             if fault.hang:
                 stub._stopping.wait()
                 self.close_connection = True
