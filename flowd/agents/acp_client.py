@@ -173,7 +173,9 @@ class _Turn:
         if not (self.failed or self.errors):
             return None
         notes = [text.strip() for message_id, text in self.chunks if not message_id and text.strip()]
-        return "; ".join([*self.errors, *notes]) or "the agent reported a failed turn"
+        # codex's standing "Warning: Model metadata … not found" is not what failed.
+        failures = [note for note in notes if not note.lower().startswith("warning")] or notes
+        return "; ".join([*self.errors, *failures]) or "the agent reported a failed turn"
 
     def flush_tools(self) -> None:
         for call_id, call in list(self.pending.items()):
@@ -483,11 +485,21 @@ class AcpExecutor:
         except RequestError as exc:
             if exc.code == -32601:
                 return  # the agent cannot switch models: it runs what its own config names
-            raise AgentError(
-                "auth",
-                f"{self.label}: the agent rejected model {self._model!r} ({error_text(exc)}); "
-                "set the roster's `model` to one the agent offers",
-            ) from None
+            raise self._model_error(exc, None) from None
+
+    def _model_error(self, exc: RequestError, offered: str | None) -> AgentError:
+        """Switching the model failed: a sign-in or rate limit (claude checks the model with a
+        request) is that; anything else means the agent does not take the roster's `model`."""
+        text = error_text(exc)
+        kind, reset_at = classify(text)
+        if kind != "error":
+            return AgentError(kind, f"{self.label}: {text}", reset_at=reset_at)
+        choices = f"one it offers: {offered}" if offered else "one the agent offers"
+        return AgentError(
+            "auth",
+            f"{self.label}: the agent rejected model {self._model!r} ({text}); "
+            f"set the roster's `model` to {choices}",
+        )
 
     async def _apply_model(self, response: Any) -> None:
         """Make the roster's `model` the session's, through the agent's `model` config option."""
@@ -504,12 +516,7 @@ class AcpExecutor:
                 config_id="model", session_id=str(response.session_id), value=self._model
             )
         except RequestError as exc:
-            offered = ", ".join(_option_values(option)[:8]) or "none listed"
-            raise AgentError(
-                "auth",
-                f"{self.label}: the agent rejected model {self._model!r} ({error_text(exc)}); "
-                f"set the roster's `model` to one it offers: {offered}",
-            ) from None
+            raise self._model_error(exc, ", ".join(_option_values(option)[:8]) or "none listed") from None
 
     async def _start(self, cwd: Path) -> None:
         await self._stop(graceful=False)
