@@ -272,6 +272,7 @@ class AcpExecutor:
         self._turn_lock = asyncio.Lock()
         self._last_heard = 0.0
         self._closed = False
+        self._agent_name = ""  # `agentInfo.name` from `initialize`
 
     @property
     def pid(self) -> int | None:
@@ -505,6 +506,10 @@ class AcpExecutor:
         """Make the roster's `model` the session's, through the agent's `model` config option."""
         if not self._model or self._conn is None:
             return
+        if "claude-agent-acp" in self._agent_name:
+            # It took the model from `_meta.claudeCode.options` (`_session_meta`); switching
+            # through the option would cost a model check request it reports nowhere.
+            return
         option = next((o for o in response.config_options or [] if _option_id(o) == "model"), None)
         if option is None:
             await self._set_model(str(response.session_id))
@@ -548,7 +553,7 @@ class AcpExecutor:
             cast(acp.Client, self._client), proc.stdin, proc.stdout, observers=[self._heard]
         )
         try:
-            await self._conn.initialize(
+            init = await self._conn.initialize(
                 protocol_version=acp.PROTOCOL_VERSION,
                 # No `fs/read_text_file`: gemini (0.61) rejects a client's error as a plain object
                 # its not-found check never matches, so a read of a file still to be created fails
@@ -567,6 +572,8 @@ class AcpExecutor:
             )
         except (ConnectionError, OSError):
             raise await self._start_failed()
+        info = init.agent_info
+        self._agent_name = info.name if info is not None else ""
 
     async def _start_failed(self) -> AgentError:
         proc = self._proc
