@@ -127,7 +127,8 @@ def reaped(command: list[str], path: str | None = None) -> list[str]:
     found = shutil.which(program, path=path)
     if found is None:
         where = "not found on PATH" if os.sep not in program else "missing or not executable"
-        raise AgentError("unavailable", f"cannot start {program}: {where}")
+        fix = "install it, or give the roster entry's `command` its full path"
+        raise AgentError("unavailable", f"cannot start {program}: {where} ({fix})")
     reaper = str(Path(__file__).with_name("reaper.py"))
     return [sys.executable, "-I", "-S", reaper, str(os.getpid()), "--", found, *command[1:]]
 

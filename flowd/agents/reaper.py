@@ -32,21 +32,35 @@ def _die_with_parent(parent: int) -> None:
 
 
 def _stop_group(child: int) -> None:
-    group = os.getpgid(0)
-    for sig in (signal.SIGTERM, signal.SIGKILL):
+    """SIGTERM the agent, give it a moment, then SIGKILL every other process of the group."""
+    try:
+        os.kill(child, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+    deadline = time.monotonic() + _GRACE_S
+    while time.monotonic() < deadline:
         try:
-            os.killpg(group, sig) if sig == signal.SIGKILL else os.kill(child, sig)
-        except ProcessLookupError:
-            pass
-        if sig == signal.SIGTERM:
-            deadline = time.monotonic() + _GRACE_S
-            while time.monotonic() < deadline:
-                try:
-                    if os.waitpid(child, os.WNOHANG)[0]:
-                        break
-                except ChildProcessError:
-                    break
-                time.sleep(0.05)
+            if os.waitpid(child, os.WNOHANG)[0]:
+                break
+        except ChildProcessError:
+            break
+        time.sleep(0.05)
+    _kill_group_but_me()
+
+
+def _kill_group_but_me() -> None:
+    me, group = os.getpid(), os.getpgid(0)
+    try:
+        pids = [int(name) for name in os.listdir("/proc") if name.isdigit()]
+    except OSError:  # no /proc: the whole group, this process included
+        os.killpg(group, signal.SIGKILL)
+        return
+    for pid in pids:
+        try:
+            if pid != me and os.getpgid(pid) == group:
+                os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            continue
 
 
 class _Stop(Exception):

@@ -10,10 +10,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
+import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,13 +28,6 @@ FLOWD = [sys.executable, "-m", "flowd"]
 ROOT = Path(__file__).resolve().parents[2]
 INSTALL = Path(__file__).with_name("install_agents.sh")
 PROGRAMS = ("claude-agent-acp", "codex-acp", "gemini", "claude-p", "codex-exec")
-MODELS = {
-    "claude-agent-acp": "claude-sonnet-4-5",
-    "claude-p": "claude-sonnet-4-5",
-    "codex-acp": "gpt-5-codex",
-    "codex-exec": "gpt-5-codex",
-    "gemini": "gemini-2.5-pro",
-}
 
 
 def install() -> dict[str, Path]:
@@ -69,45 +64,44 @@ def codex_home(where: Path, url: str) -> Path:
     return where
 
 
+DOC = ROOT / "docs" / "roster.md"
+# program → (its entry's id in docs/roster.md, npm package, installed binary)
+DOC_ENTRIES = {
+    "claude-agent-acp": ("claude", "@agentclientprotocol/claude-agent-acp", "claude-agent-acp"),
+    "codex-acp": ("codex", "@agentclientprotocol/codex-acp", "codex-acp"),
+    "gemini": ("gemini", "@google/gemini-cli", "gemini"),
+    "claude-p": ("claude-cli", "@anthropic-ai/claude-code", "claude"),
+    "codex-exec": ("codex-cli", "@openai/codex", "codex"),
+}
+
+
+def doc_entry(doc_id: str) -> dict[str, Any]:
+    """The `[[executors]]` entry with id `doc_id` among docs/roster.md's TOML blocks."""
+    text = DOC.read_text(encoding="utf-8")
+    working = text[text.index("## Working entries") :]  # not the file format's example above it
+    for block in re.findall(r"```toml\n(.*?)```", working, re.DOTALL):
+        for spec in tomllib.loads(block).get("executors", []):
+            if spec.get("id") == doc_id:
+                return dict(spec)
+    raise LookupError(f"docs/roster.md has no entry with id {doc_id!r}")
+
+
 def entry(program: str, installed: dict[str, Path], url: str, home: Path) -> dict[str, Any]:
-    """The docs' roster entry for `program`, pointed at the stub at `url`."""
-    claude_env = {
-        "ANTHROPIC_API_KEY": "stub-key",
-        "ANTHROPIC_BASE_URL": url,
-        "IS_SANDBOX": "1",
-        "CLAUDE_CONFIG_DIR": str(home / "claude"),
-    }
-    codex_env = {"OPENAI_API_KEY": "stub-key", "CODEX_HOME": str(codex_home(home / "codex", url))}
-    gemini_env = {"GEMINI_API_KEY": "stub-key", "GOOGLE_GEMINI_BASE_URL": url, "GEMINI_CLI_HOME": str(home)}
-    acp_claude = bin_of(installed, "@agentclientprotocol/claude-agent-acp", "claude-agent-acp")
-    acp_codex = bin_of(installed, "@agentclientprotocol/codex-acp", "codex-acp")
-    gemini = bin_of(installed, "@google/gemini-cli", "gemini")
-    claude = bin_of(installed, "@anthropic-ai/claude-code", "claude")
-    codex = bin_of(installed, "@openai/codex", "codex")
-    table: dict[str, dict[str, Any]] = {
-        "claude-agent-acp": {"kind": "acp", "command": [acp_claude], "env": claude_env},
-        "codex-acp": {"kind": "acp", "command": [acp_codex], "env": codex_env},
-        "gemini": {"kind": "acp", "command": [gemini, "--acp"], "env": gemini_env},
-        "claude-p": {
-            "kind": "cli",
-            "command": [
-                claude,
-                "-p",
-                "--output-format",
-                "stream-json",
-                "--verbose",
-                "--permission-mode",
-                "bypassPermissions",
-            ],
-            "env": claude_env,
-        },
-        "codex-exec": {
-            "kind": "cli",
-            "command": [codex, "exec", "--json", "--sandbox", "workspace-write"],
-            "env": codex_env,
-        },
-    }
-    return {"id": program, "model": MODELS[program], **table[program]}
+    """docs/roster.md's entry for `program`: its program swapped for the installed one, its
+    `${KEY}` values for a throw-away key, and the stub's address and own config dirs added."""
+    doc_id, package, binary = DOC_ENTRIES[program]
+    spec = doc_entry(doc_id)
+    command = list(spec["command"])
+    assert Path(command[0]).name == binary, f"docs/roster.md {doc_id}: runs {command[0]}, not {binary}"
+    command[0] = bin_of(installed, package, binary)
+    env = {k: ("stub-key" if str(v).startswith("${") else v) for k, v in spec.get("env", {}).items()}
+    if package.startswith(("@anthropic-ai", "@agentclientprotocol/claude")):
+        env.update(ANTHROPIC_BASE_URL=url, CLAUDE_CONFIG_DIR=str(home / "claude"))
+    elif "codex" in package:
+        env.update(CODEX_HOME=str(codex_home(home / "codex", url)))
+    else:
+        env.update(GOOGLE_GEMINI_BASE_URL=url, GEMINI_CLI_HOME=str(home))
+    return {**spec, "id": program, "command": command, "env": env, "slots": 1}
 
 
 def git(repo: Path, *args: str) -> str:
