@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck pytest vscode-test bench clean-venv
+.PHONY: demo test lint typecheck pytest test-agents vscode-test bench clean-venv
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -26,12 +26,18 @@ typecheck: $(STAMP)
 pytest: $(STAMP)
 	$(BIN)/python -m pytest
 
+# The real agent programs against the model stub (docs/roster.md "Tested against"): installs the
+# pinned agents once into $${XDG_CACHE_HOME:-$$HOME/.cache}/flowd-test/agents, then reuses them.
+test-agents: $(STAMP)
+	bash tests/agents_real/install_agents.sh >/dev/null
+	$(BIN)/python -m pytest tests/agents_real -s
+
 vscode-test: $(STAMP)
 	@if [ -f editors/vscode/package.json ]; then \
 	  cd editors/vscode && FLOWD_BIN=$(CURDIR)/$(BIN)/flowd ./scripts/test.sh; \
 	else echo "editors/vscode: no package.json yet"; fi
 
-test: lint typecheck pytest vscode-test
+test: lint typecheck pytest test-agents vscode-test
 
 bench: $(STAMP)
 	for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done

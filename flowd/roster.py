@@ -208,6 +208,20 @@ class RosterPool:
             self._arm_timer()
             await changed.wait()
 
+    async def wait_back(self, executor_id: str, role: str) -> None:
+        """Wait until `executor_id` is no longer excluded (a borrowed turn's executor is the only
+        one it can use); `NoExecutor` when it is out for the run."""
+        state = self._states[executor_id]
+        while True:
+            self._expire()
+            if state.exclusion is None:
+                return
+            if state.exclusion.kind == "run":
+                raise NoExecutor(role, self._hopeless(role, frozenset()))
+            changed = self._changed
+            self._arm_timer()
+            await changed.wait()
+
     def try_lease(
         self,
         role: str,

@@ -20,6 +20,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import signal
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,7 +40,9 @@ from acp.schema import (
     PromptResponse,
     ReadTextFileResponse,
     RequestPermissionResponse,
+    SessionInfoUpdate,
     TextContentBlock,
+    ToolCallProgress,
     ToolCallStart,
     ToolCallUpdate,
     UsageUpdate,
@@ -48,15 +51,17 @@ from acp.schema import (
 
 from flowd import __version__
 from flowd.agents.base import (
+    AGENT_DEFAULT_ENV,
     AgentError,
     FailureKind,
     ToolCall,
     TurnObserver,
     TurnRequest,
     TurnResult,
+    reaped,
 )
 from flowd.agents.faults import classify
-from flowd.agents.usage import capture_usage
+from flowd.agents.usage import capture_usage, model_usages
 
 log = logging.getLogger("flowd.agents.acp")
 
@@ -75,6 +80,12 @@ BASE_ENV_KEYS = (
     "TMPDIR",
     "TZ",
     "XDG_CONFIG_HOME",
+    "XDG_DATA_HOME",
+    "XDG_STATE_HOME",
+    "XDG_CACHE_HOME",
+    "CLAUDE_CONFIG_DIR",
+    "CODEX_HOME",
+    "GEMINI_CLI_HOME",
     "PYTHONPATH",
     "VIRTUAL_ENV",
     "SYSTEMROOT",
@@ -87,7 +98,7 @@ _PATH_KEYS = ("path", "file_path", "filePath", "notebook_path", "abs_path", "abs
 
 
 def base_environment() -> dict[str, str]:
-    return {key: os.environ[key] for key in BASE_ENV_KEYS if key in os.environ}
+    return {**AGENT_DEFAULT_ENV, **{key: os.environ[key] for key in BASE_ENV_KEYS if key in os.environ}}
 
 
 def outside(cwd: Path, path: str) -> bool:
@@ -124,13 +135,51 @@ class _Turn:
     session_id: str
     cwd: Path
     observe: TurnObserver | None
-    chunks: list[str] = field(default_factory=list)
+    chunks: list[tuple[str | None, str]] = field(default_factory=list)  # (message id, text)
     message_id: str | None = None
     tool_calls: list[ToolCall] = field(default_factory=list)
     refusals: list[str] = field(default_factory=list)
     cost_seen: float | None = None
+    # Tool calls announced before their input is known (claude streams `rawInput: {}` first):
+    # told to the observer once the input arrives, the call runs, or the turn ends.
+    pending: dict[str, ToolCall] = field(default_factory=dict)
+    known: set[str] = field(default_factory=set)
+    # codex-acp ends a failed turn with `end_turn`: the failure is in `session_info_update._meta`
+    # (a `systemError` thread status, an `error`) and its text in a message without an id.
+    failed: bool = False
+    errors: list[str] = field(default_factory=list)
     cancelled: bool = False
     finished: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def tool(self, call_id: str, call: ToolCall, *, ready: bool) -> None:
+        if call_id in self.known and call_id not in self.pending:
+            return
+        self.known.add(call_id)
+        if not ready:
+            self.pending[call_id] = call
+            return
+        self.pending.pop(call_id, None)
+        self.tool_calls.append(call)
+        self.emit(call)
+
+    def answer(self) -> str:
+        """The reply: when the agent numbers its messages, only those; a chunk without an id
+        beside them is a notice (codex prepends "Warning: Model metadata … not found")."""
+        numbered = [text for message_id, text in self.chunks if message_id]
+        return "".join(numbered if numbered else [text for _, text in self.chunks]).strip()
+
+    def failure(self) -> str | None:
+        """The turn's failure text, when the agent reported one beside an `end_turn`."""
+        if not (self.failed or self.errors):
+            return None
+        notes = [text.strip() for message_id, text in self.chunks if not message_id and text.strip()]
+        # codex's standing "Warning: Model metadata … not found" is not what failed.
+        failures = [note for note in notes if not note.lower().startswith("warning")] or notes
+        return "; ".join([*self.errors, *failures]) or "the agent reported a failed turn"
+
+    def flush_tools(self) -> None:
+        for call_id, call in list(self.pending.items()):
+            self.tool(call_id, call, ready=True)
 
     def emit(self, item: ToolCall | str) -> None:
         if self.observe is None:
@@ -223,6 +272,7 @@ class AcpExecutor:
         self._turn_lock = asyncio.Lock()
         self._last_heard = 0.0
         self._closed = False
+        self._agent_name = ""  # `agentInfo.name` from `initialize`
 
     @property
     def pid(self) -> int | None:
@@ -323,10 +373,17 @@ class AcpExecutor:
             raise await self._died(proc, turn)
         if response.stop_reason == "cancelled" or turn.cancelled:
             raise AgentError("cancelled", f"{self.label}: the turn was cancelled")
+        failure = turn.failure()
+        if failure is not None:
+            kind, reset_at = classify(failure)
+            raise AgentError(kind, f"{self.label}: {failure}", reset_at=reset_at)
         return self._result(turn, response)
 
     def _result(self, turn: _Turn, response: PromptResponse) -> TurnResult:
-        usage = capture_usage(response)
+        turn.flush_tools()
+        per_model = model_usages(response.field_meta or {})
+        usage = per_model[0] if per_model else capture_usage(response)
+        more = per_model[1:]
         if turn.cost_seen is not None:
             previous = self._cost_base.get(turn.session_id, 0.0)
             self._cost_base[turn.session_id] = turn.cost_seen
@@ -334,12 +391,15 @@ class AcpExecutor:
             delta = turn.cost_seen - previous if turn.cost_seen >= previous else turn.cost_seen
             if usage is not None:
                 usage.cost_usd = round(delta, 10)
+                for other in more:
+                    other.cost_usd = 0.0  # the agent's figure covers every model of the turn
         model = (usage.model if usage is not None else None) or self._model
         if usage is not None and usage.model is None:
             usage.model = model
         return TurnResult(
-            text="".join(turn.chunks),
+            text=turn.answer(),
             usage=usage,
+            more_usage=more,
             tool_calls=list(turn.tool_calls),
             stop_reason=response.stop_reason,
             refusals=list(turn.refusals),
@@ -372,13 +432,22 @@ class AcpExecutor:
 
     async def _ensure_session(self, cwd: Path) -> str:
         if self._proc is None or self._proc.returncode is not None or self._conn is None:
-            await self._start(cwd)
+            # Clones of one executor start one after another, first session included: codex
+            # sets up its state database under CODEX_HOME then, and two at once fail.
+            async with _start_lock(self.label):
+                await self._start(cwd)
+                return await self._open_session(cwd)
+        return await self._open_session(cwd)
+
+    async def _open_session(self, cwd: Path) -> str:
         if self._conn is None:  # closed while starting
             raise AgentError("cancelled", f"{self.label}: the executor was closed")
         if self._session is not None and self._session[0] == cwd:
             return self._session[1]
         try:
-            response = await self._conn.new_session(cwd=str(cwd), mcp_servers=[])
+            response = await self._conn.new_session(cwd=str(cwd), mcp_servers=[], **self._session_meta())
+            await self._apply_model(response)
+            await self._name_session(str(response.session_id), cwd)
         except RequestError as exc:
             text = error_text(exc)
             kind, reset_at = classify(text)
@@ -392,13 +461,79 @@ class AcpExecutor:
         self._sessions[session_id] = cwd
         return session_id
 
+    def _session_meta(self) -> dict[str, Any]:
+        """`_meta` for `session/new`: claude-agent-acp takes SDK options there (others ignore it)."""
+        options: dict[str, Any] = {"promptSuggestions": False}
+        if self._model:
+            options["model"] = self._model
+        return {"claudeCode": {"options": options}}
+
+    async def _name_session(self, session_id: str, cwd: Path) -> None:
+        """Give the session a title when the agent takes one: codex otherwise asks its model for
+        a title on the first prompt, a request no usage report mentions (docs/roster.md)."""
+        # An agent without the method answers -32601; nothing is lost.
+        with contextlib.suppress(RequestError):
+            await self._conn._conn.send_request(
+                "session/set_title", {"sessionId": session_id, "title": f"flowd {cwd.name}"}
+            )
+
+    async def _set_model(self, session_id: str) -> None:
+        """ACP's `session/set_model` (gemini: a fixed model also stops its routing requests)."""
+        try:
+            await self._conn._conn.send_request(
+                "session/set_model", {"sessionId": session_id, "modelId": self._model}
+            )
+        except RequestError as exc:
+            if exc.code == -32601:
+                return  # the agent cannot switch models: it runs what its own config names
+            raise self._model_error(exc, None) from None
+
+    def _model_error(self, exc: RequestError, offered: str | None) -> AgentError:
+        """Switching the model failed: a sign-in or rate limit (claude checks the model with a
+        request) is that; anything else means the agent does not take the roster's `model`."""
+        text = error_text(exc)
+        kind, reset_at = classify(text)
+        if kind != "error":
+            return AgentError(kind, f"{self.label}: {text}", reset_at=reset_at)
+        choices = f"one it offers: {offered}" if offered else "one the agent offers"
+        return AgentError(
+            "auth",
+            f"{self.label}: the agent rejected model {self._model!r} ({text}); "
+            f"set the roster's `model` to {choices}",
+        )
+
+    async def _apply_model(self, response: Any) -> None:
+        """Make the roster's `model` the session's, through the agent's `model` config option."""
+        if not self._model or self._conn is None:
+            return
+        if "claude-agent-acp" in self._agent_name:
+            # It took the model from `_meta.claudeCode.options` (`_session_meta`); switching
+            # through the option would cost a model check request it reports nowhere.
+            return
+        option = next((o for o in response.config_options or [] if _option_id(o) == "model"), None)
+        if option is None:
+            await self._set_model(str(response.session_id))
+            return
+        if getattr(getattr(option, "root", option), "current_value", None) == self._model:
+            return
+        try:
+            await self._conn.set_config_option(
+                config_id="model", session_id=str(response.session_id), value=self._model
+            )
+        except RequestError as exc:
+            raise self._model_error(exc, ", ".join(_option_values(option)[:8]) or "none listed") from None
+
     async def _start(self, cwd: Path) -> None:
         await self._stop(graceful=False)
         self._tail.clear()
         env = {**base_environment(), **self._env}
         try:
+            argv = reaped(self._command, env.get("PATH"))
+        except AgentError as exc:
+            raise AgentError(exc.kind, f"{self.label}: {exc.message}") from None
+        try:
             proc = await asyncio.create_subprocess_exec(
-                *self._command,
+                *argv,
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
@@ -418,10 +553,13 @@ class AcpExecutor:
             cast(acp.Client, self._client), proc.stdin, proc.stdout, observers=[self._heard]
         )
         try:
-            await self._conn.initialize(
+            init = await self._conn.initialize(
                 protocol_version=acp.PROTOCOL_VERSION,
+                # No `fs/read_text_file`: gemini (0.61) rejects a client's error as a plain object
+                # its not-found check never matches, so a read of a file still to be created fails
+                # its write; read natively, it sees ENOENT. Writes still come here (path checks).
                 client_capabilities=ClientCapabilities(
-                    fs=FileSystemCapabilities(read_text_file=True, write_text_file=True), terminal=False
+                    fs=FileSystemCapabilities(read_text_file=False, write_text_file=True), terminal=False
                 ),
                 client_info=Implementation(name="flowd", title="flowd", version=__version__),
             )
@@ -434,6 +572,8 @@ class AcpExecutor:
             )
         except (ConnectionError, OSError):
             raise await self._start_failed()
+        info = init.agent_info
+        self._agent_name = info.name if info is not None else ""
 
     async def _start_failed(self) -> AgentError:
         proc = self._proc
@@ -511,17 +651,30 @@ class AcpExecutor:
         if turn is None or session_id != turn.session_id:
             return  # e.g. available_commands_update after session/new: nothing to record
         if isinstance(update, AgentMessageChunk):
-            if isinstance(update.content, TextContentBlock):
+            if _is_notice(update.field_meta):
+                log.info("%s: agent notice: %s", self.label, getattr(update.content, "text", ""))
+            elif isinstance(update.content, TextContentBlock):
                 text = update.content.text
                 if update.message_id and turn.message_id and update.message_id != turn.message_id:
                     text = "\n\n" + text
                 turn.message_id = update.message_id or turn.message_id
-                turn.chunks.append(text)
+                turn.chunks.append((update.message_id, text))
                 turn.emit(text)
         elif isinstance(update, ToolCallStart):
-            call = ToolCall(tool=_tool_name(update), args=update.raw_input, parent=_parent(update.field_meta))
-            turn.tool_calls.append(call)
-            turn.emit(call)
+            call = ToolCall(
+                tool=_tool_name(update), args=_tool_args(update), parent=_parent(update.field_meta)
+            )
+            # claude announces `rawInput: {}` and streams the input after; gemini sends none.
+            ready = bool(update.raw_input) or update.status in ("in_progress", "completed", "failed")
+            turn.tool(update.tool_call_id, call, ready=ready)
+        elif isinstance(update, ToolCallProgress) and update.tool_call_id in turn.pending:
+            call = turn.pending[update.tool_call_id]
+            if update.raw_input:
+                call.args = update.raw_input
+            if update.raw_input or update.status in ("in_progress", "completed", "failed"):
+                turn.tool(update.tool_call_id, call, ready=True)
+        elif isinstance(update, SessionInfoUpdate):
+            _note_status(turn, update.field_meta)
         elif (
             isinstance(update, UsageUpdate)
             and update.cost is not None
@@ -536,6 +689,14 @@ class AcpExecutor:
         cwd = self._sessions.get(session_id)
         if turn is None or turn.cancelled or cwd is None:
             return RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"))
+        if tool_call.tool_call_id not in turn.known or tool_call.tool_call_id in turn.pending:
+            # gemini asks before it announces the call: the request is the call's only trace.
+            call = turn.pending.get(tool_call.tool_call_id) or ToolCall(
+                tool=_tool_name(tool_call), args=_tool_args(tool_call)
+            )
+            if tool_call.raw_input:
+                call.args = tool_call.raw_input
+            turn.tool(tool_call.tool_call_id, call, ready=True)
         escaping = [path for path in tool_paths(tool_call) if outside(cwd, path)]
         wanted = ("reject_once", "reject_always") if escaping else ("allow_once", "allow_always")
         choice = next((o for o in options if o.kind == wanted[0]), None) or next(
@@ -564,12 +725,73 @@ class AcpExecutor:
         return os.path.realpath(path)
 
 
-def _tool_name(update: ToolCallStart) -> str:
+_START_LOCKS: dict[tuple[int, str], asyncio.Lock] = {}
+
+
+def _start_lock(label: str) -> asyncio.Lock:
+    """One lock per executor (the label without its clone number) and event loop."""
+    key = (id(asyncio.get_running_loop()), label.rsplit("#", 1)[0])
+    return _START_LOCKS.setdefault(key, asyncio.Lock())
+
+
+def _option_id(option: Any) -> str | None:
+    root = getattr(option, "root", option)
+    return getattr(root, "id", None)
+
+
+def _option_values(option: Any) -> list[str]:
+    root = getattr(option, "root", option)
+    values: list[str] = []
+    for entry in getattr(root, "options", None) or []:
+        entry = getattr(entry, "root", entry)
+        if hasattr(entry, "value"):
+            values.append(str(entry.value))
+        values += [str(o.value) for o in getattr(entry, "options", None) or [] if hasattr(o, "value")]
+    return values
+
+
+def _note_status(turn: _Turn, meta: dict[str, Any] | None) -> None:
+    """codex-acp's thread status and error in `session_info_update._meta.codex`."""
+    codex = (meta or {}).get("codex")
+    if not isinstance(codex, dict):
+        return
+    status = codex.get("threadStatus")
+    if isinstance(status, dict) and status.get("type") == "systemError":
+        turn.failed = True
+    error = codex.get("error")
+    if isinstance(error, str) and error.strip():
+        turn.errors.append(error.strip())
+    elif isinstance(error, dict):
+        text = error.get("message") or error.get("details")
+        turn.errors.append(str(text) if text else json.dumps(error, default=str)[:500])
+
+
+def _is_notice(meta: dict[str, Any] | None) -> bool:
+    """A message chunk that is the agent's notice, not its answer (claude marks them in `_meta`)."""
+    claude = (meta or {}).get("claudeCode")
+    return isinstance(claude, dict) and isinstance(claude.get("kind"), str)
+
+
+def _tool_name(update: ToolCallStart | ToolCallUpdate) -> str:
     meta = update.field_meta or {}
     claude = meta.get("claudeCode")
     if isinstance(claude, dict) and isinstance(claude.get("toolName"), str):
         return str(claude["toolName"])
+    # gemini names its calls `<tool>__<tool>_<time>_<n>`; its title is prose ("Writing to a.txt").
+    named = re.match(r"([A-Za-z][\w.-]*)__", update.tool_call_id or "")
+    if named:
+        return named.group(1)
     return update.title or str(update.kind or "tool")
+
+
+def _tool_args(update: ToolCallStart | ToolCallUpdate) -> Any:
+    """The tool's input; when the agent sends none (gemini), what it says it touches."""
+    if update.raw_input:
+        return update.raw_input
+    paths = [loc.path for loc in update.locations or []]
+    if not paths and not update.title:
+        return update.raw_input
+    return {"title": update.title, "paths": paths} if paths else {"title": update.title}
 
 
 def _parent(meta: dict[str, Any] | None) -> str | None:

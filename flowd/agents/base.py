@@ -7,6 +7,9 @@ to do with the executor (exclude it, hand over, or blame the reply).
 
 from __future__ import annotations
 
+import os
+import shutil
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -84,6 +87,9 @@ class ToolCall:
 class TurnResult:
     text: str
     usage: TurnUsage | None = None  # None: the agent reported nothing, the caller estimates
+    # Requests of the same turn on other models (a side request on a small model): one more
+    # TokensUsed each, attributed to the same role.
+    more_usage: list[TurnUsage] = field(default_factory=list)
     tool_calls: list[ToolCall] = field(default_factory=list)
     stop_reason: str = "end_turn"
     refusals: list[str] = field(default_factory=list)  # permission requests refused by policy
@@ -102,6 +108,29 @@ class Executor(Protocol):
     async def cancel(self) -> None: ...
 
     async def close(self) -> None: ...
+
+
+# Defaults flowd gives every agent process (the roster's `env` may override them; docs/roster.md):
+# claude's prompt suggestion after each turn is a request nobody reads, and claude retries a
+# failed request (a 401 included) for minutes before flowd hears of it; flowd has its own
+# exclusions for rate limits and outages.
+AGENT_DEFAULT_ENV = {"CLAUDE_CODE_ENABLE_PROMPT_SUGGESTION": "false", "CLAUDE_CODE_MAX_RETRIES": "2"}
+
+
+def reaped(command: list[str], path: str | None = None) -> list[str]:
+    """`command` run under flowd's reaper, so it dies with flowd (flowd/agents/reaper.py).
+
+    Raises `AgentError("unavailable")` when the program is not there: one sentence, before any
+    process starts.
+    """
+    program = command[0]
+    found = shutil.which(program, path=path)
+    if found is None:
+        where = "not found on PATH" if os.sep not in program else "missing or not executable"
+        fix = "install it, or give the roster entry's `command` its full path"
+        raise AgentError("unavailable", f"cannot start {program}: {where} ({fix})")
+    reaper = str(Path(__file__).with_name("reaper.py"))
+    return [sys.executable, "-I", "-S", reaper, str(os.getpid()), "--", found, *command[1:]]
 
 
 def estimate_tokens(text: str) -> int:

@@ -25,7 +25,16 @@ from typing import Any, Literal
 
 import orjson
 
-from flowd.agents.base import AgentError, ToolCall, TurnObserver, TurnRequest, TurnResult, TurnUsage
+from flowd.agents.base import (
+    AGENT_DEFAULT_ENV,
+    AgentError,
+    ToolCall,
+    TurnObserver,
+    TurnRequest,
+    TurnResult,
+    TurnUsage,
+    reaped,
+)
 from flowd.agents.faults import classify
 from flowd.config import ExecutorSpec
 
@@ -43,7 +52,7 @@ BASE_ENV_KEYS = (
 
 
 def cli_environment(roster_env: dict[str, str]) -> dict[str, str]:
-    return {**{k: os.environ[k] for k in BASE_ENV_KEYS if k in os.environ}, **roster_env}
+    return {**AGENT_DEFAULT_ENV, **{k: os.environ[k] for k in BASE_ENV_KEYS if k in os.environ}, **roster_env}
 
 
 def dialect_of(command: list[str]) -> Dialect:
@@ -75,6 +84,8 @@ def build_argv(command: list[str], *, model: str | None, resume: str | None = No
             argv.insert(1, "exec")
         if "--json" not in argv:
             argv.append("--json")
+        if "--skip-git-repo-check" not in argv:
+            argv.append("--skip-git-repo-check")  # `flowd roster check` runs in a plain temp dir
         if model and "--model" not in argv and "-m" not in argv:
             argv += ["--model", model]
     return argv
@@ -92,6 +103,7 @@ class CliTurn:
     usage: TurnUsage | None = None
     tool_calls: list[ToolCall] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
     session: str | None = None
     model: str | None = None
     stop_reason: str = "end_turn"
@@ -212,7 +224,9 @@ def _fold_codex(turn: CliTurn, kind: str, event: dict[str, Any]) -> list[ToolCal
             turn.tool_calls.append(call)
             seen.append(call)
         elif itype == "error" and isinstance(item.get("message"), str):
-            turn.errors.append(item["message"])
+            # codex reports warnings this way ("Model metadata for `…` not found"); a failed
+            # turn comes as `turn.failed` or a top-level `error` event.
+            turn.warnings.append(item["message"])
     elif kind == "turn.completed":
         usage = event.get("usage")
         if isinstance(usage, dict):
@@ -279,11 +293,12 @@ class CliExecutor:
         )
 
     async def _run(self, argv: list[str], request: TurnRequest, observe: TurnObserver | None) -> CliTurn:
+        env = cli_environment(self.spec.resolved_env)
         try:
             proc = await asyncio.create_subprocess_exec(
-                *argv,
+                *reaped(argv, env.get("PATH")),
                 cwd=request.cwd,
-                env=cli_environment(self.spec.resolved_env),
+                env=env,
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
@@ -349,7 +364,12 @@ class CliExecutor:
 
     async def _kill(self) -> None:
         proc = self._proc
-        if proc is None or proc.returncode is not None:
+        if proc is None:
+            return
+        if proc.returncode is not None:
+            # What the CLI started and left behind in its group goes with it.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
             return
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)

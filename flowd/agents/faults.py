@@ -101,6 +101,7 @@ def classify(
     a crash (126/127: it could not even start, so the engine is unavailable).
     """
     now = now or datetime.now(UTC)
+    message = without_paths(message)
     text = message.lower()
     if _has(text, _AUTH):
         return "auth", None
@@ -118,6 +119,16 @@ def classify(
     if exit_code is not None:
         return "crash", None
     return "error", None
+
+
+# A file path (absolute, or ~/…) up to whitespace or a quote; URLs keep theirs (the `/` after
+# `:`, `/` or a word character is not a path's start).
+_PATH = re.compile(r"(?<![\w:/.~-])~?/[^\s'\"`()\[\]<>,;]+")
+
+
+def without_paths(message: str) -> str:
+    """The message with file paths blanked: a work dir named `…-401-…` is not an HTTP 401."""
+    return _PATH.sub("<path>", message)
 
 
 def reset_time(message: str, *, now: datetime | None = None) -> datetime | None:

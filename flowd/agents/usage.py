@@ -15,8 +15,12 @@ from flowd.agents.base import TurnUsage
 
 
 def capture_usage(response: PromptResponse) -> TurnUsage | None:
-    """Per-turn tokens from `PromptResponse.usage`, else gemini's `_meta.quota`; None when neither."""
+    """Per-turn tokens: `_meta.quota.model_usage` when the agent sends it (every request of the
+    turn, side requests included), else `PromptResponse.usage`, else `_meta.quota.token_count`."""
     meta = response.field_meta or {}
+    per_model = model_usages(meta)
+    if per_model:
+        return per_model[0]
     usage = response.usage
     if usage is not None:
         read = usage.cached_read_tokens or 0
@@ -53,3 +57,49 @@ def reported_model(meta: dict[str, Any]) -> str | None:
             name = models[0].get("model")
             return name if isinstance(name, str) else None
     return None
+
+
+def _count(entry: dict[str, Any], *names: str) -> int:
+    for name in names:
+        value = entry.get(name)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return 0
+
+
+def _from_count(count: dict[str, Any], model: str | None) -> TurnUsage:
+    fresh = _count(count, "inputTokens", "input_tokens")
+    read = _count(count, "cachedInputTokens", "cachedReadTokens", "cached_input_tokens")
+    write = _count(count, "cachedWriteTokens", "cacheWriteTokens", "cached_write_tokens")
+    out = _count(count, "outputTokens", "output_tokens")
+    total = _count(count, "totalTokens", "total_tokens")
+    # claude counts input without the cache (total = input + cache + output); codex and gemini
+    # count the cache inside input (total = input + output).
+    apart = bool(read or write) and total >= fresh + read + write + out
+    return TurnUsage(
+        input=fresh + (read + write if apart else 0),
+        output=out,
+        cached_read=read if (read or "cachedInputTokens" in count) else None,
+        cache_write=write if (write or "cachedWriteTokens" in count) else None,
+        model=model,
+    )
+
+
+def model_usages(meta: dict[str, Any]) -> list[TurnUsage]:
+    """One `TurnUsage` per model of `_meta.quota.model_usage` (largest first); [] when absent.
+
+    claude-agent-acp and codex-acp put every model request of the turn there, including the
+    requests the agent makes on its own (a session title, an auto-mode classifier), which
+    `PromptResponse.usage` leaves out (docs/roster.md, "Usage").
+    """
+    quota = meta.get("quota")
+    models = quota.get("model_usage") if isinstance(quota, dict) else None
+    if not isinstance(models, list):
+        return []
+    found = [
+        _from_count(entry["token_count"], entry.get("model") if isinstance(entry.get("model"), str) else None)
+        for entry in models
+        if isinstance(entry, dict) and isinstance(entry.get("token_count"), dict)
+    ]
+    found = [u for u in found if u.input or u.output]
+    return sorted(found, key=lambda u: u.input + u.output, reverse=True)

@@ -177,6 +177,24 @@ class RunContext:
                 estimated=estimated,
             )
         )
+        for other in result.more_usage:  # the turn's requests on other models (side requests)
+            self.emit(
+                TokensUsed(
+                    lane=lane,
+                    executor=info.executor,
+                    clone=info.clone if coder_clone else None,
+                    agent=request.role,
+                    model=other.model or model,
+                    usage=Usage(
+                        input=other.input,
+                        output=other.output,
+                        total=other.input + other.output,
+                        cached_read=other.cached_read,
+                        cache_write=other.cache_write,
+                        cost_usd=other.cost_usd,
+                    ),
+                )
+            )
 
     def _only_coders_hold(self, role: str) -> bool:
         """No slot for `role` is free, and only stories' coders hold them (nothing brief will end)."""
@@ -219,21 +237,37 @@ class HeldCoder:
         self.ctx.holders[self.lane] = self
 
     async def borrowed_turn(self, request: TurnRequest) -> TurnResult:
-        """A planner/reviewer/judge turn on this story's own coder clone (no slot was free)."""
-        lease, role = self.lease, request.role
+        """A planner/reviewer/judge turn on this story's own coder clone (no slot was free).
+
+        An executor fault does not end it: like a leased call it waits for the executor to come
+        back (the clone is the only one it can use) and asks once more; an executor out for the
+        run halts (`NoExecutor`, exit 3), as docs/roster.md says.
+        """
+        retried = False
+        while True:
+            lease, role = self.lease, request.role
+            try:
+                result = await self._borrow_once(lease, request)
+            except AgentError as error:
+                excluded = self.ctx.pool.fail(lease, error)
+                if retried or not excluded or error.kind not in EXECUTOR_FAULTS:
+                    raise
+                retried = True
+                await self.ctx.pool.wait_back(lease.executor_id, role)
+                continue
+            self.ctx.pool.succeeded(lease)
+            self.ctx.record_turn(request, result, lease.info, lane=self.lane, coder_clone=False)
+            return result
+
+    async def _borrow_once(self, lease: Lease, request: TurnRequest) -> TurnResult:
+        role = request.role
         self.ctx.emit(ExecutorLeased(executor=lease.executor_id, role=role, label=self.lane, borrowed=True))
         try:
-            result = await lease.executor.run_turn(request, self.ctx.observer(self.lane, lease.executor_id))
-        except AgentError as error:
-            self.ctx.pool.fail(lease, error)
-            raise
+            return await lease.executor.run_turn(request, self.ctx.observer(self.lane, lease.executor_id))
         finally:
             self.ctx.emit(
                 ExecutorReleased(executor=lease.executor_id, role=role, label=self.lane, borrowed=True)
             )
-        self.ctx.pool.succeeded(lease)
-        self.ctx.record_turn(request, result, lease.info, lane=self.lane, coder_clone=False)
-        return result
 
     async def turn(self, request: TurnRequest) -> TurnResult:
         handed_over = False

@@ -2,15 +2,26 @@
 
 from __future__ import annotations
 
+import shutil
 import sys
 from pathlib import Path
 
 import pytest
-from acp.schema import PromptResponse, ToolCallLocation, ToolCallUpdate, Usage
+from acp.schema import PromptResponse, ToolCallLocation, ToolCallStart, ToolCallUpdate, Usage
 
-from flowd.agents.acp_client import AcpExecutor, base_environment, outside, tool_paths
+from flowd.agents.acp_client import (
+    AcpExecutor,
+    _is_notice,
+    _tool_args,
+    _tool_name,
+    _Turn,
+    base_environment,
+    outside,
+    tool_paths,
+)
+from flowd.agents.base import AgentError, ToolCall, reaped
 from flowd.agents.factory import make_executor
-from flowd.agents.usage import capture_usage
+from flowd.agents.usage import capture_usage, model_usages
 from flowd.config import ExecutorSpec
 from flowd.errors import FlowdError
 
@@ -100,3 +111,87 @@ def test_factory_builds_acp_and_script_executors_and_names_missing_kinds(tmp_pat
     if "cli" not in factory.CONSTRUCTORS:
         with pytest.raises(FlowdError, match="kind 'cli' is not available"):
             make_executor(cli_spec, clone=1)
+
+
+def test_model_usage_counts_every_request_of_the_turn_per_model() -> None:
+    # claude-agent-acp's shape (cache apart from input), with a side request on a second model.
+    quota = {
+        "token_count": {"totalTokens": 12108, "inputTokens": 3222, "cachedInputTokens": 7248,
+                        "cachedWriteTokens": 1611, "outputTokens": 27},
+        "model_usage": [
+            {"model": "claude-haiku-4-5", "token_count": {"totalTokens": 1036, "inputTokens": 1016,
+                                                          "outputTokens": 20}},
+            {"model": "claude-sonnet-4-5", "token_count": {"totalTokens": 12108, "inputTokens": 3222,
+             "cachedInputTokens": 7248, "cachedWriteTokens": 1611, "outputTokens": 27}},
+        ],
+    }  # fmt: skip
+    found = model_usages({"quota": quota})
+    assert [(u.model, u.input, u.output, u.cached_read, u.cache_write) for u in found] == [
+        ("claude-sonnet-4-5", 12081, 27, 7248, 1611),
+        ("claude-haiku-4-5", 1016, 20, None, None),
+    ]
+    # codex's shape: the cache apart too (total = input + cached + output).
+    codex = {"model_usage": [{"model": "gpt-5-codex", "token_count": {
+        "totalTokens": 11019, "inputTokens": 4400, "cachedInputTokens": 6599, "cacheWriteInputTokens": 0,
+        "outputTokens": 20}}]}  # fmt: skip
+    assert [(u.input, u.output, u.cached_read) for u in model_usages({"quota": codex})] == [(10999, 20, 6599)]
+    # gemini's: input already holds the cache.
+    gemini = {
+        "model_usage": [
+            {"model": "gemini-2.5-pro", "token_count": {"input_tokens": 11212, "output_tokens": 27}}
+        ]
+    }
+    assert [(u.input, u.output) for u in model_usages({"quota": gemini})] == [(11212, 27)]
+    assert model_usages({}) == [] and model_usages({"quota": {"model_usage": []}}) == []
+    response = PromptResponse(stop_reason="end_turn", field_meta={"quota": quota})
+    usage = capture_usage(response)
+    assert usage is not None and (usage.model, usage.input) == ("claude-sonnet-4-5", 12081)
+
+
+def test_the_answer_leaves_out_notices_and_unnumbered_warnings() -> None:
+    turn = _Turn(session_id="s", cwd=Path("/w"), observe=None)
+    turn.chunks = [
+        (None, "Warning: Model metadata for `gpt-5-codex` not found.\n\n"),
+        ("m1", '{"tasks": []}'),
+    ]
+    assert turn.answer() == '{"tasks": []}' and turn.failure() is None
+    plain = _Turn(session_id="s", cwd=Path("/w"), observe=None)
+    plain.chunks = [(None, "ready")]
+    assert plain.answer() == "ready"  # an agent that numbers nothing (gemini): every chunk
+    failed = _Turn(session_id="s", cwd=Path("/w"), observe=None, failed=True)
+    failed.chunks = [
+        (None, "Warning: Model metadata not found.\n\n"),
+        (None, "exceeded retry limit, last status: 429"),
+    ]
+    assert failed.failure() == "exceeded retry limit, last status: 429"
+    assert _is_notice({"claudeCode": {"kind": "informational", "level": "warning"}})
+    assert not _is_notice({"claudeCode": {"toolName": "Write"}}) and not _is_notice(None)
+
+
+def test_a_tool_call_waits_for_its_input_before_it_is_told() -> None:
+    told: list[object] = []
+    turn = _Turn(session_id="s", cwd=Path("/w"), observe=told.append)
+    start = ToolCallStart(session_update="tool_call", tool_call_id="t1", title="Write", raw_input={},
+                          field_meta={"claudeCode": {"toolName": "Write"}})  # fmt: skip
+    turn.tool("t1", ToolCall(tool=_tool_name(start), args=_tool_args(start)), ready=False)
+    assert told == []
+    turn.pending["t1"].args = {"file_path": "/w/a.txt", "content": "x"}
+    turn.tool("t1", turn.pending["t1"], ready=True)
+    assert [(c.tool, c.args) for c in turn.tool_calls] == [
+        ("Write", {"file_path": "/w/a.txt", "content": "x"})
+    ]
+    gemini = ToolCallStart(session_update="tool_call", tool_call_id="write_file__write_file_17_0",
+                           title="Writing to a.txt", locations=[ToolCallLocation(path="/w/a.txt")])  # fmt: skip
+    assert _tool_name(gemini) == "write_file"
+    assert _tool_args(gemini) == {"title": "Writing to a.txt", "paths": ["/w/a.txt"]}
+
+
+def test_missing_program_is_one_sentence_before_any_process(tmp_path: Path) -> None:
+    with pytest.raises(AgentError) as caught:
+        reaped(["no-such-agent-program", "--acp"], path=str(tmp_path))
+    assert caught.value.kind == "unavailable"
+    assert str(caught.value) == (
+        "unavailable: cannot start no-such-agent-program: not found on PATH "
+        "(install it, or give the roster entry's `command` its full path)"
+    )
+    assert reaped(["sh", "-c", "true"])[-3:] == [shutil.which("sh"), "-c", "true"]

@@ -168,14 +168,12 @@ def test_build_argv_adds_what_each_dialect_needs() -> None:
         "stream-json",
         "--verbose",
     ]
-    assert build_argv(["codex"], model="gpt-5-codex") == ["codex", "exec", "--json", "--model", "gpt-5-codex"]
-    assert build_argv(["codex", "exec", "--json", "-m", "o3"], model="x") == [
-        "codex",
-        "exec",
-        "--json",
-        "-m",
-        "o3",
-    ]
+    assert build_argv(["codex"], model="gpt-5-codex") == [
+        "codex", "exec", "--json", "--skip-git-repo-check", "--model", "gpt-5-codex",
+    ]  # fmt: skip
+    assert build_argv(["codex", "exec", "--json", "-m", "o3", "--skip-git-repo-check"], model="x") == [
+        "codex", "exec", "--json", "-m", "o3", "--skip-git-repo-check",
+    ]  # fmt: skip
     assert build_argv(["my-agent", "--flag"], model="x") == ["my-agent", "--flag"]
 
 

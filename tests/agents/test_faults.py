@@ -95,3 +95,11 @@ def test_exit_codes_without_a_known_message() -> None:
     assert classify("", exit_code=3)[0] == "crash"
     assert classify("sh: claude-agent-acp: not found", exit_code=127)[0] == "unavailable"
     assert classify("Not logged in", exit_code=1)[0] == "auth"
+
+
+def test_paths_in_an_error_never_decide_its_kind() -> None:
+    # A work dir named after a status code is not that status (docs/roster.md, "Exclusions").
+    assert classify("Error: failed to initialize state under /tmp/run-401-x/home/codex") == ("error", None)
+    assert classify("Error: cannot open '/srv/ep-429-a/.codex/state.db'") == ("error", None)
+    assert classify("request to http://127.0.0.1:4100/v1 failed: 401 Unauthorized")[0] == "auth"
+    assert classify("exceeded retry limit, last status: 429 Too Many Requests")[0] == "rate_limit"

@@ -1,0 +1,60 @@
+"""Each real agent program, from its docs/roster.md entry, against the model stub.
+
+`flowd roster check`, a two-story epic to `done` and merged, the trace's tokens against what the
+stub served (the ratio is printed per program), `flowd cost`, and no agent process left.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from flowd.events import RunEnded, StoryMerged, TokensUsed, ToolUse
+from tests.agents_real.harness import PROGRAMS, Project, entry, wait_gone
+from tests.model_stub import ModelStub
+
+
+@pytest.mark.parametrize("program", PROGRAMS)
+def test_roster_check_answers(
+    program: str, installed: dict[str, Path], stub: ModelStub, tmp_path: Path
+) -> None:
+    spec = {**entry(program, installed, stub.url, tmp_path / "home"), "roles": ["reviewer", "coder"]}
+    project = Project.create(tmp_path, [spec])
+    done = project.flowd("roster", "check", "--json")
+    report = json.loads(done.stdout)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert report["executors"][0]["reply"] == "ready"
+    assert any(e.role == "check" for e in stub.served())
+
+
+@pytest.mark.parametrize("program", PROGRAMS)
+def test_two_story_epic(program: str, installed: dict[str, Path], stub: ModelStub, tmp_path: Path) -> None:
+    spec = {**entry(program, installed, stub.url, tmp_path / "home"), "slots": 2}
+    project = Project.create(tmp_path, [spec])
+    run = project.spawn()
+    try:
+        code = run.wait(240)
+        left = wait_gone(run.seen)
+    finally:
+        run.kill()
+    assert code == 0, f"{program}: exit {code}\n{run.err[-4000:]}\n{run.out[-3000:]}"
+    assert not left, f"{program}: agent processes left after the run: {left}"
+    run_id = project.run_id(run.out)
+    events = [e.event for e in project.events(run_id)]
+    assert [e.outcome for e in events if isinstance(e, RunEnded)] == ["done"]
+    assert sorted(e.lane for e in events if isinstance(e, StoryMerged)) == ["alpha", "beta"]
+    files = project.epic_files()
+    assert any(f.startswith("alpha/") for f in files) and any(f.startswith("beta/") for f in files)
+    # Tool use carries what the tool was asked to do.
+    writes = [e for e in events if isinstance(e, ToolUse)]
+    assert writes and all(e.args for e in writes), writes
+    # Usage: every request the stub answered is in the trace.
+    traced = sum(e.usage.total for e in events if isinstance(e, TokensUsed) and not e.estimated)
+    served = sum(e.input + e.output for e in stub.served())
+    ratio = traced / served
+    print(f"\n{program}: traced {traced} / served {served} tokens = {ratio:.3f}")
+    assert ratio >= 0.99, f"{program}: the trace holds {ratio:.3f} of the tokens the stub served"
+    cost = project.flowd("cost", "--run", run_id)
+    assert cost.returncode == 0, cost.stderr

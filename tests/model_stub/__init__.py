@@ -1,0 +1,5 @@
+"""A scripted model behind real HTTP: the only stand-in of the real-agent suite (docs/roster.md)."""
+
+from tests.model_stub.server import Fault, LogEntry, ModelStub
+
+__all__ = ["Fault", "LogEntry", "ModelStub"]
