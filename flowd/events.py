@@ -279,8 +279,8 @@ Event = Annotated[
     Field(discriminator="type"),
 ]
 
-EVENT_TYPES: frozenset[str] = frozenset(
-    cls.model_fields["type"].default
+EVENT_CLASSES: dict[str, type[WireModel]] = {
+    cls.model_fields["type"].default: cls
     for cls in (
         RunStarted, RunEnded, StoryStatusChanged, TasksPlanned, TaskStarted, TaskCompleted,
         StageStarted, StageCompleted, StageFailed, ToolUse, AssistantMessage, TokensUsed,
@@ -288,7 +288,8 @@ EVENT_TYPES: frozenset[str] = frozenset(
         GateResult, PerimeterViolation, TaskOwnsViolation, StoryMerged, MergeRolledBack,
         StoryJudged, BudgetExceeded, Info,
     )
-)  # fmt: skip
+}  # fmt: skip
+EVENT_TYPES: frozenset[str] = frozenset(EVENT_CLASSES)
 
 
 class Envelope(WireModel):
@@ -310,6 +311,11 @@ def parse_line(line: bytes | str) -> Envelope | None:
         raw = orjson.loads(line)
     except orjson.JSONDecodeError:
         return None
+    return envelope_from_dict(raw)
+
+
+def envelope_from_dict(raw: object) -> Envelope | None:
+    """A parsed trace line (JSON value) to an envelope; None as for `parse_line`."""
     if not isinstance(raw, dict):
         return None
     event = raw.get("event")

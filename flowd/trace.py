@@ -1,5 +1,10 @@
 """The trace: `.flow/runs/<runId>/trace.jsonl` (one event per line, flushed as it happens) and
 `run.json`. One writer per run (the `flowd run` process); readers are tolerant and streaming.
+
+Readers never hold a whole trace: `TraceFollower` reads new bytes in bounded chunks. Folding a
+long trace into a view (re-attach, `flowd status`, a resumed run) goes through `fold_lines`, which
+skips the lines no view folds without parsing them and folds the rest from orjson dicts, building
+no pydantic object for the common `TokensUsed` line (docs/performance.md).
 """
 
 from __future__ import annotations
@@ -18,7 +23,14 @@ from pydantic import ValidationError
 from flowd.events import Envelope, Event, dump_envelope, parse_line
 from flowd.fsio import write_model_atomic
 from flowd.timeutil import iso
+from flowd.tracefold import fold_lines
+from flowd.view import RunView
 from flowd.wire import WireModel
+
+# Bytes read per step: bounds a reader's memory whatever the trace's length.
+CHUNK_BYTES = 1 << 20
+# A "line" longer than this is no trace line (a writer's line is an event): dropped to its newline.
+MAX_LINE_BYTES = 64 << 20
 
 
 class RunRecord(WireModel):
@@ -171,36 +183,79 @@ class TraceWriter:
 
 def read_trace(path: Path) -> Iterator[Envelope]:
     """Every parseable event of a trace, in file order; unreadable lines are skipped."""
-    try:
-        handle = path.open("rb")
-    except OSError:
-        return
-    with handle:
-        for line in handle:
-            envelope = parse_line(line)
-            if envelope is not None:
-                yield envelope
+    yield from TraceFollower(path).events()
+
+
+def fold_trace(path: Path, view: RunView) -> RunView:
+    """Fold a whole trace into `view`, streaming (the same result as applying `read_trace`)."""
+    TraceFollower(path).fold_into(view)
+    return view
 
 
 class TraceFollower:
-    """Reads a growing trace incrementally: each `poll()` returns the events of complete new lines."""
+    """Reads a growing trace incrementally, only complete lines, `CHUNK_BYTES` at a time.
 
-    def __init__(self, path: Path) -> None:
+    `poll()`/`events()` give every event of the new lines; `fold_into(view)` folds them into a
+    view without building what no view needs (re-attach). Both resume at the same offset."""
+
+    def __init__(
+        self, path: Path, chunk_bytes: int = CHUNK_BYTES, max_line_bytes: int = MAX_LINE_BYTES
+    ) -> None:
         self.path = path
         self.offset = 0
+        self._chunk_bytes = chunk_bytes
+        self._max_line = max_line_bytes
         self._partial = b""
+        self._dropping = False  # inside an over-long line: skip to its newline
 
     def poll(self) -> list[Envelope]:
+        return list(self.events())
+
+    def events(self) -> Iterator[Envelope]:
+        """The events of the complete new lines (iterate to the end: the offset moves per chunk)."""
+        for chunk in self.chunks():
+            for line in chunk.split(b"\n"):
+                if line:
+                    envelope = parse_line(line)
+                    if envelope is not None:
+                        yield envelope
+
+    def fold_into(self, view: RunView) -> None:
+        """Fold the complete new lines into `view`; memory stays within a chunk."""
+        for chunk in self.chunks():
+            fold_lines(view, chunk)
+
+    def chunks(self) -> Iterator[bytes]:
+        """Runs of complete new lines, each ending in a newline, about `chunk_bytes` each."""
         try:
-            with self.path.open("rb") as handle:
-                handle.seek(self.offset)
-                data = handle.read()
+            handle = self.path.open("rb")
         except OSError:
-            return []
-        if not data:
-            return []
-        self.offset += len(data)
-        data = self._partial + data
-        lines = data.split(b"\n")
-        self._partial = lines.pop()
-        return [e for e in (parse_line(line) for line in lines if line.strip()) if e is not None]
+            return
+        with handle:
+            handle.seek(self.offset)
+            while True:
+                try:
+                    data = handle.read(self._chunk_bytes)
+                except OSError:
+                    return
+                if not data:
+                    return
+                self.offset += len(data)
+                lines = self._complete(data)
+                if lines:
+                    yield lines
+
+    def _complete(self, data: bytes) -> bytes:
+        if self._dropping:
+            cut = data.find(b"\n")
+            if cut < 0:
+                return b""
+            self._dropping = False
+            data = data[cut + 1 :]
+        elif self._partial:
+            data = self._partial + data
+        cut = data.rfind(b"\n") + 1
+        self._partial = data[cut:]
+        if len(self._partial) > self._max_line:
+            self._partial, self._dropping = b"", True
+        return data[:cut]

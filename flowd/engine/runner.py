@@ -41,7 +41,7 @@ from flowd.plan.parse import load_plan
 from flowd.roster import RosterPool
 from flowd.runctl import new_run_id
 from flowd.timeutil import iso
-from flowd.trace import RunRecord, TraceWriter, load_run_record, read_trace, trace_path, write_run_record
+from flowd.trace import RunRecord, TraceWriter, fold_trace, load_run_record, trace_path, write_run_record
 from flowd.view import RunView
 
 EXIT_FOR = {"done": EXIT_OK, "failed": EXIT_FAILED, "halted": EXIT_HALTED, "cancelled": EXIT_CANCELLED}
@@ -128,9 +128,8 @@ async def run_epic(options: RunOptions) -> RunResult:
         loop.call_soon_threadsafe(stop.set)
 
     writer = TraceWriter(trace_path(repo.root, run_id), run_id, on_error=trace_failed)
-    view = RunView(run_id=run_id, pricer=pricer(settings))
-    for envelope in read_trace(writer.path):  # a continued run counts what it already did
-        view.apply(envelope)
+    # A continued run counts what it already did.
+    view = fold_trace(writer.path, RunView(run_id=run_id, pricer=pricer(settings)))
     writer.subscribe(view.apply)
     if options.on_event is not None:
         writer.subscribe(options.on_event)

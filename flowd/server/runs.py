@@ -168,8 +168,8 @@ class RunManager:
         view.epic_branch = f"epic/{record.epic_id}"
         view.started_at = record.started_at
         run = Tracked(record, view, TraceFollower(trace_path(self.repo, record.run_id)))
-        for envelope in await asyncio.to_thread(run.follower.poll):
-            view.apply(envelope)
+        # The past is folded streaming, skipping what no view needs (flowd.tracefold).
+        await asyncio.to_thread(run.follower.fold_into, view)
         self.runs[record.run_id] = run
         run.ready = True
         if is_active(record):
@@ -185,7 +185,7 @@ class RunManager:
     def pump(self, run: Tracked) -> None:
         if not run.ready or self._stop.is_set():
             return
-        for envelope in run.follower.poll():
+        for envelope in run.follower.events():
             run.view.apply(envelope)
             self.hooks.event(run, envelope)
             if isinstance(envelope.event, RunEnded):
