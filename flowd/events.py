@@ -6,6 +6,7 @@ they do not know (`parse_line` returns None for both), so old readers survive ne
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Annotated, Any, Literal
 
 import orjson
@@ -302,7 +303,9 @@ class Envelope(WireModel):
     event: Event
 
 
-_ENVELOPE = TypeAdapter(Envelope)
+@cache
+def _envelope() -> TypeAdapter[Envelope]:
+    return TypeAdapter(Envelope)  # built on first use (docs/performance.md: start-up)
 
 
 def parse_line(line: bytes | str) -> Envelope | None:
@@ -322,7 +325,7 @@ def envelope_from_dict(raw: object) -> Envelope | None:
     if not isinstance(event, dict) or event.get("type") not in EVENT_TYPES:
         return None
     try:
-        return _ENVELOPE.validate_python(raw)
+        return _envelope().validate_python(raw)
     except ValidationError:
         return None
 
