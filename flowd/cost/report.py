@@ -312,8 +312,15 @@ def build_report(
 
 
 def _local_hour(minute: str, zone: tzinfo) -> str:
+    # Once per distinct minute of the usage: the fields are read in place (strptime is ~10x slower),
+    # and anything but `YYYY-MM-DDTHH:MM` is a time we cannot place.
+    if len(minute) != 16 or minute[4] != "-" or minute[7] != "-" or minute[10] != "T" or minute[13] != ":":
+        return ""
+    parts = (minute[0:4], minute[5:7], minute[8:10], minute[11:13], minute[14:16])
+    if not all(p.isdigit() and p.isascii() for p in parts):
+        return ""
     try:
-        moment = datetime.strptime(minute, "%Y-%m-%dT%H:%M").replace(tzinfo=UTC)
+        moment = datetime(*(int(p) for p in parts), tzinfo=UTC)  # type: ignore[misc]
     except ValueError:
         return ""
     return moment.astimezone(zone).strftime("%Y-%m-%d %H:00")
