@@ -316,11 +316,11 @@ def _local_hour(minute: str, zone: tzinfo) -> str:
     # and anything but `YYYY-MM-DDTHH:MM` is a time we cannot place.
     if len(minute) != 16 or minute[4] != "-" or minute[7] != "-" or minute[10] != "T" or minute[13] != ":":
         return ""
-    parts = (minute[0:4], minute[5:7], minute[8:10], minute[11:13], minute[14:16])
-    if not all(p.isdigit() and p.isascii() for p in parts):
+    year, month, day, hour, mins = (minute[0:4], minute[5:7], minute[8:10], minute[11:13], minute[14:16])
+    if not all(p.isdigit() and p.isascii() for p in (year, month, day, hour, mins)):
         return ""
     try:
-        moment = datetime(*(int(p) for p in parts), tzinfo=UTC)  # type: ignore[misc]
+        moment = datetime(int(year), int(month), int(day), int(hour), int(mins), tzinfo=UTC)
     except ValueError:
         return ""
     return moment.astimezone(zone).strftime("%Y-%m-%d %H:00")
