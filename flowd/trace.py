@@ -12,17 +12,19 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
 import sys
 import threading
 from collections.abc import Callable, Iterator
+from datetime import datetime
 from pathlib import Path
 
 import orjson
 from pydantic import ValidationError
 
-from flowd.events import Envelope, Event, dump_envelope, parse_line
+from flowd.events import Envelope, Event, StoryMerged, StoryStatusChanged, dump_envelope, parse_line
 from flowd.fsio import write_model_atomic
-from flowd.timeutil import iso
+from flowd.timeutil import iso, parse_iso
 from flowd.tracefold import fold_lines
 from flowd.view import RunView
 from flowd.wire import WireModel
@@ -259,3 +261,46 @@ class TraceFollower:
         if len(self._partial) > self._max_line:
             self._partial, self._dropping = b"", True
         return data[:cut]
+
+
+# Lines that start or finish a story, found by their marks before anything is parsed.
+_STORY_MARKS = re.compile(rb'"type":"(?:StoryStatusChanged|StoryMerged)"')
+HISTORY_RUNS = 20
+
+
+def story_durations(repo: Path, limit: int = HISTORY_RUNS) -> dict[str, float]:
+    """Seconds from a story's start (`StoryStatusChanged` active) to its merge (`StoryMerged`) in
+    the repository's most recent runs (the latest measurement of each story wins): the history
+    `flowd.plan.graph.estimate_durations` ranks by."""
+    out: dict[str, float] = {}
+    for record in reversed(list_runs(repo)[:limit]):  # oldest first: later runs overwrite
+        run_id = record.run_id
+        started: dict[str, datetime] = {}
+        for chunk in TraceFollower(trace_path(repo, run_id)).chunks():
+            for line in _marked_lines(chunk, _STORY_MARKS):
+                _note_story(line, started, out)
+    return out
+
+
+def _marked_lines(chunk: bytes, marks: re.Pattern[bytes]) -> Iterator[bytes]:
+    last = -1
+    for match in marks.finditer(chunk):
+        start = chunk.rfind(b"\n", 0, match.start()) + 1
+        if start != last:
+            last = start
+            yield chunk[start : chunk.find(b"\n", match.end())]
+
+
+def _note_story(line: bytes, started: dict[str, datetime], out: dict[str, float]) -> None:
+    envelope = parse_line(line)
+    if envelope is None:
+        return
+    event = envelope.event
+    try:
+        at = parse_iso(envelope.at)
+    except ValueError:
+        return
+    if isinstance(event, StoryStatusChanged) and event.status == "active":
+        started.setdefault(event.story, at)
+    elif isinstance(event, StoryMerged) and event.lane in started:
+        out[event.lane] = max(0.0, (at - started.pop(event.lane)).total_seconds())

@@ -36,12 +36,20 @@ from flowd.events import (
     StoryStatusChanged,
 )
 from flowd.gitops import Repo, worktree_root
-from flowd.plan.graph import critical_path_rank, dependents_of, launch_order, ready
+from flowd.plan.graph import critical_path_rank, dependents_of, estimate_durations, launch_order, ready
 from flowd.plan.parse import load_plan
 from flowd.roster import RosterPool
 from flowd.runctl import new_run_id
 from flowd.timeutil import iso
-from flowd.trace import RunRecord, TraceWriter, fold_trace, load_run_record, trace_path, write_run_record
+from flowd.trace import (
+    RunRecord,
+    TraceWriter,
+    fold_trace,
+    load_run_record,
+    story_durations,
+    trace_path,
+    write_run_record,
+)
 from flowd.view import RunView
 
 EXIT_FOR = {"done": EXIT_OK, "failed": EXIT_FAILED, "halted": EXIT_HALTED, "cancelled": EXIT_CANCELLED}
@@ -244,7 +252,10 @@ class Scheduler:
         self.waiting: dict[str, str] = {}
         self.halted: str | None = None
         self.failed_fast: str | None = None
-        self.rank = critical_path_rank(ctx.plan)
+        # Longest expected chain of dependents first, by durations estimated from each story's size
+        # and earlier runs (docs/performance.md: scheduling).
+        history = story_durations(ctx.repo.root)
+        self.rank = critical_path_rank(ctx.plan, estimate_durations(ctx.plan, history))
         self.cancel = stop or asyncio.Event()
         self.broken = broken if broken is not None else []
         self.last_summary = ""
