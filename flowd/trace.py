@@ -185,12 +185,12 @@ class TraceWriter:
 
 def read_trace(path: Path) -> Iterator[Envelope]:
     """Every parseable event of a trace, in file order; unreadable lines are skipped."""
-    yield from TraceFollower(path).events()
+    yield from TraceFollower(path).events(to_end=True)
 
 
 def fold_trace(path: Path, view: RunView) -> RunView:
     """Fold a whole trace into `view`, streaming (the same result as applying `read_trace`)."""
-    TraceFollower(path).fold_into(view)
+    TraceFollower(path).fold_into(view, to_end=True)
     return view
 
 
@@ -213,22 +213,25 @@ class TraceFollower:
     def poll(self) -> list[Envelope]:
         return list(self.events())
 
-    def events(self) -> Iterator[Envelope]:
+    def events(self, *, to_end: bool = False) -> Iterator[Envelope]:
         """The events of the complete new lines (iterate to the end: the offset moves per chunk)."""
-        for chunk in self.chunks():
+        for chunk in self.chunks(to_end=to_end):
             for line in chunk.split(b"\n"):
                 if line:
                     envelope = parse_line(line)
                     if envelope is not None:
                         yield envelope
 
-    def fold_into(self, view: RunView) -> None:
+    def fold_into(self, view: RunView, *, to_end: bool = False) -> None:
         """Fold the complete new lines into `view`; memory stays within a chunk."""
-        for chunk in self.chunks():
+        for chunk in self.chunks(to_end=to_end):
             fold_lines(view, chunk)
 
-    def chunks(self) -> Iterator[bytes]:
-        """Runs of complete new lines, each ending in a newline, about `chunk_bytes` each."""
+    def chunks(self, *, to_end: bool = False) -> Iterator[bytes]:
+        """Runs of complete new lines, each ending in a newline, about `chunk_bytes` each.
+
+        `to_end`: a one-shot reader's last line counts even without its newline (a follower waits
+        for it instead: it may still be being written)."""
         try:
             handle = self.path.open("rb")
         except OSError:
@@ -241,6 +244,8 @@ class TraceFollower:
                 except OSError:
                     return
                 if not data:
+                    if to_end and self._partial and not self._dropping:
+                        yield self._partial + b"\n"
                     return
                 self.offset += len(data)
                 lines = self._complete(data)
@@ -265,12 +270,12 @@ class TraceFollower:
 
 # Lines that start or finish a story, found by their marks before anything is parsed.
 _STORY_MARKS = re.compile(rb'"type":"(?:StoryStatusChanged|StoryMerged)"')
-HISTORY_RUNS = 20
+HISTORY_RUNS = 10
 
 
 def story_durations(repo: Path, limit: int = HISTORY_RUNS) -> dict[str, float]:
     """Seconds from a story's start (`StoryStatusChanged` active) to its merge (`StoryMerged`) in
-    the repository's most recent runs (the latest measurement of each story wins): the history
+    the repository's 10 most recent runs (the latest measurement of each story wins): the history
     `flowd.plan.graph.estimate_durations` ranks by."""
     out: dict[str, float] = {}
     for record in reversed(list_runs(repo)[:limit]):  # oldest first: later runs overwrite

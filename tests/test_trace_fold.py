@@ -46,7 +46,7 @@ from flowd.events import (
     dump_envelope,
     parse_line,
 )
-from flowd.trace import TraceFollower, fold_trace
+from flowd.trace import TraceFollower, fold_trace, read_trace
 from flowd.view import FOLDED_TYPES, RunView, UsageLike, fold, reported_cost
 
 RUN = "r1"
@@ -231,3 +231,12 @@ def test_an_over_long_line_is_dropped_and_reading_goes_on(tmp_path: Path) -> Non
     follower = TraceFollower(path, chunk_bytes=256, max_line_bytes=1024)
     assert [e.seq for e in follower.events()] == [1, 3]
     assert follower.offset == path.stat().st_size
+
+
+def test_one_shot_readers_take_a_last_line_without_its_newline(tmp_path: Path) -> None:
+    path = tmp_path / "trace.jsonl"
+    events = one_of_each()
+    path.write_bytes(line(1, events[0]) + b"\n" + line(2, events[-1]))  # RunEnded, unterminated
+    assert [e.seq for e in TraceFollower(path).events()] == [1]  # a follower waits for the newline
+    assert [e.seq for e in read_trace(path)] == [1, 2]
+    assert fold_trace(path, RunView(run_id=RUN)).status == "done"
