@@ -64,7 +64,7 @@ class Tokens:
 Pricer = Callable[[str | None, UsageLike], float | None]
 
 # The event types `RunView.apply_event` changes the view for. Every other type leaves it as it was,
-# so a reader that only feeds a view may skip those lines unparsed (flowd.trace does; a test pins
+# so a reader that only feeds a view may skip those lines unparsed (flowd.tracefold does; a test pins
 # this set against the fold).
 FOLDED_TYPES: frozenset[str] = frozenset(
     cls.model_fields["type"].default
