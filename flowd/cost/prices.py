@@ -194,6 +194,12 @@ class Prices:
         self._static[model] = rates
         return rates
 
+    def resolved(self) -> Mapping[str, Rates | None]:
+        """The models resolved so far whose rates do not depend on the time (a live view: it grows
+        as `rates` resolves more). A caller pricing many samples reads it first and falls back to
+        `price` for a model not in it."""
+        return self._static
+
     def known(self, model: str | None) -> bool:
         return self.rates(model) is not None
 

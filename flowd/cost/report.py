@@ -254,6 +254,7 @@ def build_report(
     first: str | None = None
     last: str | None = None
     price = prices.price
+    resolved = prices.resolved()
 
     for s in samples:
         at = s.at
@@ -270,7 +271,11 @@ def build_report(
         if last is None or at > last:
             last = at
         input_, output, cached_read, cache_write = s.input, s.output, s.cached_read, s.cache_write
-        cost = price(s)
+        # `price(s)` spelled out for a model already resolved (the same arithmetic, fewer calls).
+        cost = s.cost_usd
+        if cost is None:
+            rates = resolved.get(s.model) if s.model is not None else None
+            cost = rates.cost(input_, output, cached_read, cache_write) if rates is not None else price(s)
         # The two updates are spelled out: this loop runs once per usage line.
         key1 = (s.run_id, hour, s.model, s.estimated)
         acc = when.get(key1)
