@@ -6,6 +6,7 @@ they do not know (`parse_line` returns None for both), so old readers survive ne
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Annotated, Any, Literal
 
 import orjson
@@ -279,8 +280,8 @@ Event = Annotated[
     Field(discriminator="type"),
 ]
 
-EVENT_TYPES: frozenset[str] = frozenset(
-    cls.model_fields["type"].default
+EVENT_CLASSES: dict[str, type[WireModel]] = {
+    cls.model_fields["type"].default: cls
     for cls in (
         RunStarted, RunEnded, StoryStatusChanged, TasksPlanned, TaskStarted, TaskCompleted,
         StageStarted, StageCompleted, StageFailed, ToolUse, AssistantMessage, TokensUsed,
@@ -288,7 +289,8 @@ EVENT_TYPES: frozenset[str] = frozenset(
         GateResult, PerimeterViolation, TaskOwnsViolation, StoryMerged, MergeRolledBack,
         StoryJudged, BudgetExceeded, Info,
     )
-)  # fmt: skip
+}  # fmt: skip
+EVENT_TYPES: frozenset[str] = frozenset(EVENT_CLASSES)
 
 
 class Envelope(WireModel):
@@ -301,7 +303,9 @@ class Envelope(WireModel):
     event: Event
 
 
-_ENVELOPE = TypeAdapter(Envelope)
+@cache
+def _envelope() -> TypeAdapter[Envelope]:
+    return TypeAdapter(Envelope)  # built on first use (docs/performance.md: start-up)
 
 
 def parse_line(line: bytes | str) -> Envelope | None:
@@ -310,13 +314,18 @@ def parse_line(line: bytes | str) -> Envelope | None:
         raw = orjson.loads(line)
     except orjson.JSONDecodeError:
         return None
+    return envelope_from_dict(raw)
+
+
+def envelope_from_dict(raw: object) -> Envelope | None:
+    """A parsed trace line (JSON value) to an envelope; None as for `parse_line`."""
     if not isinstance(raw, dict):
         return None
     event = raw.get("event")
     if not isinstance(event, dict) or event.get("type") not in EVENT_TYPES:
         return None
     try:
-        return _ENVELOPE.validate_python(raw)
+        return _envelope().validate_python(raw)
     except ValidationError:
         return None
 

@@ -25,8 +25,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import git
-
 from flowd.errors import EXIT_FAILED, FlowdError, InputError
 
 FLOW_DIR = ".flow/"
@@ -167,6 +165,8 @@ class Repo:
     @classmethod
     def discover(cls, path: Path | str) -> Repo:
         """The checkout containing `path`; InputError if there is none or it has no commits."""
+        import git  # GitPython: only here, and slow to import (`flowd serve` starts without it)
+
         where = Path(path).resolve()
         try:
             grepo = git.Repo(where, search_parent_directories=True)

@@ -14,8 +14,8 @@ from flowd.cost.prices import pricer
 from flowd.errors import FlowdError
 from flowd.gitops import Repo
 from flowd.progress import plain_run, render_run
-from flowd.trace import is_active, list_runs, read_trace, trace_path
-from flowd.view import RunView, fold
+from flowd.trace import fold_trace, is_active, list_runs, trace_path
+from flowd.view import RunView
 
 RECENT = 10
 
@@ -28,7 +28,7 @@ def run_views(repo: Path, limit: int = RECENT) -> list[RunView]:
         price = pricer(None)
     views: list[RunView] = []
     for record in list_runs(repo)[:limit]:
-        view = fold(record.run_id, read_trace(trace_path(repo, record.run_id)), pricer=price)
+        view = fold_trace(trace_path(repo, record.run_id), RunView(run_id=record.run_id, pricer=price))
         view.epic_id = view.epic_id or record.epic_id
         view.plan = view.plan or record.plan
         view.started_at = record.started_at

@@ -1,5 +1,10 @@
 """The trace: `.flow/runs/<runId>/trace.jsonl` (one event per line, flushed as it happens) and
 `run.json`. One writer per run (the `flowd run` process); readers are tolerant and streaming.
+
+Readers never hold a whole trace: `TraceFollower` reads new bytes in bounded chunks. Folding a
+long trace into a view (re-attach, `flowd status`, a resumed run) goes through `fold_lines`, which
+skips the lines no view folds without parsing them and folds the rest from orjson dicts, building
+no pydantic object for the common `TokensUsed` line (docs/performance.md).
 """
 
 from __future__ import annotations
@@ -7,18 +12,27 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
 import sys
 import threading
 from collections.abc import Callable, Iterator
+from datetime import datetime
 from pathlib import Path
 
 import orjson
 from pydantic import ValidationError
 
-from flowd.events import Envelope, Event, dump_envelope, parse_line
+from flowd.events import Envelope, Event, StoryMerged, StoryStatusChanged, dump_envelope, parse_line
 from flowd.fsio import write_model_atomic
-from flowd.timeutil import iso
+from flowd.timeutil import iso, parse_iso
+from flowd.tracefold import fold_lines
+from flowd.view import RunView
 from flowd.wire import WireModel
+
+# Bytes read per step: bounds a reader's memory whatever the trace's length.
+CHUNK_BYTES = 1 << 20
+# A "line" longer than this is no trace line (a writer's line is an event): dropped to its newline.
+MAX_LINE_BYTES = 64 << 20
 
 
 class RunRecord(WireModel):
@@ -171,36 +185,127 @@ class TraceWriter:
 
 def read_trace(path: Path) -> Iterator[Envelope]:
     """Every parseable event of a trace, in file order; unreadable lines are skipped."""
-    try:
-        handle = path.open("rb")
-    except OSError:
-        return
-    with handle:
-        for line in handle:
-            envelope = parse_line(line)
-            if envelope is not None:
-                yield envelope
+    yield from TraceFollower(path).events(to_end=True)
+
+
+def fold_trace(path: Path, view: RunView) -> RunView:
+    """Fold a whole trace into `view`, streaming (the same result as applying `read_trace`)."""
+    TraceFollower(path).fold_into(view, to_end=True)
+    return view
 
 
 class TraceFollower:
-    """Reads a growing trace incrementally: each `poll()` returns the events of complete new lines."""
+    """Reads a growing trace incrementally, only complete lines, `CHUNK_BYTES` at a time.
 
-    def __init__(self, path: Path) -> None:
+    `poll()`/`events()` give every event of the new lines; `fold_into(view)` folds them into a
+    view without building what no view needs (re-attach). Both resume at the same offset."""
+
+    def __init__(
+        self, path: Path, chunk_bytes: int = CHUNK_BYTES, max_line_bytes: int = MAX_LINE_BYTES
+    ) -> None:
         self.path = path
         self.offset = 0
+        self._chunk_bytes = chunk_bytes
+        self._max_line = max_line_bytes
         self._partial = b""
+        self._dropping = False  # inside an over-long line: skip to its newline
 
     def poll(self) -> list[Envelope]:
+        return list(self.events())
+
+    def events(self, *, to_end: bool = False) -> Iterator[Envelope]:
+        """The events of the complete new lines (iterate to the end: the offset moves per chunk)."""
+        for chunk in self.chunks(to_end=to_end):
+            for line in chunk.split(b"\n"):
+                if line:
+                    envelope = parse_line(line)
+                    if envelope is not None:
+                        yield envelope
+
+    def fold_into(self, view: RunView, *, to_end: bool = False) -> None:
+        """Fold the complete new lines into `view`; memory stays within a chunk."""
+        for chunk in self.chunks(to_end=to_end):
+            fold_lines(view, chunk)
+
+    def chunks(self, *, to_end: bool = False) -> Iterator[bytes]:
+        """Runs of complete new lines, each ending in a newline, about `chunk_bytes` each.
+
+        `to_end`: a one-shot reader's last line counts even without its newline (a follower waits
+        for it instead: it may still be being written)."""
         try:
-            with self.path.open("rb") as handle:
-                handle.seek(self.offset)
-                data = handle.read()
+            handle = self.path.open("rb")
         except OSError:
-            return []
-        if not data:
-            return []
-        self.offset += len(data)
-        data = self._partial + data
-        lines = data.split(b"\n")
-        self._partial = lines.pop()
-        return [e for e in (parse_line(line) for line in lines if line.strip()) if e is not None]
+            return
+        with handle:
+            handle.seek(self.offset)
+            while True:
+                try:
+                    data = handle.read(self._chunk_bytes)
+                except OSError:
+                    return
+                if not data:
+                    if to_end and self._partial and not self._dropping:
+                        yield self._partial + b"\n"
+                    return
+                self.offset += len(data)
+                lines = self._complete(data)
+                if lines:
+                    yield lines
+
+    def _complete(self, data: bytes) -> bytes:
+        if self._dropping:
+            cut = data.find(b"\n")
+            if cut < 0:
+                return b""
+            self._dropping = False
+            data = data[cut + 1 :]
+        elif self._partial:
+            data = self._partial + data
+        cut = data.rfind(b"\n") + 1
+        self._partial = data[cut:]
+        if len(self._partial) > self._max_line:
+            self._partial, self._dropping = b"", True
+        return data[:cut]
+
+
+# Lines that start or finish a story, found by their marks before anything is parsed.
+_STORY_MARKS = re.compile(rb'"type":"(?:StoryStatusChanged|StoryMerged)"')
+HISTORY_RUNS = 10
+
+
+def story_durations(repo: Path, limit: int = HISTORY_RUNS) -> dict[str, float]:
+    """Seconds from a story's start (`StoryStatusChanged` active) to its merge (`StoryMerged`) in
+    the repository's 10 most recent runs (the latest measurement of each story wins): the history
+    `flowd.plan.graph.estimate_durations` ranks by."""
+    out: dict[str, float] = {}
+    for record in reversed(list_runs(repo)[:limit]):  # oldest first: later runs overwrite
+        run_id = record.run_id
+        started: dict[str, datetime] = {}
+        for chunk in TraceFollower(trace_path(repo, run_id)).chunks():
+            for line in _marked_lines(chunk, _STORY_MARKS):
+                _note_story(line, started, out)
+    return out
+
+
+def _marked_lines(chunk: bytes, marks: re.Pattern[bytes]) -> Iterator[bytes]:
+    last = -1
+    for match in marks.finditer(chunk):
+        start = chunk.rfind(b"\n", 0, match.start()) + 1
+        if start != last:
+            last = start
+            yield chunk[start : chunk.find(b"\n", match.end())]
+
+
+def _note_story(line: bytes, started: dict[str, datetime], out: dict[str, float]) -> None:
+    envelope = parse_line(line)
+    if envelope is None:
+        return
+    event = envelope.event
+    try:
+        at = parse_iso(envelope.at)
+    except ValueError:
+        return
+    if isinstance(event, StoryStatusChanged) and event.status == "active":
+        started.setdefault(event.story, at)
+    elif isinstance(event, StoryMerged) and event.lane in started:
+        out[event.lane] = max(0.0, (at - started.pop(event.lane)).total_seconds())

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from flowd.events import (
     BudgetExceeded,
@@ -26,15 +26,56 @@ from flowd.events import (
     TasksPlanned,
     TaskStarted,
     TokensUsed,
-    Usage,
 )
 
-# Prices a turn: (model, usage) → USD, or None when unknown. The default trusts only reported cost.
-Pricer = Callable[[str | None, Usage], float | None]
 TaskState = Literal["planned", "started", "completed"]
 
 
-def reported_cost(model: str | None, usage: Usage) -> float | None:
+class UsageLike(Protocol):
+    """A turn's usage as the fold reads it: `flowd.events.Usage`, or `Tokens` from the fast reader."""
+
+    @property
+    def input(self) -> int: ...
+    @property
+    def output(self) -> int: ...
+    @property
+    def total(self) -> int: ...
+    @property
+    def cached_read(self) -> int | None: ...
+    @property
+    def cache_write(self) -> int | None: ...
+    @property
+    def cost_usd(self) -> float | None: ...
+
+
+@dataclass(slots=True)
+class Tokens:
+    """A turn's usage without a pydantic object: what the streaming trace reader builds per line."""
+
+    input: int = 0
+    output: int = 0
+    total: int = 0
+    cached_read: int | None = None
+    cache_write: int | None = None
+    cost_usd: float | None = None
+
+
+# Prices a turn: (model, usage) → USD, or None when unknown. The default trusts only reported cost.
+Pricer = Callable[[str | None, UsageLike], float | None]
+
+# The event types `RunView.apply_event` changes the view for. Every other type leaves it as it was,
+# so a reader that only feeds a view may skip those lines unparsed (flowd.tracefold does; a test pins
+# this set against the fold).
+FOLDED_TYPES: frozenset[str] = frozenset(
+    cls.model_fields["type"].default
+    for cls in (
+        RunStarted, RunEnded, StoryStatusChanged, TasksPlanned, TaskStarted, TaskCompleted, TokensUsed,
+        ExecutorLeased, ExecutorReleased, ExecutorExcluded, ExecutorResumed, BudgetExceeded,
+    )
+)  # fmt: skip
+
+
+def reported_cost(model: str | None, usage: UsageLike) -> float | None:
     return usage.cost_usd
 
 
@@ -132,12 +173,17 @@ class RunView:
 
     # -- the fold ------------------------------------------------------------------------------
     def apply(self, envelope: Envelope) -> None:
-        if envelope.seq <= self.last_seq and envelope.run_id == self.run_id and self.last_seq:
-            return  # a replayed line (follower restarted): already folded
-        self.last_seq = max(self.last_seq, envelope.seq)
+        if self.accept(envelope.seq, envelope.at, envelope.run_id):
+            self.apply_event(envelope.event, envelope.at)
+
+    def accept(self, seq: int, at: str, run_id: str) -> bool:
+        """The envelope part of the fold: False for a replayed line (follower restarted)."""
+        if seq <= self.last_seq and run_id == self.run_id and self.last_seq:
+            return False
+        self.last_seq = max(self.last_seq, seq)
         if self.started_at is None:
-            self.started_at = envelope.at
-        self.apply_event(envelope.event, envelope.at)
+            self.started_at = at
+        return True
 
     def apply_event(self, event: Event, at: str | None = None) -> None:
         if isinstance(event, RunStarted):
@@ -188,23 +234,16 @@ class RunView:
             if lane.current == event.index:
                 lane.current = None
         elif isinstance(event, TokensUsed):
-            self._tokens(event)
-        elif isinstance(event, ExecutorLeased):
-            clone = CloneView(
-                event.executor, event.clone, event.role, event.label, True, bool(event.borrowed)
+            self.apply_tokens(event.lane, event.model, event.usage, event.estimated)
+        elif isinstance(event, ExecutorLeased | ExecutorReleased):
+            self.apply_lease(
+                isinstance(event, ExecutorLeased),
+                event.executor,
+                event.clone,
+                event.role,
+                event.label,
+                event.borrowed,
             )
-            self.clones[self._clone_key(event.executor, event.clone, event.label)] = clone
-            if event.role == "coder" and event.label in self.lanes and not event.borrowed:
-                lane = self.lanes[event.label]
-                lane.executor, lane.clone = event.executor, event.clone
-        elif isinstance(event, ExecutorReleased):
-            key = self._clone_key(event.executor, event.clone, event.label)
-            if key in self.clones:
-                self.clones[key].held = False
-            if event.role == "coder" and event.label in self.lanes:
-                lane = self.lanes[event.label]
-                if (lane.executor, lane.clone) == (event.executor, event.clone):
-                    lane.executor = lane.clone = None
         elif isinstance(event, ExecutorExcluded):
             self.exclusions[event.executor] = {"reason": event.reason, "until": event.until}
         elif isinstance(event, ExecutorResumed):
@@ -214,8 +253,35 @@ class RunView:
             if event.scope == "epic":
                 self.budget_usd = event.limit_usd
 
+    def apply_lease(
+        self,
+        leased: bool,
+        executor: str,
+        clone: int | None,
+        role: str,
+        label: str | None,
+        borrowed: bool | None,
+    ) -> None:
+        """An `ExecutorLeased` (leased) or `ExecutorReleased` event's share of the fold."""
+        key = self._clone_key(executor, clone, label)
+        if leased:
+            self.clones[key] = CloneView(executor, clone, role, label, True, bool(borrowed))
+            if role == "coder" and label in self.lanes and not borrowed:
+                lane = self.lanes[label]
+                lane.executor, lane.clone = executor, clone
+            return
+        if key in self.clones:
+            self.clones[key].held = False
+        if role == "coder" and label in self.lanes:
+            lane = self.lanes[label]
+            if (lane.executor, lane.clone) == (executor, clone):
+                lane.executor = lane.clone = None
+
     def _lane(self, story: str) -> LaneView:
-        return self.lanes.setdefault(story, LaneView(lane=story, title=story))
+        lane = self.lanes.get(story)
+        if lane is None:
+            lane = self.lanes[story] = LaneView(lane=story, title=story)
+        return lane
 
     @staticmethod
     def _task(lane: LaneView, index: int, title: str) -> TaskView:
@@ -227,23 +293,23 @@ class RunView:
     def _clone_key(executor: str, clone: int | None, label: str | None) -> str:
         return f"{executor}#{clone}" if clone is not None else f"{executor}@{label or ''}"
 
-    def _tokens(self, event: TokensUsed) -> None:
-        usage = event.usage
+    def apply_tokens(self, lane_id: str | None, model: str | None, usage: UsageLike, estimated: bool) -> None:
+        """A `TokensUsed` event's share of the fold (called per line by the streaming reader)."""
         tokens = usage.total or (usage.input + usage.output)
-        cost = self.pricer(event.model, usage)
+        cost = self.pricer(model, usage)
         totals = self.totals
         totals.requests += 1
         totals.tokens += tokens
-        if event.estimated:
+        if estimated:
             totals.estimated_tokens += tokens
         if cost is None:
             totals.unpriced_tokens += tokens
         else:
             totals.cost_usd = (totals.cost_usd or 0.0) + cost
-        if event.lane is not None:
-            lane = self._lane(event.lane)
+        if lane_id is not None:
+            lane = self._lane(lane_id)
             lane.tokens += tokens
-            lane.estimated = lane.estimated or event.estimated
+            lane.estimated = lane.estimated or estimated
             if cost is not None:
                 lane.cost_usd = (lane.cost_usd or 0.0) + cost
 

@@ -7,9 +7,14 @@ from pydantic.alias_generators import to_camel
 
 
 class WireModel(BaseModel):
-    """Lenient on read (unknown keys ignored), camelCase on write."""
+    """Lenient on read (unknown keys ignored), camelCase on write.
 
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
+    Validators are built on a model's first use, not when its module is imported: a command (or
+    `flowd serve` answering `initialize`) pays only for the models it touches."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="ignore", defer_build=True
+    )
 
     def wire(self) -> dict[str, object]:
         return self.model_dump(mode="json", by_alias=True, exclude_none=True)
@@ -18,4 +23,6 @@ class WireModel(BaseModel):
 class StrictWireModel(WireModel):
     """For files the user writes: an unknown key is a typo worth reporting."""
 
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", defer_build=True
+    )

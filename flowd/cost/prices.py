@@ -23,8 +23,7 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
 from flowd.config import PriceOverride, Settings
-from flowd.events import Usage
-from flowd.view import Pricer
+from flowd.view import Pricer, UsageLike
 
 if TYPE_CHECKING:
     from flowd.cost.samples import Sample
@@ -48,16 +47,23 @@ class Rates:
     source: str = "price data"  # or "config" for an override
 
     def cost(self, input_: int, output: int, cached_read: int, cache_write: int) -> float:
+        # Runs once per priced turn of every fold and report: a flat rate is read in place, and
+        # `_at` is called only for tiered ones (the same arithmetic either way).
         uncached = input_
         total = 0.0
-        if self.cached_read is not None:
+        rate = self.cached_read
+        if rate is not None:
             uncached -= cached_read
-            total += _at(self.cached_read, input_) * cached_read
-        if self.cache_write is not None:
+            total += (_at(rate, input_) if rate[1] else rate[0]) * cached_read
+        rate = self.cache_write
+        if rate is not None:
             uncached -= cache_write
-            total += _at(self.cache_write, input_) * cache_write
+            total += (_at(rate, input_) if rate[1] else rate[0]) * cache_write
+        rate, out = self.input, self.output
         # A misreport (more cached than input) must not make the rest cost less than nothing.
-        total += _at(self.input, input_) * max(0, uncached) + _at(self.output, input_) * output
+        total += (_at(rate, input_) if rate[1] else rate[0]) * max(0, uncached) + (
+            _at(out, input_) if out[1] else out[0]
+        ) * output
         return total / _PER + self.per_request
 
 
@@ -188,6 +194,12 @@ class Prices:
         self._static[model] = rates
         return rates
 
+    def resolved(self) -> Mapping[str, Rates | None]:
+        """The models resolved so far whose rates do not depend on the time (a live view: it grows
+        as `rates` resolves more). A caller pricing many samples reads it first and falls back to
+        `price` for a model not in it."""
+        return self._static
+
     def known(self, model: str | None) -> bool:
         return self.rates(model) is not None
 
@@ -217,7 +229,7 @@ class Prices:
             sample.model, sample.input, sample.output, sample.cached_read, sample.cache_write, sample.at
         )
 
-    def price_usage(self, model: str | None, usage: Usage, at: str | None = None) -> float | None:
+    def price_usage(self, model: str | None, usage: UsageLike, at: str | None = None) -> float | None:
         if usage.cost_usd is not None:
             return usage.cost_usd
         return self.cost(model, usage.input, usage.output, usage.cached_read or 0, usage.cache_write or 0, at)
@@ -225,8 +237,16 @@ class Prices:
     def pricer(self) -> Pricer:
         """The fold's pricer (flowd.view): reported cost wins, then these prices."""
 
-        def priced(model: str | None, usage: Usage) -> float | None:
-            return self.price_usage(model, usage)
+        static = self._static
+
+        def priced(model: str | None, usage: UsageLike) -> float | None:
+            # Once per TokensUsed line of every fold: the cached common case without the detours.
+            if usage.cost_usd is not None:
+                return usage.cost_usd
+            rates = static.get(model) if model is not None else None
+            if rates is None:
+                return self.price_usage(model, usage)
+            return rates.cost(usage.input, usage.output, usage.cached_read or 0, usage.cache_write or 0)
 
         return priced
 

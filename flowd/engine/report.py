@@ -13,8 +13,8 @@ from typing import Any
 from flowd.engine.state import EpicPaths
 from flowd.fsio import write_json_atomic, write_text_atomic
 from flowd.plan.model import StoryPlan
-from flowd.trace import list_runs, read_trace, trace_path
-from flowd.view import Pricer, RunView, fold, reported_cost
+from flowd.trace import fold_trace, list_runs, trace_path
+from flowd.view import Pricer, RunView, reported_cost
 from flowd.wire import WireModel
 
 
@@ -64,7 +64,7 @@ class EpicReport(WireModel):
 def epic_history(repo: Path, epic_id: str, run_id: str, price: Pricer = reported_cost) -> list[RunView]:
     """The folds of the epic's other runs, oldest first (what the report adds to this run's)."""
     records = [r for r in list_runs(repo) if r.epic_id == epic_id and r.run_id != run_id]
-    return [fold(r.run_id, read_trace(trace_path(repo, r.run_id)), pricer=price) for r in reversed(records)]
+    return [fold_trace(trace_path(repo, r.run_id), RunView(run_id=r.run_id, pricer=price)) for r in reversed(records)]
 
 
 def _add(a: float | None, b: float | None) -> float | None:

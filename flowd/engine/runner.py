@@ -36,7 +36,7 @@ from flowd.events import (
     StoryStatusChanged,
 )
 from flowd.gitops import Repo, worktree_root
-from flowd.plan.graph import critical_path_rank, dependents_of, launch_order, ready
+from flowd.plan.graph import critical_path_rank, dependents_of, estimate_durations, launch_order, ready
 from flowd.plan.hashing import story_hash
 from flowd.plan.model import StoryPlan
 from flowd.plan.parse import load_plan
@@ -46,13 +46,14 @@ from flowd.timeutil import iso
 from flowd.trace import (
     RunRecord,
     TraceWriter,
+    fold_trace,
     list_runs,
     load_run_record,
-    read_trace,
+    story_durations,
     trace_path,
     write_run_record,
 )
-from flowd.view import RunView, fold
+from flowd.view import RunView
 
 EXIT_FOR = {"done": EXIT_OK, "failed": EXIT_FAILED, "halted": EXIT_HALTED, "cancelled": EXIT_CANCELLED}
 
@@ -144,9 +145,8 @@ async def run_epic(options: RunOptions) -> RunResult:
         loop.call_soon_threadsafe(stop.set)
 
     writer = TraceWriter(trace_path(repo.root, run_id), run_id, on_error=trace_failed)
-    view = RunView(run_id=run_id, pricer=pricer(settings))
-    for envelope in read_trace(writer.path):  # a continued run counts what it already did
-        view.apply(envelope)
+    # A continued run counts what it already did.
+    view = fold_trace(writer.path, RunView(run_id=run_id, pricer=pricer(settings)))
     writer.subscribe(view.apply)
     if options.on_event is not None:
         writer.subscribe(options.on_event)
@@ -260,7 +260,7 @@ def _already_done(repo: Repo, plan: StoryPlan, paths: EpicPaths, settings: Setti
     last = next((r for r in list_runs(repo.root) if r.epic_id == plan.epic_id and r.outcome == "done"), None)
     if last is None:
         return None
-    view = fold(last.run_id, read_trace(trace_path(repo.root, last.run_id)), pricer=pricer(settings))
+    view = fold_trace(trace_path(repo.root, last.run_id), RunView(run_id=last.run_id, pricer=pricer(settings)))
     try:
         report = EpicReport.model_validate_json(paths.report_json.read_bytes())
     except (OSError, ValueError):
@@ -287,7 +287,10 @@ class Scheduler:
         self.waiting: dict[str, str] = {}
         self.halted: str | None = None
         self.failed_fast: str | None = None
-        self.rank = critical_path_rank(ctx.plan)
+        # Longest expected chain of dependents first, by durations estimated from each story's size
+        # and earlier runs (docs/performance.md: scheduling).
+        history = story_durations(ctx.repo.root)
+        self.rank = critical_path_rank(ctx.plan, estimate_durations(ctx.plan, history))
         self.cancel = stop or asyncio.Event()
         self.broken = broken if broken is not None else []
         self.last_summary = ""

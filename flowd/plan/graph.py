@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from flowd import paths
-from flowd.plan.model import StoryPlan
+from flowd.plan.model import Story, StoryPlan
 
 
 def waves(plan: StoryPlan) -> list[list[str]]:
@@ -85,7 +85,7 @@ def owner_of(plan: StoryPlan, path: str) -> str | None:
     return None
 
 
-def critical_path_rank(plan: StoryPlan, weights: Mapping[str, int] | None = None) -> dict[str, int]:
+def critical_path_rank(plan: StoryPlan, weights: Mapping[str, float] | None = None) -> dict[str, float]:
     """For each story, the length of the longest chain of dependents starting at it.
 
     A story nothing depends on ranks its own weight (1 by default); a story ranks its weight plus
@@ -97,10 +97,10 @@ def critical_path_rank(plan: StoryPlan, weights: Mapping[str, int] | None = None
         for d in s.depends_on:
             if d in dependents and d != s.id and s.id not in dependents[d]:
                 dependents[d].append(s.id)
-    rank: dict[str, int] = {}
+    rank: dict[str, float] = {}
     visiting: set[str] = set()
 
-    def weight(sid: str) -> int:
+    def weight(sid: str) -> float:
         return 1 if weights is None else weights.get(sid, 1)
 
     for root in dependents:
@@ -125,8 +125,42 @@ def critical_path_rank(plan: StoryPlan, weights: Mapping[str, int] | None = None
     return rank
 
 
-def launch_order(plan: StoryPlan, ready_ids: Iterable[str], rank: Mapping[str, int]) -> list[str]:
+def launch_order(plan: StoryPlan, ready_ids: Iterable[str], rank: Mapping[str, float]) -> list[str]:
     """`ready_ids` with the longest chain first, plan order breaking ties."""
     position = {s.id: i for i, s in reversed(list(enumerate(plan.stories)))}
     ids = list(dict.fromkeys(ready_ids))
     return sorted(ids, key=lambda sid: (-rank.get(sid, 0), position.get(sid, len(position))))
+
+
+# -- duration estimates (docs/performance.md: scheduling) -----------------------------------------
+# A story's size in "units": one for the story itself, one per owned path, two per acceptance
+# criterion, one per 400 characters of description. The weights were fitted by eye to the bundled
+# demo and to bench/scheduler.py's plans; only their ratios matter when no story has a history.
+SIZE_BASE = 1.0
+SIZE_PER_OWNED = 1.0
+SIZE_PER_ACCEPTANCE = 2.0
+SIZE_CHARS_PER_UNIT = 400.0
+
+
+def story_size(story: Story) -> float:
+    """How big a story looks from its plan entry, in size units."""
+    return (
+        SIZE_BASE
+        + SIZE_PER_OWNED * len(story.owned)
+        + SIZE_PER_ACCEPTANCE * len(story.acceptance)
+        + len(story.description) / SIZE_CHARS_PER_UNIT
+    )
+
+
+def estimate_durations(plan: StoryPlan, history: Mapping[str, float] | None = None) -> dict[str, float]:
+    """Each story's expected duration, for `critical_path_rank` weights.
+
+    A story measured in an earlier run (`history`: story id → seconds from start to merge) is
+    expected to take that long again. The others are scaled from their size by the median seconds
+    per size unit of the plan's measured stories; with none measured, durations are size units
+    (the ranking needs only their ratios)."""
+    history = history or {}
+    sizes = {s.id: story_size(s) for s in plan.stories}
+    rates = sorted(history[sid] / size for sid, size in sizes.items() if history.get(sid, 0) > 0)
+    per_unit = rates[len(rates) // 2] if rates else 1.0
+    return {sid: history[sid] if history.get(sid, 0) > 0 else size * per_unit for sid, size in sizes.items()}

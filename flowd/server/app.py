@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Coroutine
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lsprotocol import types as lsp
 from pygls.capabilities import get_capability
@@ -24,29 +24,22 @@ from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
 from pygls.lsp.server import LanguageServer
 from pygls.uris import to_fs_path
 
-from flowd import __version__, perimeter, runctl
-from flowd.engine.perimeter_now import perimeter_now
-from flowd.engine.state import EpicPaths, load_state
+from flowd import __version__
 from flowd.errors import FlowdError, InputError
-from flowd.events import (
-    Envelope,
-    PerimeterViolation,
-    RunEnded,
-    RunStarted,
-    StoryStatusChanged,
-    TaskOwnsViolation,
-)
 from flowd.gitops import Repo
-from flowd.plan.model import StoryPlan
-from flowd.plan.parse import check_plan_file, check_text, is_markdown, load_plan
 from flowd.server import diagnostics as diag
 from flowd.server.notify import Note, Pacer, cost_note, notes_for, run_note, snapshot
-from flowd.server.params import invalid
 from flowd.server.protocol import FlowProtocol
 from flowd.server.runs import RunHooks, RunManager, Tracked
 from flowd.server.watch import WorktreeWatches
-from flowd.trace import load_run_record
-from flowd.view import Pricer, RunView, reported_cost
+
+if TYPE_CHECKING:
+    # Modules built on pydantic (plans, events, views, params) load on first use, after
+    # `initialize` has been answered (docs/performance.md).
+    from flowd import runctl
+    from flowd.events import Envelope, TaskOwnsViolation
+    from flowd.plan.model import StoryPlan
+    from flowd.view import Pricer, RunView
 
 log = logging.getLogger(__name__)
 
@@ -157,6 +150,8 @@ class FlowServer(LanguageServer, RunHooks):
         return Path.cwd()
 
     def _pricer(self) -> Pricer:
+        from flowd.view import reported_cost
+
         try:
             from flowd.config import load_settings
             from flowd.cost.prices import pricer
@@ -202,6 +197,8 @@ class FlowServer(LanguageServer, RunHooks):
     # -- plan arguments ------------------------------------------------------------------------
     def resolve_plan(self, method: str, raw: str) -> Path:
         """A plan argument: an absolute path, a file:// URI, or relative to the workspace root."""
+        from flowd.server.params import invalid
+
         if raw.startswith("file:"):
             path_text = to_fs_path(raw)
             if not path_text:
@@ -225,6 +222,8 @@ class FlowServer(LanguageServer, RunHooks):
 
     def plan_violations(self, path: Path) -> list[Any]:
         """Violations of a plan file, from the editor's text when it is open there."""
+        from flowd.plan.parse import check_plan_file, check_text, is_markdown
+
         uri = diag.file_uri(path)
         document = self.workspace.text_documents.get(uri)
         if document is not None:
@@ -238,6 +237,8 @@ class FlowServer(LanguageServer, RunHooks):
     # -- documents -----------------------------------------------------------------------------
     def document_changed(self, uri: str, *, typed: bool) -> None:
         """didOpen/didChange: plan diagnostics, and the running-story warning while typing."""
+        from flowd.plan.parse import check_text, is_markdown
+
         document = self.workspace.text_documents.get(uri)
         path_text = to_fs_path(uri)
         if document is not None and path_text is not None:
@@ -262,6 +263,8 @@ class FlowServer(LanguageServer, RunHooks):
 
     @staticmethod
     def _is_plan(path: Path, text: str) -> bool:
+        from flowd.plan.parse import is_markdown
+
         name = path.name.lower()
         if name.endswith(".epic.json"):
             return True
@@ -279,6 +282,8 @@ class FlowServer(LanguageServer, RunHooks):
         return None if rel == "." or rel.startswith(".flow/") else rel
 
     def running_owner(self, rel: str) -> tuple[str, Tracked] | None:
+        from flowd import perimeter
+
         if self.runs is None:
             return None
         for run in self.runs.ordered():
@@ -320,6 +325,8 @@ class FlowServer(LanguageServer, RunHooks):
 
     # -- run hooks (RunManager) ----------------------------------------------------------------
     def plan_of(self, run: Tracked) -> StoryPlan | None:
+        from flowd.plan.parse import load_plan
+
         if run.plan is None and "planError" not in run.extra:
             try:
                 run.plan = load_plan(Path(run.view.plan or run.record.plan))
@@ -334,6 +341,14 @@ class FlowServer(LanguageServer, RunHooks):
         self._sync_lanes(run)
 
     def event(self, run: Tracked, envelope: Envelope) -> None:
+        from flowd.events import (
+            PerimeterViolation,
+            RunEnded,
+            RunStarted,
+            StoryStatusChanged,
+            TaskOwnsViolation,
+        )
+
         event = envelope.event
         self._offer(notes_for(run.view, event))
         if isinstance(event, RunEnded):
@@ -375,6 +390,8 @@ class FlowServer(LanguageServer, RunHooks):
                 self.diags.clear(("taskOwns", run.run_id, lane.lane))
 
     def _worktree(self, run: Tracked, story: str) -> Path | None:
+        from flowd.engine.state import EpicPaths, load_state
+
         try:
             state = load_state(EpicPaths(self.need_repo().root, run.epic_id), story)
         except (FlowdError, JsonRpcException):
@@ -383,6 +400,9 @@ class FlowServer(LanguageServer, RunHooks):
 
     async def _rescan(self, run: Tracked, story: str) -> None:
         """What story `story` changed in its worktree, against its perimeter, as diagnostics."""
+        from flowd import perimeter
+        from flowd.engine.perimeter_now import perimeter_now
+
         plan, repo, worktree = self.plan_of(run), self.repo, self._worktree(run, story)
         if plan is None or repo is None or worktree is None or run.ended or not worktree.is_dir():
             return
@@ -443,6 +463,8 @@ class FlowServer(LanguageServer, RunHooks):
         return out
 
     def perimeter_of(self, uri: str) -> dict[str, Any]:
+        from flowd import perimeter
+
         rel = self._relative(uri)
         if rel is None:
             path_text = to_fs_path(uri)
@@ -532,6 +554,9 @@ class FlowServer(LanguageServer, RunHooks):
 
     # -- commands ------------------------------------------------------------------------------
     async def launch(self, method: str, plan_arg: str, options: runctl.LaunchOptions) -> dict[str, Any]:
+        from flowd.plan.parse import load_plan
+        from flowd.server.params import invalid
+
         runs = self.need_runs()
         path = self.resolve_plan(method, plan_arg)
         violations = await asyncio.to_thread(self.plan_violations, path)
@@ -556,6 +581,8 @@ class FlowServer(LanguageServer, RunHooks):
         return {"runId": run_id, "outcome": outcome}
 
     async def resume_run(self, run_id: str, options: runctl.LaunchOptions) -> dict[str, Any]:
+        from flowd.trace import load_run_record
+
         runs = self.need_runs()
         record = runs.find(run_id)
         plan = record.record.plan if record else None

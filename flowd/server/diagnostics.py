@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lsprotocol import types as lsp
 from pygls.uris import from_fs_path
 
-from flowd.plan.violation import Violation
+if TYPE_CHECKING:
+    from flowd.plan.violation import Violation
 
 SOURCE = "flowd"
 Key = tuple[str, ...]

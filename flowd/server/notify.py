@@ -13,24 +13,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from flowd.events import (
-    BudgetExceeded,
-    Event,
-    ExecutorExcluded,
-    ExecutorLeased,
-    ExecutorReleased,
-    ExecutorResumed,
-    RunEnded,
-    RunStarted,
-    StoryStatusChanged,
-    TaskCompleted,
-    TasksPlanned,
-    TaskStarted,
-    TokensUsed,
-)
-from flowd.view import LaneView, RunView
+if TYPE_CHECKING:  # flowd.events needs pydantic: imported on first use (docs/performance.md)
+    from flowd.events import Event, ExecutorExcluded, ExecutorLeased, ExecutorReleased, ExecutorResumed
+    from flowd.view import LaneView, RunView
 
 RUN = "flow/run"
 LANE = "flow/lane"
@@ -107,6 +94,21 @@ def _lane(view: RunView, lane_id: str | None) -> list[Note]:
 
 def notes_for(view: RunView, event: Event) -> list[Note]:
     """The notifications implied by `event`, already folded into `view`."""
+    from flowd.events import (
+        BudgetExceeded,
+        ExecutorExcluded,
+        ExecutorLeased,
+        ExecutorReleased,
+        ExecutorResumed,
+        RunEnded,
+        RunStarted,
+        StoryStatusChanged,
+        TaskCompleted,
+        TasksPlanned,
+        TaskStarted,
+        TokensUsed,
+    )
+
     if isinstance(event, RunStarted):
         return [run_note(view), *(lane_note(view, lane, transition=True) for lane in view.lanes.values())]
     if isinstance(event, RunEnded):

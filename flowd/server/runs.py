@@ -12,17 +12,18 @@ import asyncio
 import contextlib
 import logging
 import os
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from watchfiles import awatch
+if TYPE_CHECKING:  # pydantic models: imported on first use, after `initialize` (docs/performance.md)
+    import subprocess
 
-from flowd import runctl
-from flowd.events import Envelope, RunEnded
-from flowd.plan.model import StoryPlan
-from flowd.trace import RunRecord, TraceFollower, is_active, list_runs, load_run_record, runs_dir, trace_path
-from flowd.view import Pricer, RunView, reported_cost
+    from flowd import runctl
+    from flowd.events import Envelope
+    from flowd.plan.model import StoryPlan
+    from flowd.trace import RunRecord, TraceFollower
+    from flowd.view import Pricer, RunView
 
 log = logging.getLogger(__name__)
 
@@ -69,10 +70,12 @@ class RunHooks:
 
 
 class RunManager:
-    def __init__(self, repo: Path, hooks: RunHooks, pricer: Pricer = reported_cost) -> None:
+    def __init__(self, repo: Path, hooks: RunHooks, pricer: Pricer | None = None) -> None:
+        from flowd.view import reported_cost
+
         self.repo = repo
         self.hooks = hooks
-        self.pricer = pricer
+        self.pricer = pricer or reported_cost
         self.runs: dict[str, Tracked] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop = asyncio.Event()
@@ -82,6 +85,8 @@ class RunManager:
     # -- lifecycle -----------------------------------------------------------------------------
     async def start(self) -> None:
         """Fold finished runs (the recent ones), re-attach to active runs, then watch for more."""
+        from flowd.trace import is_active, list_runs
+
         self._loop = asyncio.get_running_loop()
         records = await asyncio.to_thread(list_runs, self.repo)
         finished = 0
@@ -94,6 +99,10 @@ class RunManager:
 
     async def watch(self) -> None:
         """Follow `.flow/runs` until stopped. Before it exists, watch its nearest ancestor."""
+        from watchfiles import awatch
+
+        from flowd.trace import runs_dir
+
         base = runs_dir(self.repo)
         while not self._stop.is_set():
             if not base.is_dir():
@@ -126,6 +135,8 @@ class RunManager:
 
     # -- launching -----------------------------------------------------------------------------
     async def launch(self, plan: Path, epic_id: str, options: runctl.LaunchOptions) -> Tracked:
+        from flowd import runctl
+
         run_id = runctl.new_run_id(epic_id)
         process = await asyncio.to_thread(runctl.launch_detached, self.repo, plan, run_id, options)
         try:
@@ -141,6 +152,8 @@ class RunManager:
         return run
 
     async def cancel(self, run_id: str) -> str:
+        from flowd import runctl
+
         outcome = await asyncio.to_thread(runctl.cancel_run, self.repo, run_id)
         run = self.runs.get(run_id)
         if run is not None:
@@ -164,12 +177,15 @@ class RunManager:
             self._tracking.pop(record.run_id, None)
 
     async def _track(self, record: RunRecord) -> Tracked:
+        from flowd.trace import TraceFollower, is_active, trace_path
+        from flowd.view import RunView
+
         view = RunView(run_id=record.run_id, epic_id=record.epic_id, plan=record.plan, pricer=self.pricer)
         view.epic_branch = f"epic/{record.epic_id}"
         view.started_at = record.started_at
         run = Tracked(record, view, TraceFollower(trace_path(self.repo, record.run_id)))
-        for envelope in await asyncio.to_thread(run.follower.poll):
-            view.apply(envelope)
+        # The past is folded streaming, skipping what no view needs (flowd.tracefold).
+        await asyncio.to_thread(run.follower.fold_into, view)
         self.runs[record.run_id] = run
         run.ready = True
         if is_active(record):
@@ -183,15 +199,19 @@ class RunManager:
         return run
 
     def pump(self, run: Tracked) -> None:
+        from flowd.events import RunEnded
+
         if not run.ready or self._stop.is_set():
             return
-        for envelope in run.follower.poll():
+        for envelope in run.follower.events():
             run.view.apply(envelope)
             self.hooks.event(run, envelope)
             if isinstance(envelope.event, RunEnded):
                 self._finish(run)
 
     async def _scan(self) -> None:
+        from flowd.trace import runs_dir
+
         base = runs_dir(self.repo)
         with contextlib.suppress(OSError):
             for entry in sorted(base.iterdir()):
@@ -213,6 +233,8 @@ class RunManager:
             await self._touch(run_id, names)
 
     async def _touch(self, run_id: str, names: set[str] | None = None) -> None:
+        from flowd.trace import load_run_record
+
         run = self.runs.get(run_id)
         if run is None:
             record = load_run_record(self.repo, run_id)
@@ -227,6 +249,8 @@ class RunManager:
 
     def _refresh(self, run: Tracked) -> None:
         """Re-read run.json: a closed record ends the run."""
+        from flowd.trace import load_run_record
+
         record = load_run_record(self.repo, run.run_id)
         if record is not None:
             run.record = record

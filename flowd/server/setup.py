@@ -2,30 +2,27 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lsprotocol import types as lsp
 from pygls.exceptions import JsonRpcInvalidParams
 
-from flowd import runctl
 from flowd.errors import InputError
 from flowd.server.app import FlowServer
-from flowd.server.params import (
-    CancelParams,
-    CostReportParams,
-    LaunchParams,
-    PerimeterParams,
-    ResumeParams,
-    StatusParams,
-    ValidateParams,
-    command_argument,
-    parse,
-)
+
+if TYPE_CHECKING:
+    # The params models need pydantic, and runctl the trace and its events: each handler imports
+    # them when first called, so `initialize` is answered without them (docs/performance.md).
+    from flowd import runctl
+    from flowd.server.params import LaunchParams, ResumeParams
 
 COMMANDS = ("flow.launchEpic", "flow.cancelEpic", "flow.resumeEpic", "flow.validatePlan")
 
 
 def _options(p: LaunchParams | ResumeParams) -> runctl.LaunchOptions:
+    from flowd import runctl
+    from flowd.server.params import LaunchParams
+
     if isinstance(p, LaunchParams):
         return runctl.LaunchOptions(concurrency=p.concurrency, fail_fast=p.fail_fast, budget_usd=p.budget_usd)
     return runctl.LaunchOptions()
@@ -69,18 +66,24 @@ def build_server() -> FlowServer:
     # -- commands (one object argument each) ---------------------------------------------------
     @server.command("flow.launchEpic")
     async def launch_epic(ls: FlowServer, *args: Any) -> dict[str, Any]:
+        from flowd.server.params import LaunchParams, command_argument, parse
+
         p = parse(LaunchParams, command_argument("flow.launchEpic", args), "flow.launchEpic")
         await ls.ready.wait()
         return await ls.launch("flow.launchEpic", p.plan, _options(p))
 
     @server.command("flow.cancelEpic")
     async def cancel_epic(ls: FlowServer, *args: Any) -> dict[str, Any]:
+        from flowd.server.params import CancelParams, command_argument, parse
+
         p = parse(CancelParams, command_argument("flow.cancelEpic", args), "flow.cancelEpic")
         await ls.ready.wait()
         return await ls.cancel(p.run_id)
 
     @server.command("flow.resumeEpic")
     async def resume_epic(ls: FlowServer, *args: Any) -> dict[str, Any]:
+        from flowd.server.params import ResumeParams, command_argument, parse
+
         p = parse(ResumeParams, command_argument("flow.resumeEpic", args), "flow.resumeEpic")
         await ls.ready.wait()
         if p.run_id is not None:
@@ -90,6 +93,8 @@ def build_server() -> FlowServer:
 
     @server.command("flow.validatePlan")
     async def validate_plan(ls: FlowServer, *args: Any) -> dict[str, Any]:
+        from flowd.server.params import ValidateParams, command_argument, parse
+
         p = parse(ValidateParams, command_argument("flow.validatePlan", args), "flow.validatePlan")
         await ls.ready.wait()
         return ls.validate("flow.validatePlan", p.plan)
@@ -97,6 +102,8 @@ def build_server() -> FlowServer:
     # -- requests ------------------------------------------------------------------------------
     @server.feature("flow/status")
     async def status(ls: FlowServer, params: Any) -> dict[str, Any]:
+        from flowd.server.params import StatusParams, parse
+
         parse(StatusParams, params, "flow/status")
         await ls.ready.wait()
         return ls.status()
@@ -106,6 +113,7 @@ def build_server() -> FlowServer:
         import asyncio
 
         from flowd.cost.cli import cost_report_for
+        from flowd.server.params import CostReportParams, parse
 
         p = parse(CostReportParams, params, "flow/costReport")
         await ls.ready.wait()
@@ -126,6 +134,8 @@ def build_server() -> FlowServer:
 
     @server.feature("flow/perimeter")
     async def perimeter(ls: FlowServer, params: Any) -> dict[str, Any]:
+        from flowd.server.params import PerimeterParams, parse
+
         p = parse(PerimeterParams, params, "flow/perimeter")
         await ls.ready.wait()
         if p.uri is None:

@@ -1,0 +1,144 @@
+"""Throughput: a 20-story random DAG on 8 lanes with slow coder turns, against its lower bound.
+
+A real repository, a real `flowd run` (in this process, through `run_epic`) and the bundled
+scripted agent as every executor: each story has one task whose coder turn waits a log-normal
+time (median 3 s, sigma 0.6, clipped to 0.5-15 s: the model's thinking); every other turn
+(planner, reviewer, judge) answers at once; one trivial gate (`true`) runs after each task and
+after each merge. The lower bound is what no scheduler can beat: the longest chain of coder turns
+through the DAG, or the total coder time over 8 lanes if that is longer.
+
+Prints the makespan, its ratio to the lower bound (target <= 1.15) and, from the trace's
+timestamps, where each story's time went besides its coder turn (median over the stories and the
+sum over the critical path): start (worktree, catch-up, planner turn) → coder turn → review
+(gates, reviewer turn, commit) → merge (judge, perimeter, merge, epic gates).
+
+    .venv/bin/python bench/throughput.py [--seed 3] [--stories 20] [--lanes 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import random
+import statistics
+import sys
+import tempfile
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from flowd.events import StoryMerged, StoryStatusChanged, TaskCompleted, TaskStarted, TokensUsed  # noqa: E402
+from flowd.timeutil import parse_iso  # noqa: E402
+from tests.engine.scenario import Scenario, story  # noqa: E402
+
+PHASES = ("start", "coder", "turn overhead", "review", "merge")
+
+
+def build(
+    root: Path, rng: random.Random, count: int, lanes: int
+) -> tuple[Scenario, dict[str, float], dict[str, list[str]]]:
+    delays: dict[str, float] = {}
+    deps: dict[str, list[str]] = {}
+    stories: list[dict[str, Any]] = []
+    rules: list[dict[str, Any]] = []
+    for i in range(count):
+        sid = f"s{i:02d}"
+        deps[sid] = sorted({f"s{j:02d}" for j in range(max(0, i - 8), i) if rng.random() < 0.15})
+        delay = min(15.0, max(0.5, rng.lognormvariate(math.log(3.0), 0.6)))
+        delays[sid] = delay
+        stories.append(story(sid, [f"src/{sid}.py"], deps[sid]))
+        rules.append(
+            {"when": {"role": "coder", "story": sid}, "delayMs": int(delay * 1000),
+             "writes": {f"src/{sid}.py": f"VALUE = {i}\n"}, "reply": f"{sid} done",
+             "usage": {"input": 1000, "output": 100}}
+        )  # fmt: skip
+    executors = [
+        {"id": "coders", "script": "script.json", "slots": lanes, "roles": ["coder"]},
+        {"id": "helpers", "script": "script.json", "slots": lanes, "roles": ["planner", "reviewer", "judge"]},
+    ]
+    settings = f'gates = ["true"]\nconcurrency = {lanes}\njudgeRounds = 1\nmaxReviewRounds = 1\n'
+    sc = Scenario.create(root, stories, rules, settings=settings, executors=executors, epic_id="tp")
+    return sc, delays, deps
+
+
+def lower_bound(delays: dict[str, float], deps: dict[str, list[str]], lanes: int) -> tuple[float, list[str]]:
+    """(the bound, the critical chain of coder turns)."""
+    longest: dict[str, tuple[float, list[str]]] = {}
+    for sid in sorted(delays):  # ids are in topological order
+        best = max((longest[d] for d in deps[sid]), default=(0.0, []), key=lambda x: x[0])
+        longest[sid] = (best[0] + delays[sid], [*best[1], sid])
+    chain_s, chain = max(longest.values(), key=lambda x: x[0])
+    return max(chain_s, sum(delays.values()) / lanes), chain
+
+
+def phases(events: list[Any]) -> dict[str, dict[str, float]]:
+    """Per story, seconds in each phase, from the trace's timestamps."""
+    marks: dict[str, dict[str, datetime]] = {}
+    for envelope in events:
+        event, at = envelope.event, parse_iso(envelope.at)
+        if isinstance(event, StoryStatusChanged) and event.status == "active":
+            marks.setdefault(event.story, {})["active"] = at
+        elif isinstance(event, TaskStarted):
+            marks.setdefault(event.lane, {}).setdefault("task", at)
+        elif isinstance(event, TokensUsed) and event.agent == "coder" and event.lane:
+            marks.setdefault(event.lane, {}).setdefault("coded", at)
+        elif isinstance(event, TaskCompleted):
+            marks.setdefault(event.lane, {})["completed"] = at
+        elif isinstance(event, StoryMerged):
+            marks.setdefault(event.lane, {})["merged"] = at
+    out: dict[str, dict[str, float]] = {}
+    for sid, m in marks.items():
+        if {"active", "task", "coded", "completed", "merged"} <= m.keys():
+            out[sid] = {
+                "start": (m["task"] - m["active"]).total_seconds(),
+                "coder": (m["coded"] - m["task"]).total_seconds(),
+                "review": (m["completed"] - m["coded"]).total_seconds(),
+                "merge": (m["merged"] - m["completed"]).total_seconds(),
+            }
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--seed", type=int, default=3)
+    parser.add_argument("--stories", type=int, default=20)
+    parser.add_argument("--lanes", type=int, default=8)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        sc, delays, deps = build(Path(tmp), random.Random(args.seed), args.stories, args.lanes)
+        bound, chain = lower_bound(delays, deps, args.lanes)
+        t0 = time.perf_counter()
+        result = sc.run()
+        wall = time.perf_counter() - t0
+        events = sc.events(result.run_id)
+    if result.outcome != "done":
+        raise SystemExit(f"the run ended {result.outcome}: see the trace")
+    makespan = (parse_iso(events[-1].at) - parse_iso(events[0].at)).total_seconds()
+    times = phases(events)
+    for sid, t in times.items():
+        t["turn overhead"] = t["coder"] - delays[sid]  # the ACP round trip around the model's time
+    print(
+        f"{args.stories} stories, {args.lanes} lanes, seed {args.seed}: coder turns {sum(delays.values()):.1f} s in all, "
+        f"critical chain {' -> '.join(chain)}"
+    )
+    print(f"makespan {makespan:.1f} s (wall {wall:.1f} s) against a lower bound of {bound:.1f} s")
+    verdict = "met" if makespan / bound <= 1.15 else "NOT met"
+    print(f"ratio {makespan / bound:.2f}x (target <= 1.15x): {verdict}")
+    print(f"{'phase':>14} {'median/story':>13} {'sum on the critical chain':>26}")
+    for phase in PHASES:
+        median = statistics.median(t[phase] for t in times.values())
+        on_chain = sum(times[s][phase] for s in chain if s in times)
+        print(f"{phase:>14} {median:>12.2f}s {on_chain:>25.2f}s")
+    overhead = [t["start"] + t["turn overhead"] + t["review"] + t["merge"] for t in times.values()]
+    print(f"flowd's own time per story (all but the coder turn): median {statistics.median(overhead):.2f} s")
+
+
+if __name__ == "__main__":
+    main()

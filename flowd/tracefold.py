@@ -1,0 +1,200 @@
+"""Trace lines (bytes) folded into a `RunView` fast: what re-attach, `flowd status` and a resumed
+run use to read a long trace (docs/performance.md).
+
+The result is exactly `view.apply(parse_line(line))` for each line (tests/test_trace_fold.py checks
+it), reached with less work:
+
+- a line whose event type no view folds (`flowd.view.FOLDED_TYPES`: tool calls, messages, gates,
+  stages… most of a trace) is not parsed at all. Lines as `TraceWriter` writes them start with
+  `_WRITER_PREFIX`, and the first `_TYPE_MARK` in such a line is its event's type (the envelope's
+  other fields are scalars; `event` comes last). When every line of a chunk is in that format, one
+  regular-expression scan finds the lines with a folded type's mark and nothing else is touched;
+- the lines that matter are parsed with orjson, and when the envelope and event have exactly their
+  fields' types, folded from the dict: no pydantic object for `TokensUsed` and lease lines (the
+  bulk of what is folded). Anything else (a missing field, text where a number belongs, another
+  writer's spacing) goes through pydantic, which decides as it does for `parse_line`.
+
+A trace's seq only grows (one writer per run, resumed runs continue it), so skipping lines does not
+change which lines `RunView.accept` takes as replays.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, cast
+
+import orjson
+from pydantic import ValidationError
+
+from flowd.events import EVENT_CLASSES, Event, envelope_from_dict
+from flowd.view import FOLDED_TYPES, RunView, Tokens
+
+_WRITER_PREFIX = b'{"v":1,"seq":'
+_TYPE_MARK = b'"event":{"type":"'
+_FOLDED_BYTES = frozenset(t.encode() for t in FOLDED_TYPES)
+_FOLDED_MARK = re.compile(re.escape(_TYPE_MARK) + b"(" + b"|".join(sorted(_FOLDED_BYTES)) + b')"')
+# A line that does not start in the writer's format (the chunk's last newline ends the last line).
+_OTHER_LINE = re.compile(rb"\n(?!" + re.escape(_WRITER_PREFIX) + rb"|\Z)")
+_USAGE_KEYS = frozenset({"input", "output", "total", "cachedRead", "cacheWrite", "costUsd"})
+_LEASE_KEYS = frozenset({"type", "executor", "clone", "role", "label", "borrowed"})
+
+
+def fold_lines(view: RunView, chunk: bytes) -> None:
+    """Fold complete trace lines (`chunk` ends with a newline) into `view`.
+
+    The first folded line always goes the slow way: it also sets the view's start time, whatever
+    its type."""
+    writer_format = chunk.startswith(_WRITER_PREFIX) and _OTHER_LINE.search(chunk) is None
+    if view.started_at is None or not writer_format:
+        for line in chunk.split(b"\n"):
+            if line and (view.started_at is None or _folded(line)):
+                fold_line(view, line)
+        return
+    last = -1
+    rfind, find = chunk.rfind, chunk.find
+    for match in _FOLDED_MARK.finditer(chunk):
+        start = rfind(b"\n", 0, match.start()) + 1
+        if start == last:
+            continue  # a second mark in one line (an object nested in the event)
+        last = start
+        line = chunk[start : find(b"\n", match.end())]
+        if match[1] != b"TokensUsed" or not _fold_tokens(view, line):
+            fold_line(view, line)
+
+
+def _folded(line: bytes) -> bool:
+    """False only for a writer-format line whose event type no view folds."""
+    if not line.startswith(_WRITER_PREFIX):
+        return True
+    start = line.find(_TYPE_MARK)
+    if start < 0:
+        return True
+    start += len(_TYPE_MARK)
+    return line[start : line.find(b'"', start)] in _FOLDED_BYTES
+
+
+def fold_line(view: RunView, line: bytes) -> None:
+    """Fold one trace line of any shape into `view` (as `view.apply(parse_line(line))`)."""
+    try:
+        raw = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return
+    if type(raw) is dict:
+        event, seq, at, run_id = raw.get("event"), raw.get("seq"), raw.get("at"), raw.get("runId")
+        version = raw.get("v", 1)
+        if (
+            type(event) is dict
+            and type(seq) is int
+            and type(at) is str
+            and type(run_id) is str
+            and type(version) is int
+            and version == 1
+            and _fold_event(view, event, seq, at, run_id)
+        ):
+            return
+    envelope = envelope_from_dict(raw)
+    if envelope is not None:
+        view.apply(envelope)
+
+
+def _fold_tokens(view: RunView, line: bytes) -> bool:
+    """The hot path: a `TokensUsed` line folded when it has exactly the writer's shape; False
+    (nothing folded) when `fold_line` must look at it instead."""
+    try:
+        raw = orjson.loads(line)
+        event = raw["event"]
+        usage = event["usage"]
+    except (orjson.JSONDecodeError, KeyError, TypeError):
+        return False
+    seq, at, run_id, version = raw.get("seq"), raw.get("at"), raw.get("runId"), raw.get("v", 1)
+    if not (
+        type(seq) is int
+        and type(at) is str
+        and type(run_id) is str
+        and type(version) is int
+        and version == 1
+        and event.get("type") == "TokensUsed"
+    ):
+        return False
+    tokens = _tokens(event, usage)
+    if tokens is None:
+        return False
+    if view.accept(seq, at, run_id):
+        view.apply_tokens(event.get("lane"), event.get("model"), tokens, event.get("estimated") is True)
+    return True
+
+
+def _tokens(event: dict[str, Any], usage: Any) -> Tokens | None:
+    """A `TokensUsed` event's usage when every field has exactly its type; else None."""
+    if type(usage) is not dict or type(event.get("agent")) is not str or not usage.keys() <= _USAGE_KEYS:
+        return None  # (other usage keys: e.g. snake_case names, which pydantic also accepts)
+    lane, model, executor, clone = (
+        event.get("lane"),
+        event.get("model"),
+        event.get("executor"),
+        event.get("clone"),
+    )
+    if not (
+        (lane is None or type(lane) is str)
+        and (model is None or type(model) is str)
+        and (executor is None or type(executor) is str)
+        and (clone is None or type(clone) is int)
+        and type(event.get("estimated", False)) is bool
+    ):
+        return None
+    input_, output, total = usage.get("input", 0), usage.get("output", 0), usage.get("total", 0)
+    cached, written, cost = usage.get("cachedRead"), usage.get("cacheWrite"), usage.get("costUsd")
+    if not (
+        type(input_) is int
+        and type(output) is int
+        and type(total) is int
+        and (cached is None or type(cached) is int)
+        and (written is None or type(written) is int)
+        and (cost is None or type(cost) is float)
+    ):
+        return None
+    return Tokens(input_, output, total, cached, written, cost)
+
+
+def _fold_event(view: RunView, event: dict[str, Any], seq: int, at: str, run_id: str) -> bool:
+    """Fold one event of a well-formed envelope; False when pydantic must decide instead."""
+    kind = event.get("type")
+    if kind == "TokensUsed":
+        tokens = _tokens(event, event.get("usage"))
+        if tokens is None:
+            return False
+        if view.accept(seq, at, run_id):
+            view.apply_tokens(event.get("lane"), event.get("model"), tokens, event.get("estimated") is True)
+        return True
+    if kind == "ExecutorLeased" or kind == "ExecutorReleased":
+        # One pair per planner, reviewer and judge turn: common enough for their own fast path.
+        if not _lease_shape(event):
+            return False
+        if view.accept(seq, at, run_id):
+            view.apply_lease(
+                kind == "ExecutorLeased", event["executor"], event.get("clone"), event["role"],
+                event.get("label"), event.get("borrowed"),
+            )  # fmt: skip
+        return True
+    if kind not in FOLDED_TYPES:
+        return False
+    try:
+        parsed = cast(Event, EVENT_CLASSES[cast(str, kind)].model_validate(event))
+    except ValidationError:
+        return True  # what parse_line does with it: skipped
+    if view.accept(seq, at, run_id):
+        view.apply_event(parsed, at)
+    return True
+
+
+def _lease_shape(event: dict[str, Any]) -> bool:
+    """Whether a lease event has exactly its fields' types (then pydantic would take it as it is)."""
+    clone, label, borrowed = event.get("clone"), event.get("label"), event.get("borrowed")
+    return (
+        event.keys() <= _LEASE_KEYS
+        and type(event.get("executor")) is str
+        and type(event.get("role")) is str
+        and (clone is None or type(clone) is int)
+        and (label is None or type(label) is str)
+        and (borrowed is None or type(borrowed) is bool)
+    )
