@@ -64,11 +64,31 @@ async def test_cost_report_on_an_empty_repo(client: FlowClient) -> None:
     assert isinstance(plain.text, str) and plain.text
 
 
-async def test_plan_outside_the_workspace_is_refused(client: FlowClient, repo: Path, tmp_path: Path) -> None:
+async def test_a_plan_anywhere_on_disk_is_validated(client: FlowClient, repo: Path, tmp_path: Path) -> None:
     outside = tmp_path / "x.epic.json"
-    outside.write_text("{}")
+    outside.write_text('{"epicId": "x", "epic": "x", "stories": [{"id": "a", "title": "A", "owned": ["a"]}]}')
     for plan in ("../x.epic.json", str(outside), outside.as_uri()):
-        with pytest.raises(JsonRpcException) as caught:
-            await command(client, "flow.validatePlan", {"plan": plan})
-        assert caught.value.code == -32602
-        assert "outside the workspace" in caught.value.message
+        result = await command(client, "flow.validatePlan", {"plan": plan})
+        assert result == {"violations": []}, plan
+    outside.unlink()  # a plan that vanished: one sentence naming it, the server keeps serving
+    with pytest.raises(JsonRpcException) as caught:
+        await command(client, "flow.validatePlan", {"plan": str(outside)})
+    assert caught.value.code == -32602
+    assert caught.value.message == (
+        f"flow.validatePlan: plan: no such plan file {outside}; check the path (it may have moved)"
+    )
+    assert (await request(client, "flow/status", {})).runs == []
+
+
+async def test_empty_params_may_be_an_object_a_list_or_missing(client: FlowClient) -> None:
+    # Neovim encodes an empty Lua table as [].
+    for params in ({}, [], None):
+        assert (await request(client, "flow/status", params)).runs == []
+        assert (await request(client, "flow/perimeter", params)).violations == []
+        assert (await request(client, "flow/costReport", params)).runs == 0
+    with pytest.raises(JsonRpcException) as caught:
+        await command(client, "flow.cancelEpic", [])
+    assert caught.value.code == -32602 and "runId" in caught.value.message
+    with pytest.raises(JsonRpcException) as caught:
+        await command(client, "flow.launchEpic")
+    assert caught.value.code == -32602 and "plan" in caught.value.message
