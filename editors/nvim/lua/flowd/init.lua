@@ -13,6 +13,9 @@ M.config = {
   progress = true,
   -- Notify on transitions (a run or lane changing status, a repair, an excluded executor).
   notify = true,
+  -- { port = P, host? = "127.0.0.1" }: connect to a running `flowd serve --tcp` instead of
+  -- starting one, with the token it wrote for the user.
+  tcp = nil,
 }
 
 -- What the server has told us, per client id: runs[runId] = flow/run params (+ epicId),
@@ -178,10 +181,33 @@ local function on_init(client)
   end)
 end
 
+--- The token a `flowd serve --tcp --port P` wrote for its user (docs/protocol.md).
+function M.tcp_token(port)
+  local runtime = os.getenv("XDG_RUNTIME_DIR")
+  local base = (runtime and vim.fn.isdirectory(runtime) == 1) and runtime or (vim.fn.expand("~") .. "/.cache")
+  local path = ("%s/flowd/serve-%d.json"):format(base, port)
+  local ok, lines = pcall(vim.fn.readfile, path)
+  if not ok then return nil, path end
+  local decoded_ok, data = pcall(vim.json.decode, table.concat(lines, "\n"))
+  return decoded_ok and type(data) == "table" and data.token or nil, path
+end
+
 local function config_for(root)
+  local cmd, init_options = M.config.cmd, nil
+  local tcp = M.config.tcp
+  if tcp then
+    local token, path = M.tcp_token(tcp.port)
+    if not token then
+      notify(("no token in %s: start `flowd serve --tcp --port %d` first"):format(path, tcp.port),
+        vim.log.levels.ERROR)
+      return nil
+    end
+    cmd, init_options = vim.lsp.rpc.connect(tcp.host or "127.0.0.1", tcp.port), { token = token }
+  end
   return {
     name = NAME,
-    cmd = M.config.cmd,
+    cmd = cmd,
+    init_options = init_options,
     root_dir = root,
     handlers = handlers,
     on_init = on_init,
@@ -197,8 +223,9 @@ function M.attach(buf)
   buf = (buf == nil or buf == 0) and vim.api.nvim_get_current_buf() or buf
   if vim.bo[buf].buftype ~= "" then return nil end
   local root = M.root_of(buf_dir(buf))
-  if not root then return nil end
-  return vim.lsp.start(config_for(root), { bufnr = buf, silent = false })
+  local config = root and config_for(root)
+  if not config then return nil end
+  return vim.lsp.start(config, { bufnr = buf, silent = false })
 end
 
 --- The client of the current buffer's repository, else of the working directory's; started if needed.
@@ -212,7 +239,8 @@ function M.client()
   for _, client in ipairs(vim.lsp.get_clients({ name = NAME })) do
     if client.root_dir == root then return client end
   end
-  local id = vim.lsp.start(config_for(root), { attach = false })
+  local config = config_for(root)
+  local id = config and vim.lsp.start(config, { attach = false })
   return id and vim.lsp.get_client_by_id(id) or nil
 end
 
