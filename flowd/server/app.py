@@ -466,8 +466,26 @@ class FlowServer(LanguageServer, RunHooks):
             )
         return out
 
-    def perimeter_of(self, uri: str) -> dict[str, Any]:
-        rel = self._relative(uri)
+    async def _in_worktree(self, uri: str) -> str | None:
+        """The repository path of a file in one of the repository's linked worktrees (a story's)."""
+        path_text = to_fs_path(uri)
+        if self.repo is None or not path_text:
+            return None
+        path = Path(path_text).resolve()
+        try:
+            worktrees = await asyncio.to_thread(self.repo.worktrees)
+        except FlowdError:
+            return None
+        for info in worktrees[1:]:
+            root = info.path.resolve()
+            if path.is_relative_to(root) and path != root:
+                rel = path.relative_to(root).as_posix()
+                return None if rel.startswith(".flow/") else rel
+        return None
+
+    async def perimeter_of(self, uri: str) -> dict[str, Any]:
+        """Who owns the file at `uri` (in the checkout, or at the same path in a story worktree)."""
+        rel = self._relative(uri) or await self._in_worktree(uri)
         if rel is None:
             path_text = to_fs_path(uri)
             if not path_text:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
 from pygls.exceptions import JsonRpcException
 
-from tests.server.conftest import FlowClient, command, request
+from tests.server.conftest import CONFIG, FlowClient, command, git, initialize, request, stop_client
 
 
 async def test_commands_are_advertised(client: FlowClient) -> None:
@@ -92,3 +93,27 @@ async def test_empty_params_may_be_an_object_a_list_or_missing(client: FlowClien
     with pytest.raises(JsonRpcException) as caught:
         await command(client, "flow.launchEpic")
     assert caught.value.code == -32602 and "plan" in caught.value.message
+
+
+async def test_a_worktree_of_the_repository_is_served_by_its_main_checkout(
+    repo: Path, tmp_path: Path
+) -> None:
+    worktree = tmp_path / "elsewhere" / "story"
+    git(repo, "worktree", "add", "-q", "-b", "story/x", str(worktree))
+    client = await CONFIG.start()
+    assert isinstance(client, FlowClient)
+    try:
+        await initialize(client, worktree, "neovim")
+        # Paths are the main checkout's; a file of the worktree is at the same repository path.
+        for where in (repo, worktree):
+            answer = await request(client, "flow/perimeter", {"uri": (where / "README.md").as_uri()})
+            assert answer.path == "README.md"
+        with pytest.raises(JsonRpcException) as caught:
+            await request(client, "flow/perimeter", {"uri": (tmp_path / "README.md").as_uri()})
+        assert (
+            caught.value.message
+            == f"flow/perimeter: uri: {tmp_path / 'README.md'} is not inside the repository"
+        )
+        await asyncio.wait_for(client.shutdown_session(), 10)
+    finally:
+        await stop_client(client)
