@@ -19,6 +19,7 @@ import logging
 import os
 import re
 import secrets
+import signal
 import sys
 import threading
 from pathlib import Path
@@ -163,6 +164,8 @@ def serve_tcp(server: LanguageServer, host: str, port: int) -> None:
     async def main() -> None:
         listener = await asyncio.start_server(connection, host, port)
         server._server = listener  # type: ignore[attr-defined]  # pygls' shutdown() closes it
+        # A SIGTERM ends the server like a shutdown, so the token file goes with it.
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, server.shutdown)
         bound = int(listener.sockets[0].getsockname()[1])
         state["file"] = write_token(bound, token)
         # Clients and tests wait for this line; the token itself is only in the file.

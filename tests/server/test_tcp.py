@@ -123,3 +123,30 @@ async def test_only_a_client_with_the_token_is_served(repo: Path, tmp_path: Path
         if server.returncode is None:
             server.kill()
             await server.wait()
+
+
+def test_sigterm_ends_the_server_and_removes_its_token(repo: Path, tmp_path: Path) -> None:
+    env = {**SERVER_ENV, "XDG_RUNTIME_DIR": str(tmp_path)}
+    server = subprocess.Popen(
+        [sys.executable, "-m", "flowd", "serve", "--tcp", "--port", "0"],
+        cwd=repo,
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert server.stderr is not None
+        where = None
+        for line in server.stderr:
+            found = re.search(r"token in (\S+)", line)
+            if found:
+                where = Path(found.group(1))
+                break
+        assert where is not None and where.exists()
+        server.terminate()
+        assert server.wait(timeout=30) == 0
+        assert not where.exists()
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
