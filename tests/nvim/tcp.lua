@@ -13,6 +13,11 @@ H.run(function()
     return c and c.initialized and c
   end)
   out.root_dir = client.root_dir
+  -- Bad input: one message each, and the client keeps working.
+  vim.cmd("FlowCancel nope")
+  out.cancel_error = H.wait("the cancel error", function() return H.note("flow.cancelEpic") end)
+  vim.cmd("FlowValidate " .. vim.fn.fnameescape(os.getenv("REPO") .. "/gone.epic.json"))
+  out.validate_error = H.wait("the validate error", function() return H.note("no such plan file") end)
   vim.cmd("FlowStatus")
   out.status = H.wait("the status", function() return H.note("flowd: no runs") end).msg
 end)

@@ -127,6 +127,14 @@ def test_the_plugin_connects_over_tcp_with_the_token(nvim: Path, tmp_path: Path)
         )
         assert out["root_dir"] == str(repo)
         assert out["status"] == "flowd: no runs"
+        assert out["cancel_error"]["level"] == 4  # vim.log.levels.ERROR
+        assert out["cancel_error"]["msg"].startswith("flowd: flow.cancelEpic: runId: ")
+        assert "\n" not in out["cancel_error"]["msg"]
+        assert out["validate_error"] == {
+            "level": 4,
+            "msg": f"flowd: flow.validatePlan: plan: no such plan file {repo / 'gone.epic.json'}; "
+            "check the path (it may have moved)",
+        }
         assert server.wait(timeout=30) == 0  # Neovim's shutdown/exit ended the one session
     finally:
         if server.poll() is None:

@@ -72,6 +72,7 @@ end
 
 -- -- notifications --------------------------------------------------------------------------------
 
+-- Run ids carry their start time (`<epic>-20261130T090418-3eb1`): newest first, across epics.
 local function sort_key(run_id)
   return run_id:match("%d%d%d%d%d%d%d%dT%d%d%d%d%d%d") or run_id
 end
@@ -79,7 +80,7 @@ end
 local function runs_newest_first(s)
   local list = vim.tbl_values(s.runs)
   table.sort(list, function(a, b)
-    local ka, kb = a.startedAt or sort_key(a.runId), b.startedAt or sort_key(b.runId)
+    local ka, kb = sort_key(a.runId), sort_key(b.runId)
     if ka ~= kb then return ka > kb end
     return a.runId > b.runId
   end)
