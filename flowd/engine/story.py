@@ -104,16 +104,14 @@ class StoryRun:
             note = await loop.judge()
             async with ctx.merge_lock:
                 await asyncio.to_thread(self._catch_up)
-                await asyncio.to_thread(self._repair_perimeter)
+                repaired = await asyncio.to_thread(self._repair_perimeter)
             coder.release()
             commit = await self._merge()
             await asyncio.to_thread(self._clean_up)
             chain = coder.chain
-            return self._finish(
-                StoryOutcome(
-                    sid, "done", branch=self.branch, note=note or f"merged at {commit[:10]}", executors=chain
-                )
-            )
+            # A repair changed the story's work behind everyone's back: the report says so first.
+            note = "; ".join(filter(None, [repaired, note or f"merged at {commit[:10]}"]))
+            return self._finish(StoryOutcome(sid, "done", branch=self.branch, note=note, executors=chain))
         except StoryWaiting as waiting:
             return self._finish(
                 StoryOutcome(
@@ -305,19 +303,29 @@ class StoryRun:
         ctx.emit(StageCompleted(stage=stage, lane=sid))
 
     # -- perimeter and merge -------------------------------------------------------------------
-    def _repair_perimeter(self) -> None:
+    def _repair_perimeter(self) -> str | None:
+        """Put back what is still outside the story's perimeter; returns what was done, for the report.
+
+        Whoever wrote those paths (the agent, a tool, the user editing the worktree by hand), the
+        repair reverts them, so it is never silent: an event (the editor shows it), a line in the
+        story's findings and its note in the report.
+        """
         ctx, repo, sid = self.ctx, self.ctx.repo, self.story.id
         repo.commit_all(self.worktree, f"{sid}: remaining changes")
         strays = perimeter_now(repo, ctx.plan, sid, self.worktree)
         if not strays:
-            return
+            return None
         repo.restore_paths(self.worktree, [p.path for p in strays], ctx.epic_branch)
         repo.commit_all(self.worktree, f"{sid}: put paths outside the perimeter back")
         ctx.emit(PerimeterViolation(lane=sid, paths=strays, action="restored"))
-        self.info(
-            f"restored {len(strays)} path(s) outside its perimeter from {ctx.epic_branch}: "
-            + ", ".join(p.path for p in strays)
+        listed = ", ".join(f"{p.path} ({p.kind})" for p in strays)
+        done = (
+            f"perimeter repair restored {len(strays)} path(s) outside the story's perimeter "
+            f"from {ctx.epic_branch}, undoing their changes: {listed}"
         )
+        self.info(done)
+        with contextlib.suppress(OSError):
+            append_findings(ctx.paths, sid, f"## Perimeter repair\n\n{done}")
         left = perimeter_now(repo, ctx.plan, sid, self.worktree)
         if left:
             ctx.emit(PerimeterViolation(lane=sid, paths=left, action="failed"))
@@ -325,6 +333,7 @@ class StoryRun:
                 f"story '{sid}' changed paths outside its perimeter that could not be put back: "
                 + ", ".join(f"{p.path} ({p.kind})" for p in left)
             )
+        return done
 
     async def _merge(self) -> str:
         ctx, repo, sid = self.ctx, self.ctx.repo, self.story.id

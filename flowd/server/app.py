@@ -115,7 +115,7 @@ class FlowServer(LanguageServer, RunHooks):
         self._loop = asyncio.get_running_loop()
         self.root = self._workspace_root()
         try:
-            self.repo = await asyncio.to_thread(Repo.discover, self.root)
+            self.repo = await asyncio.to_thread(main_checkout, self.root)
         except FlowdError as exc:
             self.repo_problem = str(exc)
             log.warning("%s", exc)
@@ -196,7 +196,8 @@ class FlowServer(LanguageServer, RunHooks):
 
     # -- plan arguments ------------------------------------------------------------------------
     def resolve_plan(self, method: str, raw: str) -> Path:
-        """A plan argument: an absolute path, a file:// URI, or relative to the workspace root."""
+        """A plan argument: an absolute path, a file:// URI, or relative to the workspace root
+        (the root the client opened, which may be a story worktree, not the repository)."""
         from flowd.server.params import invalid
 
         if raw.startswith("file:"):
@@ -210,14 +211,15 @@ class FlowServer(LanguageServer, RunHooks):
             path = Path(raw).expanduser()
             if not path.is_absolute():
                 path = self.root / path
+        # Anywhere on disk, as `flowd run` accepts (docs/protocol.md): the server runs as the user,
+        # and over TCP only a client holding the user's token gets this far.
         resolved = path.resolve()
-        roots = {self.root.resolve()}
-        if self.repo is not None:
-            roots.add(self.repo.root)
-        if not any(resolved.is_relative_to(r) for r in roots):
-            raise invalid(method, f"plan: {raw} is outside the workspace {self.root}; use a plan inside it")
+        if resolved.is_dir():
+            raise invalid(
+                method, f"plan: {resolved} is a directory; give the plan file (*.epic.json or *.md)"
+            )
         if not resolved.is_file():
-            raise invalid(method, f"plan: no such plan file {resolved}")
+            raise invalid(method, f"plan: no such plan file {resolved}; check the path (it may have moved)")
         return resolved
 
     def plan_violations(self, path: Path) -> list[Any]:
@@ -377,13 +379,17 @@ class FlowServer(LanguageServer, RunHooks):
 
     # -- worktree watches and perimeter diagnostics --------------------------------------------
     def _sync_lanes(self, run: Tracked) -> None:
+        """Watch every running lane's worktree (even before it exists); unwatch the others."""
         for lane in run.view.lanes.values():
             key = (run.run_id, lane.lane)
             if lane.status in RUNNING and not run.ended:
-                if key not in self.worktrees:
-                    worktree = self._worktree(run, lane.lane)
-                    if worktree is not None:
-                        self.worktrees.start(key, worktree, functools.partial(self._rescan, run, lane.lane))
+                if key not in self.worktrees and self.repo is not None:
+                    self.worktrees.start(
+                        key,
+                        functools.partial(self._existing_worktree, run, lane.lane),
+                        functools.partial(self._worktree_anchors, run, lane.lane),
+                        functools.partial(self._rescan, run, lane.lane),
+                    )
             elif key in self.worktrees:
                 self.worktrees.stop(key)
                 self.diags.clear(("perimeter", run.run_id, lane.lane))
@@ -394,17 +400,37 @@ class FlowServer(LanguageServer, RunHooks):
 
         try:
             state = load_state(EpicPaths(self.need_repo().root, run.epic_id), story)
-        except (FlowdError, JsonRpcException):
+        except (FlowdError, JsonRpcException, OSError, ValueError):
             return None
         return Path(state.worktree) if state is not None else None
+
+    def _existing_worktree(self, run: Tracked, story: str) -> Path | None:
+        worktree = self._worktree(run, story)
+        return worktree if worktree is not None and worktree.is_dir() else None
+
+    def _worktree_anchors(self, run: Tracked, story: str) -> list[Path]:
+        """Where a story's worktree shows up: its state file (first attempt), then its directory."""
+        from flowd.engine.state import EpicPaths
+
+        if self.repo is None:
+            return []
+        anchors = [EpicPaths(self.repo.root, run.epic_id).state(story)]
+        worktree = self._worktree(run, story)
+        if worktree is not None:
+            anchors.append(worktree)
+        return anchors
 
     async def _rescan(self, run: Tracked, story: str) -> None:
         """What story `story` changed in its worktree, against its perimeter, as diagnostics."""
         from flowd import perimeter
         from flowd.engine.perimeter_now import perimeter_now
 
+        key = ("perimeter", run.run_id, story)
         plan, repo, worktree = self.plan_of(run), self.repo, self._worktree(run, story)
-        if plan is None or repo is None or worktree is None or run.ended or not worktree.is_dir():
+        if plan is None or repo is None or run.ended:
+            return
+        if worktree is None or not worktree.is_dir():
+            self.diags.replace(key, [])  # deleted by hand (or not there yet): nothing to show
             return
         try:
             strays = await asyncio.to_thread(perimeter_now, repo, plan, story, worktree)
@@ -426,7 +452,7 @@ class FlowServer(LanguageServer, RunHooks):
                 checkout=repo.root,
                 owner=owner,
             )
-        self.diags.replace(("perimeter", run.run_id, story), items)
+        self.diags.replace(key, items)
 
     def _task_owns(self, run: Tracked, event: TaskOwnsViolation) -> None:
         if self.repo is None:
@@ -462,10 +488,28 @@ class FlowServer(LanguageServer, RunHooks):
             )
         return out
 
-    def perimeter_of(self, uri: str) -> dict[str, Any]:
+    async def _in_worktree(self, uri: str) -> str | None:
+        """The repository path of a file in one of the repository's linked worktrees (a story's)."""
+        path_text = to_fs_path(uri)
+        if self.repo is None or not path_text:
+            return None
+        path = Path(path_text).resolve()
+        try:
+            worktrees = await asyncio.to_thread(self.repo.worktrees)
+        except FlowdError:
+            return None
+        for info in worktrees[1:]:
+            root = info.path.resolve()
+            if path.is_relative_to(root) and path != root:
+                rel = path.relative_to(root).as_posix()
+                return None if rel.startswith(".flow/") else rel
+        return None
+
+    async def perimeter_of(self, uri: str) -> dict[str, Any]:
+        """Who owns the file at `uri` (in the checkout, or at the same path in a story worktree)."""
         from flowd import perimeter
 
-        rel = self._relative(uri)
+        rel = self._relative(uri) or await self._in_worktree(uri)
         if rel is None:
             path_text = to_fs_path(uri)
             if not path_text:
@@ -610,6 +654,25 @@ class FlowServer(LanguageServer, RunHooks):
             wire["startedAt"] = wire.get("startedAt") or run.record.started_at
             out.append(wire)
         return {"runs": out}
+
+
+def main_checkout(where: Path) -> Repo:
+    """The repository's main checkout, also when `where` is in one of its linked worktrees.
+
+    One server per repository (docs/editors.md): an editor opened on a story worktree is served
+    by the checkout that owns the runs, so it sees the same runs, and nothing breaks when flowd
+    removes that worktree after the merge.
+    """
+    repo = Repo.discover(where)
+    if repo.git_dir == repo.common_dir:
+        return repo
+    try:
+        main = repo.worktrees()[0].path
+    except (FlowdError, IndexError):
+        return repo
+    if not (main / ".git").is_dir():
+        return repo  # a bare repository's worktrees have no main checkout
+    return Repo.discover(main)
 
 
 def notes_for_end(view: RunView) -> list[Note]:

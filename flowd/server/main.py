@@ -38,9 +38,10 @@ def serve_command(args: argparse.Namespace) -> int:
     server = build_server()
     try:
         if tcp:
-            # pygls says "Serving on (host, port)" once it listens: clients and tests wait for it.
-            logging.getLogger("pygls.server").setLevel(logging.INFO)
-            server.start_tcp("::1" if host == "::1" else "127.0.0.1", port)
+            from flowd.server.tcp import serve_tcp
+
+            # Token-gated (docs/protocol.md); says "Serving on (host, port)" on stderr once it listens.
+            serve_tcp(server, "::1" if host == "::1" else "127.0.0.1", port)
         else:
             server.start_io()
     finally:

@@ -16,7 +16,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:  # flowd.events needs pydantic: imported on first use (docs/performance.md)
-    from flowd.events import Event, ExecutorExcluded, ExecutorLeased, ExecutorReleased, ExecutorResumed
+    from flowd.events import (
+        Event,
+        ExecutorExcluded,
+        ExecutorLeased,
+        ExecutorReleased,
+        ExecutorResumed,
+        PerimeterViolation,
+    )
     from flowd.view import LaneView, RunView
 
 RUN = "flow/run"
@@ -24,6 +31,7 @@ LANE = "flow/lane"
 TASK = "flow/task"
 CLONE = "flow/clone"
 COST = "flow/cost"
+ATTENTION = "flow/attention"
 
 
 @dataclass(frozen=True)
@@ -92,6 +100,31 @@ def _lane(view: RunView, lane_id: str | None) -> list[Note]:
     return [lane_note(view, view.lanes[lane_id])]
 
 
+def repair_note(view: RunView, event: PerimeterViolation) -> Note:
+    """A perimeter repair undid changes in a story's worktree: say so (docs/protocol.md).
+
+    `flow/attention` with `reason: "repaired"`: nothing waits on the user (so no `cleared`
+    follows and there is nothing to answer: `actions` is empty), but whoever wrote those paths,
+    perhaps the user by hand, must learn that their changes were put back.
+    """
+    listed = ", ".join(f"{p.path} ({p.kind})" for p in event.paths)
+    branch = view.epic_branch or f"epic/{view.epic_id}"
+    findings = f".flow/epics/{view.epic_id}/stories/{event.lane}.findings.md"
+    message = (
+        f"story '{event.lane}': the perimeter repair restored {len(event.paths)} path(s) from {branch}, "
+        f"undoing their changes in its worktree: {listed} (see {findings})"
+    )
+    params: dict[str, Any] = {
+        "runId": view.run_id,
+        "lane": event.lane,
+        "reason": "repaired",
+        "message": message,
+        "actions": [],
+        "paths": [p.path for p in event.paths],
+    }
+    return Note(ATTENTION, params, (ATTENTION, view.run_id, event.lane, "repaired"), True)
+
+
 def notes_for(view: RunView, event: Event) -> list[Note]:
     """The notifications implied by `event`, already folded into `view`."""
     from flowd.events import (
@@ -100,6 +133,7 @@ def notes_for(view: RunView, event: Event) -> list[Note]:
         ExecutorLeased,
         ExecutorReleased,
         ExecutorResumed,
+        PerimeterViolation,
         RunEnded,
         RunStarted,
         StoryStatusChanged,
@@ -136,6 +170,8 @@ def notes_for(view: RunView, event: Event) -> list[Note]:
         ]
     if isinstance(event, BudgetExceeded):
         return [cost_note(view, transition=True)]
+    if isinstance(event, PerimeterViolation) and event.action == "restored":
+        return [repair_note(view, event)]
     return []
 
 

@@ -79,8 +79,12 @@ def invalid(method: str, message: str) -> JsonRpcInvalidParams:
 
 
 def parse(model: type[P], raw: Any, method: str) -> P:
-    """Validate raw JSON params (a dict, or None for none) against `model`, or raise -32602."""
-    if raw is None:
+    """Validate raw JSON params against `model`, or raise -32602.
+
+    Missing params, `null` and `[]` all mean "no fields" (docs/protocol.md): Neovim encodes an
+    empty Lua table as `[]`, so `{}` and `[]` cannot be told apart by the client either.
+    """
+    if raw is None or (isinstance(raw, list | tuple) and len(raw) == 0):
         raw = {}
     if not isinstance(raw, dict):
         raise invalid(method, f"params must be one JSON object, got {type(raw).__name__}")
@@ -101,7 +105,7 @@ def parse(model: type[P], raw: Any, method: str) -> P:
 
 
 def command_argument(method: str, args: tuple[Any, ...]) -> Any:
-    """Commands take one object argument (contract §6)."""
-    if len(args) != 1:
+    """Commands take one object argument (docs/protocol.md); no argument at all is an empty one."""
+    if len(args) > 1:
         raise invalid(method, f"takes exactly one object argument, got {len(args)}")
-    return args[0]
+    return args[0] if args else None

@@ -140,6 +140,6 @@ def build_server() -> FlowServer:
         await ls.ready.wait()
         if p.uri is None:
             return {"violations": ls.perimeter_violations()}
-        return ls.perimeter_of(p.uri)
+        return await ls.perimeter_of(p.uri)
 
     return server

@@ -1,8 +1,15 @@
-"""Watches of active story worktrees: each batch of changes triggers a rescan of that story.
+"""Watches of running stories' worktrees: each batch of changes triggers a rescan of that story.
+
+A watch starts as soon as a lane is active, before its worktree exists: a story's first attempt
+announces `active` and only then creates its worktree and state file. Until the worktree is
+there, the watch waits on the places it will appear (the story's state file, the worktree's
+parent), so a stray write in the very first seconds of a story is seen. A worktree deleted by hand
+ends its file watch; the watch rescans (which clears the story's diagnostics) and waits for the
+worktree to come back.
 
 The rescan (what changed against the story's base, classified against its perimeter) is the
-caller's; this module only owns the watch tasks so that a lane leaving `active`, a run ending or
-the server stopping ends its watches.
+caller's; this module owns the watch tasks so that a lane leaving `active`, a run ending or the
+server stopping ends its watches.
 """
 
 from __future__ import annotations
@@ -19,10 +26,23 @@ log = logging.getLogger(__name__)
 
 Key = tuple[str, str]  # (runId, lane)
 Rescan = Callable[[], Awaitable[None]]
+# Where the story's worktree is, once it exists as a directory; None before.
+Locate = Callable[[], Path | None]
+# Paths whose appearance may reveal the worktree (its state file, its expected directory).
+Anchors = Callable[[], list[Path]]
 
 # Agents write in bursts: group them briefly, but stay well under a human's notice.
 DEBOUNCE_MS = 60
 STEP_MS = 10
+# A safety net for a creation the kernel reported before the watch was in place: look again.
+APPEAR_RECHECK_S = 1.0
+
+
+def nearest_existing(path: Path) -> Path | None:
+    for candidate in (path, *path.parents):
+        if candidate.is_dir():
+            return candidate
+    return None
 
 
 class WorktreeWatches:
@@ -34,11 +54,14 @@ class WorktreeWatches:
     def __contains__(self, key: Key) -> bool:
         return key in self._watches
 
-    def start(self, key: Key, worktree: Path, rescan: Rescan) -> None:
-        if self._closed or key in self._watches or not worktree.is_dir():
+    def __len__(self) -> int:
+        return len(self._watches)
+
+    def start(self, key: Key, locate: Locate, anchors: Anchors, rescan: Rescan) -> None:
+        if self._closed or key in self._watches:
             return
         stop = asyncio.Event()
-        task = asyncio.ensure_future(self._run(worktree, rescan, stop))
+        task = asyncio.ensure_future(self._run(locate, anchors, rescan, stop))
         task.add_done_callback(self._done)
         self._watches[key] = (task, stop)
 
@@ -56,15 +79,56 @@ class WorktreeWatches:
         for key in list(self._watches):
             self.stop(key)
 
+    @classmethod
+    async def _run(cls, locate: Locate, anchors: Anchors, rescan: Rescan, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            worktree = await asyncio.to_thread(locate)
+            if worktree is None:
+                await cls._appear(anchors(), stop)
+                continue
+            await rescan()
+            await cls._follow(worktree, rescan, stop)
+            if not stop.is_set():
+                await rescan()  # the worktree went: its diagnostics go with it
+
     @staticmethod
-    async def _run(worktree: Path, rescan: Rescan, stop: asyncio.Event) -> None:
-        await rescan()
+    async def _follow(worktree: Path, rescan: Rescan, stop: asyncio.Event) -> None:
         watch_filter = DefaultFilter(ignore_dirs=(*DefaultFilter.ignore_dirs, ".flow"))
-        with contextlib.suppress(FileNotFoundError):
+        with contextlib.suppress(FileNotFoundError, RuntimeError):
             async for _ in awatch(
                 worktree, stop_event=stop, debounce=DEBOUNCE_MS, step=STEP_MS, watch_filter=watch_filter
             ):
+                if not worktree.is_dir():
+                    return
                 await rescan()
+
+    @staticmethod
+    async def _appear(paths: list[Path], stop: asyncio.Event) -> None:
+        """Return after something changes next to any of `paths` (or a short while passes)."""
+        dirs = sorted({d for p in paths if (d := nearest_existing(p.parent)) is not None})
+        if not dirs:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), APPEAR_RECHECK_S)
+            return
+        quit_early = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        timer = loop.call_later(APPEAR_RECHECK_S, quit_early.set)
+        relay = asyncio.ensure_future(stop.wait())
+        relay.add_done_callback(lambda _: quit_early.set())
+        try:
+            with contextlib.suppress(FileNotFoundError, RuntimeError):
+                async for _ in awatch(
+                    *dirs,
+                    recursive=False,
+                    stop_event=quit_early,
+                    debounce=DEBOUNCE_MS,
+                    step=STEP_MS,
+                    watch_filter=None,
+                ):
+                    return
+        finally:
+            timer.cancel()
+            relay.cancel()
 
     @staticmethod
     def _done(task: asyncio.Task[None]) -> None:

@@ -94,6 +94,16 @@ def test_a_stray_write_is_sent_back_then_restored_and_never_reaches_the_epic(tmp
     assert violations[0].action == "flagged" and violations[-1].action == "restored"
     kinds = {p.path: p.kind for p in violations[-1].paths}
     assert kinds == {"stray.txt": "outside", "src/ui/hack.py": "foreignOwned"}
+    # The repair undid changes: the report's note and the story's findings say which.
+    said = (
+        "perimeter repair restored 2 path(s) outside the story's perimeter from epic/ep, undoing their "
+        "changes: src/ui/hack.py (foreignOwned), stray.txt (outside)"
+    )
+    report = json.loads((sc.repo / ".flow" / "epics" / "ep" / "report.json").read_text())
+    api = next(s for s in report["stories"] if s["id"] == "api")
+    assert api["note"].startswith(said + "; ")
+    findings = (sc.repo / ".flow" / "epics" / "ep" / "stories" / "api.findings.md").read_text()
+    assert f"## Perimeter repair\n\n{said}\n" in findings
 
 
 def test_red_epic_gates_roll_the_merge_back_and_dependents_wait(tmp_path: Path) -> None:

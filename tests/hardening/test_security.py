@@ -93,12 +93,15 @@ def test_the_agent_env_has_the_rosters_key_and_no_secret_of_flowd_and_no_secret_
 
 
 def test_serve_over_tcp_listens_on_loopback_only(tmp_path: Path) -> None:
+    runtime = tmp_path / "runtime"
+    runtime.mkdir(mode=0o700)
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     server = subprocess.Popen(
         [sys.executable, "-m", "flowd", "serve", "--tcp", "--port", str(port)],
         cwd=tmp_path,
+        env={**os.environ, "XDG_RUNTIME_DIR": str(runtime)},  # its token file stays in the test's dir
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         start_new_session=True,

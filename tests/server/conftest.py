@@ -15,7 +15,7 @@ import pytest_lsp
 from lsprotocol import types as lsp
 from pytest_lsp import ClientServerConfig, LanguageClient, client_capabilities
 
-FLOW_NOTIFICATIONS = ("flow/run", "flow/lane", "flow/task", "flow/clone", "flow/cost")
+FLOW_NOTIFICATIONS = ("flow/run", "flow/lane", "flow/task", "flow/clone", "flow/cost", "flow/attention")
 GIT_ENV = {
     "GIT_AUTHOR_NAME": "flowd test",
     "GIT_AUTHOR_EMAIL": "test@flowd.invalid",

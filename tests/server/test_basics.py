@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
 from pygls.exceptions import JsonRpcException
 
-from tests.server.conftest import FlowClient, command, request
+from tests.server.conftest import CONFIG, FlowClient, command, git, initialize, request, stop_client
 
 
 async def test_commands_are_advertised(client: FlowClient) -> None:
@@ -64,11 +65,55 @@ async def test_cost_report_on_an_empty_repo(client: FlowClient) -> None:
     assert isinstance(plain.text, str) and plain.text
 
 
-async def test_plan_outside_the_workspace_is_refused(client: FlowClient, repo: Path, tmp_path: Path) -> None:
+async def test_a_plan_anywhere_on_disk_is_validated(client: FlowClient, repo: Path, tmp_path: Path) -> None:
     outside = tmp_path / "x.epic.json"
-    outside.write_text("{}")
+    outside.write_text('{"epicId": "x", "epic": "x", "stories": [{"id": "a", "title": "A", "owned": ["a"]}]}')
     for plan in ("../x.epic.json", str(outside), outside.as_uri()):
+        result = await command(client, "flow.validatePlan", {"plan": plan})
+        assert result == {"violations": []}, plan
+    outside.unlink()  # a plan that vanished: one sentence naming it, the server keeps serving
+    with pytest.raises(JsonRpcException) as caught:
+        await command(client, "flow.validatePlan", {"plan": str(outside)})
+    assert caught.value.code == -32602
+    assert caught.value.message == (
+        f"flow.validatePlan: plan: no such plan file {outside}; check the path (it may have moved)"
+    )
+    assert (await request(client, "flow/status", {})).runs == []
+
+
+async def test_empty_params_may_be_an_object_a_list_or_missing(client: FlowClient) -> None:
+    # Neovim encodes an empty Lua table as [].
+    for params in ({}, [], None):
+        assert (await request(client, "flow/status", params)).runs == []
+        assert (await request(client, "flow/perimeter", params)).violations == []
+        assert (await request(client, "flow/costReport", params)).runs == 0
+    with pytest.raises(JsonRpcException) as caught:
+        await command(client, "flow.cancelEpic", [])
+    assert caught.value.code == -32602 and "runId" in caught.value.message
+    with pytest.raises(JsonRpcException) as caught:
+        await command(client, "flow.launchEpic")
+    assert caught.value.code == -32602 and "plan" in caught.value.message
+
+
+async def test_a_worktree_of_the_repository_is_served_by_its_main_checkout(
+    repo: Path, tmp_path: Path
+) -> None:
+    worktree = tmp_path / "elsewhere" / "story"
+    git(repo, "worktree", "add", "-q", "-b", "story/x", str(worktree))
+    client = await CONFIG.start()
+    assert isinstance(client, FlowClient)
+    try:
+        await initialize(client, worktree, "neovim")
+        # Paths are the main checkout's; a file of the worktree is at the same repository path.
+        for where in (repo, worktree):
+            answer = await request(client, "flow/perimeter", {"uri": (where / "README.md").as_uri()})
+            assert answer.path == "README.md"
         with pytest.raises(JsonRpcException) as caught:
-            await command(client, "flow.validatePlan", {"plan": plan})
-        assert caught.value.code == -32602
-        assert "outside the workspace" in caught.value.message
+            await request(client, "flow/perimeter", {"uri": (tmp_path / "README.md").as_uri()})
+        assert (
+            caught.value.message
+            == f"flow/perimeter: uri: {tmp_path / 'README.md'} is not inside the repository"
+        )
+        await asyncio.wait_for(client.shutdown_session(), 10)
+    finally:
+        await stop_client(client)

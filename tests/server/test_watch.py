@@ -1,0 +1,69 @@
+"""Worktree watches on a real file system: a watch started before its worktree exists follows it
+once it appears, outlives its deletion by hand, and follows it again when it comes back."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from pathlib import Path
+
+from flowd.server.watch import WorktreeWatches
+
+
+class Recorder:
+    """The rescan callback: records what the worktree held at each rescan."""
+
+    def __init__(self, worktree: Path) -> None:
+        self.worktree = worktree
+        self.seen: list[list[str]] = []
+        self.changed = asyncio.Event()
+
+    async def rescan(self) -> None:
+        exists = self.worktree.is_dir()
+        self.seen.append(sorted(p.name for p in self.worktree.iterdir()) if exists else ["<gone>"])
+        self.changed.set()
+
+    async def until(self, wanted: list[str], timeout: float = 20) -> None:
+        async def loop() -> None:
+            while not self.seen or self.seen[-1] != wanted:
+                self.changed.clear()
+                await self.changed.wait()
+
+        await asyncio.wait_for(loop(), timeout)
+
+
+async def test_a_watch_waits_for_its_worktree_and_outlives_its_deletion(tmp_path: Path) -> None:
+    state = tmp_path / ".flow" / "epics" / "e" / "stories" / "s.json"
+    worktree = tmp_path / "worktrees" / "e" / "s"
+    recorder = Recorder(worktree)
+    watches = WorktreeWatches()
+
+    def locate() -> Path | None:
+        # As the server does: the state file names the worktree, which must exist.
+        return worktree if state.exists() and worktree.is_dir() else None
+
+    watches.start(("run", "s"), locate, lambda: [state, worktree], recorder.rescan)
+    try:
+        await asyncio.sleep(0.2)
+        assert recorder.seen == []  # nothing to scan yet
+
+        # The engine's first attempt: the worktree, then the state file (nested new directories).
+        worktree.mkdir(parents=True)
+        (worktree / "a.txt").write_text("a")
+        state.parent.mkdir(parents=True)
+        state.write_text("{}")
+        await recorder.until(["a.txt"])
+
+        (worktree / "stray.txt").write_text("x")
+        await recorder.until(["a.txt", "stray.txt"])
+
+        shutil.rmtree(worktree)  # deleted by hand
+        await recorder.until(["<gone>"])
+
+        worktree.mkdir(parents=True)  # a resume puts it back
+        (worktree / "b.txt").write_text("b")
+        await recorder.until(["b.txt"])
+        assert ("run", "s") in watches
+    finally:
+        watches.stop_all()
+    assert ("run", "s") not in watches
