@@ -175,7 +175,7 @@ describe("LanesTreeProvider", () => {
     const [run] = provider.getChildren();
     const runItem = provider.getTreeItem(run);
     assert.equal(runItem.label, "auth");
-    assert.equal(runItem.id, `run:${RUN_ID}`);
+    assert.equal(runItem.id, "epic:auth");
     assert.equal(runItem.collapsibleState, TreeItemCollapsibleState.Expanded);
     assert.equal(runItem.contextValue, "run.active");
     const lanes = provider.getChildren(run);
