@@ -107,6 +107,8 @@ export class LanesTreeProvider implements vscode.TreeDataProvider<TreeNode>, vsc
     const changed = changedNodes(this.shown, this.shownRoots, this.freshRoots);
     for (const id of [...this.shown.keys()]) if (!this.fresh.has(id)) this.shown.delete(id);
     if (changed === "all") {
+      // VS Code asks for the roots again (a hidden view, when shown); until then these are they.
+      this.shownRoots = this.freshRoots.map((n) => n.id);
       this.emitter.fire(undefined);
     } else if (changed.length > 0) {
       const nodes = changed.map((id) => this.adopt(id));
