@@ -7,11 +7,22 @@ import * as net from "node:net";
 import * as os from "node:os";
 import * as path from "node:path";
 
-/** `$XDG_RUNTIME_DIR/flowd/serve-<port>.json`, else `~/.cache/flowd/serve-<port>.json`. */
+/**
+ * `$XDG_RUNTIME_DIR/flowd/serve-<port>.json` (when that directory exists), else
+ * `~/.cache/flowd/serve-<port>.json`: where `flowd serve --tcp` writes it.
+ */
 export function tokenFile(port: number, env: NodeJS.ProcessEnv = process.env): string {
   const runtime = env.XDG_RUNTIME_DIR;
-  const dir = runtime ? path.join(runtime, "flowd") : path.join(env.HOME || os.homedir(), ".cache", "flowd");
+  const dir = runtime && isDir(runtime) ? path.join(runtime, "flowd") : path.join(env.HOME || os.homedir(), ".cache", "flowd");
   return path.join(dir, `serve-${port}.json`);
+}
+
+function isDir(dir: string): boolean {
+  try {
+    return fs.statSync(dir).isDirectory();
+  } catch {
+    return false;
+  }
 }
 
 export type TokenResult = { token: string } | { problem: string };

@@ -328,6 +328,7 @@ describe("small fixes", () => {
     test("is read from $XDG_RUNTIME_DIR/flowd, else ~/.cache/flowd", () => {
       assert.equal(tokenFile(4711, { XDG_RUNTIME_DIR: dir }), path.join(dir, "flowd", "serve-4711.json"));
       assert.equal(tokenFile(4711, { HOME: dir }), path.join(dir, ".cache", "flowd", "serve-4711.json"));
+      assert.equal(tokenFile(4711, { HOME: dir, XDG_RUNTIME_DIR: path.join(dir, "gone") }), path.join(dir, ".cache", "flowd", "serve-4711.json"));
       fs.mkdirSync(path.join(dir, "flowd"));
       fs.writeFileSync(path.join(dir, "flowd", "serve-4711.json"), JSON.stringify({ port: 4711, token: "s3cret" }), { mode: 0o600 });
       assert.deepEqual(readToken(4711, { XDG_RUNTIME_DIR: dir }), { token: "s3cret" });
