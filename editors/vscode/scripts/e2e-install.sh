@@ -49,7 +49,8 @@ log "installing code-server $CODE_SERVER_VERSION into $PREFIX (slow, once)"
 rm -rf "$PREFIX.tmp"
 mkdir -p "$PREFIX.tmp"
 # Native modules: build from source (no prebuilt downloads) against the installed node headers.
-export npm_config_build_from_source=true npm_config_unsafe_perm=true
+# npm_config_yes: node-pty's install runs `npx node-gyp`, which would otherwise stop to ask.
+export npm_config_build_from_source=true npm_config_unsafe_perm=true npm_config_yes=true
 if [ -f /usr/include/node/node.h ]; then export npm_config_nodedir=/usr; fi
 npm_i() { npm install --no-audit --no-fund --loglevel=error "$@" >&2; }
 
