@@ -12,7 +12,7 @@ import * as fs from "node:fs";
 import * as os from "node:os";
 import * as path from "node:path";
 import { after, before, describe, test } from "node:test";
-import { createMessageConnection, MessageConnection, StreamMessageReader, StreamMessageWriter } from "vscode-jsonrpc/node";
+import { createMessageConnection, MessageConnection, ResponseError, StreamMessageReader, StreamMessageWriter } from "vscode-jsonrpc/node";
 import { draftPlan, resumeRun, resumeTarget, runEndedMessage } from "../src/commands";
 import { costPhrase, formatUsd } from "../src/format";
 import { diffCommand, findWorktree, mergeCommit, reportLine } from "../src/laneActions";
@@ -20,6 +20,7 @@ import { buildTree, TreeNode } from "../src/laneTree";
 import { epicCost, feedModel, LanesModel, RunEntry } from "../src/lanesModel";
 import { escapeAngleBrackets } from "../src/markdown";
 import { mainCheckout } from "../src/repoRoot";
+import { connectLoopback, readToken } from "../src/tcp";
 import { Commands, FlowServer, isRunActive, LaunchResult, Requests, StatusResult, ValidateResult } from "../src/protocol";
 import { statusText } from "../src/statusText";
 import * as stub from "./stubs/vscode";
@@ -285,6 +286,15 @@ if (!WIRE) {
       fs.rmSync(broken);
     });
 
+    test("a plan outside the workspace is taken, as flowd run takes it (Browse… sends its absolute path)", async () => {
+      const elsewhere = path.join(tmp, "plans-elsewhere");
+      fs.mkdirSync(elsewhere);
+      const outside = path.join(elsewhere, "far.epic.json");
+      fs.writeFileSync(outside, JSON.stringify({ ...PLAN, epicId: "far" }));
+      const result = await session.server.executeCommand<ValidateResult>(Commands.validatePlan, { plan: outside });
+      assert.deepEqual(result, { violations: [] });
+    });
+
     test("flow.launchEpic runs the epic; the lanes tree and the status bar follow it to the end", async () => {
       const launched = await session.server.executeCommand<LaunchResult>(Commands.launchEpic, { plan, concurrency: 2 });
       assert.equal(launched.epicId, EPIC);
@@ -494,6 +504,84 @@ if (!WIRE) {
       const code = await stopSession(session);
       session = undefined as unknown as Session;
       assert.equal(code, 0);
+    });
+  });
+  describe("wire: flowd serve --tcp with the user's token", { timeout: 120_000 }, () => {
+    let tmp: string;
+    let server: ChildProcess | undefined;
+
+    before(() => {
+      tmp = fs.realpathSync(fs.mkdtempSync(path.join(os.tmpdir(), "flowd-wire-tcp-")));
+    });
+
+    after(async () => {
+      if (server && server.exitCode === null) {
+        const gone = new Promise((resolve) => server?.once("exit", resolve));
+        server.kill("SIGTERM");
+        await gone;
+      }
+      fs.rmSync(tmp, { recursive: true, force: true });
+    });
+
+    /** The port of the server, from the token file it writes when it listens. */
+    async function tokenPort(runtime: string): Promise<number> {
+      const dir = path.join(runtime, "flowd");
+      for (let i = 0; i < 600; i++) {
+        const file = fs.existsSync(dir) ? fs.readdirSync(dir).find((f) => /^serve-\d+\.json$/.test(f)) : undefined;
+        if (file) return Number(/\d+/.exec(file)?.[0]);
+        if (server?.exitCode !== null) throw new Error(`flowd serve --tcp exited (${server?.exitCode}) before writing its token`);
+        await new Promise((resolve) => setTimeout(resolve, 100));
+      }
+      throw new Error(`flowd serve --tcp wrote no token file in ${dir}`);
+    }
+
+    function initialize(conn: MessageConnection, repo: string, token?: string): Promise<{ capabilities: { executeCommandProvider?: { commands: string[] } } }> {
+      const rootUri = `file://${repo}`;
+      return conn.sendRequest("initialize", {
+        processId: process.pid,
+        rootUri,
+        workspaceFolders: [{ uri: rootUri, name: "app" }],
+        capabilities: {},
+        ...(token === undefined ? {} : { initializationOptions: { token } }),
+      });
+    }
+
+    test("the extension's TCP path reads the token file and is served; a client without it is refused", async () => {
+      const home = path.join(tmp, "home");
+      const runtime = path.join(tmp, "runtime");
+      fs.mkdirSync(home);
+      fs.mkdirSync(runtime, { mode: 0o700 });
+      const { repo } = makeRepo(tmp);
+      const env = { ...isolatedEnv(home), XDG_RUNTIME_DIR: runtime };
+      server = spawn(FLOWD_BIN, ["serve", "--tcp", "--port", "0"], { cwd: repo, env, stdio: ["ignore", "ignore", "pipe"] });
+      server.stderr?.resume();
+      const port = await tokenPort(runtime);
+
+      // A stranger: no token, refused with -32600.
+      const stranger = await connectLoopback(port);
+      const bad = createMessageConnection(new StreamMessageReader(stranger), new StreamMessageWriter(stranger));
+      bad.listen();
+      await assert.rejects(initialize(bad, repo), (err: unknown) => err instanceof ResponseError && err.code === -32600);
+      bad.dispose();
+      stranger.destroy();
+
+      // The extension's way: the token from the file (readToken), sent as initializationOptions.token.
+      const token = readToken(port, env);
+      assert.ok("token" in token, JSON.stringify(token));
+      const socket = await connectLoopback(port);
+      const conn = createMessageConnection(new StreamMessageReader(socket), new StreamMessageWriter(socket));
+      conn.onRequest("client/registerCapability", () => null);
+      conn.onRequest("workspace/configuration", (p: { items: unknown[] }) => p.items.map(() => null));
+      conn.listen();
+      const result = await initialize(conn, repo, token.token);
+      assert.ok(result.capabilities.executeCommandProvider?.commands.includes(Commands.launchEpic));
+      await conn.sendNotification("initialized", {});
+      const status = await conn.sendRequest<StatusResult>(Requests.status, {});
+      assert.deepEqual(status, { runs: [] });
+      await conn.sendRequest("shutdown");
+      await conn.sendNotification("exit");
+      conn.dispose();
+      socket.destroy();
     });
   });
 }
