@@ -18,15 +18,19 @@ export interface LineSink {
 }
 
 /**
- * Wraps an output channel for the language client: every call goes through, `appendLine`
- * after `clientLogLine`. A Proxy, so every other member of the channel stays the real one's.
+ * Wraps an output channel for the language client: every member goes to the channel,
+ * `appendLine` after `clientLogLine`. A plain object of bound members, not a Proxy: VS Code's
+ * output channels are frozen, and a Proxy may not answer differently for a frozen property.
  */
 export function clientLogChannel<T extends LineSink>(channel: T): T {
-  return new Proxy(channel, {
-    get(target, key, receiver) {
-      if (key === "appendLine") return (value: string) => target.appendLine(clientLogLine(value));
-      const value: unknown = Reflect.get(target, key, receiver);
-      return typeof value === "function" ? (value as (...a: unknown[]) => unknown).bind(target) : value;
-    },
-  });
+  const wrapper: Record<string | symbol, unknown> = {};
+  for (let o: object | null = channel; o !== null && o !== Object.prototype; o = Object.getPrototypeOf(o) as object | null) {
+    for (const key of Reflect.ownKeys(o)) {
+      if (key === "constructor" || key in wrapper) continue;
+      const value: unknown = Reflect.get(channel, key);
+      wrapper[key] = typeof value === "function" ? (value as (...a: unknown[]) => unknown).bind(channel) : value;
+    }
+  }
+  wrapper.appendLine = (value: string) => channel.appendLine(clientLogLine(value));
+  return wrapper as unknown as T;
 }

@@ -163,7 +163,7 @@ async function runCommand(page: Page, title: string): Promise<void> {
   await input.fill(`>${title}`);
   const row = page.locator(".quick-input-list .monaco-list-row", { hasText: title }).first();
   await row.waitFor({ timeout: STEP_MS });
-  await input.press("Enter");
+  await row.click();
 }
 
 /** Picks the quick-pick row holding `text` (the palette or a command's own pick). */
@@ -245,7 +245,7 @@ describe("VS Code (code-server) with the packaged extension", { timeout: 900_000
     const profile = path.join(tmp, "chromium-profile");
     browserProc = start(
       CHROMIUM,
-      ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync", `--user-data-dir=${profile}`, "--remote-debugging-port=0", "--window-size=1600,1000", "about:blank"],
+      ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync", "--disable-breakpad", "--disable-crash-reporter", `--user-data-dir=${profile}`, "--remote-debugging-port=0", "--window-size=1600,1000", "about:blank"],
       env,
     );
     const [, ws] = await waitForOutput(browserProc, /DevTools listening on (ws:\/\/\S+)/, "chromium's DevTools endpoint");
@@ -276,8 +276,17 @@ describe("VS Code (code-server) with the packaged extension", { timeout: 900_000
   });
 
   test("launch → live tree and status bar → Problems → cost → cancel → resume", async () => {
+    try {
+      await journey();
+    } catch (err) {
+      await shot(page, "failed").catch(() => undefined);
+      throw err;
+    }
+  });
+
+  async function journey(): Promise<void> {
     // The extension activated (the repo has .flow/) and its server is up: the idle status item.
-    await until(page, "the flowd status bar item", async () => /flowd/.test(await statusText(page)));
+    await until(page, "the flowd status bar item", async () => (await statusText(page)) === "flowd");
     await shot(page, "01-idle");
 
     // Launch: the palette, the plan, the concurrency prompt (left empty).
@@ -347,5 +356,5 @@ describe("VS Code (code-server) with the packaged extension", { timeout: 900_000
       return false;
     });
     await shot(page, "08-report");
-  });
+  }
 });
