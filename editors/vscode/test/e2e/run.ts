@@ -49,13 +49,20 @@ const SCRIPT = {
   rules: [
     { when: { role: "planner", story: "api" }, reply: tasks("Login handler"), usage: usage(900, 150, 0.003) },
     { when: { role: "planner", story: "ui" }, reply: tasks("Login form"), usage: usage(800, 100, 0.002) },
-    // Slow enough to look at the live tree, Problems and the cost, then cancel it mid-task.
-    { when: { role: "coder", story: "api" }, delayMs: 25_000, writes: { "src/api/login.py": "def login() -> bool:\n    return True\n" }, reply: "Handler done.", usage: usage(3100, 380, 0.015) },
+    // The first run's api coder takes (practically) forever: the test looks at the live tree,
+    // Problems and the cost, then cancels it mid-task. Before resuming, the test makes it quick
+    // (`quickCoder`): a resumed run's agents read the script afresh.
+    { when: { role: "coder", story: "api" }, delayMs: 600_000, writes: { "src/api/login.py": "def login() -> bool:\n    return True\n" }, reply: "Handler done.", usage: usage(3100, 380, 0.015) },
     { when: { role: "coder", story: "ui" }, delayMs: 500, writes: { "src/ui/page.py": "def page() -> str:\n    return '<form></form>'\n" }, reply: "Form done.", usage: usage(2600, 300, 0.012) },
     { when: { role: "reviewer" }, reply: clean, usage: usage(1500, 120, 0.006) },
     { when: { role: "judge" }, reply: clean, usage: usage(2000, 150, 0.008) },
   ],
 };
+
+/** The script with the api coder answering at once (the resumed run's). */
+function quickCoder(): typeof SCRIPT {
+  return { ...SCRIPT, rules: SCRIPT.rules.map((r) => (r.when.role === "coder" && r.when.story === "api" ? { ...r, delayMs: 300 } : r)) };
+}
 
 const ROSTER = `[[executors]]
 id = "demo"
@@ -210,6 +217,7 @@ describe("VS Code (code-server) with the packaged extension", { timeout: 900_000
 
   before(async () => {
     tmp = fs.realpathSync(fs.mkdtempSync(path.join(os.tmpdir(), "flowd-e2e-")));
+    fs.rmSync(SHOTS, { recursive: true, force: true }); // no stale shots from an earlier run
     fs.mkdirSync(SHOTS, { recursive: true });
     repo = makeRepo(tmp);
     const home = path.join(tmp, "home");
@@ -301,6 +309,12 @@ describe("VS Code (code-server) with the packaged extension", { timeout: 900_000
     await treeRow(page, /api — Login API/).waitFor({ timeout: STEP_MS });
     await treeRow(page, /ui — Login page/).waitFor({ timeout: STEP_MS });
     await until(page, "the api lane to be active on its task", async () => /active/.test((await treeRow(page, /api — Login API/).textContent()) ?? ""));
+    // The epic's row is repainted with its lanes: it counts as many running as the status bar.
+    await until(page, "the epic row to count the running lanes", async () => {
+      const running = /(\d)\/2 lanes/.exec(await statusText(page))?.[1];
+      const row = (await treeRow(page, /^auth/).textContent()) ?? "";
+      return running !== undefined && row.includes(`${running} running`);
+    });
     await shot(page, "02-running");
 
     // Problems: typing in the checkout in a path the running api story owns.
@@ -318,7 +332,8 @@ describe("VS Code (code-server) with the packaged extension", { timeout: 900_000
     assert.match(problemText, /perimeter\.ownedByRunningStory|running story/i, problemText);
     await shot(page, "03-problems");
 
-    // Cost: the report as a Markdown preview; `[prices.<model>]` survives.
+    // Cost: once the run has spent something, the report as a Markdown preview; `[prices.<model>]` survives.
+    await until(page, "the status bar to show the cost", async () => /\$\d/.test(await statusText(page)));
     await runCommand(page, "Flow: Show Cost Report");
     await until(page, "the cost report preview", async () => {
       for (const frame of page.frames()) {
@@ -334,6 +349,7 @@ describe("VS Code (code-server) with the packaged extension", { timeout: 900_000
     await pick(page, /auth/);
     await until(page, "the status bar to say cancelled", async () => /auth cancelled/.test(await statusText(page)));
     await shot(page, "05-cancelled");
+    fs.writeFileSync(path.join(repo, ".flow", "demo.script.json"), JSON.stringify(quickCoder(), null, 2));
 
     // Resume: one epic, the cancelled run its history; the run ends with a notice and Open Report.
     await runCommand(page, "Flow: Resume Run");
