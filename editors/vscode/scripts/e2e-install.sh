@@ -21,7 +21,7 @@ log() { echo "e2e-install: $*" >&2; }
 need_apt=()
 [ -x /usr/bin/chromium ] || need_apt+=(chromium)
 command -v rg >/dev/null || need_apt+=(ripgrep)
-for pkg in libkrb5-dev libxkbfile-dev libsecret-1-dev build-essential python3; do
+for pkg in libkrb5-dev libxkbfile-dev libsecret-1-dev build-essential pkg-config python3; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'ok installed' || need_apt+=("$pkg")
 done
 if [ ${#need_apt[@]} -gt 0 ]; then

@@ -60,7 +60,7 @@ const SCRIPT = {
 };
 
 /** The script with the api coder answering at once (the resumed run's). */
-function quickCoder(): typeof SCRIPT {
+function quickCoder(): { model: string; rules: object[] } {
   return { ...SCRIPT, rules: SCRIPT.rules.map((r) => (r.when.role === "coder" && r.when.story === "api" ? { ...r, delayMs: 300 } : r)) };
 }
 
