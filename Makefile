@@ -44,7 +44,13 @@ vscode-test: $(STAMP)
 	  cd editors/vscode && FLOWD_BIN=$(CURDIR)/$(BIN)/flowd ./scripts/test.sh; \
 	else echo "editors/vscode: no package.json yet"; fi
 
-test: lint typecheck pytest vscode-test test-nvim test-agents
+# The extension in a real VS Code (code-server + Debian's chromium, installed on first use and
+# cached under ${XDG_CACHE_HOME:-$HOME/.cache}/flowd-test): launch, live tree, Problems, cost,
+# cancel, resume; screenshots in editors/vscode/out/e2e/screenshots.
+test-e2e: $(STAMP)
+	cd editors/vscode && FLOWD_BIN=$(CURDIR)/$(BIN)/flowd ./scripts/e2e.sh
+
+test: lint typecheck pytest vscode-test test-nvim test-agents test-e2e
 
 bench: $(STAMP)
 	for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done

@@ -20,9 +20,12 @@ if (mode === "--extension") {
     outdir: "out/test",
     alias: { vscode: "./test/stubs/vscode.ts" },
   });
+} else if (mode === "--e2e") {
+  // The real-editor test drives code-server; playwright-core stays a runtime require.
+  await esbuild.build({ ...common, entryPoints: ["test/e2e/run.ts"], outfile: "out/e2e/run.js", external: ["playwright-core"] });
 } else if (mode === "--preview") {
   await esbuild.build({ ...common, entryPoints: ["scripts/render-preview.ts"], outfile: "out/preview/render-preview.js" });
 } else {
-  console.error(`build.mjs: unknown mode ${mode} (use --extension, --tests or --preview)`);
+  console.error(`build.mjs: unknown mode ${mode} (use --extension, --tests, --e2e or --preview)`);
   process.exit(2);
 }

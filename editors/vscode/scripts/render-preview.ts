@@ -1,6 +1,6 @@
 // `npm run render-preview`: renders the Lanes view and the status bar, as the extension builds
 // them from LanesModel, to media/preview.html — fed with the realistic notification sequence
-// the tests use — and, when Chromium is installed, screenshots it to media/preview.png.
+// the tests use — and, when Chromium is installed, screenshots it to out/preview/model-preview.png.
 
 import { execFileSync } from "node:child_process";
 import * as fs from "node:fs";
@@ -147,9 +147,11 @@ fs.writeFileSync(html, page());
 console.log(`render-preview: wrote ${path.relative(root, html)}`);
 const chromium = findChromium();
 if (!chromium) {
-  console.log("render-preview: no Chromium (set CHROMIUM or apt-get install chromium); media/preview.png not updated");
+  console.log("render-preview: no Chromium (set CHROMIUM or apt-get install chromium); no PNG rendered");
 } else {
-  const png = path.join(media, "preview.png");
+  // media/preview.png is a screenshot of the real editor (make test-e2e); this one is the model's.
+  const png = path.join(root, "out", "preview", "model-preview.png");
+  fs.mkdirSync(path.dirname(png), { recursive: true });
   execFileSync(
     chromium,
     ["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--force-device-scale-factor=1", "--window-size=860,560", `--screenshot=${png}`, `file://${html}`],

@@ -3,8 +3,12 @@
 
 import * as path from "node:path";
 import * as vscode from "vscode";
-import { diffCommand, findWorktree, reportLine, shellQuote } from "./laneActions";
-import { LaneEntry, LanesModel, RunEntry, runningLanes } from "./lanesModel";
+import * as fs from "node:fs";
+import { diffCommand, findWorktree, mergeCommit, reportLine, shellQuote } from "./laneActions";
+import { costPhrase } from "./format";
+import { epicCost, LaneEntry, LanesModel, RunEntry, runningLanes } from "./lanesModel";
+import { escapeAngleBrackets } from "./markdown";
+import { mainCheckout } from "./repoRoot";
 import {
   CancelResult,
   Commands,
@@ -54,8 +58,10 @@ export interface NodeArg {
   lane?: string;
 }
 
+/** The repository's main checkout (where `.flow/` is), also from a window on a story worktree. */
 function root(): string | undefined {
-  return vscode.workspace.workspaceFolders?.[0]?.uri.fsPath;
+  const folder = vscode.workspace.workspaceFolders?.[0]?.uri.fsPath;
+  return folder ? mainCheckout(folder) : undefined;
 }
 
 function errorText(err: unknown): string {
@@ -111,22 +117,39 @@ export async function findPlans(): Promise<vscode.Uri[]> {
   return plans;
 }
 
+export const BROWSE_LABEL = "$(folder-opened) Browse…";
+
+/** A plan anywhere on disk: the contract takes any absolute path, as `flowd run` does. */
+async function browsePlan(title: string): Promise<vscode.Uri | undefined> {
+  const picked = await vscode.window.showOpenDialog({
+    title,
+    openLabel: "Use this plan",
+    canSelectMany: false,
+    filters: { "Story plans": ["json", "md"], "All files": ["*"] },
+  });
+  return picked?.[0];
+}
+
 async function pickPlan(title: string): Promise<vscode.Uri | undefined> {
   const plans = await findPlans();
   if (plans.length === 0) {
     const choice = await vscode.window.showWarningMessage(
       "flowd: no plan in this workspace (*.epic.json, or a Markdown file with a ```json storyplan block).",
+      "Browse…",
       "Draft Epic Plan",
     );
+    if (choice === "Browse…") return browsePlan(title);
     if (choice === "Draft Epic Plan") await vscode.commands.executeCommand(PaletteCommands.draftPlan);
     return undefined;
   }
-  const items: PlanItem[] = plans.map((uri) => ({
+  const items: (PlanItem | (vscode.QuickPickItem & { uri?: undefined }))[] = plans.map((uri) => ({
     label: path.basename(uri.fsPath),
     description: vscode.workspace.asRelativePath(uri),
     uri,
   }));
+  items.push({ label: BROWSE_LABEL, description: "a plan file anywhere on disk" });
   const picked = await vscode.window.showQuickPick(items, { title, placeHolder: "Plan file", matchOnDescription: true });
+  if (picked && !picked.uri) return browsePlan(title);
   return picked?.uri;
 }
 
@@ -234,17 +257,37 @@ export async function cancelRun(ctx: CommandContext, arg?: unknown): Promise<Can
   return result;
 }
 
+/**
+ * The run to resume for a run the user named: the latest run of its epic (a resumed run's
+ * predecessor is history: resuming it again would start yet another run), or a sentence saying
+ * why there is nothing to resume.
+ */
+export function resumeTarget(model: LanesModel, runId: string): { runId: string } | { problem: string } {
+  const epic = model.epicOf(runId);
+  const latest = epic?.latest;
+  if (!epic || !latest || latest.runId === runId) return { runId };
+  const name = epic.epicId || runId;
+  if (isRunActive(latest.status)) return { problem: `flowd: epic ${name} is already running again (run ${latest.runId}).` };
+  if (latest.status === "done") return { problem: `flowd: epic ${name} is done (run ${latest.runId} resumed run ${runId}).` };
+  return { runId: latest.runId };
+}
+
+/** Resumable: an epic's latest run, ended without being done. */
+function resumable(model: LanesModel): (run: RunEntry) => boolean {
+  return (run) => !isRunActive(run.status) && run.status !== "done" && model.epicOf(run.runId)?.latest === run;
+}
+
 export async function resumeRun(ctx: CommandContext, arg?: unknown): Promise<LaunchResult | undefined> {
   const server = requireServer(ctx);
   if (!server) return undefined;
-  const runId = await pickRun(
-    ctx,
-    arg,
-    (r) => !isRunActive(r.status) && r.status !== "done",
-    "Flow: Resume Run",
-    "no failed, cancelled or halted run to resume.",
-  );
-  if (!runId) return undefined;
+  const named = await pickRun(ctx, arg, resumable(ctx.model), "Flow: Resume Run", "no failed, cancelled or halted run to resume.");
+  if (!named) return undefined;
+  const target = resumeTarget(ctx.model, named);
+  if ("problem" in target) {
+    void vscode.window.showInformationMessage(target.problem);
+    return undefined;
+  }
+  const runId = target.runId;
   const result = await guarded(ctx, "resuming the run", () => server.executeCommand<LaunchResult>(Commands.resumeEpic, { runId }));
   if (!result) return undefined;
   void vscode.window.showInformationMessage(`flowd: epic ${result.epicId} resumed (run ${result.runId}).`);
@@ -262,7 +305,7 @@ export async function showCostReport(ctx: CommandContext, arg?: unknown): Promis
   const params = runId ? { runId, format: "markdown" } : { format: "markdown" };
   const result = await guarded(ctx, "the cost report", () => server.request<{ text?: string }>(Requests.costReport, params));
   if (!result) return undefined;
-  const content = typeof result.text === "string" ? result.text : "```json\n" + JSON.stringify(result, null, 2) + "\n```\n";
+  const content = typeof result.text === "string" ? escapeAngleBrackets(result.text) : "```json\n" + JSON.stringify(result, null, 2) + "\n```\n";
   const doc = await vscode.workspace.openTextDocument({ language: "markdown", content });
   await vscode.commands.executeCommand("markdown.showPreview", doc.uri);
   return doc;
@@ -356,7 +399,8 @@ export function showLaneDiff(ctx: CommandContext, arg?: unknown): string[] | und
   const repo = root();
   if (!found || !repo) return undefined;
   const worktree = findWorktree(repo, found.run, found.lane);
-  const command = diffCommand(repo, found.run.epicId, found.lane.lane, worktree);
+  const merged = mergeCommit(repo, found.run.epicId, found.lane.lane);
+  const command = diffCommand(repo, found.run.epicId, found.lane.lane, worktree, merged);
   const terminal = vscode.window.createTerminal({ name: `flowd diff ${found.lane.lane}`, cwd: repo });
   terminal.show();
   terminal.sendText(command.map(shellQuote).join(" "));
@@ -373,6 +417,50 @@ export function showLaneReport(ctx: CommandContext, arg?: unknown): string | und
     if (choice === "Show Log") ctx.log.show(true);
   });
   return line;
+}
+
+// ------------------------------------------------------------------------------ run ends ---
+
+export const OPEN_REPORT = "Open Report";
+
+/** The epic report's Markdown (written at the end of every run). */
+export function reportPath(repo: string, epicId: string): string {
+  return path.join(repo, ".flow", "epics", epicId, "report.md");
+}
+
+/** What the end-of-run notification says: outcome, stories, the epic's cost (all its runs). */
+export function runEndedMessage(model: LanesModel, run: RunEntry): string {
+  const epic = model.epicOf(run.runId);
+  const cost = costPhrase(epic ? epicCost(epic) : run.cost);
+  const stories = run.status === "done" ? `${run.total} stor${run.total === 1 ? "y" : "ies"}` : `${run.done}/${run.total} stories done`;
+  const parts = [stories, cost].filter(Boolean).join(" · ");
+  return `flowd: epic ${run.epicId || run.runId} ${run.status} (run ${run.runId}) · ${parts}`;
+}
+
+/**
+ * A run the window saw going has ended: done, failed or halted (a cancel is the user's own act
+ * and already answered). Offers the epic report.
+ */
+export async function notifyRunEnded(ctx: CommandContext, run: RunEntry): Promise<void> {
+  if (run.status === "cancelled") return;
+  const message = runEndedMessage(ctx.model, run);
+  ctx.log.appendLine(message);
+  const show = run.status === "done" ? vscode.window.showInformationMessage : vscode.window.showWarningMessage;
+  const choice = await show(message, OPEN_REPORT);
+  if (choice === OPEN_REPORT) await openReport(run.epicId);
+}
+
+export async function openReport(epicId: string): Promise<vscode.Uri | undefined> {
+  const repo = root();
+  if (!repo) return undefined;
+  const file = reportPath(repo, epicId);
+  if (!fs.existsSync(file)) {
+    void vscode.window.showWarningMessage(`flowd: no report yet at ${file}.`);
+    return undefined;
+  }
+  const uri = vscode.Uri.file(file);
+  await vscode.commands.executeCommand("markdown.showPreview", uri);
+  return uri;
 }
 
 /** Registers every palette and context-menu command. */

@@ -1,7 +1,7 @@
 // Entry point: wires the model, the language client, the Lanes view, the status bar and commands.
 
 import * as vscode from "vscode";
-import { CommandContext, LANES_VIEW, registerCommands } from "./commands";
+import { CommandContext, LANES_VIEW, notifyRunEnded, registerCommands } from "./commands";
 import { LanesModel } from "./lanesModel";
 import { LanesTreeProvider } from "./lanesView";
 import { ServerManager } from "./server";
@@ -30,7 +30,9 @@ export function activate(context: vscode.ExtensionContext): FlowdApi {
     flowdPath: () => mgr.flowdPath(),
     refresh: () => mgr.refresh(),
   };
+  const stopEndNotices = model.onDidEndRun((run) => void notifyRunEnded(ctx, run));
   context.subscriptions.push(
+    { dispose: stopEndNotices },
     log,
     mgr,
     tree,
@@ -38,7 +40,7 @@ export function activate(context: vscode.ExtensionContext): FlowdApi {
     vscode.window.createTreeView(LANES_VIEW, { treeDataProvider: tree, showCollapseAll: true }),
     ...registerCommands(ctx, { restart: () => mgr.restart() }),
     vscode.workspace.onDidChangeConfiguration((e) => {
-      if (e.affectsConfiguration("flowd.path")) void mgr.restart();
+      if (e.affectsConfiguration("flowd.path") || e.affectsConfiguration("flowd.server.port")) void mgr.restart();
     }),
   );
   void mgr.start();

@@ -1,6 +1,7 @@
 // Where a lane's work lives (worktree, branches) and what its report says. No vscode import:
 // the paths follow CONTRACT §2 and are read from the real files in tests.
 
+import { execFileSync } from "node:child_process";
 import * as fs from "node:fs";
 import * as path from "node:path";
 import { formatTokens, laneCost } from "./format";
@@ -51,12 +52,40 @@ export function shellQuote(arg: string): string {
   return /^[\w@%+=:,./-]+$/.test(arg) ? arg : `'${arg.replace(/'/g, `'\\''`)}'`;
 }
 
+function gitLines(repo: string, args: string[]): string[] {
+  try {
+    return execFileSync("git", ["-C", repo, ...args], { encoding: "utf8", stdio: ["ignore", "pipe", "ignore"] })
+      .split("\n")
+      .filter(Boolean);
+  } catch {
+    return [];
+  }
+}
+
 /**
- * The git command showing a story's work against its epic branch: in the worktree, its working
- * tree (uncommitted edits included) against where it forked from the epic; without a worktree,
- * the story branch's commits since the fork.
+ * The merge commit that brought the story into its epic branch (flowd merges with `--no-ff`):
+ * on `epic/<epicId>`, the merge whose second parent is the story branch's tip. Undefined while
+ * the story has not merged (or either branch is gone).
  */
-export function diffCommand(repo: string, epicId: string, lane: string, worktree?: string): string[] {
+export function mergeCommit(repo: string, epicId: string, lane: string): string | undefined {
+  const [tip] = gitLines(repo, ["rev-parse", "--verify", "--quiet", `refs/heads/${storyBranch(epicId, lane)}^{commit}`]);
+  if (!tip) return undefined;
+  for (const line of gitLines(repo, ["rev-list", "--merges", "--parents", `refs/heads/${epicBranch(epicId)}`])) {
+    const [commit, , second] = line.split(" ");
+    if (second === tip) return commit;
+  }
+  return undefined;
+}
+
+/**
+ * The git command showing a story's work against its epic branch. Merged (`merged` is its merge
+ * commit): the change the merge brought into the epic (the merge against its first parent) —
+ * `epic...story` is empty once the story is in. Not merged, in the worktree: its working tree
+ * (uncommitted edits included) against where it forked from the epic; without a worktree, the
+ * story branch's commits since the fork.
+ */
+export function diffCommand(repo: string, epicId: string, lane: string, worktree?: string, merged?: string): string[] {
+  if (merged) return ["git", "-C", repo, "diff", "--stat", "--patch", `${merged}^1`, merged];
   if (worktree) return ["git", "-C", worktree, "diff", "--stat", "--patch", "--merge-base", epicBranch(epicId)];
   return ["git", "-C", repo, "diff", "--stat", "--patch", `${epicBranch(epicId)}...${storyBranch(epicId, lane)}`];
 }

@@ -5,6 +5,8 @@ import { costPhrase, formatTokens, laneCost } from "./format";
 import {
   CloneEntry,
   cloneName,
+  EpicEntry,
+  epicCost,
   isLaneRunning,
   LaneEntry,
   LanesModel,
@@ -22,7 +24,7 @@ export interface NodeIcon {
   color?: string;
 }
 
-export type NodeKind = "run" | "lane" | "task" | "clone" | "roster";
+export type NodeKind = "run" | "lane" | "task" | "clone" | "roster" | "history";
 
 export interface TreeNode {
   id: string;
@@ -31,7 +33,11 @@ export interface TreeNode {
   description: string;
   tooltip: string;
   icon: NodeIcon;
-  /** `run.active`, `run.done`, `run.ended` (resumable), `lane`, `task[.parallel]`, `clone`, `roster`: the context menus. */
+  /**
+   * `run.active`, `run.done`, `run.ended` (resumable; only an epic's latest run), `run.past` (an
+   * earlier run of an epic, in its history), `lane`, `task[.parallel]`, `clone`, `roster`,
+   * `history`: the context menus.
+   */
   contextValue: string;
   collapsed: "none" | "collapsed" | "expanded";
   children: TreeNode[];
@@ -73,15 +79,44 @@ function join(...parts: (string | undefined)[]): string {
   return parts.filter((p) => p !== undefined && p !== "").join(" · ");
 }
 
+/** One root per epic: its latest run, with the earlier runs (resumed from) under History. */
 export function buildTree(model: LanesModel): TreeNode[] {
-  return model.runs().map(runNode);
+  return model.epics().map(epicNode);
 }
 
-export function runNode(run: RunEntry): TreeNode {
+/**
+ * The epic's node is its latest run's (cancel and resume act on that run), with the cost of
+ * every run of the epic; earlier runs are listed under History, without a resume action.
+ */
+export function epicNode(epic: EpicEntry): TreeNode {
+  const node = runNode(epic.latest, { id: `epic:${epic.epicId || epic.latest.runId}`, cost: epicCost(epic) });
+  const earlier = epic.runs.slice(1);
+  if (earlier.length > 0) {
+    const history: TreeNode = {
+      id: `history:${epic.epicId}`,
+      kind: "history",
+      label: "History",
+      description: `${earlier.length} earlier run${earlier.length === 1 ? "" : "s"}`,
+      tooltip: `Earlier runs of epic ${epic.epicId}; the latest run resumed from them`,
+      icon: { id: "history" },
+      contextValue: "history",
+      collapsed: "collapsed",
+      children: earlier.map((run) => runNode(run, { past: true })),
+      runId: epic.latest.runId,
+    };
+    node.children.push(history);
+    node.collapsed = node.collapsed === "none" ? "collapsed" : node.collapsed;
+    node.tooltip += `\nRun ${epic.runs.length} of this epic; cost of all its runs`;
+  }
+  return node;
+}
+
+export function runNode(run: RunEntry, as: { id?: string; cost?: RunEntry["cost"]; past?: boolean } = {}): TreeNode {
   const active = isRunActive(run.status);
   const lanes = [...run.lanes.values()].map((lane) => laneNode(run, lane));
   const roster = rosterNode(run);
   const children = roster ? [...lanes, roster] : lanes;
+  const cost = as.cost ?? run.cost;
   // The icon already says running or how it ended; the text says how far it got.
   const progress = active
     ? join(`${runningLanes(run)} running`, `${run.done}/${run.total} done`)
@@ -92,17 +127,17 @@ export function runNode(run: RunEntry): TreeNode {
     run.startedAt ? `Started ${run.startedAt}` : "",
     run.endedAt ? `Ended ${run.endedAt}` : "",
     run.failed || run.skipped ? `${run.failed} failed, ${run.skipped} skipped` : "",
-    run.cost ? `${formatTokens(run.cost.tokens)} tokens` : "",
+    cost ? `${formatTokens(cost.tokens)} tokens` : "",
   ].filter(Boolean);
   return {
-    id: `run:${run.runId}`,
+    id: as.id ?? `run:${run.runId}`,
     kind: "run",
-    label: run.epicId || run.runId,
-    description: join(progress, costPhrase(run.cost)),
+    label: as.past ? run.runId : run.epicId || run.runId,
+    description: join(progress, costPhrase(cost)),
     tooltip: tooltip.join("\n"),
     icon: active ? { id: "sync~spin", color: "charts.blue" } : (RUN_ICON[run.status] ?? { id: "circle-outline" }),
-    contextValue: active ? "run.active" : run.status === "done" ? "run.done" : "run.ended",
-    collapsed: children.length === 0 ? "none" : active ? "expanded" : "collapsed",
+    contextValue: as.past ? "run.past" : active ? "run.active" : run.status === "done" ? "run.done" : "run.ended",
+    collapsed: children.length === 0 ? "none" : active && !as.past ? "expanded" : "collapsed",
     children,
     runId: run.runId,
   };

@@ -72,6 +72,24 @@ export interface RunEntry {
   cost?: CostEntry;
   /** Arrival order, so the most recent run sorts first even without timestamps. */
   seen: number;
+  /** The run was seen going (a notification or a snapshot said so): its end is news. */
+  seenActive: boolean;
+}
+
+/**
+ * An epic as the user knows it: every run of it (a resume is a new run of the same epic),
+ * the latest first. The latest run is the one to cancel or resume; the earlier ones are its history.
+ */
+export interface EpicEntry {
+  epicId: string;
+  latest: RunEntry;
+  runs: RunEntry[];
+}
+
+/** What changed, so views repaint only that: a run (and its epic), or one lane of it. */
+export interface ModelChange {
+  runId?: string;
+  lane?: string;
 }
 
 const RUNNING_LANE = new Set(["active", "running"]);
@@ -93,12 +111,52 @@ function present<T>(value: T | null | undefined): T | undefined {
   return value === null ? undefined : value;
 }
 
-type Listener = () => void;
+type Listener = (change: ModelChange) => void;
+type EndListener = (run: RunEntry) => void;
 
 export class LanesModel {
   private readonly runMap = new Map<string, RunEntry>();
   private readonly listeners: Listener[] = [];
+  private readonly endListeners: EndListener[] = [];
   private counter = 0;
+
+  /** Called when a run this model saw going ends (done, failed, cancelled, halted). */
+  onDidEndRun(listener: EndListener): () => void {
+    this.endListeners.push(listener);
+    return () => {
+      const at = this.endListeners.indexOf(listener);
+      if (at >= 0) this.endListeners.splice(at, 1);
+    };
+  }
+
+  /**
+   * Runs grouped by epic, the epic of the most recent run first (active epics before ended
+   * ones). Within an epic the latest run is the one started last.
+   */
+  epics(): EpicEntry[] {
+    const byEpic = new Map<string, RunEntry[]>();
+    for (const run of this.runMap.values()) {
+      const key = run.epicId || `run:${run.runId}`;
+      const list = byEpic.get(key) ?? [];
+      list.push(run);
+      byEpic.set(key, list);
+    }
+    const epics = [...byEpic.values()].map((runs) => {
+      runs.sort(newerFirst);
+      return { epicId: runs[0].epicId, latest: runs[0], runs };
+    });
+    return epics.sort((a, b) => {
+      const active = Number(isRunActive(b.latest.status)) - Number(isRunActive(a.latest.status));
+      return active !== 0 ? active : newerFirst(a.latest, b.latest);
+    });
+  }
+
+  /** The epic a run belongs to. */
+  epicOf(runId: string): EpicEntry | undefined {
+    const run = this.runMap.get(runId);
+    if (!run) return undefined;
+    return this.epics().find((e) => e.runs.includes(run));
+  }
 
   /** Called after every change; returns an unsubscribe function. */
   onDidChange(listener: Listener): () => void {
@@ -157,15 +215,16 @@ export class LanesModel {
     run.failed = p.failed;
     run.skipped = p.skipped;
     run.total = p.total;
-    if (wasActive && !isRunActive(p.status)) this.endLeases(run);
-    this.changed();
+    if (isRunActive(p.status)) run.seenActive = true;
+    if (wasActive && !isRunActive(p.status)) this.ended(run);
+    this.changed({ runId: run.runId });
   }
 
   applyLane(p: LaneParams): void {
     const run = this.ensureRun(p.runId);
     const lane = this.ensureLane(run, p.lane, p.title);
     this.mergeLane(run, lane, p);
-    this.changed();
+    this.changed({ runId: run.runId, lane: p.lane });
   }
 
   applyTask(p: TaskParams): void {
@@ -187,7 +246,7 @@ export class LanesModel {
     lane.tasks.set(p.index, task);
     for (const other of lane.tasks.values()) other.count = p.count;
     if (p.executor) this.noteLaneClone(run, lane, p.executor, p.clone, "coder");
-    this.changed();
+    this.changed({ runId: run.runId, lane: p.lane });
   }
 
   applyClone(p: CloneParams): void {
@@ -196,7 +255,7 @@ export class LanesModel {
       if (p.state === "excluded") run.exclusions.set(p.executor, p.reason ?? "");
       else run.exclusions.delete(p.executor);
       if (p.clone === undefined) {
-        this.changed();
+        this.changed({ runId: run.runId });
         return;
       }
     }
@@ -220,7 +279,7 @@ export class LanesModel {
         if (held && held.state === "leased" && held.role === p.role) held.state = "released";
       }
     }
-    this.changed();
+    this.changed({ runId: run.runId });
   }
 
   applyCost(p: CostParams): void {
@@ -232,19 +291,21 @@ export class LanesModel {
       unpricedTokens: p.unpricedTokens,
       budgetUsd: present(p.budgetUsd),
     };
-    this.changed();
+    this.changed({ runId: run.runId });
   }
 
   /** A `flow/status` result is authoritative for the runs it lists: it resyncs a late attach. */
   applyStatus(result: StatusResult): void {
     for (const s of result.runs ?? []) this.applyStatusRun(s);
-    this.changed();
+    this.changed({});
   }
 
   private applyStatusRun(s: StatusRun): void {
     const run = this.ensureRun(s.runId);
+    const wasActive = isRunActive(run.status);
     run.epicId = s.epicId || run.epicId;
     run.status = s.status;
+    if (isRunActive(s.status)) run.seenActive = true;
     run.startedAt = present(s.startedAt) ?? run.startedAt;
     run.endedAt = present(s.endedAt) ?? run.endedAt;
     run.plan = s.plan ?? run.plan;
@@ -292,7 +353,8 @@ export class LanesModel {
         budgetUsd: present(t.budgetUsd),
       };
     }
-    if (!isRunActive(run.status)) this.endLeases(run);
+    if (wasActive && !isRunActive(run.status)) this.ended(run);
+    else if (!isRunActive(run.status)) this.endLeases(run);
   }
 
   private applyCloneQuiet(run: RunEntry, p: CloneParams): void {
@@ -335,6 +397,13 @@ export class LanesModel {
     });
   }
 
+  private ended(run: RunEntry): void {
+    this.endLeases(run);
+    if (!run.seenActive) return;
+    run.seenActive = false; // one notice per end, however many updates repeat it
+    for (const listener of [...this.endListeners]) listener(run);
+  }
+
   private endLeases(run: RunEntry): void {
     for (const c of run.clones.values()) if (c.state === "leased") c.state = "released";
     for (const lane of run.lanes.values()) {
@@ -357,6 +426,7 @@ export class LanesModel {
         clones: new Map(),
         exclusions: new Map(),
         seen: ++this.counter,
+        seenActive: false,
       };
       this.runMap.set(runId, run);
     }
@@ -381,9 +451,31 @@ export class LanesModel {
     return lane;
   }
 
-  private changed(): void {
-    for (const listener of [...this.listeners]) listener();
+  private changed(change: ModelChange): void {
+    for (const listener of [...this.listeners]) listener(change);
   }
+}
+
+/** Started later first; without start times, the one this model heard of last. */
+function newerFirst(a: RunEntry, b: RunEntry): number {
+  if (a.startedAt && b.startedAt && a.startedAt !== b.startedAt) return a.startedAt < b.startedAt ? 1 : -1;
+  return b.seen - a.seen;
+}
+
+/** Every run's cost of the epic added up (a resumed run counts only its own usage). */
+export function epicCost(epic: EpicEntry): CostEntry | undefined {
+  const costs = epic.runs.map((r) => r.cost).filter((c): c is CostEntry => c !== undefined);
+  if (costs.length === 0) return undefined;
+  if (costs.length === 1) return costs[0];
+  const priced = costs.filter((c) => c.costUsd !== undefined);
+  return {
+    tokens: costs.reduce((n, c) => n + c.tokens, 0),
+    costUsd: priced.length ? priced.reduce((n, c) => n + (c.costUsd ?? 0), 0) : undefined,
+    estimatedTokens: costs.reduce((n, c) => n + c.estimatedTokens, 0),
+    unpricedTokens: costs.reduce((n, c) => n + c.unpricedTokens, 0),
+    // The budget is the latest run's: each run is launched with its own.
+    budgetUsd: epic.latest.cost?.budgetUsd,
+  };
 }
 
 function rank(state: TaskState): number {

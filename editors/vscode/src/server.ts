@@ -1,10 +1,23 @@
 // Finding flowd and running `flowd serve` through vscode-languageclient.
 
+import * as path from "node:path";
 import * as vscode from "vscode";
 import { ExecuteCommandRequest, LanguageClient, LanguageClientOptions, ServerOptions, State } from "vscode-languageclient/node";
+import { clientLogChannel } from "./clientLog";
 import { findFlowd, FlowdLocation } from "./findFlowd";
 import { feedModel, LanesModel } from "./lanesModel";
 import { FlowServer, Requests, StatusResult } from "./protocol";
+import { mainCheckout } from "./repoRoot";
+import { connectLoopback, readToken } from "./tcp";
+
+/**
+ * The repository the window's server serves: the main checkout of the first workspace folder,
+ * so a window on a story worktree is served like the repository itself (docs/editors.md).
+ */
+export function serverRoot(): string | undefined {
+  const folder = vscode.workspace.workspaceFolders?.[0]?.uri.fsPath;
+  return folder ? mainCheckout(folder) : undefined;
+}
 
 /** The language client seen as the FlowServer the commands talk to. */
 export class ClientServer implements FlowServer {
@@ -66,17 +79,45 @@ export class ServerManager implements vscode.Disposable {
     return undefined;
   }
 
-  async start(): Promise<void> {
+  /** How to reach the server: a `flowd serve` of our own over stdio, or a running one over TCP. */
+  private serverOptions(cwd: string | undefined): { options: ServerOptions; token?: string } | undefined {
+    const port = vscode.workspace.getConfiguration("flowd").get<number | null>("server.port");
+    if (typeof port === "number" && port > 0) {
+      const token = readToken(port);
+      if ("problem" in token) {
+        this.log.appendLine(`[error] ${token.problem}`);
+        this.setState("stopped", token.problem);
+        void vscode.window.showErrorMessage(token.problem, "Open Settings").then((choice) => {
+          if (choice === "Open Settings") void vscode.commands.executeCommand("workbench.action.openSettings", "flowd.server.port");
+        });
+        return undefined;
+      }
+      this.log.appendLine(`connecting to flowd serve on 127.0.0.1:${port}`);
+      const options: ServerOptions = async () => {
+        const socket = await connectLoopback(port);
+        return { reader: socket, writer: socket };
+      };
+      return { options, token: token.token };
+    }
     this.location = this.locate();
-    if (!this.location) return;
-    const cwd = vscode.workspace.workspaceFolders?.[0]?.uri.fsPath;
+    if (!this.location) return undefined;
     this.log.appendLine(`starting ${this.location.path} serve (found via ${this.location.source}${cwd ? `, in ${cwd}` : ""})`);
-    const serverOptions: ServerOptions = { command: this.location.path, args: ["serve"], options: cwd ? { cwd } : {} };
+    return { options: { command: this.location.path, args: ["serve"], options: cwd ? { cwd } : {} } };
+  }
+
+  async start(): Promise<void> {
+    const cwd = serverRoot();
+    const how = this.serverOptions(cwd);
+    if (!how) return;
+    const serverOptions = how.options;
     const clientOptions: LanguageClientOptions = {
       // Every file: perimeter diagnostics land on any path an agent or the user touches.
       documentSelector: [{ scheme: "file" }],
-      outputChannel: this.log,
+      outputChannel: clientLogChannel(this.log),
       diagnosticCollectionName: "flowd",
+      // The main checkout is the root even when the window holds a story worktree (or a subfolder).
+      workspaceFolder: cwd && cwd !== vscode.workspace.workspaceFolders?.[0]?.uri.fsPath ? { uri: vscode.Uri.file(cwd), name: path.basename(cwd), index: 0 } : undefined,
+      initializationOptions: how.token ? { token: how.token } : undefined,
     };
     // The id `flowd` makes the client honour the `flowd.trace.server` setting.
     const client = new LanguageClient("flowd", "flowd", serverOptions, clientOptions);

@@ -4,7 +4,9 @@ import * as vscode from "vscode";
 import { PaletteCommands } from "./commands";
 import { LanesModel } from "./lanesModel";
 import { ServerState } from "./server";
-import { statusText, statusTooltip } from "./statusText";
+import { IDLE_TEXT, statusText, statusTooltip } from "./statusText";
+
+export const STARTING_TEXT = "$(loading~spin) flowd starting…";
 
 export class FlowStatusBar implements vscode.Disposable {
   private readonly item: vscode.StatusBarItem;
@@ -35,8 +37,10 @@ export class FlowStatusBar implements vscode.Disposable {
       this.item.command = this.serverState === "missing" ? { title: "Settings", command: "workbench.action.openSettings", arguments: ["flowd.path"] } : PaletteCommands.restartServer;
       return;
     }
-    this.item.text = statusText(this.model);
-    this.item.tooltip = statusTooltip(this.model);
+    // Until the server answers, runs known so far still show; with none, say it is on its way.
+    const text = statusText(this.model);
+    this.item.text = this.serverState === "starting" && text === IDLE_TEXT ? STARTING_TEXT : text;
+    this.item.tooltip = this.serverState === "starting" ? "The flowd language server is starting." : statusTooltip(this.model);
     this.item.backgroundColor = undefined;
     this.item.command = PaletteCommands.showLanes;
   }

@@ -1,7 +1,7 @@
 // What the status bar item says about the runs. Pure, so every state is unit-tested.
 
 import { costPhrase, formatTokens } from "./format";
-import { LanesModel, RunEntry, runningLanes } from "./lanesModel";
+import { CostEntry, epicCost, LanesModel, runningLanes } from "./lanesModel";
 import { isRunActive } from "./protocol";
 
 const OUTCOME_ICON: Record<string, string> = {
@@ -23,29 +23,32 @@ function join(...parts: string[]): string {
  *   active runs summed with their count in front (`2 runs · 4/9 lanes`);
  * - ended: `$(check) auth done · $1.42`, `$(error) auth failed · 3/5 done · $1.42`;
  * - no run known: `$(rocket) flowd`.
+ * The cost is the epic's: every run of it, a resumed run's predecessors included.
  */
 export function statusText(model: LanesModel): string {
-  const active = model.activeRuns();
+  const epics = model.epics();
+  const active = epics.filter((e) => isRunActive(e.latest.status));
   if (active.length === 1) {
-    const run = active[0];
-    return join(`$(sync~spin) ${runningLanes(run)}/${run.total} lanes`, costPhrase(run.cost));
+    const run = active[0].latest;
+    return join(`$(sync~spin) ${runningLanes(run)}/${run.total} lanes`, costPhrase(epicCost(active[0])));
   }
   if (active.length > 1) {
-    const running = active.reduce((n, r) => n + runningLanes(r), 0);
-    const total = active.reduce((n, r) => n + r.total, 0);
-    return join(`$(sync~spin) ${active.length} runs`, `${running}/${total} lanes`, summedCost(active));
+    const running = active.reduce((n, e) => n + runningLanes(e.latest), 0);
+    const total = active.reduce((n, e) => n + e.latest.total, 0);
+    return join(`$(sync~spin) ${active.length} runs`, `${running}/${total} lanes`, summedCost(active.map(epicCost)));
   }
-  const last = model.runs()[0];
-  if (!last) return IDLE_TEXT;
+  const epic = epics[0];
+  if (!epic) return IDLE_TEXT;
+  const last = epic.latest;
   const icon = OUTCOME_ICON[last.status] ?? "$(circle-outline)";
   const name = last.epicId || last.runId;
   const counts = last.status === "done" ? "" : `${last.done}/${last.total} done`;
-  return join(`${icon} ${name} ${last.status}`, counts, costPhrase(last.cost));
+  return join(`${icon} ${name} ${last.status}`, counts, costPhrase(epicCost(epic)));
 }
 
-/** Several runs' costs added up; budgets are per run, so they are not shown here. */
-function summedCost(runs: RunEntry[]): string {
-  const costs = runs.map((r) => r.cost).filter((c) => c !== undefined);
+/** Several epics' costs added up; budgets are per run, so they are not shown here. */
+function summedCost(all: (CostEntry | undefined)[]): string {
+  const costs = all.filter((c) => c !== undefined);
   if (costs.length === 0) return "";
   const priced = costs.filter((c) => c.costUsd !== undefined);
   return costPhrase({
@@ -58,14 +61,17 @@ function summedCost(runs: RunEntry[]): string {
 
 /** The hover text: one line per run. */
 export function statusTooltip(model: LanesModel): string {
-  const runs = model.runs();
-  if (runs.length === 0) return "flowd: no run yet. Click to open the lanes view.";
-  const lines = runs.slice(0, 5).map((run) => {
+  const epics = model.epics();
+  if (epics.length === 0) return "flowd: no run yet. Click to open the lanes view.";
+  const lines = epics.slice(0, 5).map((epic) => {
+    const run = epic.latest;
     const state = isRunActive(run.status)
       ? `${runningLanes(run)} running, ${run.done}/${run.total} done`
       : `${run.status}, ${run.done}/${run.total} done`;
-    const tokens = run.cost ? `${formatTokens(run.cost.tokens)} tokens` : "";
-    return join(`${run.epicId || run.runId} (${run.runId})`, state, tokens, costPhrase(run.cost));
+    const cost = epicCost(epic);
+    const tokens = cost ? `${formatTokens(cost.tokens)} tokens` : "";
+    const runs = epic.runs.length > 1 ? `${epic.runs.length} runs` : "";
+    return join(`${run.epicId || run.runId} (${run.runId})`, state, runs, tokens, costPhrase(cost));
   });
   return [...lines, "Click to open the lanes view."].join("\n");
 }

@@ -4,6 +4,7 @@ import * as os from "node:os";
 import * as path from "node:path";
 import { afterEach, beforeEach, describe, test } from "node:test";
 import {
+  BROWSE_LABEL,
   cancelRun,
   CommandContext,
   launchEpic,
@@ -120,7 +121,7 @@ describe("Flow: Launch Epic", () => {
 
     const result = await launchEpic(context(server));
 
-    assert.deepEqual(labels(), ["auth.epic.json", "billing.md"]);
+    assert.deepEqual(labels(), ["auth.epic.json", "billing.md", BROWSE_LABEL]);
     assert.deepEqual(server.commands(), [{ name: "flow.launchEpic", arg: { plan: markdownPlan, concurrency: 2 } }]);
     assert.deepEqual(result, { runId: "r1", epicId: "billing", epicBranch: "epic/billing" });
     assert.match(stub.recorded.messages[0].message, /epic billing launched \(run r1, branch epic\/billing\)/);
@@ -160,8 +161,27 @@ describe("Flow: Launch Epic", () => {
     await launchEpic(context(server));
     assert.equal(stub.recorded.messages[0].kind, "warning");
     assert.match(stub.recorded.messages[0].message, /no plan in this workspace/);
-    assert.deepEqual(stub.recorded.messages[0].items, ["Draft Epic Plan"]);
+    assert.deepEqual(stub.recorded.messages[0].items, ["Browse…", "Draft Epic Plan"]);
     assert.deepEqual(server.calls, []);
+  });
+
+  test("Browse… launches a plan outside the workspace, passed as its absolute path", async () => {
+    write("auth.epic.json", "{}");
+    const elsewhere = fs.mkdtempSync(path.join(os.tmpdir(), "flowd-plan-elsewhere-"));
+    try {
+      const outside = path.join(elsewhere, "far.epic.json");
+      fs.writeFileSync(outside, "{}");
+      const server = new RecordingServer({ "flow.launchEpic": { runId: "r9", epicId: "far", epicBranch: "epic/far" }, "flow/status": { runs: [] } });
+      pick(BROWSE_LABEL);
+      stub.answers.openDialog.push([stub.Uri.file(outside)]);
+      stub.answers.inputBox.push("");
+      await launchEpic(context(server));
+      assert.equal(stub.recorded.openDialogs.length, 1);
+      assert.deepEqual(server.commands(), [{ name: "flow.launchEpic", arg: { plan: outside } }]);
+      assert.ok(!stub.recorded.messages.some((m) => m.kind !== "info"), JSON.stringify(stub.recorded.messages));
+    } finally {
+      fs.rmSync(elsewhere, { recursive: true, force: true });
+    }
   });
 
   test("a server error is shown as one message and logged", async () => {

@@ -175,7 +175,7 @@ describe("LanesTreeProvider", () => {
     const [run] = provider.getChildren();
     const runItem = provider.getTreeItem(run);
     assert.equal(runItem.label, "auth");
-    assert.equal(runItem.id, `run:${RUN_ID}`);
+    assert.equal(runItem.id, "epic:auth");
     assert.equal(runItem.collapsibleState, TreeItemCollapsibleState.Expanded);
     assert.equal(runItem.contextValue, "run.active");
     const lanes = provider.getChildren(run);
@@ -200,7 +200,9 @@ describe("LanesTreeProvider", () => {
     provider.onDidChangeTreeData(() => fired++);
     assert.deepEqual(provider.getChildren(), []);
     for (const [method, params] of START.slice(0, 2)) model.apply(method, params);
-    assert.equal(fired, 2);
+    // The new run repaints the roots; its first lane needs no repaint of its own, since VS Code
+    // has not asked for the run's children yet (it gets them fresh when it does).
+    assert.equal(fired, 1);
     assert.equal(provider.getChildren().length, 1);
     provider.dispose();
   });

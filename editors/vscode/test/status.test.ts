@@ -3,7 +3,7 @@ import { describe, test } from "node:test";
 import { costPhrase, formatTokens, formatUsd } from "../src/format";
 import { LanesModel } from "../src/lanesModel";
 import { IDLE_TEXT, statusText, statusTooltip } from "../src/statusText";
-import { FlowStatusBar } from "../src/statusBar";
+import { FlowStatusBar, STARTING_TEXT } from "../src/statusBar";
 import { END, MIDDLE, RUN_ID, START } from "./fixtures/sequence";
 
 function running(runId: string, epicId: string, lanes: [string, string][], total = lanes.length): LanesModel {
@@ -115,6 +115,14 @@ describe("FlowStatusBar", () => {
     assert.equal(bar.text, "$(sync~spin) 3/5 lanes · $0.20");
     bar.setServerState("missing", "flowd was not found");
     assert.equal(bar.text, "$(warning) flowd not found");
+    bar.dispose();
+  });
+
+  test("says the server is starting until it runs, when no run is known yet", () => {
+    const bar = new FlowStatusBar(new LanesModel());
+    assert.equal(bar.text, STARTING_TEXT);
+    bar.setServerState("running", "");
+    assert.equal(bar.text, IDLE_TEXT);
     bar.dispose();
   });
 });

@@ -12,12 +12,15 @@ import * as fs from "node:fs";
 import * as os from "node:os";
 import * as path from "node:path";
 import { after, before, describe, test } from "node:test";
-import { createMessageConnection, MessageConnection, StreamMessageReader, StreamMessageWriter } from "vscode-jsonrpc/node";
-import { draftPlan } from "../src/commands";
-import { formatUsd } from "../src/format";
-import { reportLine } from "../src/laneActions";
+import { createMessageConnection, MessageConnection, ResponseError, StreamMessageReader, StreamMessageWriter } from "vscode-jsonrpc/node";
+import { draftPlan, resumeRun, resumeTarget, runEndedMessage } from "../src/commands";
+import { costPhrase, formatUsd } from "../src/format";
+import { diffCommand, findWorktree, mergeCommit, reportLine } from "../src/laneActions";
 import { buildTree, TreeNode } from "../src/laneTree";
-import { feedModel, LanesModel } from "../src/lanesModel";
+import { epicCost, feedModel, LanesModel, RunEntry } from "../src/lanesModel";
+import { escapeAngleBrackets } from "../src/markdown";
+import { mainCheckout } from "../src/repoRoot";
+import { connectLoopback, readToken } from "../src/tcp";
 import { Commands, FlowServer, isRunActive, LaunchResult, Requests, StatusResult, ValidateResult } from "../src/protocol";
 import { statusText } from "../src/statusText";
 import * as stub from "./stubs/vscode";
@@ -246,6 +249,7 @@ if (!WIRE) {
     let plan: string;
     let home: string;
     let session: Session;
+    const ended: RunEntry[] = [];
 
     before(async () => {
       tmp = fs.realpathSync(fs.mkdtempSync(path.join(os.tmpdir(), "flowd-wire-")));
@@ -253,6 +257,7 @@ if (!WIRE) {
       fs.mkdirSync(home);
       ({ repo, plan } = makeRepo(tmp));
       session = await startSession(repo, home);
+      session.model.onDidEndRun((run) => ended.push(run));
     });
 
     after(async () => {
@@ -279,6 +284,15 @@ if (!WIRE) {
       const bad = await session.server.executeCommand<ValidateResult>(Commands.validatePlan, { plan: "broken.epic.json" });
       assert.ok(bad.violations.length >= 2, JSON.stringify(bad));
       fs.rmSync(broken);
+    });
+
+    test("a plan outside the workspace is taken, as flowd run takes it (Browse… sends its absolute path)", async () => {
+      const elsewhere = path.join(tmp, "plans-elsewhere");
+      fs.mkdirSync(elsewhere);
+      const outside = path.join(elsewhere, "far.epic.json");
+      fs.writeFileSync(outside, JSON.stringify({ ...PLAN, epicId: "far" }));
+      const result = await session.server.executeCommand<ValidateResult>(Commands.validatePlan, { plan: outside });
+      assert.deepEqual(result, { violations: [] });
     });
 
     test("flow.launchEpic runs the epic; the lanes tree and the status bar follow it to the end", async () => {
@@ -346,13 +360,41 @@ if (!WIRE) {
       assert.ok(report.measured.costUsd !== null && Math.abs(report.measured.costUsd - cost.costUsd) < 1e-6, JSON.stringify(report.measured));
       const markdown = await session.server.request<{ text: string }>(Requests.costReport, { runId, format: "markdown" });
       assert.match(markdown.text, /^#/m);
+      // The preview shows `[prices.<model>]` as written (the preview would drop a bare `<model>`).
+      assert.ok(markdown.text.includes("[prices.<model>]"), markdown.text);
+      assert.ok(escapeAngleBrackets(markdown.text).includes("[prices.&lt;model>]"));
+
+      // The window saw the run go and end: one notice, with the outcome and the epic's cost.
+      assert.deepEqual(
+        ended.map((r) => r.runId),
+        [runId],
+      );
+      assert.equal(runEndedMessage(session.model, ended[0]), `flowd: epic ${EPIC} done (run ${runId}) · 3 stories · ${formatUsd(cost.costUsd)}`);
+    });
+
+    test("Show Diff Against Epic Branch on a merged lane shows what the story brought in", () => {
+      const run = session.model.epics().find((e) => e.epicId === EPIC)?.latest;
+      assert.ok(run);
+      const merged = mergeCommit(repo, EPIC, "api");
+      assert.ok(merged, "no merge commit of story/auth/api on epic/auth");
+      const apiLane = run.lanes.get("api");
+      assert.ok(apiLane);
+      const command = diffCommand(repo, EPIC, "api", findWorktree(repo, run, apiLane), merged);
+      const out = execFileSync(command[0], command.slice(1), { encoding: "utf8" });
+      assert.match(out, /src\/api\/hashing\.py/);
+      assert.match(out, /^\+def login\(\) -> bool:$/m);
+      assert.doesNotMatch(out, /src\/ui\/page\.py/, "another story's change leaked into api's diff");
     });
 
     test("flow.cancelEpic stops a run (resumable), flow.resumeEpic finishes it", async () => {
       const slowPlan = path.join(repo, "slow.epic.json");
       fs.writeFileSync(slowPlan, JSON.stringify(SLOW_PLAN, null, 2));
       const launched = await session.server.executeCommand<LaunchResult>(Commands.launchEpic, { plan: "slow.epic.json" });
-      await session.until((m) => m.run(launched.runId)?.lanes.get("slow-story")?.status === "active");
+      // Cancel once the planner has spent (the coder is then on its slow task): the epic's cost must add up two runs.
+      await session.until((m) => {
+        const run = m.run(launched.runId);
+        return run?.lanes.get("slow-story")?.status === "active" && (run.cost?.costUsd ?? 0) > 0;
+      });
       const cancelled = await session.server.executeCommand<{ runId: string; outcome: string }>(Commands.cancelEpic, { runId: launched.runId });
       assert.equal(cancelled.runId, launched.runId);
       await session.until((m) => {
@@ -361,15 +403,69 @@ if (!WIRE) {
       });
       const stopped = session.model.run(launched.runId);
       assert.equal(stopped?.status, "cancelled");
+
+      // The cancelled story keeps its worktree; a window opened on it is served from the main checkout.
+      const slowLane = stopped.lanes.get("slow-story");
+      assert.ok(slowLane);
+      const worktree = findWorktree(repo, stopped, slowLane);
+      assert.ok(worktree && worktree !== repo, `no worktree for slow-story: ${worktree}`);
+      assert.equal(mainCheckout(worktree), repo);
       assert.match(statusText(session.model), /^\$\(circle-slash\) slow cancelled · 0\/1 done/);
 
-      const resumed = await session.server.executeCommand<LaunchResult>(Commands.resumeEpic, { runId: launched.runId });
+      // Resume through the command, as the user does from the cancelled run's node.
+      stub.reset([repo]);
+      stub.answers.quickPick.length = 0;
+      const ctx = {
+        model: session.model,
+        log: stub.window.createOutputChannel("flowd") as never,
+        server: () => session.server,
+        flowdPath: () => FLOWD_BIN,
+        refresh: async () => {
+          const status = await session.server.request<StatusResult>(Requests.status, {});
+          session.model.applyStatus(status);
+          return status;
+        },
+      };
+      const resumed = await resumeRun(ctx, { runId: launched.runId });
+      assert.ok(resumed, JSON.stringify(stub.recorded.messages));
       assert.equal(resumed.epicId, "slow");
+      assert.notEqual(resumed.runId, launched.runId);
       await session.until((m) => m.run(resumed.runId)?.status === "done");
       assert.equal(git(repo, "show", "epic/slow:src/slow/a.py"), "A = 1\n");
-      const [top] = buildTree(session.model);
-      assert.equal(top.label, "slow");
+      await ctx.refresh();
+
+      // One epic in the tree, its latest run done, the cancelled run under History.
+      const tops = buildTree(session.model).filter((n) => n.label === "slow");
+      assert.equal(tops.length, 1);
+      const [top] = tops;
       assert.equal(top.icon.id, "pass");
+      assert.equal(top.runId, resumed.runId);
+      const history = top.children.find((c) => c.kind === "history");
+      assert.ok(history, top.children.map((c) => c.label).join(", "));
+      assert.deepEqual(
+        history.children.map((c) => [c.label, c.contextValue]),
+        [[launched.runId, "run.past"]],
+      );
+
+      // Resuming the old run again starts no third run.
+      assert.deepEqual(resumeTarget(session.model, launched.runId), { problem: `flowd: epic slow is done (run ${resumed.runId} resumed run ${launched.runId}).` });
+      stub.reset([repo]);
+      assert.equal(await resumeRun(ctx, { runId: launched.runId }), undefined);
+      const status = await session.server.request<StatusResult>(Requests.status, {});
+      assert.equal(status.runs.filter((r) => r.epicId === "slow").length, 2);
+
+      // The epic's cost is both runs' (each run's own from the cost report), in the tree and the status bar.
+      const reports = await Promise.all(
+        [launched.runId, resumed.runId].map((id) => session.server.request<{ measured: { costUsd: number | null } }>(Requests.costReport, { runId: id, format: "json" })),
+      );
+      const both = reports.reduce((n, r) => n + (r.measured.costUsd ?? 0), 0);
+      assert.ok((reports[0].measured.costUsd ?? 0) > 0, "the cancelled run spent nothing; the test cannot tell the sum from the last run");
+      const epic = session.model.epics().find((e) => e.epicId === "slow");
+      assert.ok(epic);
+      const summed = epicCost(epic);
+      assert.ok(summed?.costUsd !== undefined && Math.abs(summed.costUsd - both) < 1e-6, `${JSON.stringify(summed)} vs ${both}`);
+      assert.ok(top.description.endsWith(costPhrase(summed)), top.description);
+      assert.equal(statusText(session.model), `$(check) slow done · ${costPhrase(summed)}`);
     });
 
     test("Flow: Draft Epic Plan runs flowd plan new (the planner role) and opens the draft", async () => {
@@ -408,6 +504,84 @@ if (!WIRE) {
       const code = await stopSession(session);
       session = undefined as unknown as Session;
       assert.equal(code, 0);
+    });
+  });
+  describe("wire: flowd serve --tcp with the user's token", { timeout: 120_000 }, () => {
+    let tmp: string;
+    let server: ChildProcess | undefined;
+
+    before(() => {
+      tmp = fs.realpathSync(fs.mkdtempSync(path.join(os.tmpdir(), "flowd-wire-tcp-")));
+    });
+
+    after(async () => {
+      if (server && server.exitCode === null) {
+        const gone = new Promise((resolve) => server?.once("exit", resolve));
+        server.kill("SIGTERM");
+        await gone;
+      }
+      fs.rmSync(tmp, { recursive: true, force: true });
+    });
+
+    /** The port of the server, from the token file it writes when it listens. */
+    async function tokenPort(runtime: string): Promise<number> {
+      const dir = path.join(runtime, "flowd");
+      for (let i = 0; i < 600; i++) {
+        const file = fs.existsSync(dir) ? fs.readdirSync(dir).find((f) => /^serve-\d+\.json$/.test(f)) : undefined;
+        if (file) return Number(/\d+/.exec(file)?.[0]);
+        if (server?.exitCode !== null) throw new Error(`flowd serve --tcp exited (${server?.exitCode}) before writing its token`);
+        await new Promise((resolve) => setTimeout(resolve, 100));
+      }
+      throw new Error(`flowd serve --tcp wrote no token file in ${dir}`);
+    }
+
+    function initialize(conn: MessageConnection, repo: string, token?: string): Promise<{ capabilities: { executeCommandProvider?: { commands: string[] } } }> {
+      const rootUri = `file://${repo}`;
+      return conn.sendRequest("initialize", {
+        processId: process.pid,
+        rootUri,
+        workspaceFolders: [{ uri: rootUri, name: "app" }],
+        capabilities: {},
+        ...(token === undefined ? {} : { initializationOptions: { token } }),
+      });
+    }
+
+    test("the extension's TCP path reads the token file and is served; a client without it is refused", async () => {
+      const home = path.join(tmp, "home");
+      const runtime = path.join(tmp, "runtime");
+      fs.mkdirSync(home);
+      fs.mkdirSync(runtime, { mode: 0o700 });
+      const { repo } = makeRepo(tmp);
+      const env = { ...isolatedEnv(home), XDG_RUNTIME_DIR: runtime };
+      server = spawn(FLOWD_BIN, ["serve", "--tcp", "--port", "0"], { cwd: repo, env, stdio: ["ignore", "ignore", "pipe"] });
+      server.stderr?.resume();
+      const port = await tokenPort(runtime);
+
+      // A stranger: no token, refused with -32600.
+      const stranger = await connectLoopback(port);
+      const bad = createMessageConnection(new StreamMessageReader(stranger), new StreamMessageWriter(stranger));
+      bad.listen();
+      await assert.rejects(initialize(bad, repo), (err: unknown) => err instanceof ResponseError && err.code === -32600);
+      bad.dispose();
+      stranger.destroy();
+
+      // The extension's way: the token from the file (readToken), sent as initializationOptions.token.
+      const token = readToken(port, env);
+      assert.ok("token" in token, JSON.stringify(token));
+      const socket = await connectLoopback(port);
+      const conn = createMessageConnection(new StreamMessageReader(socket), new StreamMessageWriter(socket));
+      conn.onRequest("client/registerCapability", () => null);
+      conn.onRequest("workspace/configuration", (p: { items: unknown[] }) => p.items.map(() => null));
+      conn.listen();
+      const result = await initialize(conn, repo, token.token);
+      assert.ok(result.capabilities.executeCommandProvider?.commands.includes(Commands.launchEpic));
+      await conn.sendNotification("initialized", {});
+      const status = await conn.sendRequest<StatusResult>(Requests.status, {});
+      assert.deepEqual(status, { runs: [] });
+      await conn.sendRequest("shutdown");
+      await conn.sendNotification("exit");
+      conn.dispose();
+      socket.destroy();
     });
   });
 }

@@ -141,6 +141,7 @@ export const recorded = {
   messages: [] as Shown[],
   quickPicks: [] as { items: unknown[]; options: unknown }[],
   inputBoxes: [] as { value?: string; prompt?: string; validate?: (v: string) => unknown }[],
+  openDialogs: [] as unknown[],
   executed: [] as { command: string; args: unknown[] }[],
   documents: [] as OpenedDocument[],
   shownDocuments: [] as Uri[],
@@ -154,6 +155,7 @@ export const answers = {
   quickPick: [] as ((items: unknown[]) => unknown)[],
   inputBox: [] as (string | undefined)[],
   message: [] as (string | undefined)[],
+  openDialog: [] as (Uri[] | undefined)[],
 };
 
 export const settings = new Map<string, unknown>();
@@ -166,6 +168,7 @@ export function reset(folders: string[] = []): void {
   answers.quickPick.length = 0;
   answers.inputBox.length = 0;
   answers.message.length = 0;
+  answers.openDialog.length = 0;
   settings.clear();
   registered.clear();
   workspace.workspaceFolders = folders.map((f, index) => ({ uri: Uri.file(f), name: path.basename(f), index }));
@@ -207,6 +210,10 @@ export const window = {
   showInputBox(options?: { value?: string; prompt?: string; validateInput?: (v: string) => unknown }): Promise<string | undefined> {
     recorded.inputBoxes.push({ value: options?.value, prompt: options?.prompt, validate: options?.validateInput });
     return Promise.resolve(answers.inputBox.shift());
+  },
+  showOpenDialog(options?: unknown): Promise<Uri[] | undefined> {
+    recorded.openDialogs.push(options);
+    return Promise.resolve(answers.openDialog.shift());
   },
   createOutputChannel(name: string): StubOutputChannel {
     const lines: string[] = [];
