@@ -1,4 +1,4 @@
--- flowd for Neovim 0.10+: one `flowd serve` client per repository, commands, a live lanes
+-- flowd for Neovim 0.11+: one `flowd serve` client per repository, commands, a live lanes
 -- buffer, a statusline function, transitions shown with vim.notify. See docs/editors.md.
 local M = {}
 
