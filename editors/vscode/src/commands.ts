@@ -1,9 +1,9 @@
 // The palette commands. Each is a short flow: ask the user, call the server (through
 // `FlowServer`, never by re-registering the server's own command ids), show the outcome.
 
+import * as fs from "node:fs";
 import * as path from "node:path";
 import * as vscode from "vscode";
-import * as fs from "node:fs";
 import { diffCommand, findWorktree, mergeCommit, reportLine, shellQuote } from "./laneActions";
 import { costPhrase } from "./format";
 import { epicCost, LaneEntry, LanesModel, RunEntry, runningLanes } from "./lanesModel";
