@@ -147,6 +147,21 @@ export interface ValidateResult {
   violations: string[];
 }
 
+/** `flow/attention` (docs/protocol.md): something needs a person, or no longer does (`cleared`). */
+export interface AttentionParams {
+  runId: string;
+  lane?: string;
+  /** paused, blocked, failed, budget, repaired (a perimeter repair undid changes), cleared. */
+  reason: string;
+  message: string;
+  actions?: string[];
+}
+
+export const ATTENTION = "flow/attention";
+
+/** Answers a pause (docs/protocol.md); servers without pauses do not advertise it. */
+export const ANSWER_COMMAND = "flow.answer";
+
 export interface CostReportParams {
   runId?: string;
   since?: string;
