@@ -7,7 +7,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from flowd.agents.base import AgentError, FlowdMeta, ToolCall, TurnRequest, TurnResult, estimate_tokens
+from flowd.agents.base import (
+    AgentError,
+    FlowdMeta,
+    ToolCall,
+    TurnRequest,
+    TurnResult,
+    TurnUsage,
+    estimate_tokens,
+)
 from flowd.config import Settings
 from flowd.engine.state import EpicPaths
 from flowd.events import (
@@ -154,15 +162,7 @@ class RunContext:
         usage = result.usage
         model = (usage.model if usage else None) or result.model or info.model
         if usage is not None:
-            wire = Usage(
-                input=usage.input,
-                output=usage.output,
-                total=usage.input + usage.output,
-                cached_read=usage.cached_read,
-                cache_write=usage.cache_write,
-                cost_usd=usage.cost_usd,
-            )
-            estimated = False
+            wire, estimated = _wire_usage(usage), False
         else:
             inp, out = estimate_tokens(request.prompt), estimate_tokens(result.text)
             wire, estimated = Usage(input=inp, output=out, total=inp + out), True
@@ -185,14 +185,7 @@ class RunContext:
                     clone=info.clone if coder_clone else None,
                     agent=request.role,
                     model=other.model or model,
-                    usage=Usage(
-                        input=other.input,
-                        output=other.output,
-                        total=other.input + other.output,
-                        cached_read=other.cached_read,
-                        cache_write=other.cache_write,
-                        cost_usd=other.cost_usd,
-                    ),
+                    usage=_wire_usage(other),
                 )
             )
 
@@ -293,3 +286,15 @@ class HeldCoder:
         self.ctx.pool.release(self.lease)
         if self.ctx.holders.get(self.lane) is self:
             del self.ctx.holders[self.lane]
+
+
+def _wire_usage(usage: TurnUsage) -> Usage:
+    """An agent's reported usage as the trace records it."""
+    return Usage(
+        input=usage.input,
+        output=usage.output,
+        total=usage.input + usage.output,
+        cached_read=usage.cached_read,
+        cache_write=usage.cache_write,
+        cost_usd=usage.cost_usd,
+    )
