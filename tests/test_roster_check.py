@@ -110,4 +110,6 @@ def test_all_ok_exits_zero_and_bad_input_exits_two(tmp_path: Path) -> None:
     assert document["exitCode"] == 2 and "roster.toml" in document["error"]
     write_roster(repo, cli_entry("codex", "codex_success.jsonl"))
     nobody = flowd(repo, "--role", "judge", "--json")
-    assert nobody.returncode == 2 and "no executor serves the judge role" in json.loads(nobody.stdout)["error"]
+    assert (
+        nobody.returncode == 2 and "no executor serves the judge role" in json.loads(nobody.stdout)["error"]
+    )
