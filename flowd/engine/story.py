@@ -14,7 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from flowd.engine.context import Halt, HeldCoder, RunContext
-from flowd.engine.core.failure import StoryFacts, StoryOutcome, outcome_of
+from flowd.engine.core.failure import StoryFacts, outcome_of
+from flowd.engine.core.outcome import StoryOutcome
 from flowd.engine.core.resume import OnFreshBranch, OnState, merged_before_stop, on_fresh_branch, on_state
 from flowd.engine.gates import run_command, run_gates
 from flowd.engine.perimeter_now import perimeter_now

@@ -7,7 +7,8 @@ import errno
 import pytest
 
 from flowd.engine.context import Halt
-from flowd.engine.core.failure import POLICY, StoryFacts, StoryOutcome, outcome_of
+from flowd.engine.core.failure import POLICY, StoryFacts, outcome_of
+from flowd.engine.core.outcome import StoryOutcome
 from flowd.engine.taskbody import StoryFailed, StoryWaiting
 from flowd.errors import FlowdError, InputError
 from flowd.roster import NoExecutor

@@ -12,27 +12,16 @@ from __future__ import annotations
 import errno
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from flowd.engine.context import Halt
+from flowd.engine.core.outcome import StoryOutcome
 from flowd.engine.taskbody import StoryFailed, StoryWaiting
 from flowd.errors import FlowdError
 from flowd.roster import NoExecutor
 
-OutcomeStatus = Literal["done", "failed", "waiting", "cancelled"]
 # A full disk, a quota, a file-size limit, a read-only file system: the machine's, not the story's.
 DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS})
-
-
-@dataclass
-class StoryOutcome:
-    id: str
-    status: OutcomeStatus
-    reason: str | None = None
-    branch: str | None = None
-    note: str | None = None
-    executors: list[str] = field(default_factory=list)
-    halt: str | None = None
 
 
 @dataclass(frozen=True)

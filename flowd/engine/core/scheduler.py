@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from flowd.engine.core.failure import OutcomeStatus
+from flowd.engine.core.outcome import OutcomeStatus
 from flowd.events import RunOutcome
 from flowd.plan.graph import dependents_of, launch_order, ready
 from flowd.plan.model import StoryPlan
