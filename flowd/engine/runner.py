@@ -2,7 +2,8 @@
 done, failed, halted or cancelled; the report and `RunEnded` are written whatever happens.
 
 Ready stories launch by critical-path rank (longest chain of dependents first, plan order
-breaking ties), up to `concurrency` and never more than the roster's coder slots.
+breaking ties), up to `concurrency` and never more than the roster's coder slots. Those rules are
+the `Scheduler` machine's (engine/core/scheduler.py); `SchedulerShell` carries out what it says.
 """
 
 from __future__ import annotations

@@ -1,8 +1,10 @@
 """One story's life: prepare its worktree (hash-guarded resume), catch up, set up, plan its tasks,
 run the task loop, judge, repair the perimeter, and merge into the epic behind the gates.
 
-Every failure inside a story becomes that story's outcome; only `Halt` stops the run's launching.
-Blocking git work runs in threads so stories proceed side by side.
+Every failure inside a story becomes that story's outcome by the failure policy
+(engine/core/failure.py); only a halt stops the run's launching. The resume decision is
+engine/core/resume.py's; this module gathers its facts and does the git work. Blocking git work
+runs in threads so stories proceed side by side.
 """
 
 from __future__ import annotations
