@@ -2,7 +2,8 @@
 done, failed, halted or cancelled; the report and `RunEnded` are written whatever happens.
 
 Ready stories launch by critical-path rank (longest chain of dependents first, plan order
-breaking ties), up to `concurrency` and never more than the roster's coder slots.
+breaking ties), up to `concurrency` and never more than the roster's coder slots. Those rules are
+the `Scheduler` machine's (engine/core/scheduler.py); `SchedulerShell` carries out what it says.
 """
 
 from __future__ import annotations
@@ -17,9 +18,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import cast
 
-from flowd.config import Settings, load_roster, load_settings
+from flowd.config import Roster, Settings, load_roster, load_settings
 from flowd.cost.prices import pricer
 from flowd.engine.context import RunContext
+from flowd.engine.core.budget import BudgetLimits, budget_spent
+from flowd.engine.core.scheduler import (
+    Cancelled,
+    Instruction,
+    Launch,
+    MarkWaiting,
+    Poll,
+    ReportBudget,
+    Say,
+    Scheduler,
+    StopAll,
+    StoryFinished,
+    StoryStopped,
+)
 from flowd.engine.report import EpicReport, build_report, epic_history, write_report
 from flowd.engine.state import EpicLock, EpicPaths, load_state
 from flowd.engine.story import StoryOutcome, StoryRun, undo_interrupted_merge
@@ -36,7 +51,7 @@ from flowd.events import (
     StoryStatusChanged,
 )
 from flowd.gitops import Repo, worktree_root
-from flowd.plan.graph import critical_path_rank, dependents_of, estimate_durations, launch_order, ready
+from flowd.plan.graph import critical_path_rank, estimate_durations
 from flowd.plan.hashing import story_hash
 from flowd.plan.model import StoryPlan
 from flowd.plan.parse import load_plan
@@ -82,8 +97,41 @@ class RunResult:
     fresh: bool = True  # False: the epic was already done, nothing ran (run_id names the run that did it)
 
 
+@dataclass
+class _Setup:
+    """A run's validated input: everything `flowd run` checks before touching anything."""
+
+    repo: Repo
+    plan_path: Path
+    plan: StoryPlan
+    settings: Settings
+    roster: Roster
+    concurrency: int
+    fail_fast: bool
+    budget_usd: float | None
+    paths: EpicPaths
+    wt_root: Path
+    epic_wt: Path
+    run_id: str
+
+
 async def run_epic(options: RunOptions) -> RunResult:
-    # Everything that can be wrong with the input is found before anything is touched.
+    setup = _validate(options)
+    lock = EpicLock(setup.paths)
+    lock.acquire(setup.run_id)
+    try:
+        recovered, finished = _recover(setup, options)
+    except BaseException:
+        lock.release()
+        raise
+    if finished is not None:
+        lock.release()
+        return finished
+    return await _Session(setup, options, lock, recovered).run()
+
+
+def _validate(options: RunOptions) -> _Setup:
+    """Everything that can be wrong with the input is found before anything is touched."""
     repo = Repo.discover(options.cwd)
     plan_path = options.plan if options.plan.is_absolute() else (options.cwd / options.plan)
     plan = load_plan(plan_path, shown=str(options.plan))
@@ -97,153 +145,188 @@ async def run_epic(options: RunOptions) -> RunResult:
     concurrency = options.concurrency or settings.concurrency
     if concurrency < 1:
         raise InputError("--concurrency must be at least 1")
-    fail_fast = settings.fail_fast if options.fail_fast is None else options.fail_fast
-    budget = options.budget_usd if options.budget_usd is not None else settings.budget_usd
-    paths = EpicPaths(repo.root, plan.epic_id)
     wt_root = worktree_root(repo, settings.worktree_root)
-    epic_wt = wt_root / plan.epic_id / "_epic"
-    run_id = options.run_id or new_run_id(plan.epic_id)
-    lock = EpicLock(paths)
-    lock.acquire(run_id)
-    recovered: list[Event] = []
-    try:
-        # Under the lock: a merge a killed run left unverified is undone before anything reads the epic.
-        undo_interrupted_merge(repo, paths, epic_wt, recovered.append)
-        if (epic_wt / ".git").exists():
-            dirty = repo.status_paths(epic_wt)
-            if dirty:
-                raise InputError(
-                    f"the epic worktree {epic_wt} has uncommitted changes ({', '.join(dirty[:5])}); "
-                    "commit, move or discard them, then run again"
-                )
-        # Rerunning a finished epic adds no empty run (an explicit --run-id still gets its run).
-        finished = None if (options.run_id or recovered) else _already_done(repo, plan, paths, settings)
-    except BaseException:
-        lock.release()
-        raise
-    if finished is not None:
-        lock.release()
-        return finished
-    previous = load_run_record(repo.root, run_id)
-    record = RunRecord(
-        run_id=run_id,
-        epic_id=plan.epic_id,
-        plan=str(plan_path),
-        pid=os.getpid(),
-        started_at=previous.started_at if previous else iso(),
-        repo=str(repo.root),
+    return _Setup(
+        repo=repo,
+        plan_path=plan_path,
+        plan=plan,
+        settings=settings,
+        roster=roster,
+        concurrency=concurrency,
+        fail_fast=settings.fail_fast if options.fail_fast is None else options.fail_fast,
+        budget_usd=options.budget_usd if options.budget_usd is not None else settings.budget_usd,
+        paths=EpicPaths(repo.root, plan.epic_id),
+        wt_root=wt_root,
+        epic_wt=wt_root / plan.epic_id / "_epic",
+        run_id=options.run_id or new_run_id(plan.epic_id),
     )
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()  # a signal, or a trace that can no longer be written
-    broken: list[str] = []
 
-    def trace_failed(exc: OSError) -> None:
-        broken.append(
-            f"could not write the trace {trace_path(repo.root, run_id)} ({exc.strerror or exc}); "
-            "free some space, then run again: the run resumes where it stopped"
+
+def _recover(setup: _Setup, options: RunOptions) -> tuple[list[Event], RunResult | None]:
+    """Under the lock: undo a merge a killed run left unverified before anything reads the epic,
+    check the epic worktree is clean, and find an epic that is already done."""
+    repo, epic_wt = setup.repo, setup.epic_wt
+    recovered: list[Event] = []
+    undo_interrupted_merge(repo, setup.paths, epic_wt, recovered.append)
+    if (epic_wt / ".git").exists():
+        dirty = repo.status_paths(epic_wt)
+        if dirty:
+            raise InputError(
+                f"the epic worktree {epic_wt} has uncommitted changes ({', '.join(dirty[:5])}); "
+                "commit, move or discard them, then run again"
+            )
+    # Rerunning a finished epic adds no empty run (an explicit --run-id still gets its run).
+    if options.run_id or recovered:
+        return recovered, None
+    return recovered, _already_done(repo, setup.plan, setup.paths, setup.settings)
+
+
+class _Session:
+    """One run from its first trace event to its report: the trace, the roster, the scheduler."""
+
+    def __init__(self, setup: _Setup, options: RunOptions, lock: EpicLock, recovered: list[Event]) -> None:
+        self.setup, self.options, self.lock, self.recovered = setup, options, lock, recovered
+        repo, run_id = setup.repo, setup.run_id
+        previous = load_run_record(repo.root, run_id)
+        self.record = RunRecord(
+            run_id=run_id,
+            epic_id=setup.plan.epic_id,
+            plan=str(setup.plan_path),
+            pid=os.getpid(),
+            started_at=previous.started_at if previous else iso(),
+            repo=str(repo.root),
         )
-        loop.call_soon_threadsafe(stop.set)
+        self.loop = asyncio.get_running_loop()
+        self.stop = asyncio.Event()  # a signal, or a trace that can no longer be written
+        self.broken: list[str] = []
+        self.writer = TraceWriter(trace_path(repo.root, run_id), run_id, on_error=self._trace_failed)
+        # A continued run counts what it already did.
+        self.view = fold_trace(self.writer.path, RunView(run_id=run_id, pricer=pricer(setup.settings)))
+        self.writer.subscribe(self.view.apply)
+        if options.on_event is not None:
+            self.writer.subscribe(options.on_event)
+        self.outcomes: dict[str, StoryOutcome] = {}
+        self.pool: RosterPool | None = None
 
-    writer = TraceWriter(trace_path(repo.root, run_id), run_id, on_error=trace_failed)
-    # A continued run counts what it already did.
-    view = fold_trace(writer.path, RunView(run_id=run_id, pricer=pricer(settings)))
-    writer.subscribe(view.apply)
-    if options.on_event is not None:
-        writer.subscribe(options.on_event)
-    outcomes: dict[str, StoryOutcome] = {}
-    pool: RosterPool | None = None
-    outcome: RunOutcome = "failed"
-    reason: str | None = None
-    try:
+    def _trace_failed(self, exc: OSError) -> None:
+        self.broken.append(
+            f"could not write the trace {trace_path(self.setup.repo.root, self.setup.run_id)} "
+            f"({exc.strerror or exc}); free some space, then run again: the run resumes where it stopped"
+        )
+        self.loop.call_soon_threadsafe(self.stop.set)
+
+    async def run(self) -> RunResult:
+        outcome: RunOutcome = "failed"
+        reason: str | None = None
+        try:
+            self._start()
+            outcome, reason = await self._schedule()
+        except FlowdError as exc:
+            outcome, reason = ("halted" if exc.exit_code == EXIT_HALTED else "failed"), str(exc)
+            self.writer.emit(Info(message=f"run stopped: {exc}"))
+        except BaseException as exc:
+            outcome, reason = "cancelled", f"interrupted ({type(exc).__name__})"
+            raise
+        finally:
+            report = await self._end(outcome, reason)
+        setup = self.setup
+        return RunResult(
+            setup.run_id,
+            outcome,
+            EXIT_FOR.get(outcome, EXIT_FAILED),
+            self.view,
+            report,
+            setup.paths.report_md,
+        )
+
+    def _start(self) -> None:
+        setup, repo, plan, writer = self.setup, self.setup.repo, self.setup.plan, self.writer
         repo.ensure_flow_excluded()
-        write_run_record(repo.root, record)
+        write_run_record(repo.root, self.record)
         writer.emit(
             RunStarted(
                 epic_id=plan.epic_id,
                 epic_branch=plan.epic_branch,
-                plan=str(plan_path),
+                plan=str(setup.plan_path),
                 stories=plan.ids,
-                concurrency=concurrency,
+                concurrency=setup.concurrency,
                 titles={s.id: s.title for s in plan.stories},
-                budget_usd=budget,
+                budget_usd=setup.budget_usd,
             )
         )
-        for event in recovered:
+        for event in self.recovered:
             writer.emit(event)
         writer.emit(StageStarted(stage="epic branch"))
         if not repo.branch_exists(plan.epic_branch):
-            repo.create_branch(plan.epic_branch, options.base or "HEAD")
+            repo.create_branch(plan.epic_branch, self.options.base or "HEAD")
             writer.emit(Info(message=f"created {plan.epic_branch} at {repo.head(plan.epic_branch)[:10]}"))
-        repo.worktree_add(epic_wt, plan.epic_branch)
+        repo.worktree_add(setup.epic_wt, plan.epic_branch)
         writer.emit(StageCompleted(stage="epic branch"))
+
+    async def _schedule(self) -> tuple[RunOutcome, str | None]:
+        setup, writer = self.setup, self.writer
 
         def emit(event: Event) -> None:
             writer.emit(event)
 
-        pool = RosterPool(
-            roster,
-            state_path=repo.root / ".flow" / "roster-state.json",
+        self.pool = RosterPool(
+            setup.roster,
+            state_path=setup.repo.root / ".flow" / "roster-state.json",
             emit=emit,
-            log_dir=paths.agent_logs(),
+            log_dir=setup.paths.agent_logs(),
         )
         ctx = RunContext(
-            repo=repo,
-            plan=plan,
-            plan_path=plan_path,
-            settings=settings,
-            run_id=run_id,
-            epic_wt=epic_wt,
-            worktree_root=wt_root,
-            paths=paths,
-            pool=pool,
+            repo=setup.repo,
+            plan=setup.plan,
+            plan_path=setup.plan_path,
+            settings=setup.settings,
+            run_id=setup.run_id,
+            epic_wt=setup.epic_wt,
+            worktree_root=setup.wt_root,
+            paths=setup.paths,
+            pool=self.pool,
             emit=writer.emit,
-            view=view,
-            budget_usd=budget,
-            story_budget_usd=settings.story_budget_usd,
+            view=self.view,
+            budget_usd=setup.budget_usd,
+            story_budget_usd=setup.settings.story_budget_usd,
         )
-        scheduler = Scheduler(ctx, concurrency, fail_fast, outcomes, stop=stop, broken=broken)
-        outcome, reason = await scheduler.run(options.handle_signals)
-    except FlowdError as exc:
-        outcome, reason = ("halted" if exc.exit_code == EXIT_HALTED else "failed"), str(exc)
-        writer.emit(Info(message=f"run stopped: {exc}"))
-    except BaseException as exc:
-        outcome, reason = "cancelled", f"interrupted ({type(exc).__name__})"
-        raise
-    finally:
-        if pool is not None:
+        shell = SchedulerShell(
+            ctx, setup.concurrency, setup.fail_fast, self.outcomes, stop=self.stop, broken=self.broken
+        )
+        return await shell.run(self.options.handle_signals)
+
+    async def _end(self, outcome: RunOutcome, reason: str | None) -> EpicReport:
+        """Whatever happened: agents closed, `RunEnded`, the report, `run.json`, the lock released."""
+        setup, repo, view, writer = self.setup, self.setup.repo, self.view, self.writer
+        if self.pool is not None:
             with contextlib.suppress(Exception):
-                await asyncio.shield(pool.aclose())
+                await asyncio.shield(self.pool.aclose())
         done = view.count("done")
         failed = view.count("failed")
-        writer.emit(
-            RunEnded(
-                outcome=outcome,
-                done=done,
-                failed=failed,
-                skipped=len(plan.stories) - done - failed,
-                reason=reason,
-            )
-        )
-        notes = {sid: (o.branch, o.note, o.executors) for sid, o in outcomes.items()}
+        skipped = len(setup.plan.stories) - done - failed
+        writer.emit(RunEnded(outcome=outcome, done=done, failed=failed, skipped=skipped, reason=reason))
+        notes = {story: (o.branch, o.note, o.executors) for story, o in self.outcomes.items()}
         try:
-            earlier = epic_history(repo.root, plan.epic_id, run_id, view.pricer)
+            earlier = epic_history(repo.root, setup.plan.epic_id, setup.run_id, view.pricer)
         except OSError:
             earlier = []
-        report = build_report(plan, view, notes, earlier)
+        report = build_report(setup.plan, view, notes, earlier)
         with contextlib.suppress(OSError):
-            write_report(paths, report)
+            write_report(setup.paths, report)
         try:
-            write_run_record(repo.root, record.model_copy(update={"ended_at": iso(), "outcome": outcome}))
+            write_run_record(
+                repo.root, self.record.model_copy(update={"ended_at": iso(), "outcome": outcome})
+            )
         except OSError as exc:
-            broken.append(
-                f"could not record the end of the run in {trace_path(repo.root, run_id).parent}: {exc}"
+            self.broken.append(
+                f"could not record the end of the run in {trace_path(repo.root, setup.run_id).parent}: {exc}"
             )
         writer.close()
-        lock.release()
-        if broken:
+        self.lock.release()
+        if self.broken:
             # The trace may not say it: stderr is the one channel left (stdout is --json's).
-            print(f"flowd: run {run_id} halted: {broken[0]}", file=sys.stderr)
-    return RunResult(run_id, outcome, EXIT_FOR.get(outcome, EXIT_FAILED), view, report, paths.report_md)
+            print(f"flowd: run {setup.run_id} halted: {self.broken[0]}", file=sys.stderr)
+        return report
 
 
 def _already_done(repo: Repo, plan: StoryPlan, paths: EpicPaths, settings: Settings) -> RunResult | None:
@@ -270,7 +353,10 @@ def _already_done(repo: Repo, plan: StoryPlan, paths: EpicPaths, settings: Setti
     return RunResult(last.run_id, "done", EXIT_OK, view, report, paths.report_md, fresh=False)
 
 
-class Scheduler:
+class SchedulerShell:
+    """Carries out the `Scheduler` machine's instructions (story tasks, trace events, cancelling)
+    and feeds back what happened as its events; the rules live in `engine/core/scheduler.py`."""
+
     def __init__(
         self,
         ctx: RunContext,
@@ -282,25 +368,15 @@ class Scheduler:
         broken: list[str] | None = None,
     ) -> None:
         self.ctx = ctx
-        self.concurrency = concurrency
-        self.fail_fast = fail_fast
         self.outcomes = outcomes
-        self.running: dict[str, asyncio.Task[StoryOutcome]] = {}
-        self.waiting: dict[str, str] = {}
-        self.halted: str | None = None
-        self.failed_fast: str | None = None
+        self.tasks: dict[str, asyncio.Task[StoryOutcome]] = {}
         # Longest expected chain of dependents first, by durations estimated from each story's size
         # and earlier runs (docs/performance.md: scheduling).
         history = story_durations(ctx.repo.root)
-        self.rank = critical_path_rank(ctx.plan, estimate_durations(ctx.plan, history))
+        rank = critical_path_rank(ctx.plan, estimate_durations(ctx.plan, history))
+        self.machine = Scheduler(ctx.plan, rank, concurrency, fail_fast)
         self.cancel = stop or asyncio.Event()
         self.broken = broken if broken is not None else []
-        self.last_summary = ""
-
-    def _status_sets(self) -> tuple[set[str], set[str]]:
-        done = {s for s, o in self.outcomes.items() if o.status == "done"}
-        failed = {s for s, o in self.outcomes.items() if o.status != "done"}
-        return done, failed
 
     async def run(self, handle_signals: bool) -> tuple[RunOutcome, str | None]:
         loop = asyncio.get_running_loop()
@@ -316,110 +392,69 @@ class Scheduler:
             for sig in installed:
                 loop.remove_signal_handler(sig)
 
-    def _launch(self) -> None:
+    def _poll(self) -> Poll:
         ctx = self.ctx
-        done, failed = self._status_sets()
-        ready_ids = ready(ctx.plan, done, failed, self.waiting, self.running)
-        if not ready_ids:
-            return
-        capacity = min(self.concurrency, max(1, ctx.pool.total_slots("coder")))
-        budget = capacity - len(self.running)
-        for sid in launch_order(ctx.plan, ready_ids, self.rank)[: max(0, budget)]:
-            stop = ctx.budget_stop(None)
-            if stop is not None:
-                self.halted = stop
-                return
-            self.running[sid] = asyncio.create_task(
-                StoryRun(ctx, ctx.plan.require(sid)).run(), name=f"story {sid}"
-            )
-        left = len(ready_ids) - max(0, budget)
-        if left > 0:
-            self._summary(
-                f"{len(self.running)} running (concurrency {self.concurrency}); {left} ready, waiting for a slot"
-            )
-
-    def _summary(self, text: str) -> None:
-        if text != self.last_summary:
-            self.last_summary = text
-            self.ctx.emit(Info(message=f"epic {self.ctx.epic_id}: {text}"))
+        spent = budget_spent(BudgetLimits(epic_usd=ctx.budget_usd), ctx.view.totals.cost_usd or 0.0)
+        return Poll(
+            coder_slots=ctx.pool.total_slots("coder"),
+            budget_spent=spent.reason if spent else None,
+            may_launch=not self.cancel.is_set(),
+        )
 
     async def _loop(self) -> tuple[RunOutcome, str | None]:
-        ctx = self.ctx
+        machine = self.machine
         cancel_wait = asyncio.create_task(self.cancel.wait(), name="cancel")
         try:
-            while True:
-                if self.halted is None and self.failed_fast is None and not self.cancel.is_set():
-                    self._launch()
-                if not self.running:
-                    break
+            await self._carry_out(machine.handle(self._poll()))
+            while machine.ended is None:
                 finished, _ = await asyncio.wait(
-                    [*self.running.values(), cancel_wait], return_when=asyncio.FIRST_COMPLETED
+                    [*self.tasks.values(), cancel_wait], return_when=asyncio.FIRST_COMPLETED
                 )
                 if self.cancel.is_set():
-                    await self._stop_all()
-                    if self.broken:
-                        return "halted", self.broken[0]
-                    return "cancelled", "cancelled by a signal"
-                for task in finished:
-                    sid = next(s for s, t in self.running.items() if t is task)
-                    del self.running[sid]
-                    self._record(sid, cast(StoryOutcome, task.result()))
-                if self.failed_fast is not None and self.running:
-                    await self._stop_all()
+                    await self._carry_out(machine.handle(Cancelled(self.broken[0] if self.broken else None)))
+                    break
+                events = [self._finished(cast(asyncio.Task[StoryOutcome], task)) for task in finished]
+                await self._carry_out(machine.handle(*events))
+                await self._carry_out(machine.handle(self._poll()))
         finally:
             cancel_wait.cancel()
-        if self.failed_fast is not None:
-            self._hold_rest(f"not started: fail-fast after {self.failed_fast}")
-            return "failed", f"story {self.failed_fast} failed (fail-fast)"
-        if self.halted is not None:
-            ctx.emit(Info(message=f"epic {ctx.epic_id}: stopped launching stories — {self.halted}"))
-            self._hold_rest(f"not started: {self.halted}")
-            return "halted", self.halted
-        if all(o.status == "done" for o in self.outcomes.values()) and len(self.outcomes) == len(
-            ctx.plan.stories
-        ):
-            return "done", None
-        return "failed", None
+        assert machine.ended is not None
+        return machine.ended.outcome, machine.ended.reason
 
-    def _record(self, sid: str, outcome: StoryOutcome) -> None:
-        self.outcomes[sid] = outcome
-        if outcome.halt is not None and self.halted is None:
-            self.halted = outcome.halt
-        if outcome.status == "done":
-            return
-        if outcome.status == "failed" and self.fail_fast and self.failed_fast is None:
-            self.failed_fast = sid
-        for dependent in dependents_of(self.ctx.plan, sid):
-            if (
-                dependent not in self.outcomes
-                and dependent not in self.running
-                and dependent not in self.waiting
-            ):
-                self.waiting[dependent] = f"waiting for {sid}"
-                self.ctx.emit(
-                    StoryStatusChanged(story=dependent, status="waiting", reason=f"waiting for {sid}")
-                )
+    def _finished(self, task: asyncio.Task[StoryOutcome]) -> StoryFinished:
+        story = next(s for s, t in self.tasks.items() if t is task)
+        del self.tasks[story]
+        outcome = task.result()
+        self.outcomes[story] = outcome
+        return StoryFinished(story, outcome.status, outcome.halt)
 
-    def _hold_rest(self, reason: str) -> None:
-        for story in self.ctx.plan.stories:
-            if (
-                story.id not in self.outcomes
-                and story.id not in self.waiting
-                and story.id not in self.running
-            ):
-                self.waiting[story.id] = reason
-                self.ctx.emit(StoryStatusChanged(story=story.id, status="waiting", reason=reason))
+    async def _carry_out(self, instructions: list[Instruction]) -> None:
+        ctx = self.ctx
+        for step in instructions:
+            if isinstance(step, Launch):
+                run = StoryRun(ctx, ctx.plan.require(step.story)).run()
+                self.tasks[step.story] = asyncio.create_task(run, name=f"story {step.story}")
+            elif isinstance(step, MarkWaiting):
+                ctx.emit(StoryStatusChanged(story=step.story, status="waiting", reason=step.reason))
+            elif isinstance(step, Say):
+                ctx.emit(Info(message=step.message))
+            elif isinstance(step, ReportBudget):
+                ctx.budget_stop(None)  # emits BudgetExceeded once per run
+            elif isinstance(step, StopAll):
+                await self._carry_out(self.machine.handle(*await self._stop_all()))
 
-    async def _stop_all(self) -> None:
-        tasks = list(self.running.items())
+    async def _stop_all(self) -> list[StoryStopped]:
+        tasks = list(self.tasks.items())
         for _, task in tasks:
             task.cancel()
-        for sid, task in tasks:
+        stopped: list[StoryStopped] = []
+        for story, task in tasks:
             try:
-                self.outcomes[sid] = await task
+                self.outcomes[story] = await task
             except asyncio.CancelledError:
-                self.outcomes[sid] = StoryOutcome(sid, "cancelled", reason="cancelled")
-                self.ctx.emit(StoryStatusChanged(story=sid, status="waiting", reason="cancelled; resumable"))
+                self.outcomes[story] = StoryOutcome(story, "cancelled", reason="cancelled")
             except Exception as exc:
-                self.outcomes[sid] = StoryOutcome(sid, "failed", reason=str(exc))
-        self.running.clear()
+                self.outcomes[story] = StoryOutcome(story, "failed", reason=str(exc))
+            stopped.append(StoryStopped(story, self.outcomes[story].status))
+        self.tasks.clear()
+        return stopped

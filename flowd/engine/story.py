@@ -1,22 +1,24 @@
 """One story's life: prepare its worktree (hash-guarded resume), catch up, set up, plan its tasks,
 run the task loop, judge, repair the perimeter, and merge into the epic behind the gates.
 
-Every failure inside a story becomes that story's outcome; only `Halt` stops the run's launching.
-Blocking git work runs in threads so stories proceed side by side.
+Every failure inside a story becomes that story's outcome by the failure policy
+(engine/core/failure.py); only a halt stops the run's launching. The resume decision is
+engine/core/resume.py's; this module gathers its facts and does the git work. Blocking git work
+runs in threads so stories proceed side by side.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import shutil
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
 
 from flowd.engine.context import Halt, HeldCoder, RunContext
+from flowd.engine.core.failure import StoryFacts, outcome_of
+from flowd.engine.core.outcome import StoryOutcome
+from flowd.engine.core.resume import OnFreshBranch, OnState, merged_before_stop, on_fresh_branch, on_state
 from flowd.engine.gates import run_command, run_gates
 from flowd.engine.perimeter_now import perimeter_now
 from flowd.engine.state import (
@@ -30,7 +32,7 @@ from flowd.engine.state import (
     save_intent,
     save_state,
 )
-from flowd.engine.taskloop import StoryFailed, StoryWaiting, TaskLoop
+from flowd.engine.taskloop import StoryFailed, TaskLoop
 from flowd.errors import FlowdError
 from flowd.events import (
     Event,
@@ -47,22 +49,8 @@ from flowd.gitops import Repo
 from flowd.perimeter import classify
 from flowd.plan.hashing import story_hash
 from flowd.plan.model import Story
-from flowd.roster import NoExecutor
 
-OutcomeStatus = Literal["done", "failed", "waiting", "cancelled"]
-# A full disk, a quota, a file-size limit, a read-only file system: the machine's, not the story's.
-DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS})
-
-
-@dataclass
-class StoryOutcome:
-    id: str
-    status: OutcomeStatus
-    reason: str | None = None
-    branch: str | None = None
-    note: str | None = None
-    executors: list[str] = field(default_factory=list)
-    halt: str | None = None
+__all__ = ["StoryOutcome", "StoryRun", "undo_interrupted_merge"]
 
 
 class StoryRun:
@@ -72,104 +60,64 @@ class StoryRun:
         self.branch = ctx.story_branch(story.id)
         self.worktree = ctx.story_worktree(story.id)
         self.state: StoryState | None = None
+        self.coder: HeldCoder | None = None
 
     def info(self, message: str) -> None:
         self.ctx.emit(Info(lane=self.story.id, message=message))
 
     async def run(self) -> StoryOutcome:
-        ctx, sid = self.ctx, self.story.id
-        ctx.emit(StoryStatusChanged(story=sid, status="active"))
-        coder: HeldCoder | None = None
+        ctx, story = self.ctx, self.story.id
+        ctx.emit(StoryStatusChanged(story=story, status="active"))
         try:
-            # The epic head is only read under the merge lock: between a merge and its epic gates
-            # it is a commit no gate has passed (and may be rolled back), which no story may start
-            # from, catch up with or restore paths from.
-            async with ctx.merge_lock:
-                merged_before = await asyncio.to_thread(self._prepare)
-            if merged_before:
-                self.info("already merged; skipping")
-                return self._finish(StoryOutcome(sid, "done", branch=self.branch, note=merged_before))
-            assert self.state is not None
-            lease = await ctx.pool.lease("coder", label=sid, prefer=self.state.executor)
-            coder = HeldCoder(ctx, sid, lease)
-            if self.state.executor != lease.executor_id:
-                self.state = self.state.model_copy(update={"executor": lease.executor_id})
-                save_state(ctx.paths, self.state)
-            async with ctx.merge_lock:
-                await asyncio.to_thread(self._catch_up)
-            await self._setup()
-            loop = TaskLoop(ctx, self.story, self.worktree, coder)
-            await loop.plan_tasks()
-            await loop.run_tasks()
-            note = await loop.judge()
-            async with ctx.merge_lock:
-                await asyncio.to_thread(self._catch_up)
-                repaired = await asyncio.to_thread(self._repair_perimeter)
-            coder.release()
-            commit = await self._merge()
-            await asyncio.to_thread(self._clean_up)
-            chain = coder.chain
-            # A repair changed the story's work behind everyone's back: the report says so first.
-            note = "; ".join(filter(None, [repaired, note or f"merged at {commit[:10]}"]))
-            return self._finish(StoryOutcome(sid, "done", branch=self.branch, note=note, executors=chain))
-        except StoryWaiting as waiting:
-            return self._finish(
-                StoryOutcome(
-                    sid,
-                    "waiting",
-                    reason=waiting.reason,
-                    branch=self.branch,
-                    executors=coder.chain if coder else [],
-                )
-            )
-        except Halt as halt:
-            return self._finish(
-                StoryOutcome(
-                    sid,
-                    "waiting",
-                    reason=f"not finished: {halt.reason}",
-                    branch=self.branch,
-                    halt=halt.reason,
-                )
-            )
-        except NoExecutor as exc:
-            return self._finish(StoryOutcome(sid, "waiting", reason=f"not finished: {exc}", halt=str(exc)))
-        except (StoryFailed, FlowdError) as exc:
-            reason = exc.reason if isinstance(exc, StoryFailed) else str(exc)
-            return self._finish(
-                StoryOutcome(
-                    sid, "failed", reason=reason, branch=self.branch, executors=coder.chain if coder else []
-                )
-            )
+            return self._finish(await self._pipeline())
         except asyncio.CancelledError:
             raise
-        except OSError as exc:
-            if exc.errno not in DISK_FULL:
-                return self._finish(
-                    StoryOutcome(
-                        sid,
-                        "failed",
-                        reason=str(exc),
-                        branch=self.branch,
-                        executors=coder.chain if coder else [],
-                    )
-                )
-            # Not the story's fault: it stops resumable, and the run stops launching.
-            where = f" {exc.filename}" if exc.filename else ""
-            why = f"could not write{where} ({exc.strerror}); free some space, then run again"
-            return self._finish(
-                StoryOutcome(sid, "waiting", reason=f"not finished: {why}", branch=self.branch, halt=why)
-            )
-        except Exception as exc:  # an agent error or a bug: the story fails, the run goes on
-            reason = str(exc) or type(exc).__name__
-            return self._finish(
-                StoryOutcome(
-                    sid, "failed", reason=reason, branch=self.branch, executors=coder.chain if coder else []
-                )
-            )
+        except Exception as exc:
+            # What stopped the story becomes its outcome by the failure policy (engine/core/failure.py).
+            chain = self.coder.chain if self.coder else []
+            return self._finish(outcome_of(exc, StoryFacts(story, self.branch, chain)))
         finally:
-            if coder is not None:
-                coder.release()
+            if self.coder is not None:
+                self.coder.release()
+
+    async def _pipeline(self) -> StoryOutcome:
+        ctx, story = self.ctx, self.story.id
+        # The epic head is only read under the merge lock: between a merge and its epic gates it is
+        # a commit no gate has passed (and may be rolled back), which no story may start from,
+        # catch up with or restore paths from.
+        async with ctx.merge_lock:
+            merged_before = await asyncio.to_thread(self._prepare)
+        if merged_before:
+            self.info("already merged; skipping")
+            return StoryOutcome(story, "done", branch=self.branch, note=merged_before)
+        coder = await self._lease_coder()
+        async with ctx.merge_lock:
+            await asyncio.to_thread(self._catch_up)
+        await self._setup()
+        loop = TaskLoop(ctx, self.story, self.worktree, coder)
+        await loop.plan_tasks()
+        await loop.run_tasks()
+        note = await loop.judge()
+        async with ctx.merge_lock:
+            await asyncio.to_thread(self._catch_up)
+            repaired = await asyncio.to_thread(self._repair_perimeter)
+        coder.release()
+        commit = await self._merge()
+        await asyncio.to_thread(self._clean_up)
+        # A repair changed the story's work behind everyone's back: the report says so first.
+        note = "; ".join(filter(None, [repaired, note or f"merged at {commit[:10]}"]))
+        return StoryOutcome(story, "done", branch=self.branch, note=note, executors=coder.chain)
+
+    async def _lease_coder(self) -> HeldCoder:
+        """One coder clone for the whole story, preferring the executor that last held it."""
+        ctx, story = self.ctx, self.story.id
+        assert self.state is not None
+        lease = await ctx.pool.lease("coder", label=story, prefer=self.state.executor)
+        self.coder = HeldCoder(ctx, story, lease)
+        if self.state.executor != lease.executor_id:
+            self.state = self.state.model_copy(update={"executor": lease.executor_id})
+            save_state(ctx.paths, self.state)
+        return self.coder
 
     def _finish(self, outcome: StoryOutcome) -> StoryOutcome:
         ctx = self.ctx
@@ -192,47 +140,65 @@ class StoryRun:
 
     # -- prepare -------------------------------------------------------------------------------
     def _prepare(self) -> str | None:
-        """Make the worktree ready; returns a note when the story was merged on a previous run."""
-        ctx, story, repo = self.ctx, self.story, self.ctx.repo
+        """Make the worktree ready; returns a note when the story was merged on a previous run.
+
+        The decisions are engine/core/resume.py's; this carries them out with git."""
+        ctx, story = self.ctx, self.story
         digest = story_hash(story)
         state = load_state(ctx.paths, story.id)
-        if state is not None and state.hash != digest:
+        decision = on_state(state, digest)
+        if decision is OnState.START_OVER:
+            assert state is not None
             self.info("plan entry changed since its branch was created; starting over")
             self._discard(Path(state.worktree), state.branch)
-            state = None
-        if state is not None and state.status == "merged":
+        if decision is OnState.MERGED:
+            assert state is not None
             self.state = state
-            # A runner killed between the merge and its clean-up left the worktree, or killed in the
-            # middle of `git worktree remove` left git's record of it: finish the job.
-            if Path(state.worktree).exists():
-                self._clean_up_at(Path(state.worktree))
-            else:
-                with contextlib.suppress(FlowdError):
-                    repo.worktree_prune()
+            self._finish_clean_up(Path(state.worktree))
             return "merged on a previous run"
-        if state is None:
-            base = repo.head(ctx.epic_branch)
-            if repo.branch_exists(self.branch):
-                # A branch with no state: a run killed between creating it and saving its state.
-                if repo.is_ancestor(self.branch, ctx.epic_branch):
-                    self._discard(self.worktree, self.branch)
-                else:
-                    self.info(f"reusing the existing branch {self.branch} (it holds work the epic lacks)")
-                    base = repo.rev_parse(f"{ctx.epic_branch}") or base
-            if repo.branch_exists(self.branch):
-                repo.worktree_add(self.worktree, self.branch)
-            else:
-                repo.worktree_add(self.worktree, self.branch, start=ctx.epic_branch)
-            self.state = StoryState(
-                id=story.id,
-                hash=digest,
-                branch=self.branch,
-                worktree=str(self.worktree),
-                status="started",
-                base=base,
-            )
-            save_state(ctx.paths, self.state)
-            return None
+        if decision is OnState.RESUME:
+            assert state is not None
+            return self._resume(state)
+        self._start(digest)
+        return None
+
+    def _finish_clean_up(self, worktree: Path) -> None:
+        # A runner killed between the merge and its clean-up left the worktree, or killed in the
+        # middle of `git worktree remove` left git's record of it: finish the job.
+        if worktree.exists():
+            self._clean_up_at(worktree)
+        else:
+            with contextlib.suppress(FlowdError):
+                self.ctx.repo.worktree_prune()
+
+    def _start(self, digest: str) -> None:
+        ctx, repo = self.ctx, self.ctx.repo
+        base = repo.head(ctx.epic_branch)
+        exists = repo.branch_exists(self.branch)
+        # A branch with no state: a run killed between creating it and saving its state.
+        choice = on_fresh_branch(exists, exists and repo.is_ancestor(self.branch, ctx.epic_branch))
+        if choice is OnFreshBranch.DISCARD:
+            self._discard(self.worktree, self.branch)
+        elif choice is OnFreshBranch.REUSE:
+            self.info(f"reusing the existing branch {self.branch} (it holds work the epic lacks)")
+            base = repo.rev_parse(f"{ctx.epic_branch}") or base
+        # Asked again: a discard that could not remove the branch leaves it to check out.
+        if repo.branch_exists(self.branch):
+            repo.worktree_add(self.worktree, self.branch)
+        else:
+            repo.worktree_add(self.worktree, self.branch, start=ctx.epic_branch)
+        self.state = StoryState(
+            id=self.story.id,
+            hash=digest,
+            branch=self.branch,
+            worktree=str(self.worktree),
+            status="started",
+            base=base,
+        )
+        save_state(ctx.paths, self.state)
+
+    def _resume(self, state: StoryState) -> str | None:
+        ctx, repo = self.ctx, self.ctx.repo
         stored = Path(state.worktree)
         if stored != self.worktree and (stored / ".git").is_file():
             repo.worktree_move(stored, self.worktree)
@@ -242,8 +208,8 @@ class StoryRun:
         if stale is not None:
             self.info(f"removed {stale}, left by a git command the previous run was killed in")
         head = repo.head(self.branch)
-        if state.base is not None and head != state.base and repo.is_ancestor(self.branch, ctx.epic_branch):
-            # Merged just before the previous runner stopped: record it, never merge twice.
+        moved = state.base is not None and head != state.base
+        if merged_before_stop(state.base, head, moved and repo.is_ancestor(self.branch, ctx.epic_branch)):
             self.state = state.model_copy(update={"status": "merged", "worktree": str(self.worktree)})
             save_state(ctx.paths, self.state)
             self._clean_up_at(self.worktree)
@@ -289,18 +255,18 @@ class StoryRun:
         self.info(f"caught up with {ctx.epic_branch}")
 
     async def _setup(self) -> None:
-        ctx, sid = self.ctx, self.story.id
+        ctx, story = self.ctx, self.story.id
         if not ctx.settings.setup:
             return
-        stage = f"story {sid}: setup"
-        ctx.emit(StageStarted(stage=stage, lane=sid))
+        stage = f"story {story}: setup"
+        ctx.emit(StageStarted(stage=stage, lane=story))
         for number, command in enumerate(ctx.settings.setup, start=1):
-            log = ctx.paths.gate_logs(sid).parent / "setup" / f"{number}.log"
+            log = ctx.paths.gate_logs(story).parent / "setup" / f"{number}.log"
             result = await run_command(command, self.worktree, log=log, timeout_s=ctx.settings.gate_timeout_s)
             if not result.ok:
-                ctx.emit(StageFailed(stage=stage, lane=sid, error=result.describe()[:500]))
+                ctx.emit(StageFailed(stage=stage, lane=story, error=result.describe()[:500]))
                 raise StoryFailed(f"setup failed: {result.describe()}")
-        ctx.emit(StageCompleted(stage=stage, lane=sid))
+        ctx.emit(StageCompleted(stage=stage, lane=story))
 
     # -- perimeter and merge -------------------------------------------------------------------
     def _repair_perimeter(self) -> str | None:
@@ -310,14 +276,14 @@ class StoryRun:
         repair reverts them, so it is never silent: an event (the editor shows it), a line in the
         story's findings and its note in the report.
         """
-        ctx, repo, sid = self.ctx, self.ctx.repo, self.story.id
-        repo.commit_all(self.worktree, f"{sid}: remaining changes")
-        strays = perimeter_now(repo, ctx.plan, sid, self.worktree)
+        ctx, repo, story = self.ctx, self.ctx.repo, self.story.id
+        repo.commit_all(self.worktree, f"{story}: remaining changes")
+        strays = perimeter_now(repo, ctx.plan, story, self.worktree)
         if not strays:
             return None
         repo.restore_paths(self.worktree, [p.path for p in strays], ctx.epic_branch)
-        repo.commit_all(self.worktree, f"{sid}: put paths outside the perimeter back")
-        ctx.emit(PerimeterViolation(lane=sid, paths=strays, action="restored"))
+        repo.commit_all(self.worktree, f"{story}: put paths outside the perimeter back")
+        ctx.emit(PerimeterViolation(lane=story, paths=strays, action="restored"))
         listed = ", ".join(f"{p.path} ({p.kind})" for p in strays)
         done = (
             f"perimeter repair restored {len(strays)} path(s) outside the story's perimeter "
@@ -325,31 +291,31 @@ class StoryRun:
         )
         self.info(done)
         with contextlib.suppress(OSError):
-            append_findings(ctx.paths, sid, f"## Perimeter repair\n\n{done}")
-        left = perimeter_now(repo, ctx.plan, sid, self.worktree)
+            append_findings(ctx.paths, story, f"## Perimeter repair\n\n{done}")
+        left = perimeter_now(repo, ctx.plan, story, self.worktree)
         if left:
-            ctx.emit(PerimeterViolation(lane=sid, paths=left, action="failed"))
+            ctx.emit(PerimeterViolation(lane=story, paths=left, action="failed"))
             raise StoryFailed(
-                f"story '{sid}' changed paths outside its perimeter that could not be put back: "
+                f"story '{story}' changed paths outside its perimeter that could not be put back: "
                 + ", ".join(f"{p.path} ({p.kind})" for p in left)
             )
         return done
 
     async def _merge(self) -> str:
-        ctx, repo, sid = self.ctx, self.ctx.repo, self.story.id
+        ctx, repo, story = self.ctx, self.ctx.repo, self.story.id
         async with ctx.merge_lock:
             dirty = await asyncio.to_thread(repo.status_paths, ctx.epic_wt)
             if dirty:
                 raise Halt(
-                    f"the epic worktree {ctx.epic_wt} has uncommitted changes (found after story '{sid}' "
+                    f"the epic worktree {ctx.epic_wt} has uncommitted changes (found after story '{story}' "
                     f"finished): {', '.join(dirty[:5])}; move or discard them, then run again"
                 )
             checkpoint = await asyncio.to_thread(repo.head_of, ctx.epic_wt)
-            stage = f"story {sid}: merge"
-            ctx.emit(StageStarted(stage=stage, lane=sid))
+            stage = f"story {story}: merge"
+            ctx.emit(StageStarted(stage=stage, lane=story))
             # Until the gates pass, the merge is provisional; a run killed meanwhile leaves this
             # behind and the next run undoes the merge (`undo_interrupted_merge`).
-            save_intent(ctx.paths, MergeIntent(story=sid, branch=self.branch, checkpoint=checkpoint))
+            save_intent(ctx.paths, MergeIntent(story=story, branch=self.branch, checkpoint=checkpoint))
             try:
                 commit = await self._merge_verified(stage, checkpoint)
             except (StoryFailed, asyncio.CancelledError):
@@ -362,19 +328,19 @@ class StoryRun:
                         await asyncio.to_thread(repo.reset_hard, ctx.epic_wt, checkpoint)
                     clear_intent(ctx.paths)
                 raise
-            ctx.emit(StoryMerged(lane=sid, branch=self.branch, commit=commit))
-            ctx.emit(StageCompleted(stage=stage, lane=sid))
+            ctx.emit(StoryMerged(lane=story, branch=self.branch, commit=commit))
+            ctx.emit(StageCompleted(stage=stage, lane=story))
             return commit
 
     async def _merge_verified(self, stage: str, checkpoint: str) -> str:
         """Merge, run the epic gates, and record the story merged (or undo the merge)."""
-        ctx, repo, sid = self.ctx, self.ctx.repo, self.story.id
+        ctx, repo, story = self.ctx, self.ctx.repo, self.story.id
         result = await asyncio.to_thread(
-            repo.merge, ctx.epic_wt, self.branch, f"{ctx.epic_id}: merge story {sid}"
+            repo.merge, ctx.epic_wt, self.branch, f"{ctx.epic_id}: merge story {story}"
         )
         if not result.ok:
             clear_intent(ctx.paths)
-            ctx.emit(StageFailed(stage=stage, lane=sid, error="conflict"))
+            ctx.emit(StageFailed(stage=stage, lane=story, error="conflict"))
             raise StoryFailed(
                 f"merging {self.branch} into {ctx.epic_branch} conflicted: {', '.join(result.conflicts)}"
             )
@@ -383,17 +349,17 @@ class StoryRun:
                 ctx.settings.gates,
                 ctx.epic_wt,
                 where="epic",
-                lane=sid,
+                lane=story,
                 emit=ctx.emit,
-                log_dir=ctx.paths.gate_logs(sid).parent / "epic-gates",
+                log_dir=ctx.paths.gate_logs(story).parent / "epic-gates",
                 timeout_s=ctx.settings.gate_timeout_s,
             )
             if red is not None:
                 await asyncio.to_thread(repo.reset_hard, ctx.epic_wt, checkpoint)
                 clear_intent(ctx.paths)
                 reason = f"epic gates failed after merging; merge undone:\n{red.describe()}"
-                ctx.emit(MergeRolledBack(lane=sid, reason=reason[:2000]))
-                ctx.emit(StageFailed(stage=stage, lane=sid, error="epic gates red"))
+                ctx.emit(MergeRolledBack(lane=story, reason=reason[:2000]))
+                ctx.emit(StageFailed(stage=stage, lane=story, error="epic gates red"))
                 raise StoryFailed(reason)
         assert self.state is not None
         self.state = self.state.model_copy(update={"status": "merged", "reason": None})
@@ -448,7 +414,7 @@ def undo_interrupted_merge(
         clear_intent(paths)
         return
     state = load_state(paths, intent.story)
-    sid = intent.story
+    story = intent.story
     if state is not None and state.status == "merged":
         clear_intent(paths)
         return
@@ -463,17 +429,17 @@ def undo_interrupted_merge(
     if ours or (head == intent.checkpoint and repo.merge_in_progress(epic_wt)):
         repo.reset_hard(epic_wt, intent.checkpoint)
         reason = (
-            f"the previous run stopped before the epic gates passed on story '{sid}''s merge; "
+            f"the previous run stopped before the epic gates passed on story '{story}''s merge; "
             "merge undone, the story merges again when it finishes"
         )
         if ours:
-            emit(MergeRolledBack(lane=sid, reason=reason))
-        emit(Info(lane=sid, message=reason))
+            emit(MergeRolledBack(lane=story, reason=reason))
+        emit(Info(lane=story, message=reason))
     elif head != intent.checkpoint:
         emit(
             Info(
-                lane=sid,
-                message=f"the previous run stopped while merging story '{sid}', and {epic_wt} has moved on "
+                lane=story,
+                message=f"the previous run stopped while merging story '{story}', and {epic_wt} has moved on "
                 "since; its head is kept as it is",
             )
         )

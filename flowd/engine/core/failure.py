@@ -1,0 +1,100 @@
+"""The story failure policy: how whatever stopped a story becomes its `StoryOutcome`.
+
+One table, first match wins (order matters: `NoExecutor` is a `FlowdError`). Three results:
+`failed` (the story's fault; its dependents wait), `waiting` (not the story's fault; it resumes
+on the next run) and `waiting` with `halt` set (not the story's fault and the run stops
+launching). Cancellation is not in the table: a cancelled story task is the run's decision, not a
+failure (see `Scheduler`).
+"""
+
+from __future__ import annotations
+
+import errno
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from flowd.engine.context import Halt
+from flowd.engine.core.outcome import StoryOutcome
+from flowd.engine.taskbody import StoryFailed, StoryWaiting
+from flowd.errors import FlowdError
+from flowd.roster import NoExecutor
+
+# A full disk, a quota, a file-size limit, a read-only file system: the machine's, not the story's.
+DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS})
+
+
+@dataclass(frozen=True)
+class StoryFacts:
+    """What the policy needs to know about the story that stopped."""
+
+    story: str
+    branch: str
+    executors: list[str] = field(default_factory=list)
+
+
+def _failed(facts: StoryFacts, reason: str) -> StoryOutcome:
+    return StoryOutcome(
+        facts.story, "failed", reason=reason, branch=facts.branch, executors=list(facts.executors)
+    )
+
+
+def _waiting(exc: StoryWaiting, facts: StoryFacts) -> StoryOutcome:
+    return StoryOutcome(
+        facts.story, "waiting", reason=exc.reason, branch=facts.branch, executors=list(facts.executors)
+    )
+
+
+def _halt(exc: Halt, facts: StoryFacts) -> StoryOutcome:
+    return StoryOutcome(
+        facts.story, "waiting", reason=f"not finished: {exc.reason}", branch=facts.branch, halt=exc.reason
+    )
+
+
+def _no_executor(exc: NoExecutor, facts: StoryFacts) -> StoryOutcome:
+    # No branch: the story may not have one yet, and nothing of it is worth reporting.
+    return StoryOutcome(facts.story, "waiting", reason=f"not finished: {exc}", halt=str(exc))
+
+
+def _story_failed(exc: StoryFailed, facts: StoryFacts) -> StoryOutcome:
+    return _failed(facts, exc.reason)
+
+
+def _flowd_error(exc: FlowdError, facts: StoryFacts) -> StoryOutcome:
+    return _failed(facts, str(exc))
+
+
+def _os_error(exc: OSError, facts: StoryFacts) -> StoryOutcome:
+    if exc.errno not in DISK_FULL:
+        return _failed(facts, str(exc))
+    # Not the story's fault: it stops resumable, and the run stops launching.
+    where = f" {exc.filename}" if exc.filename else ""
+    why = f"could not write{where} ({exc.strerror}); free some space, then run again"
+    return StoryOutcome(facts.story, "waiting", reason=f"not finished: {why}", branch=facts.branch, halt=why)
+
+
+def _anything(exc: Exception, facts: StoryFacts) -> StoryOutcome:
+    # An agent error or a bug: the story fails, the run goes on.
+    return _failed(facts, str(exc) or type(exc).__name__)
+
+
+# Each rule takes the exception of its row's type.
+Rule = Callable[[Any, StoryFacts], StoryOutcome]
+
+POLICY: tuple[tuple[type[Exception], Rule], ...] = (
+    (StoryWaiting, _waiting),
+    (Halt, _halt),
+    (NoExecutor, _no_executor),
+    (StoryFailed, _story_failed),
+    (FlowdError, _flowd_error),
+    (OSError, _os_error),
+    (Exception, _anything),
+)
+
+
+def outcome_of(exc: Exception, facts: StoryFacts) -> StoryOutcome:
+    """The outcome of a story stopped by `exc` (the first rule of `POLICY` whose type matches)."""
+    for kind, rule in POLICY:
+        if isinstance(exc, kind):
+            return rule(exc, facts)
+    raise AssertionError("POLICY ends with Exception")  # pragma: no cover

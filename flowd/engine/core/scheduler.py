@@ -1,0 +1,261 @@
+"""The scheduler as a state machine: events in, instructions out, no I/O.
+
+`Scheduler.handle(*events)` is the only way its state changes (the shape of dask/distributed's
+`WorkerState.handle_stimulus`). The shell (`engine/runner.py`) turns what happened (a poll for
+free slots, a story task that finished, one it stopped, a signal) into events and carries out the
+instructions: launch a story task, mark a story waiting, say something, report the budget, stop
+every running story, end the run.
+
+Rules (docs/architecture.md: one run):
+- Ready stories (every dependency done) launch by critical-path rank, plan order breaking ties,
+  up to min(concurrency, coder slots) at once (at least one slot).
+- Nothing launches once the run is halted, failed fast or cancelled; a spent epic budget halts the
+  run when a story would launch.
+- A story that did not finish puts its transitive dependents in `waiting for <id>`; a failed one
+  with failFast stops every running story and holds the rest.
+- A story's `halt` halts the run: running stories finish, nothing new starts, the rest wait.
+- A cancel stops every running story; the run ends `cancelled`, or `halted` when the cancel came
+  from a broken trace.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from flowd.engine.core.outcome import OutcomeStatus
+from flowd.events import RunOutcome
+from flowd.plan.graph import dependents_of, launch_order, ready
+from flowd.plan.model import StoryPlan
+
+# -- events --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Poll:
+    """Time to launch what can launch: how many coder slots the roster has, the budget's verdict,
+    and whether launching is allowed at all (not while a cancel the shell has not fed yet is
+    pending: then the poll only settles an idle run)."""
+
+    coder_slots: int
+    budget_spent: str | None = None
+    may_launch: bool = True
+
+
+@dataclass(frozen=True)
+class StoryFinished:
+    """A story task returned its outcome."""
+
+    story: str
+    status: OutcomeStatus
+    halt: str | None = None
+
+
+@dataclass(frozen=True)
+class StoryStopped:
+    """A story task the shell stopped ended: `cancelled`, or what it returned meanwhile."""
+
+    story: str
+    status: OutcomeStatus
+
+
+@dataclass(frozen=True)
+class Cancelled:
+    """A signal, or a trace that can no longer be written (`broken` says why)."""
+
+    broken: str | None = None
+
+
+Event = Poll | StoryFinished | StoryStopped | Cancelled
+
+# -- instructions --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Launch:
+    story: str
+
+
+@dataclass(frozen=True)
+class MarkWaiting:
+    story: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Say:
+    message: str
+
+
+@dataclass(frozen=True)
+class ReportBudget:
+    """The epic budget halted the run: report `BudgetExceeded` (once per run)."""
+
+
+@dataclass(frozen=True)
+class StopAll:
+    """Cancel every running story task and feed back a `StoryStopped` for each."""
+
+
+@dataclass(frozen=True)
+class End:
+    outcome: RunOutcome
+    reason: str | None = None
+
+
+Instruction = Launch | MarkWaiting | Say | ReportBudget | StopAll | End
+
+
+@dataclass
+class Scheduler:
+    plan: StoryPlan
+    rank: Mapping[str, float]
+    concurrency: int
+    fail_fast: bool
+    statuses: dict[str, OutcomeStatus] = field(default_factory=dict)
+    running: list[str] = field(default_factory=list)
+    waiting: dict[str, str] = field(default_factory=dict)
+    halted: str | None = None
+    failed_fast: str | None = None
+    cancelled: Cancelled | None = None
+    stopping: bool = False
+    ended: End | None = None
+    last_summary: str = ""
+
+    def handle(self, *events: Event) -> list[Instruction]:
+        """Apply `events` in order; the instructions they call for, in order."""
+        out: list[Instruction] = []
+        for event in events:
+            if isinstance(event, Poll):
+                out += self._poll(event)
+            elif isinstance(event, StoryFinished):
+                out += self._finished(event)
+            elif isinstance(event, StoryStopped):
+                out += self._stopped(event)
+            else:
+                out += self._cancel(event)
+        # After the whole batch: stories finishing together are all recorded before failFast stops
+        # the others.
+        if self.failed_fast is not None and self.running and not self.stopping:
+            self.stopping = True
+            out.append(StopAll())
+        return out
+
+    # -- launching ------------------------------------------------------------------------------
+    def _poll(self, poll: Poll) -> list[Instruction]:
+        if self.ended is not None or self.cancelled is not None:
+            return []
+        out: list[Instruction] = []
+        if poll.may_launch and self.halted is None and self.failed_fast is None:
+            out += self._launch(poll)
+        if not self.running:
+            out += self._settle()
+        return out
+
+    def _launch(self, poll: Poll) -> list[Instruction]:
+        done = {s for s, status in self.statuses.items() if status == "done"}
+        not_done = set(self.statuses) - done
+        ready_ids = ready(self.plan, done, not_done, self.waiting, self.running)
+        if not ready_ids:
+            return []
+        slots = min(self.concurrency, max(1, poll.coder_slots))
+        free = max(0, slots - len(self.running))
+        chosen = launch_order(self.plan, ready_ids, self.rank)[:free]
+        if chosen and poll.budget_spent is not None:
+            self.halted = poll.budget_spent
+            return [ReportBudget()]
+        self.running += chosen
+        out: list[Instruction] = [Launch(story) for story in chosen]
+        left = len(ready_ids) - free
+        if left > 0:
+            out += self._summary(
+                f"{len(self.running)} running (concurrency {self.concurrency}); {left} ready, waiting for a slot"
+            )
+        return out
+
+    def _summary(self, text: str) -> list[Instruction]:
+        if text == self.last_summary:
+            return []
+        self.last_summary = text
+        return [Say(f"epic {self.plan.epic_id}: {text}")]
+
+    # -- stories ending -------------------------------------------------------------------------
+    def _finished(self, event: StoryFinished) -> list[Instruction]:
+        story = event.story
+        self._forget(story)
+        self.statuses[story] = event.status
+        if event.halt is not None and self.halted is None:
+            self.halted = event.halt
+        if event.status == "done":
+            return []
+        if event.status == "failed" and self.fail_fast and self.failed_fast is None:
+            self.failed_fast = story
+        out: list[Instruction] = []
+        for dependent in dependents_of(self.plan, story):
+            if (
+                dependent not in self.statuses
+                and dependent not in self.running
+                and dependent not in self.waiting
+            ):
+                out.append(self._hold(dependent, f"waiting for {story}"))
+        return out
+
+    def _stopped(self, event: StoryStopped) -> list[Instruction]:
+        self._forget(event.story)
+        self.statuses[event.story] = event.status
+        out: list[Instruction] = []
+        if event.status == "cancelled":
+            out.append(MarkWaiting(event.story, "cancelled; resumable"))
+        if not self.running:
+            self.stopping = False
+            if self.cancelled is not None:
+                out += self._end_cancelled(self.cancelled)
+        return out
+
+    def _cancel(self, event: Cancelled) -> list[Instruction]:
+        if self.ended is not None or self.cancelled is not None:
+            return []
+        self.cancelled = event
+        if self.running:
+            self.stopping = True
+            return [StopAll()]
+        return self._end_cancelled(event)
+
+    def _forget(self, story: str) -> None:
+        if story in self.running:
+            self.running.remove(story)
+
+    # -- the end --------------------------------------------------------------------------------
+    def _hold(self, story: str, reason: str) -> MarkWaiting:
+        self.waiting[story] = reason
+        return MarkWaiting(story, reason)
+
+    def _hold_rest(self, reason: str) -> list[Instruction]:
+        return [
+            self._hold(s.id, reason)
+            for s in self.plan.stories
+            if s.id not in self.statuses and s.id not in self.waiting and s.id not in self.running
+        ]
+
+    def _end(self, outcome: RunOutcome, reason: str | None = None) -> list[Instruction]:
+        self.ended = End(outcome, reason)
+        return [self.ended]
+
+    def _end_cancelled(self, event: Cancelled) -> list[Instruction]:
+        if event.broken is not None:
+            return self._end("halted", event.broken)
+        return self._end("cancelled", "cancelled by a signal")
+
+    def _settle(self) -> list[Instruction]:
+        """Nothing runs and nothing more will launch: how the run ends."""
+        if self.failed_fast is not None:
+            held = self._hold_rest(f"not started: fail-fast after {self.failed_fast}")
+            return held + self._end("failed", f"story {self.failed_fast} failed (fail-fast)")
+        if self.halted is not None:
+            said: list[Instruction] = [
+                Say(f"epic {self.plan.epic_id}: stopped launching stories — {self.halted}")
+            ]
+            return said + self._hold_rest(f"not started: {self.halted}") + self._end("halted", self.halted)
+        if len(self.statuses) == len(self.plan.stories) and all(s == "done" for s in self.statuses.values()):
+            return self._end("done")
+        return self._end("failed")
