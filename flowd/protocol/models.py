@@ -167,11 +167,16 @@ class CostParams(Shape):
 
 
 class AttentionParams(Shape):
+    """`flow/attention`: something needs a person, or no longer does (`cleared`).
+
+    `reason`: paused, blocked, failed, budget, repaired (a perimeter repair undid changes), cleared.
+    The server always sends `actions` (empty when there is nothing to answer)."""
+
     run_id: str
     lane: str | None = None
     reason: str
     message: str
-    actions: list[str]
+    actions: list[str] = Field(default_factory=list)
     paths: list[str] | None = None
 
 

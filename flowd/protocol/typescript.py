@@ -5,7 +5,9 @@ extension's `editors/vscode/src/protocol.ts`; `editors/vscode/scripts/protocol.m
 extension's build and test, and `tests/server/test_protocol_decl.py` fails when the committed file
 differs from what the declaration renders.
 
-Types: a model becomes an interface of the same name, a string enum a union of literals, a root
+Names: `Commands`, `Requests` and `Notifications` map short names to wire names, and each method
+is also a constant named as in `flowd.protocol` (`LAUNCH_EPIC`, `ATTENTION`); a reserved command
+is `<NAME>_COMMAND` (`ANSWER_COMMAND`). Types: a model becomes an interface of the same name, a string enum a union of literals, a root
 union a type alias. A field that may be left out is optional (`?`); `null` is kept only where the
 schema says the server sends it (`nullable`, see `flowd.protocol.models`).
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -45,9 +48,21 @@ def _key(name: str) -> str:
     return name.split("/", 1)[-1].split(".", 1)[-1]
 
 
+def _screaming(name: str) -> str:
+    """`flow.launchEpic` → `LAUNCH_EPIC`, the name `flowd.protocol` gives it in Python."""
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", _key(name)).upper()
+
+
 def _names(const: str, methods: dict[str, Any]) -> str:
     lines = [f'  {_key(name)}: "{name}",' for name in methods]
-    return "\n".join([f"export const {const} = {{", *lines, "} as const;", ""])
+    singles = [f'export const {_screaming(name)} = "{name}";' for name in methods]
+    return "\n".join([f"export const {const} = {{", *lines, "} as const;", *singles, ""])
+
+
+def _reserved(names: list[str]) -> str:
+    singles = [f'export const {_screaming(name)}_COMMAND = "{name}";' for name in names]
+    doc = "/** Names reserved for pausing and answering, not served yet: clients may probe for them. */"
+    return "\n".join([doc, f"export const Reserved = {json.dumps(names)} as const;", *singles, ""])
 
 
 def _type(schema: dict[str, Any], *, keep_null: bool = True) -> str:
@@ -106,8 +121,7 @@ def render(schema: dict[str, Any]) -> str:
     out.append(_names("Commands", schema["commands"]))
     out.append(_names("Requests", schema["requests"]))
     out.append(_names("Notifications", schema["notifications"]))
-    out.append("/** Names reserved for pausing and answering, not served yet: clients may probe for them. */")
-    out.append(f"export const Reserved = {json.dumps(schema['reserved'])} as const;\n")
+    out.append(_reserved(schema["reserved"]))
     out.append(
         "/** Outcomes a run ends with (RunEnded.outcome); any other run status means it is still going. */"
     )

@@ -39,12 +39,13 @@ ROOT = Path(__file__).resolve().parents[2]
 PROTOCOL_TS = ROOT / "editors" / "vscode" / "src" / "protocol.ts"
 METHOD_NAME = re.compile(r"""["'](flow[/.][A-Za-z]+)["']""")
 
-# What the extension imported from the hand-written protocol.ts before it was generated.
+# What the extension imported from the hand-written protocol.ts before it was generated (the
+# last three were added by the editor work on flow/attention and flow.answer).
 EXTENSION_IMPORTS = (
     "Commands", "Requests", "Notifications", "RUN_OUTCOMES", "isRunActive", "RunParams", "LaneTask",
     "LaneParams", "TaskState", "TaskParams", "CloneState", "CloneParams", "CostParams", "RunTotals",
     "StatusRun", "StatusResult", "LaunchArgs", "LaunchResult", "CancelResult", "ValidateResult",
-    "CostReportParams", "FlowServer",
+    "CostReportParams", "FlowServer", "AttentionParams", "ATTENTION", "ANSWER_COMMAND",
 )  # fmt: skip
 
 

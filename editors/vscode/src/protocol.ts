@@ -9,12 +9,19 @@ export const Commands = {
   resumeEpic: "flow.resumeEpic",
   validatePlan: "flow.validatePlan",
 } as const;
+export const LAUNCH_EPIC = "flow.launchEpic";
+export const CANCEL_EPIC = "flow.cancelEpic";
+export const RESUME_EPIC = "flow.resumeEpic";
+export const VALIDATE_PLAN = "flow.validatePlan";
 
 export const Requests = {
   status: "flow/status",
   costReport: "flow/costReport",
   perimeter: "flow/perimeter",
 } as const;
+export const STATUS = "flow/status";
+export const COST_REPORT = "flow/costReport";
+export const PERIMETER = "flow/perimeter";
 
 export const Notifications = {
   run: "flow/run",
@@ -24,9 +31,17 @@ export const Notifications = {
   cost: "flow/cost",
   attention: "flow/attention",
 } as const;
+export const RUN = "flow/run";
+export const LANE = "flow/lane";
+export const TASK = "flow/task";
+export const CLONE = "flow/clone";
+export const COST = "flow/cost";
+export const ATTENTION = "flow/attention";
 
 /** Names reserved for pausing and answering, not served yet: clients may probe for them. */
 export const Reserved = ["flow.answer", "flow.addRevision"] as const;
+export const ANSWER_COMMAND = "flow.answer";
+export const ADD_REVISION_COMMAND = "flow.addRevision";
 
 /** Outcomes a run ends with (RunEnded.outcome); any other run status means it is still going. */
 export const RUN_OUTCOMES = ["done", "failed", "cancelled", "halted"] as const;
@@ -44,12 +59,18 @@ export interface FlowServer {
   request<T>(method: string, params: object): Promise<T>;
 }
 
+/**
+ * `flow/attention`: something needs a person, or no longer does (`cleared`).
+ *
+ * `reason`: paused, blocked, failed, budget, repaired (a perimeter repair undid changes), cleared.
+ * The server always sends `actions` (empty when there is nothing to answer).
+ */
 export interface AttentionParams {
   runId: string;
   lane?: string;
   reason: string;
   message: string;
-  actions: string[];
+  actions?: string[];
   paths?: string[];
 }
 
