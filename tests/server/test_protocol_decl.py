@@ -156,3 +156,9 @@ def test_every_notification_sent_fits_its_declared_model_exactly() -> None:
         assert model.model_validate(note.params).model_dump(
             mode="json", by_alias=True, exclude_none=True
         ) == (note.params)
+    # flow/status sends the same lanes and totals (with nulls where unknown): it fits StatusRun.
+    from flowd.protocol.models import StatusRun
+
+    status = StatusRun.model_validate(view.status_wire())
+    assert [lane.lane for lane in status.lanes] == ["a"]
+    assert status.totals is not None and status.totals.budget_usd == 2.0
