@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -20,7 +19,7 @@ from pathlib import Path
 from flowd.agents.base import AgentError, FlowdMeta, TurnRequest
 from flowd.agents.factory import make_executor
 from flowd.config import ROLES, TEXT_ROLES, ExecutorSpec, load_roster
-from flowd.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, FlowdError, InputError
+from flowd.errors import EXIT_FAILED, EXIT_OK, FlowdError, InputError
 from flowd.wire import WireModel
 
 PROMPT = "Reply with the single word: ready"
@@ -135,16 +134,11 @@ def check_command(args: argparse.Namespace) -> int:
     role: str | None = getattr(args, "role", None)
     if role is not None and role not in ROLES:
         raise InputError(f"--role {role!r} is not a role; use one of {', '.join(ROLES)}")
-    try:
-        roster = load_roster(_repo())
-    except FlowdError as exc:
-        print(f"flowd: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+    roster = load_roster(_repo())  # a bad roster is the CLI's one sentence (as JSON with --json)
     specs = roster.for_role(role) if role is not None else list(roster.executors)
     if not specs:
         which = f" serves the {role} role" if role else " is configured"
-        print(f"flowd: no executor{which} ({roster.described}); see docs/roster.md", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        raise InputError(f"no executor{which} ({roster.described}); see docs/roster.md")
     timeout_s = float(getattr(args, "timeout", None) or DEFAULT_TIMEOUT_S)
     results = asyncio.run(check_all(specs, role, timeout_s))
     report = CheckReport(ok=all(r.ok for r in results), roster=roster.described, executors=results)

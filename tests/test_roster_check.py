@@ -102,3 +102,12 @@ def test_all_ok_exits_zero_and_bad_input_exits_two(tmp_path: Path) -> None:
     bad = flowd(repo)
     assert bad.returncode == 2 and "roster.toml" in bad.stderr and "command" in bad.stderr
     assert "Traceback" not in bad.stderr
+
+    # With --json a bad roster (and a role nobody serves) is a JSON error document on stdout.
+    as_json = flowd(repo, "--json")
+    assert as_json.returncode == 2 and "roster.toml" in as_json.stderr
+    document = json.loads(as_json.stdout)
+    assert document["exitCode"] == 2 and "roster.toml" in document["error"]
+    write_roster(repo, cli_entry("codex", "codex_success.jsonl"))
+    nobody = flowd(repo, "--role", "judge", "--json")
+    assert nobody.returncode == 2 and "no executor serves the judge role" in json.loads(nobody.stdout)["error"]

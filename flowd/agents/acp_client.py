@@ -432,8 +432,11 @@ class AcpExecutor:
 
     async def _ensure_session(self, cwd: Path) -> str:
         if self._proc is None or self._proc.returncode is not None or self._conn is None:
-            # Clones of one executor start one after another, first session included: codex
-            # sets up its state database under CODEX_HOME then, and two at once fail.
+            if not _starts_alone(self._command):
+                await self._start(cwd)
+                return await self._open_session(cwd)
+            # codex sets up its state database under CODEX_HOME when it starts (and opens its
+            # first session): two clones at once fail, so they start one after another.
             async with _start_lock(self.label):
                 await self._start(cwd)
                 return await self._open_session(cwd)
@@ -726,6 +729,11 @@ class AcpExecutor:
 
 
 _START_LOCKS: dict[tuple[int, str], asyncio.Lock] = {}
+
+
+def _starts_alone(command: list[str]) -> bool:
+    """Agents whose clones must not start at the same time (codex-acp, codex)."""
+    return any(Path(part).name.startswith("codex") for part in command[:3])
 
 
 def _start_lock(label: str) -> asyncio.Lock:

@@ -64,7 +64,10 @@ class EpicReport(WireModel):
 def epic_history(repo: Path, epic_id: str, run_id: str, price: Pricer = reported_cost) -> list[RunView]:
     """The folds of the epic's other runs, oldest first (what the report adds to this run's)."""
     records = [r for r in list_runs(repo) if r.epic_id == epic_id and r.run_id != run_id]
-    return [fold_trace(trace_path(repo, r.run_id), RunView(run_id=r.run_id, pricer=price)) for r in reversed(records)]
+    return [
+        fold_trace(trace_path(repo, r.run_id), RunView(run_id=r.run_id, pricer=price))
+        for r in reversed(records)
+    ]
 
 
 def _add(a: float | None, b: float | None) -> float | None:

@@ -260,7 +260,9 @@ def _already_done(repo: Repo, plan: StoryPlan, paths: EpicPaths, settings: Setti
     last = next((r for r in list_runs(repo.root) if r.epic_id == plan.epic_id and r.outcome == "done"), None)
     if last is None:
         return None
-    view = fold_trace(trace_path(repo.root, last.run_id), RunView(run_id=last.run_id, pricer=pricer(settings)))
+    view = fold_trace(
+        trace_path(repo.root, last.run_id), RunView(run_id=last.run_id, pricer=pricer(settings))
+    )
     try:
         report = EpicReport.model_validate_json(paths.report_json.read_bytes())
     except (OSError, ValueError):

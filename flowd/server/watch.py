@@ -36,6 +36,36 @@ DEBOUNCE_MS = 60
 STEP_MS = 10
 # A safety net for a creation the kernel reported before the watch was in place: look again.
 APPEAR_RECHECK_S = 1.0
+# git writes a merge's files into the worktree first and moves HEAD (outside the worktree, so no
+# event) last: a scan in between blames the story for what the catch-up brings in. Scans wait
+# while a merge is in progress, and each batch gets one more scan once HEAD has had time to move.
+SETTLE_S = 0.5
+MERGE_WAIT_S = 30.0
+
+
+def merge_in_progress(worktree: Path) -> bool:
+    """Whether git is in the middle of a merge in `worktree` (its git dir holds MERGE_HEAD)."""
+    dotgit = worktree / ".git"
+    try:
+        if dotgit.is_dir():
+            return (dotgit / "MERGE_HEAD").exists()
+        first = dotgit.read_text(encoding="utf-8", errors="replace").splitlines()[0]
+    except (OSError, IndexError):
+        return False
+    if not first.startswith("gitdir:"):
+        return False
+    gitdir = Path(first.removeprefix("gitdir:").strip())
+    return (gitdir if gitdir.is_absolute() else worktree / gitdir).joinpath("MERGE_HEAD").exists()
+
+
+async def settled(worktree: Path, stop: asyncio.Event) -> None:
+    """Return once no merge is in progress in `worktree` (or after MERGE_WAIT_S, or on stop)."""
+    waited = 0.0
+    while (
+        not stop.is_set() and waited < MERGE_WAIT_S and await asyncio.to_thread(merge_in_progress, worktree)
+    ):
+        await asyncio.sleep(STEP_MS / 1000)
+        waited += STEP_MS / 1000
 
 
 def nearest_existing(path: Path) -> Path | None:
@@ -94,13 +124,29 @@ class WorktreeWatches:
     @staticmethod
     async def _follow(worktree: Path, rescan: Rescan, stop: asyncio.Event) -> None:
         watch_filter = DefaultFilter(ignore_dirs=(*DefaultFilter.ignore_dirs, ".flow"))
-        with contextlib.suppress(FileNotFoundError, RuntimeError):
-            async for _ in awatch(
-                worktree, stop_event=stop, debounce=DEBOUNCE_MS, step=STEP_MS, watch_filter=watch_filter
-            ):
-                if not worktree.is_dir():
-                    return
+        again: asyncio.Task[None] | None = None
+
+        async def settle_and_rescan() -> None:
+            await asyncio.sleep(SETTLE_S)
+            await settled(worktree, stop)
+            if not stop.is_set() and worktree.is_dir():
                 await rescan()
+
+        try:
+            with contextlib.suppress(FileNotFoundError, RuntimeError):
+                async for _ in awatch(
+                    worktree, stop_event=stop, debounce=DEBOUNCE_MS, step=STEP_MS, watch_filter=watch_filter
+                ):
+                    if not worktree.is_dir():
+                        return
+                    if again is not None:
+                        again.cancel()
+                    await settled(worktree, stop)
+                    await rescan()
+                    again = asyncio.ensure_future(settle_and_rescan())
+        finally:
+            if again is not None:
+                again.cancel()
 
     @staticmethod
     async def _appear(paths: list[Path], stop: asyncio.Event) -> None:

@@ -201,3 +201,17 @@ def test_fold_ignores_banners_and_unknown_events() -> None:
     assert fold_line(state, b'{"type": "future.event"}') == []
     assert fold_line(state, b"[1, 2]") == []
     assert state.text == "" and state.usage is None
+
+
+def test_a_codex_warning_item_is_not_the_turns_failure() -> None:
+    # codex 0.171 reports "Model metadata … not found" as an item of type error (docs/roster.md).
+    turn = CliTurn()
+    warning = "Model metadata for `gpt-5-codex` not found. Defaulting to fallback metadata"
+    fold_line(
+        turn,
+        json.dumps({"type": "item.completed", "item": {"id": "i0", "type": "error", "message": warning}}),
+    )
+    fold_line(turn, json.dumps({"type": "item.completed", "item": {"type": "agent_message", "text": "done"}}))
+    assert turn.errors == [] and turn.warnings == [warning] and turn.text == "done"
+    fold_line(turn, json.dumps({"type": "turn.failed", "error": {"message": "429 Too Many Requests"}}))
+    assert turn.errors == ["429 Too Many Requests"]

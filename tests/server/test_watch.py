@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import subprocess
 from pathlib import Path
 
-from flowd.server.watch import WorktreeWatches
+from flowd.server.watch import WorktreeWatches, merge_in_progress
 
 
 class Recorder:
@@ -67,3 +68,54 @@ async def test_a_watch_waits_for_its_worktree_and_outlives_its_deletion(tmp_path
     finally:
         watches.stop_all()
     assert ("run", "s") not in watches
+
+
+def git(cwd: Path, *args: str) -> str:
+    done = subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True)
+    return done.stdout.strip()
+
+
+async def test_no_scan_sees_a_merge_half_done_and_one_follows_when_head_moves(tmp_path: Path) -> None:
+    """A catch-up merge writes the epic's files before git moves HEAD (no event in the worktree):
+    no scan runs while MERGE_HEAD exists, and one more runs after the commit lands."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    (repo / "base.txt").write_text("base")
+    git(repo, "add", "-A")
+    git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "base")
+    worktree = tmp_path / "wt"
+    git(repo, "worktree", "add", "-q", "-b", "story", str(worktree))
+    (repo / "epic.txt").write_text("from the epic")
+    git(repo, "add", "-A")
+    git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "epic work")
+
+    merging: list[bool] = []
+    heads: list[str] = []
+    changed = asyncio.Event()
+
+    async def rescan() -> None:
+        merging.append(merge_in_progress(worktree))
+        heads.append(git(worktree, "rev-parse", "HEAD"))
+        changed.set()
+
+    watches = WorktreeWatches()
+    watches.start(("run", "s"), lambda: worktree, lambda: [worktree], rescan)
+    try:
+        await asyncio.wait_for(changed.wait(), 20)  # the first scan, on start
+        git(worktree, "merge", "-q", "--no-ff", "--no-commit", "main")
+        assert merge_in_progress(worktree)
+        await asyncio.sleep(0.5)  # the merge's files are in the worktree: their batch is waiting
+        git(worktree, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "catch up")
+        merged = git(worktree, "rev-parse", "HEAD")
+
+        async def until_scanned_at_merge() -> None:
+            while merged not in heads:
+                changed.clear()
+                await changed.wait()
+
+        await asyncio.wait_for(until_scanned_at_merge(), 20)
+        assert not any(merging)
+    finally:
+        watches.stop_all()
+        git(repo, "worktree", "remove", "--force", str(worktree))

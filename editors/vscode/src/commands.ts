@@ -1,15 +1,17 @@
 // The palette commands. Each is a short flow: ask the user, call the server (through
 // `FlowServer`, never by re-registering the server's own command ids), show the outcome.
 
+import * as fs from "node:fs";
 import * as path from "node:path";
 import * as vscode from "vscode";
-import * as fs from "node:fs";
 import { diffCommand, findWorktree, mergeCommit, reportLine, shellQuote } from "./laneActions";
 import { costPhrase } from "./format";
 import { epicCost, LaneEntry, LanesModel, RunEntry, runningLanes } from "./lanesModel";
 import { escapeAngleBrackets } from "./markdown";
 import { mainCheckout } from "./repoRoot";
 import {
+  ANSWER_COMMAND,
+  AttentionParams,
   CancelResult,
   Commands,
   FlowServer,
@@ -461,6 +463,32 @@ export async function openReport(epicId: string): Promise<vscode.Uri | undefined
   const uri = vscode.Uri.file(file);
   await vscode.commands.executeCommand("markdown.showPreview", uri);
   return uri;
+}
+
+// ------------------------------------------------------------------------------ attention ---
+
+/**
+ * A `flow/attention` notice: a story waits on the user (answer with one of its actions, sent
+ * as `flow.answer`), or a perimeter repair put back changes someone made in a story worktree.
+ * `cleared` ends a wait: it is logged, nothing more.
+ */
+export async function showAttention(ctx: CommandContext, p: AttentionParams): Promise<string | undefined> {
+  const where = p.lane ? `story ${p.lane} (run ${p.runId})` : `run ${p.runId}`;
+  ctx.log.appendLine(`[attention] ${where}: ${p.reason}: ${p.message}`);
+  if (p.reason === "cleared") return undefined;
+  const actions = p.actions ?? [];
+  const text = p.message.startsWith("flowd") ? p.message : `flowd: ${p.message}`;
+  const choice = await vscode.window.showWarningMessage(text, ...actions, "Show Lanes");
+  if (choice === "Show Lanes") {
+    await vscode.commands.executeCommand(LANES_CONTAINER_COMMAND);
+    return undefined;
+  }
+  if (!choice) return undefined;
+  const server = requireServer(ctx);
+  if (!server) return undefined;
+  const arg = p.lane ? { runId: p.runId, story: p.lane, answer: choice } : { runId: p.runId, answer: choice };
+  await guarded(ctx, "answering", () => server.executeCommand<unknown>(ANSWER_COMMAND, arg));
+  return choice;
 }
 
 /** Registers every palette and context-menu command. */

@@ -1,7 +1,7 @@
 // Entry point: wires the model, the language client, the Lanes view, the status bar and commands.
 
 import * as vscode from "vscode";
-import { CommandContext, LANES_VIEW, notifyRunEnded, registerCommands } from "./commands";
+import { CommandContext, LANES_VIEW, notifyRunEnded, registerCommands, showAttention } from "./commands";
 import { LanesModel } from "./lanesModel";
 import { LanesTreeProvider } from "./lanesView";
 import { ServerManager } from "./server";
@@ -31,6 +31,7 @@ export function activate(context: vscode.ExtensionContext): FlowdApi {
     refresh: () => mgr.refresh(),
   };
   const stopEndNotices = model.onDidEndRun((run) => void notifyRunEnded(ctx, run));
+  mgr.onAttention = (params) => void showAttention(ctx, params);
   context.subscriptions.push(
     { dispose: stopEndNotices },
     log,

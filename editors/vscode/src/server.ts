@@ -6,7 +6,7 @@ import { ExecuteCommandRequest, LanguageClient, LanguageClientOptions, ServerOpt
 import { clientLogChannel } from "./clientLog";
 import { findFlowd, FlowdLocation } from "./findFlowd";
 import { feedModel, LanesModel } from "./lanesModel";
-import { FlowServer, Requests, StatusResult } from "./protocol";
+import { ATTENTION, AttentionParams, FlowServer, Requests, StatusResult } from "./protocol";
 import { mainCheckout } from "./repoRoot";
 import { connectLoopback, readToken } from "./tcp";
 
@@ -40,6 +40,9 @@ export class ServerManager implements vscode.Disposable {
   private location: FlowdLocation | undefined;
   private toldMissing = false;
   private readonly stateListeners: ((state: ServerState, detail: string) => void)[] = [];
+
+  /** Called with every `flow/attention` notice. */
+  onAttention: ((params: AttentionParams) => void) | undefined;
 
   constructor(
     private readonly model: LanesModel,
@@ -129,6 +132,7 @@ export class ServerManager implements vscode.Disposable {
       else this.setState("starting");
     });
     feedModel(this.model, (method, handler) => client.onNotification(method, handler));
+    client.onNotification(ATTENTION, (params: AttentionParams) => this.onAttention?.(params));
     this.setState("starting");
     try {
       await client.start();

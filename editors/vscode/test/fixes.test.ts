@@ -10,7 +10,7 @@ import * as os from "node:os";
 import * as path from "node:path";
 import { after, afterEach, before, beforeEach, describe, test } from "node:test";
 import { clientLogChannel, clientLogLine } from "../src/clientLog";
-import { CommandContext, notifyRunEnded, OPEN_REPORT, resumeRun, resumeTarget, runEndedMessage, showCostReport, showLaneDiff } from "../src/commands";
+import { CommandContext, notifyRunEnded, OPEN_REPORT, resumeRun, resumeTarget, runEndedMessage, showAttention, showCostReport, showLaneDiff } from "../src/commands";
 import { diffCommand, mergeCommit } from "../src/laneActions";
 import { buildTree, TreeNode } from "../src/laneTree";
 import { epicCost, LanesModel, RunEntry } from "../src/lanesModel";
@@ -273,6 +273,29 @@ describe("the Lanes tree repaints only what changed", () => {
     model.apply(...runNote("r9", "billing", "running")); // nothing new
     assert.deepEqual(fired, []);
     tree.dispose();
+  });
+});
+
+describe("flow/attention in the editor", () => {
+  test("a perimeter repair that undid changes is shown, with nothing to answer", async () => {
+    stub.reset([tmp]);
+    const server = new RecordingServer({});
+    const message = "story 'api': the perimeter repair restored 1 path(s) from epic/auth, undoing their changes in its worktree: src/ui/x.py (foreignOwned)";
+    await showAttention(context(server, new LanesModel()), { runId: "r1", lane: "api", reason: "repaired", message, actions: [] });
+    assert.deepEqual(stub.recorded.messages, [{ kind: "warning", message: `flowd: ${message}`, items: ["Show Lanes"] }]);
+    assert.deepEqual(server.calls, []);
+  });
+
+  test("a pause offers its actions; the one picked goes back as flow.answer; cleared is only logged", async () => {
+    stub.reset([tmp]);
+    const server = new RecordingServer({ "flow.answer": {} });
+    stub.answers.message.push("raise 5");
+    const ctx = context(server, new LanesModel());
+    await showAttention(ctx, { runId: "r1", lane: "api", reason: "budget", message: "budget reached", actions: ["raise 5", "stop"] });
+    assert.deepEqual(stub.recorded.messages[0].items, ["raise 5", "stop", "Show Lanes"]);
+    assert.deepEqual(server.calls, [{ name: "flow.answer", arg: { runId: "r1", story: "api", answer: "raise 5" } }]);
+    await showAttention(ctx, { runId: "r1", lane: "api", reason: "cleared", message: "answered" });
+    assert.equal(stub.recorded.messages.length, 1);
   });
 });
 
