@@ -235,9 +235,13 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--role", help="only executors serving this role (planner, coder, reviewer, judge)")
     p.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
 
-    p = command("schema", "flowd.schema:schema_command", "print the JSON Schema of a file")
+    p = command(
+        "schema", "flowd.schema:schema_command", "print the JSON Schema of a file or the LSP protocol"
+    )
     p.add_argument(
-        "what", choices=["plan", "roster", "config", "script", "trace"], help="which file's schema to print"
+        "what",
+        choices=["plan", "roster", "config", "script", "trace", "protocol"],
+        help="which file's schema to print (protocol: the language server's custom methods)",
     )
     return parser
 

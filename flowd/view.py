@@ -2,7 +2,8 @@
 
 One pure fold serves every view: the CLI's live progress, `flowd status`, and the language
 server's notifications. `RunView.apply` is incremental (the server feeds events as they arrive);
-`fold` runs it over a whole trace. The `*_wire` methods give the contract's §6 shapes.
+`fold` runs it over a whole trace. The `*_wire` methods give the
+protocol's shapes (docs/protocol.md), built through its models (`flowd.protocol.models`).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from flowd.events import (
     TaskStarted,
     TokensUsed,
 )
+from flowd.protocol import models as proto
 
 TaskState = Literal["planned", "started", "completed"]
 
@@ -313,68 +315,58 @@ class RunView:
             if cost is not None:
                 lane.cost_usd = (lane.cost_usd or 0.0) + cost
 
-    # -- wire shapes (contract §6) -------------------------------------------------------------
+    # -- wire shapes (docs/protocol.md), built through the declared models (flowd.protocol) -----
     def run_wire(self) -> dict[str, Any]:
-        return {
-            "runId": self.run_id,
-            "epicId": self.epic_id,
-            "status": self.status,
-            "done": self.count("done"),
-            "failed": self.count("failed"),
-            "skipped": self.count("skipped"),
-            "total": self.total,
-        }
+        return proto.RunParams(
+            run_id=self.run_id,
+            epic_id=self.epic_id,
+            status=self.status,
+            done=self.count("done"),
+            failed=self.count("failed"),
+            skipped=self.count("skipped"),
+            total=self.total,
+        ).wire()
 
     def lane_wire(self, lane: LaneView) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "runId": self.run_id,
-            "lane": lane.lane,
-            "title": lane.title,
-            "status": lane.status,
-        }
-        if lane.executor is not None:
-            out["executor"] = lane.executor
-        if lane.clone is not None:
-            out["clone"] = lane.clone
         task = lane.task
-        if task is not None:
-            out["task"] = {"index": task.index, "count": lane.count, "title": task.title}
-        out["tokens"] = lane.tokens
-        if lane.cost_usd is not None:
-            out["costUsd"] = round(lane.cost_usd, 6)
-        out["estimated"] = lane.estimated
-        if lane.reason:
-            out["reason"] = lane.reason
-        return out
+        return proto.LaneParams(
+            run_id=self.run_id,
+            lane=lane.lane,
+            title=lane.title,
+            status=lane.status,
+            executor=lane.executor,
+            clone=lane.clone,
+            task=proto.LaneTask(index=task.index, count=lane.count, title=task.title) if task else None,
+            tokens=lane.tokens,
+            cost_usd=round(lane.cost_usd, 6) if lane.cost_usd is not None else None,
+            estimated=lane.estimated,
+            reason=lane.reason or None,
+        ).wire()
 
     def task_wire(self, lane: LaneView, task: TaskView) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "runId": self.run_id,
-            "lane": lane.lane,
-            "index": task.index,
-            "count": lane.count,
-            "title": task.title,
-            "state": task.state,
-        }
-        for key, value in (
-            ("satisfies", task.satisfies),
-            ("parallel", task.parallel),
-            ("executor", task.executor),
-            ("clone", task.clone),
-        ):
-            if value is not None:
-                out[key] = value
-        return out
+        return proto.TaskParams(
+            run_id=self.run_id,
+            lane=lane.lane,
+            index=task.index,
+            count=lane.count,
+            title=task.title,
+            state=proto.TaskState(task.state),
+            satisfies=task.satisfies,
+            parallel=task.parallel,
+            executor=task.executor,
+            clone=task.clone,
+        ).wire()
 
     def cost_wire(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"runId": self.run_id, "tokens": self.totals.tokens}
-        if self.totals.cost_usd is not None:
-            out["costUsd"] = round(self.totals.cost_usd, 6)
-        out["estimatedTokens"] = self.totals.estimated_tokens
-        out["unpricedTokens"] = self.totals.unpriced_tokens
-        if self.budget_usd is not None:
-            out["budgetUsd"] = self.budget_usd
-        return out
+        cost = self.totals.cost_usd
+        return proto.CostParams(
+            run_id=self.run_id,
+            tokens=self.totals.tokens,
+            cost_usd=round(cost, 6) if cost is not None else None,
+            estimated_tokens=self.totals.estimated_tokens,
+            unpriced_tokens=self.totals.unpriced_tokens,
+            budget_usd=self.budget_usd,
+        ).wire()
 
     def totals_wire(self) -> dict[str, Any]:
         out = self.cost_wire()

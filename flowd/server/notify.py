@@ -15,6 +15,8 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from flowd import protocol
+
 if TYPE_CHECKING:  # flowd.events needs pydantic: imported on first use (docs/performance.md)
     from flowd.events import (
         Event,
@@ -26,12 +28,12 @@ if TYPE_CHECKING:  # flowd.events needs pydantic: imported on first use (docs/pe
     )
     from flowd.view import LaneView, RunView
 
-RUN = "flow/run"
-LANE = "flow/lane"
-TASK = "flow/task"
-CLONE = "flow/clone"
-COST = "flow/cost"
-ATTENTION = "flow/attention"
+RUN = protocol.RUN.name
+LANE = protocol.LANE.name
+TASK = protocol.TASK.name
+CLONE = protocol.CLONE.name
+COST = protocol.COST.name
+ATTENTION = protocol.ATTENTION.name
 
 
 @dataclass(frozen=True)
@@ -60,25 +62,40 @@ def cost_note(view: RunView, *, transition: bool = False) -> Note:
     return Note(COST, view.cost_wire(), (COST, view.run_id), transition, view.budget_exceeded)
 
 
-def _clone_params(view: RunView, event: ExecutorLeased | ExecutorReleased, state: str) -> dict[str, Any]:
-    out: dict[str, Any] = {"runId": view.run_id, "executor": event.executor}
-    if event.clone is not None:
-        out["clone"] = event.clone
-    out["role"] = event.role
-    if event.label is not None:
-        out["label"] = event.label
-    out["state"] = state
-    return out
+def clone_params(
+    view: RunView,
+    executor: str,
+    state: str,
+    *,
+    role: str,
+    clone: int | None = None,
+    label: str | None = None,
+    reason: str | None = None,
+    until: str | None = None,
+) -> dict[str, Any]:
+    """`flow/clone` params, through the declared model (docs/protocol.md)."""
+    from flowd.protocol.models import CloneParams, CloneState
+
+    return CloneParams(
+        run_id=view.run_id,
+        executor=executor,
+        clone=clone,
+        role=role,
+        label=label,
+        state=CloneState(state),
+        reason=reason,
+        until=until,
+    ).wire()
+
+
+def _lease_params(view: RunView, event: ExecutorLeased | ExecutorReleased, state: str) -> dict[str, Any]:
+    return clone_params(view, event.executor, state, role=event.role, clone=event.clone, label=event.label)
 
 
 def _exclusion_params(view: RunView, event: ExecutorExcluded | ExecutorResumed, state: str) -> dict[str, Any]:
-    # Contract §6 lists `role` on every flow/clone; an exclusion takes the executor out of every
-    # role it serves, hence "all". `clone` is absent, as the contract allows for exclusions.
-    out: dict[str, Any] = {"runId": view.run_id, "executor": event.executor, "role": "all", "state": state}
-    out["reason"] = event.reason
-    if event.until is not None:
-        out["until"] = event.until
-    return out
+    # docs/protocol.md lists `role` on every flow/clone; an exclusion takes the executor out of
+    # every role it serves, hence "all". `clone` is absent on exclusions.
+    return clone_params(view, event.executor, state, role="all", reason=event.reason, until=event.until)
 
 
 def _task_notes(view: RunView, lane_id: str, indexes: list[int]) -> list[Note]:
@@ -114,14 +131,16 @@ def repair_note(view: RunView, event: PerimeterViolation) -> Note:
         f"story '{event.lane}': the perimeter repair restored {len(event.paths)} path(s) from {branch}, "
         f"undoing their changes in its worktree: {listed} (see {findings})"
     )
-    params: dict[str, Any] = {
-        "runId": view.run_id,
-        "lane": event.lane,
-        "reason": "repaired",
-        "message": message,
-        "actions": [],
-        "paths": [p.path for p in event.paths],
-    }
+    from flowd.protocol.models import AttentionParams
+
+    params = AttentionParams(
+        run_id=view.run_id,
+        lane=event.lane,
+        reason="repaired",
+        message=message,
+        actions=[],
+        paths=[p.path for p in event.paths],
+    ).wire()
     return Note(ATTENTION, params, (ATTENTION, view.run_id, event.lane, "repaired"), True)
 
 
@@ -160,7 +179,7 @@ def notes_for(view: RunView, event: Event) -> list[Note]:
         return [*_lane(view, event.lane), cost_note(view)]
     if isinstance(event, ExecutorLeased | ExecutorReleased):
         state = "leased" if isinstance(event, ExecutorLeased) else "released"
-        note = Note(CLONE, _clone_params(view, event, state), (CLONE, view.run_id, event.executor), True)
+        note = Note(CLONE, _lease_params(view, event, state), (CLONE, view.run_id, event.executor), True)
         coder_lane = _lane(view, event.label) if event.role == "coder" else []
         return [note, *coder_lane]
     if isinstance(event, ExecutorExcluded | ExecutorResumed):
@@ -183,13 +202,9 @@ def snapshot(view: RunView) -> list[Note]:
         notes.extend(_task_notes(view, lane.lane, [t.index for t in lane.tasks]))
     for clone in view.clones.values():
         if clone.held:
-            params: dict[str, Any] = {"runId": view.run_id, "executor": clone.executor}
-            if clone.clone is not None:
-                params["clone"] = clone.clone
-            params["role"] = clone.role
-            if clone.label is not None:
-                params["label"] = clone.label
-            params["state"] = "leased"
+            params = clone_params(
+                view, clone.executor, "leased", role=clone.role, clone=clone.clone, label=clone.label
+            )
             notes.append(Note(CLONE, params, (CLONE, view.run_id, clone.executor), True))
     notes.append(cost_note(view, transition=True))
     return notes

@@ -1,4 +1,4 @@
-"""Parameter models of every custom request and command (contract §6), validated by pydantic.
+"""Validating a custom method's params against its declared model (`flowd.protocol.models`).
 
 A bad parameter becomes a JSON-RPC `-32602` with one sentence naming the method, the field and
 what is expected; handlers never see unvalidated input.
@@ -6,68 +6,12 @@ what is expected; handlers never see unvalidated input.
 
 from __future__ import annotations
 
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
-from pydantic import ConfigDict, Field, ValidationError, model_validator
-from pydantic.alias_generators import to_camel
+from pydantic import BaseModel, ValidationError
 from pygls.exceptions import JsonRpcInvalidParams
 
-from flowd.wire import WireModel
-
-
-class Params(WireModel):
-    """Strict on unknown keys (a typo should not silently widen a report), but LSP's generic
-    progress tokens are accepted on every request."""
-
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
-
-    work_done_token: int | str | None = None
-    partial_result_token: int | str | None = None
-
-
-class LaunchParams(Params):
-    plan: str = Field(min_length=1)
-    concurrency: int | None = Field(default=None, ge=1)
-    fail_fast: bool | None = None
-    budget_usd: float | None = Field(default=None, gt=0)
-
-
-class CancelParams(Params):
-    run_id: str = Field(min_length=1)
-
-
-class ResumeParams(Params):
-    run_id: str | None = Field(default=None, min_length=1)
-    plan: str | None = Field(default=None, min_length=1)
-
-    @model_validator(mode="after")
-    def _one_of(self) -> ResumeParams:
-        if (self.run_id is None) == (self.plan is None):
-            raise ValueError("give exactly one of runId or plan")
-        return self
-
-
-class ValidateParams(Params):
-    plan: str = Field(min_length=1)
-
-
-class StatusParams(Params):
-    pass
-
-
-class CostReportParams(Params):
-    run_id: str | None = None
-    since: str | None = None
-    until: str | None = None
-    time_zone: str | None = None
-    format: Literal["json", "text", "markdown"] = "json"
-
-
-class PerimeterParams(Params):
-    uri: str | None = Field(default=None, min_length=1)
-
-
-P = TypeVar("P", bound=Params)
+P = TypeVar("P", bound=BaseModel)
 
 
 def _where(loc: tuple[int | str, ...]) -> str:

@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import logging
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -45,7 +45,9 @@ class Tracked:
     ready: bool = False
     ended: bool = False
     plan: StoryPlan | None = None
-    extra: dict[str, object] = field(default_factory=dict)
+    plan_error: str | None = None  # why the plan could not be loaded (it is not retried)
+    live: bool = False  # attached while going on: clients were sent its snapshot
+    end_notified: bool = False  # its RunEnded was sent (a killed run's end is made up)
 
     @property
     def run_id(self) -> str:

@@ -15,7 +15,9 @@ import pytest_lsp
 from lsprotocol import types as lsp
 from pytest_lsp import ClientServerConfig, LanguageClient, client_capabilities
 
-FLOW_NOTIFICATIONS = ("flow/run", "flow/lane", "flow/task", "flow/clone", "flow/cost", "flow/attention")
+from flowd import protocol
+
+FLOW_NOTIFICATIONS = tuple(m.name for m in protocol.NOTIFICATIONS)
 GIT_ENV = {
     "GIT_AUTHOR_NAME": "flowd test",
     "GIT_AUTHOR_EMAIL": "test@flowd.invalid",

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The extension's checks, as `make vscode-test` runs them:
 #   cd editors/vscode && FLOWD_BIN=/abs/path/to/flowd ./scripts/test.sh
-# Installs node_modules when missing or stale, regenerates the plan schema from flowd, then
+# Installs node_modules when missing or stale, regenerates the plan schema and src/protocol.ts from flowd, then
 # typecheck, lint, build and the node --test suite, including the wire tests against the real
 # `flowd serve` at FLOWD_BIN (FLOWD_WIRE=0 opts out of those).
 set -euo pipefail
@@ -14,6 +14,8 @@ fi
 
 echo "== schema"
 node scripts/schema.mjs
+echo "== protocol"
+node scripts/protocol.mjs
 echo "== typecheck"
 npm run --silent typecheck
 echo "== lint"

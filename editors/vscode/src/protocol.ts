@@ -1,5 +1,7 @@
-// The flowd language server's custom protocol (CONTRACT §6), as the extension sees it.
-// Every optional field may be absent on the wire: the server omits defaults and unknowns.
+// GENERATED from `flowd schema protocol` by flowd/protocol/typescript.py: do not edit by hand.
+// Regenerate: `node scripts/protocol.mjs` (run by the extension's build and test scripts).
+// flowd's custom LSP protocol (docs/protocol.md), as the extension sees it. Every optional
+// field may be absent on the wire: the server omits defaults and unknowns.
 
 export const Commands = {
   launchEpic: "flow.launchEpic",
@@ -7,12 +9,19 @@ export const Commands = {
   resumeEpic: "flow.resumeEpic",
   validatePlan: "flow.validatePlan",
 } as const;
+export const LAUNCH_EPIC = "flow.launchEpic";
+export const CANCEL_EPIC = "flow.cancelEpic";
+export const RESUME_EPIC = "flow.resumeEpic";
+export const VALIDATE_PLAN = "flow.validatePlan";
 
 export const Requests = {
   status: "flow/status",
   costReport: "flow/costReport",
   perimeter: "flow/perimeter",
 } as const;
+export const STATUS = "flow/status";
+export const COST_REPORT = "flow/costReport";
+export const PERIMETER = "flow/perimeter";
 
 export const Notifications = {
   run: "flow/run",
@@ -20,7 +29,19 @@ export const Notifications = {
   task: "flow/task",
   clone: "flow/clone",
   cost: "flow/cost",
+  attention: "flow/attention",
 } as const;
+export const RUN = "flow/run";
+export const LANE = "flow/lane";
+export const TASK = "flow/task";
+export const CLONE = "flow/clone";
+export const COST = "flow/cost";
+export const ATTENTION = "flow/attention";
+
+/** Names reserved for pausing and answering, not served yet: clients may probe for them. */
+export const Reserved = ["flow.answer", "flow.addRevision"] as const;
+export const ANSWER_COMMAND = "flow.answer";
+export const ADD_REVISION_COMMAND = "flow.addRevision";
 
 /** Outcomes a run ends with (RunEnded.outcome); any other run status means it is still going. */
 export const RUN_OUTCOMES = ["done", "failed", "cancelled", "halted"] as const;
@@ -29,20 +50,90 @@ export function isRunActive(status: string): boolean {
   return !(RUN_OUTCOMES as readonly string[]).includes(status);
 }
 
-export interface RunParams {
-  runId: string;
-  epicId: string;
-  status: string;
-  done: number;
-  failed: number;
-  skipped: number;
-  total: number;
+/**
+ * What the extension needs of the server. Implemented over the language client in the editor
+ * and over a bare JSON-RPC connection in the wire tests, so command flows are one code path.
+ */
+export interface FlowServer {
+  executeCommand<T>(command: string, arg: object): Promise<T>;
+  request<T>(method: string, params: object): Promise<T>;
 }
 
-export interface LaneTask {
-  index: number;
-  count: number;
-  title: string;
+/**
+ * `flow/attention`: something needs a person, or no longer does (`cleared`).
+ *
+ * `reason`: paused, blocked, failed, budget, repaired (a perimeter repair undid changes), cleared.
+ * The server always sends `actions` (empty when there is nothing to answer).
+ */
+export interface AttentionParams {
+  runId: string;
+  lane?: string;
+  reason: string;
+  message: string;
+  actions?: string[];
+  paths?: string[];
+}
+
+export interface CancelArgs {
+  workDoneToken?: number | string;
+  partialResultToken?: number | string;
+  runId: string;
+}
+
+export interface CancelResult {
+  runId: string;
+  outcome: string;
+}
+
+export interface CloneParams {
+  runId: string;
+  executor: string;
+  clone?: number;
+  role: string;
+  label?: string;
+  state: CloneState;
+  reason?: string;
+  until?: string;
+}
+
+export type CloneState = "leased" | "released" | "excluded" | "resumed";
+
+export interface CostParams {
+  runId: string;
+  tokens: number;
+  costUsd?: number;
+  estimatedTokens: number;
+  unpricedTokens: number;
+  budgetUsd?: number;
+}
+
+export interface CostReportParams {
+  workDoneToken?: number | string;
+  partialResultToken?: number | string;
+  runId?: string;
+  since?: string;
+  until?: string;
+  timeZone?: string;
+  format?: "json" | "text" | "markdown";
+}
+
+/** The cost report of `flowd cost --json` (docs/cost.md), or `{text}` for text and markdown. */
+export interface CostReportResult {
+  text?: string;
+  [key: string]: unknown;
+}
+
+export interface Exclusion {
+  executor: string;
+  reason?: string | null;
+  until?: string | null;
+}
+
+export interface HeldClone {
+  executor: string;
+  clone?: number | null;
+  role: string;
+  label?: string | null;
 }
 
 export interface LaneParams {
@@ -57,12 +148,113 @@ export interface LaneParams {
   costUsd?: number;
   estimated: boolean;
   reason?: string;
-  /** Not in the contract's Lane shape; used when a server sends it. */
   worktree?: string;
   branch?: string;
 }
 
-export type TaskState = "planned" | "started" | "completed";
+export interface LaneTask {
+  index: number;
+  count: number;
+  title: string;
+}
+
+export interface LaunchArgs {
+  workDoneToken?: number | string;
+  partialResultToken?: number | string;
+  plan: string;
+  concurrency?: number;
+  failFast?: boolean;
+  budgetUsd?: number;
+}
+
+export interface LaunchResult {
+  runId: string;
+  epicId: string;
+  epicBranch: string;
+}
+
+export interface PerimeterOfFile {
+  path: string;
+  owner?: PerimeterOwner;
+  sharedReadOnlyBy: string[];
+}
+
+export interface PerimeterOwner {
+  story: string;
+  runId?: string;
+  status?: string;
+}
+
+export interface PerimeterParams {
+  workDoneToken?: number | string;
+  partialResultToken?: number | string;
+  uri?: string;
+}
+
+/** With `uri`: who owns that file; without: every perimeter diagnostic now shown. */
+export type PerimeterResult = PerimeterOfFile | PerimeterViolations;
+
+export interface PerimeterViolationItem {
+  uri: string;
+  story?: string;
+  runId?: string;
+  code?: string;
+  message: string;
+}
+
+export interface PerimeterViolations {
+  violations: PerimeterViolationItem[];
+}
+
+/** Exactly one of `runId` (a run to go on with) or `plan` (the newest run of that plan). */
+export interface ResumeArgs {
+  workDoneToken?: number | string;
+  partialResultToken?: number | string;
+  runId?: string;
+  plan?: string;
+}
+
+export interface RunParams {
+  runId: string;
+  epicId: string;
+  status: string;
+  done: number;
+  failed: number;
+  skipped: number;
+  total: number;
+}
+
+export interface RunTotals {
+  tokens?: number;
+  costUsd?: number | null;
+  estimatedTokens?: number;
+  unpricedTokens?: number;
+  budgetUsd?: number | null;
+  requests?: number;
+}
+
+export interface StatusParams {
+  workDoneToken?: number | string;
+  partialResultToken?: number | string;
+}
+
+export interface StatusResult {
+  runs: StatusRun[];
+}
+
+export interface StatusRun {
+  runId: string;
+  epicId: string;
+  status: string;
+  startedAt?: string | null;
+  endedAt?: string | null;
+  plan?: string;
+  epicBranch?: string;
+  lanes: LaneParams[];
+  totals?: RunTotals;
+  clones?: HeldClone[];
+  exclusions?: Exclusion[];
+}
 
 export interface TaskParams {
   runId: string;
@@ -77,104 +269,14 @@ export interface TaskParams {
   clone?: number;
 }
 
-export type CloneState = "leased" | "released" | "excluded" | "resumed";
+export type TaskState = "planned" | "started" | "completed";
 
-export interface CloneParams {
-  runId: string;
-  executor: string;
-  clone?: number;
-  role: string;
-  label?: string;
-  state: CloneState;
-  reason?: string;
-}
-
-export interface CostParams {
-  runId: string;
-  tokens: number;
-  costUsd?: number;
-  estimatedTokens: number;
-  unpricedTokens: number;
-  budgetUsd?: number;
-}
-
-export interface RunTotals {
-  tokens?: number;
-  costUsd?: number | null;
-  estimatedTokens?: number;
-  unpricedTokens?: number;
-  budgetUsd?: number | null;
-  requests?: number;
-}
-
-export interface StatusRun {
-  runId: string;
-  epicId: string;
-  status: string;
-  startedAt?: string | null;
-  endedAt?: string | null;
-  plan?: string;
-  epicBranch?: string;
-  lanes: LaneParams[];
-  totals?: RunTotals;
-  clones?: { executor: string; clone?: number | null; role: string; label?: string | null }[];
-  exclusions?: { executor: string; reason?: string | null; until?: string | null }[];
-}
-
-export interface StatusResult {
-  runs: StatusRun[];
-}
-
-export interface LaunchArgs {
+export interface ValidateArgs {
+  workDoneToken?: number | string;
+  partialResultToken?: number | string;
   plan: string;
-  concurrency?: number;
-  failFast?: boolean;
-  budgetUsd?: number;
-}
-
-export interface LaunchResult {
-  runId: string;
-  epicId: string;
-  epicBranch: string;
-}
-
-export interface CancelResult {
-  runId: string;
-  outcome: string;
 }
 
 export interface ValidateResult {
   violations: string[];
-}
-
-/** `flow/attention` (docs/protocol.md): something needs a person, or no longer does (`cleared`). */
-export interface AttentionParams {
-  runId: string;
-  lane?: string;
-  /** paused, blocked, failed, budget, repaired (a perimeter repair undid changes), cleared. */
-  reason: string;
-  message: string;
-  actions?: string[];
-}
-
-export const ATTENTION = "flow/attention";
-
-/** Answers a pause (docs/protocol.md); servers without pauses do not advertise it. */
-export const ANSWER_COMMAND = "flow.answer";
-
-export interface CostReportParams {
-  runId?: string;
-  since?: string;
-  until?: string;
-  timeZone?: string;
-  format?: "json" | "text" | "markdown";
-}
-
-/**
- * What the extension needs of the server. Implemented over the language client in the editor
- * and over a bare JSON-RPC connection in the wire tests, so command flows are one code path.
- */
-export interface FlowServer {
-  executeCommand<T>(command: string, arg: object): Promise<T>;
-  request<T>(method: string, params: object): Promise<T>;
 }

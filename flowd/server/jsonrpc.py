@@ -1,7 +1,8 @@
 """The JSON-RPC protocol with two repairs over pygls' defaults.
 
 1. `flow/*` requests keep their params as plain JSON (pygls would turn unknown methods' params
-   into namedtuples, mangling keys); handlers validate them with pydantic (`params.py`).
+   into namedtuples, mangling keys); handlers validate them with
+   the declared models (`flowd/protocol/`, through `params.py`).
 2. A request whose params do not fit the LSP type (pygls raises inside its reader loop and never
    answers, leaving the client waiting) is answered with -32602 naming the method.
 3. JSON-RPC's own errors that pygls leaves unanswered: a request with an id that is not a number
@@ -20,9 +21,11 @@ from lsprotocol.types import EXIT, ResponseError
 from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams, JsonRpcInvalidRequest
 from pygls.protocol import LanguageServerProtocol
 
+from flowd import protocol
+
 log = logging.getLogger(__name__)
 
-FLOW_REQUESTS = frozenset({"flow/status", "flow/costReport", "flow/perimeter"})
+FLOW_REQUESTS = frozenset(m.name for m in protocol.REQUESTS)
 
 
 @attrs.define

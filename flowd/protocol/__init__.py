@@ -1,0 +1,87 @@
+"""flowd's custom LSP protocol, declared once (docs/protocol.md).
+
+One `Method` per custom request, `workspace/executeCommand` command and server notification: its
+wire name and the names of its params and result models in `flowd.protocol.models`. This module
+imports no pydantic, so the server can bind its handlers (and answer `initialize`) before any
+model is loaded (docs/performance.md); `Method.params()` / `Method.result()` load them on use.
+
+Everything that names a custom method takes the name from here: the server's bindings
+(`flowd/server/setup.py`), the notifications it sends (`flowd/server/notify.py`), the JSON
+Schema `flowd schema protocol` prints, and through it the extension's generated
+`editors/vscode/src/protocol.ts`; a test checks the Neovim plugin names only these.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+Kind = Literal["command", "request", "notification"]
+
+
+@dataclass(frozen=True)
+class Method:
+    """One custom method: `name` on the wire, its params model, and its result model (requests
+    and commands; `None` for notifications). Models are named, not imported (see above)."""
+
+    name: str
+    kind: Kind
+    params_model: str
+    result_model: str | None = None
+
+    @property
+    def key(self) -> str:
+        """The short name the extension's constants use: `flow.launchEpic` → `launchEpic`."""
+        return self.name.split("/", 1)[-1].split(".", 1)[-1]
+
+    def params(self) -> type[BaseModel]:
+        return _model(self.params_model)
+
+    def result(self) -> type[BaseModel] | None:
+        return _model(self.result_model) if self.result_model else None
+
+
+def _model(name: str) -> type[BaseModel]:
+    from pydantic import BaseModel
+
+    model = getattr(importlib.import_module("flowd.protocol.models"), name)
+    if not (isinstance(model, type) and issubclass(model, BaseModel)):
+        raise TypeError(f"flowd.protocol.models.{name} is not a model")
+    return model
+
+
+# -- commands (`workspace/executeCommand`, one object argument) --------------------------------
+LAUNCH_EPIC = Method("flow.launchEpic", "command", "LaunchArgs", "LaunchResult")
+CANCEL_EPIC = Method("flow.cancelEpic", "command", "CancelArgs", "CancelResult")
+RESUME_EPIC = Method("flow.resumeEpic", "command", "ResumeArgs", "LaunchResult")
+VALIDATE_PLAN = Method("flow.validatePlan", "command", "ValidateArgs", "ValidateResult")
+
+# -- requests (client → server) ----------------------------------------------------------------
+STATUS = Method("flow/status", "request", "StatusParams", "StatusResult")
+COST_REPORT = Method("flow/costReport", "request", "CostReportParams", "CostReportResult")
+PERIMETER = Method("flow/perimeter", "request", "PerimeterParams", "PerimeterResult")
+
+# -- notifications (server → client) -----------------------------------------------------------
+RUN = Method("flow/run", "notification", "RunParams")
+LANE = Method("flow/lane", "notification", "LaneParams")
+TASK = Method("flow/task", "notification", "TaskParams")
+CLONE = Method("flow/clone", "notification", "CloneParams")
+COST = Method("flow/cost", "notification", "CostParams")
+ATTENTION = Method("flow/attention", "notification", "AttentionParams")
+
+COMMANDS = (LAUNCH_EPIC, CANCEL_EPIC, RESUME_EPIC, VALIDATE_PLAN)
+REQUESTS = (STATUS, COST_REPORT, PERIMETER)
+NOTIFICATIONS = (RUN, LANE, TASK, CLONE, COST, ATTENTION)
+METHODS = (*COMMANDS, *REQUESTS, *NOTIFICATIONS)
+BY_NAME = {m.name: m for m in METHODS}
+
+# Names docs/protocol.md reserves for pausing and answering, which this server does not serve
+# yet: clients may probe for them (the Neovim plugin checks the server's command list first).
+RESERVED = ("flow.answer", "flow.addRevision")
+
+# The statuses a run ends with (`RunEnded.outcome`); any other run status means it is going on.
+RUN_OUTCOMES = ("done", "failed", "cancelled", "halted")

@@ -1,0 +1,273 @@
+"""The shapes of flowd's custom protocol (docs/protocol.md), one pydantic model each.
+
+Python names are snake_case, the wire camelCase (`WireModel`). A model's class name is also its
+TypeScript name in the generated `editors/vscode/src/protocol.ts`. Params a client sends are
+strict (an unknown key is a typo worth a -32602); shapes the server sends are strict too, so a
+misspelt field fails where it is built rather than reaching the editor.
+
+`Optional` fields are absent on the wire when unset, except those made with `nullable()`, which
+`flow/status` sends as `null` (the generated TypeScript says `| null` only for those).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import ConfigDict, Field, RootModel, model_validator
+from pydantic.alias_generators import to_camel
+
+from flowd.wire import WireModel
+
+_STRICT = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", defer_build=True)
+
+
+def nullable() -> Any:
+    """A field `flow/status` sends as `null` when unknown (rather than leaving it out)."""
+    return Field(default=None, json_schema_extra={"nullable": True})
+
+
+class Shape(WireModel):
+    """What the server sends: a notification's params or a request's result."""
+
+    model_config = _STRICT
+
+
+class Params(WireModel):
+    """What a client sends. LSP's generic progress tokens are accepted on every request."""
+
+    model_config = _STRICT
+
+    work_done_token: int | str | None = None
+    partial_result_token: int | str | None = None
+
+
+# -- commands ----------------------------------------------------------------------------------
+class LaunchArgs(Params):
+    plan: str = Field(min_length=1)
+    concurrency: int | None = Field(default=None, ge=1)
+    fail_fast: bool | None = None
+    budget_usd: float | None = Field(default=None, gt=0)
+
+
+class LaunchResult(Shape):
+    run_id: str
+    epic_id: str
+    epic_branch: str
+
+
+class CancelArgs(Params):
+    run_id: str = Field(min_length=1)
+
+
+class CancelResult(Shape):
+    run_id: str
+    outcome: str
+
+
+class ResumeArgs(Params):
+    """Exactly one of `runId` (a run to go on with) or `plan` (the newest run of that plan)."""
+
+    run_id: str | None = Field(default=None, min_length=1)
+    plan: str | None = Field(default=None, min_length=1)
+
+    @model_validator(mode="after")
+    def _one_of(self) -> ResumeArgs:
+        if (self.run_id is None) == (self.plan is None):
+            raise ValueError("give exactly one of runId or plan")
+        return self
+
+
+class ValidateArgs(Params):
+    plan: str = Field(min_length=1)
+
+
+class ValidateResult(Shape):
+    violations: list[str]
+
+
+# -- notifications -----------------------------------------------------------------------------
+class RunParams(Shape):
+    run_id: str
+    epic_id: str
+    status: str
+    done: int
+    failed: int
+    skipped: int
+    total: int
+
+
+class LaneTask(Shape):
+    index: int
+    count: int
+    title: str
+
+
+class LaneParams(Shape):
+    run_id: str
+    lane: str
+    title: str
+    status: str
+    executor: str | None = None
+    clone: int | None = None
+    task: LaneTask | None = None
+    tokens: int
+    cost_usd: float | None = None
+    estimated: bool
+    reason: str | None = None
+    # Not sent by this server; clients use them when a server does (docs/protocol.md).
+    worktree: str | None = None
+    branch: str | None = None
+
+
+class TaskState(StrEnum):
+    PLANNED = "planned"
+    STARTED = "started"
+    COMPLETED = "completed"
+
+
+class TaskParams(Shape):
+    run_id: str
+    lane: str
+    index: int
+    count: int
+    title: str
+    state: TaskState
+    satisfies: list[int] | None = None
+    parallel: bool | None = None
+    executor: str | None = None
+    clone: int | None = None
+
+
+class CloneState(StrEnum):
+    LEASED = "leased"
+    RELEASED = "released"
+    EXCLUDED = "excluded"
+    RESUMED = "resumed"
+
+
+class CloneParams(Shape):
+    run_id: str
+    executor: str
+    clone: int | None = None
+    role: str
+    label: str | None = None
+    state: CloneState
+    reason: str | None = None
+    until: str | None = None
+
+
+class CostParams(Shape):
+    run_id: str
+    tokens: int
+    cost_usd: float | None = None
+    estimated_tokens: int
+    unpriced_tokens: int
+    budget_usd: float | None = None
+
+
+class AttentionParams(Shape):
+    """`flow/attention`: something needs a person, or no longer does (`cleared`).
+
+    `reason`: paused, blocked, failed, budget, repaired (a perimeter repair undid changes), cleared.
+    The server always sends `actions` (empty when there is nothing to answer)."""
+
+    run_id: str
+    lane: str | None = None
+    reason: str
+    message: str
+    actions: list[str] = Field(default_factory=list)
+    paths: list[str] | None = None
+
+
+# -- requests ----------------------------------------------------------------------------------
+class StatusParams(Params):
+    pass
+
+
+class RunTotals(Shape):
+    tokens: int | None = None
+    cost_usd: float | None = nullable()
+    estimated_tokens: int | None = None
+    unpriced_tokens: int | None = None
+    budget_usd: float | None = nullable()
+    requests: int | None = None
+
+
+class HeldClone(Shape):
+    executor: str
+    clone: int | None = nullable()
+    role: str
+    label: str | None = nullable()
+
+
+class Exclusion(Shape):
+    executor: str
+    reason: str | None = nullable()
+    until: str | None = nullable()
+
+
+class StatusRun(Shape):
+    run_id: str
+    epic_id: str
+    status: str
+    started_at: str | None = nullable()
+    ended_at: str | None = nullable()
+    plan: str | None = None
+    epic_branch: str | None = None
+    lanes: list[LaneParams]
+    totals: RunTotals | None = None
+    clones: list[HeldClone] | None = None
+    exclusions: list[Exclusion] | None = None
+
+
+class StatusResult(Shape):
+    runs: list[StatusRun]
+
+
+class CostReportParams(Params):
+    run_id: str | None = None
+    since: str | None = None
+    until: str | None = None
+    time_zone: str | None = None
+    format: Literal["json", "text", "markdown"] = "json"
+
+
+class CostReportResult(Shape):
+    """The cost report of `flowd cost --json` (docs/cost.md), or `{text}` for text and markdown."""
+
+    model_config = ConfigDict(extra="allow")
+
+    text: str | None = None
+
+
+class PerimeterParams(Params):
+    uri: str | None = Field(default=None, min_length=1)
+
+
+class PerimeterOwner(Shape):
+    story: str
+    run_id: str | None = None
+    status: str | None = None
+
+
+class PerimeterOfFile(Shape):
+    path: str
+    owner: PerimeterOwner | None = None
+    shared_read_only_by: list[str]
+
+
+class PerimeterViolationItem(Shape):
+    uri: str
+    story: str | None = None
+    run_id: str | None = None
+    code: str | None = None
+    message: str
+
+
+class PerimeterViolations(Shape):
+    violations: list[PerimeterViolationItem]
+
+
+class PerimeterResult(RootModel[PerimeterOfFile | PerimeterViolations]):
+    """With `uri`: who owns that file; without: every perimeter diagnostic now shown."""

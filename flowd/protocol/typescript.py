@@ -1,0 +1,161 @@
+"""TypeScript of the protocol, rendered from its JSON Schema (`flowd schema protocol`).
+
+`python -m flowd.protocol.typescript [--check] PATH` writes (or, with `--check`, compares) the
+extension's `editors/vscode/src/protocol.ts`; `editors/vscode/scripts/protocol.mjs` runs it in the
+extension's build and test, and `tests/server/test_protocol_decl.py` fails when the committed file
+differs from what the declaration renders.
+
+Names: `Commands`, `Requests` and `Notifications` map short names to wire names, and each method
+is also a constant named as in `flowd.protocol` (`LAUNCH_EPIC`, `ATTENTION`); a reserved command
+is `<NAME>_COMMAND` (`ANSWER_COMMAND`). Types: a model becomes an interface of the same name, a string enum a union of literals, a root
+union a type alias. A field that may be left out is optional (`?`); `null` is kept only where the
+schema says the server sends it (`nullable`, see `flowd.protocol.models`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+HEADER = """\
+// GENERATED from `flowd schema protocol` by flowd/protocol/typescript.py: do not edit by hand.
+// Regenerate: `node scripts/protocol.mjs` (run by the extension's build and test scripts).
+// flowd's custom LSP protocol (docs/protocol.md), as the extension sees it. Every optional
+// field may be absent on the wire: the server omits defaults and unknowns.
+"""
+
+TRAILER = """\
+export function isRunActive(status: string): boolean {
+  return !(RUN_OUTCOMES as readonly string[]).includes(status);
+}
+
+/**
+ * What the extension needs of the server. Implemented over the language client in the editor
+ * and over a bare JSON-RPC connection in the wire tests, so command flows are one code path.
+ */
+export interface FlowServer {
+  executeCommand<T>(command: string, arg: object): Promise<T>;
+  request<T>(method: string, params: object): Promise<T>;
+}
+"""
+
+
+def _key(name: str) -> str:
+    return name.split("/", 1)[-1].split(".", 1)[-1]
+
+
+def _screaming(name: str) -> str:
+    """`flow.launchEpic` → `LAUNCH_EPIC`, the name `flowd.protocol` gives it in Python."""
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", _key(name)).upper()
+
+
+def _names(const: str, methods: dict[str, Any]) -> str:
+    lines = [f'  {_key(name)}: "{name}",' for name in methods]
+    singles = [f'export const {_screaming(name)} = "{name}";' for name in methods]
+    return "\n".join([f"export const {const} = {{", *lines, "} as const;", *singles, ""])
+
+
+def _reserved(names: list[str]) -> str:
+    singles = [f'export const {_screaming(name)}_COMMAND = "{name}";' for name in names]
+    doc = "/** Names reserved for pausing and answering, not served yet: clients may probe for them. */"
+    return "\n".join([doc, f"export const Reserved = {json.dumps(names)} as const;", *singles, ""])
+
+
+def _type(schema: dict[str, Any], *, keep_null: bool = True) -> str:
+    if "$ref" in schema:
+        return str(schema["$ref"]).rsplit("/", 1)[-1]
+    if "enum" in schema:
+        return " | ".join(json.dumps(v) for v in schema["enum"])
+    if "const" in schema:
+        return json.dumps(schema["const"])
+    if "anyOf" in schema:
+        parts = [s for s in schema["anyOf"] if keep_null or s.get("type") != "null"]
+        return " | ".join(dict.fromkeys(_type(s) for s in parts))
+    kind = schema.get("type")
+    if kind == "array":
+        item = _type(schema.get("items", {}))
+        return f"({item})[]" if " | " in item else f"{item}[]"
+    simple = {
+        "string": "string",
+        "integer": "number",
+        "number": "number",
+        "boolean": "boolean",
+        "null": "null",
+    }
+    if isinstance(kind, str) and kind in simple:
+        return simple[kind]
+    return "Record<string, unknown>" if kind == "object" else "unknown"
+
+
+def _doc(text: str | None, indent: str = "") -> list[str]:
+    if not text:
+        return []
+    lines = [line.strip() for line in text.strip().splitlines()]
+    if len(lines) == 1:
+        return [f"{indent}/** {lines[0]} */"]
+    return [f"{indent}/**", *(f"{indent} * {line}".rstrip() for line in lines), f"{indent} */"]
+
+
+def _declaration(name: str, schema: dict[str, Any]) -> list[str]:
+    doc = _doc(schema.get("description"))
+    if "enum" in schema or "anyOf" in schema:
+        return [*doc, f"export type {name} = {_type(schema)};", ""]
+    required = set(schema.get("required", []))
+    lines = [*doc, f"export interface {name} {{"]
+    for field, prop in schema.get("properties", {}).items():
+        optional = field not in required
+        text = _type(prop, keep_null=not optional or bool(prop.get("nullable")))
+        lines.append(f"  {field}{'?' if optional else ''}: {text};")
+    if schema.get("additionalProperties") is True:
+        lines.append("  [key: string]: unknown;")
+    return [*lines, "}", ""]
+
+
+def render(schema: dict[str, Any]) -> str:
+    """protocol.ts from the document `flowd schema protocol` prints."""
+    out = [HEADER]
+    out.append(_names("Commands", schema["commands"]))
+    out.append(_names("Requests", schema["requests"]))
+    out.append(_names("Notifications", schema["notifications"]))
+    out.append(_reserved(schema["reserved"]))
+    out.append(
+        "/** Outcomes a run ends with (RunEnded.outcome); any other run status means it is still going. */"
+    )
+    out.append(f"export const RUN_OUTCOMES = {json.dumps(schema['runOutcomes'])} as const;\n")
+    out.append(TRAILER)
+    for name, definition in schema["$defs"].items():
+        out.append("\n".join(_declaration(name, definition)))
+    return "\n".join(out).rstrip("\n") + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    from flowd.schema import protocol_schema
+
+    parser = argparse.ArgumentParser(description="write or check the extension's protocol.ts")
+    parser.add_argument("path", type=Path, help="the protocol.ts to write or check")
+    parser.add_argument("--check", action="store_true", help="exit 1 if PATH differs; write nothing")
+    args = parser.parse_args(argv)
+    text = render(protocol_schema())
+    before = args.path.read_text(encoding="utf-8") if args.path.is_file() else ""
+    if before == text:
+        print(f"protocol: {args.path} is up to date")
+        return 0
+    if args.check:
+        print(
+            f"protocol: {args.path} differs from `flowd schema protocol`; run scripts/protocol.mjs",
+            file=sys.stderr,
+        )
+        return 1
+    tmp = args.path.with_name(args.path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(args.path)
+    print(f"protocol: wrote {args.path} from `flowd schema protocol`")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,60 @@
+"""The server's features, one class each, bound to LSP methods in `flowd/server/setup.py`.
+
+| module | feature |
+| --- | --- |
+| `plans.py` | plan diagnostics (`plan.*`) and resolving `plan` arguments |
+| `owned.py` | the `perimeter.ownedByRunningStory` warning on the user's files |
+| `perimeter.py` | perimeter and `task.owns` diagnostics from story worktrees; `flow/perimeter` |
+| `notifications.py` | the `flow/*` notifications of each run, and `flow/status` |
+| `progress.py` | one work-done progress (`$/progress`) per run |
+| `commands.py` | `flow.launchEpic`, `flow.cancelEpic`, `flow.resumeEpic`, `flow.validatePlan` |
+| `cost.py` | `flow/costReport` |
+
+A feature reads and changes the shared state on `FlowServer` and hears the server's lifecycle
+and each run's life through the hooks below (all no-ops by default).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from pygls.uris import to_fs_path
+
+if TYPE_CHECKING:
+    from flowd.events import Envelope
+    from flowd.gitops import Repo
+    from flowd.server.app import FlowServer
+    from flowd.server.runs import Tracked
+
+
+RUNNING = ("active",)  # lane statuses whose worktree an agent is writing in
+
+
+def checkout_path(repo: Repo | None, uri: str) -> str | None:
+    """The repository path of a file in the user's checkout (None outside it, or in `.flow/`)."""
+    path_text = to_fs_path(uri)
+    if repo is None or not path_text:
+        return None
+    try:
+        rel = Path(path_text).resolve().relative_to(repo.root).as_posix()
+    except ValueError:
+        return None
+    return None if rel == "." or rel.startswith(".flow/") else rel
+
+
+class Feature:
+    def __init__(self, server: FlowServer) -> None:
+        self.server = server
+
+    async def started(self) -> None:
+        """The repository is known and its runs re-attached (before requests are answered)."""
+
+    def run_attached(self, run: Tracked) -> None:
+        """A run that is going on was folded: its present state can be shown."""
+
+    def run_event(self, run: Tracked, envelope: Envelope) -> None:
+        """One new event of a live run, already folded into `run.view`."""
+
+    def run_ended(self, run: Tracked) -> None:
+        """A live run is over (RunEnded, run.json closed, or its process died)."""

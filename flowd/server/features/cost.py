@@ -1,0 +1,35 @@
+"""`flow/costReport`: the cost report of `flowd cost` (docs/cost.md), as JSON or `{text}`."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+from pygls.exceptions import JsonRpcInvalidParams
+
+from flowd import protocol
+from flowd.errors import InputError
+from flowd.server.features import Feature
+
+if TYPE_CHECKING:
+    from flowd.protocol.models import CostReportParams
+
+
+class CostReport(Feature):
+    async def report(self, p: CostReportParams) -> dict[str, Any]:
+        from flowd.cost.cli import cost_report_for
+
+        repo = self.server.need_repo()
+        try:
+            report = await asyncio.to_thread(
+                cost_report_for,
+                repo.root,
+                run_id=p.run_id,
+                since=p.since,
+                until=p.until,
+                time_zone=p.time_zone,
+                fmt=p.format,
+            )
+        except InputError as exc:
+            raise JsonRpcInvalidParams(f"{protocol.COST_REPORT.name}: {exc}")
+        return {"text": report} if isinstance(report, str) else report

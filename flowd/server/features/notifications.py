@@ -1,0 +1,54 @@
+"""The `flow/*` notifications of each live run (built in `flowd/server/notify.py`, paced by the
+server's `Pacer`), and `flow/status`, the same views on request (docs/protocol.md)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from flowd.server.features import Feature
+from flowd.server.notify import cost_note, notes_for, run_note, snapshot
+
+if TYPE_CHECKING:
+    from flowd.events import Envelope
+    from flowd.server.notify import Note
+    from flowd.server.runs import Tracked
+    from flowd.view import RunView
+
+
+def notes_for_end(view: RunView) -> list[Note]:
+    """The closing notifications of a run that ended without a RunEnded event (killed)."""
+    return [cost_note(view, transition=True), run_note(view)]
+
+
+class RunNotifications(Feature):
+    def _offer(self, notes: list[Note]) -> None:
+        for note in notes:
+            self.server.pacer.offer(note)
+
+    def run_attached(self, run: Tracked) -> None:
+        self._offer(snapshot(run.view))
+
+    def run_event(self, run: Tracked, envelope: Envelope) -> None:
+        from flowd.events import RunEnded
+
+        self._offer(notes_for(run.view, envelope.event))
+        if isinstance(envelope.event, RunEnded):
+            run.end_notified = True
+
+    def run_ended(self, run: Tracked) -> None:
+        if not run.end_notified:
+            self._offer(notes_for_end(run.view))
+        run_id = run.run_id
+        self.server.pacer.forget(lambda key: isinstance(key, tuple) and len(key) > 1 and key[1] == run_id)
+
+    def status(self) -> dict[str, Any]:
+        """`flow/status`: every run followed, newest state, as `flowd status --json` shows it."""
+        runs = self.server.runs
+        if runs is None:
+            return {"runs": []}
+        out = []
+        for run in runs.ordered():
+            wire = run.view.status_wire()
+            wire["startedAt"] = wire.get("startedAt") or run.record.started_at
+            out.append(wire)
+        return {"runs": out}

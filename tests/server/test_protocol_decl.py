@@ -1,0 +1,164 @@
+"""The protocol is declared once (`flowd.protocol`): the server, `flowd schema protocol`, the
+extension's generated `protocol.ts` and the Neovim plugin all follow that declaration."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from flowd import protocol
+from flowd.events import (
+    BudgetExceeded,
+    Envelope,
+    Event,
+    ExecutorExcluded,
+    ExecutorLeased,
+    ExecutorReleased,
+    ExecutorResumed,
+    PerimeterPath,
+    PerimeterViolation,
+    PlannedTask,
+    RunEnded,
+    RunStarted,
+    StoryStatusChanged,
+    TaskCompleted,
+    TasksPlanned,
+    TaskStarted,
+    TokensUsed,
+    Usage,
+)
+from flowd.protocol.typescript import render
+from flowd.schema import protocol_schema
+from flowd.server.notify import Note, notes_for, snapshot
+from flowd.view import RunView
+
+ROOT = Path(__file__).resolve().parents[2]
+PROTOCOL_TS = ROOT / "editors" / "vscode" / "src" / "protocol.ts"
+METHOD_NAME = re.compile(r"""["'](flow[/.][A-Za-z]+)["']""")
+
+# What the extension imported from the hand-written protocol.ts before it was generated (the
+# last three were added by the editor work on flow/attention and flow.answer).
+EXTENSION_IMPORTS = (
+    "Commands", "Requests", "Notifications", "RUN_OUTCOMES", "isRunActive", "RunParams", "LaneTask",
+    "LaneParams", "TaskState", "TaskParams", "CloneState", "CloneParams", "CostParams", "RunTotals",
+    "StatusRun", "StatusResult", "LaunchArgs", "LaunchResult", "CancelResult", "ValidateResult",
+    "CostReportParams", "FlowServer", "AttentionParams", "ATTENTION", "ANSWER_COMMAND",
+)  # fmt: skip
+
+
+def test_the_committed_protocol_ts_is_what_the_declaration_renders() -> None:
+    committed = PROTOCOL_TS.read_text(encoding="utf-8")
+    assert committed == render(protocol_schema()), (
+        "editors/vscode/src/protocol.ts has drifted from flowd.protocol: "
+        "run `node editors/vscode/scripts/protocol.mjs` and commit the result"
+    )
+
+
+def test_the_generator_check_fails_on_a_drifted_copy_and_leaves_it_alone(tmp_path: Path) -> None:
+    copy = tmp_path / "protocol.ts"
+    drifted = PROTOCOL_TS.read_text(encoding="utf-8").replace("  epicBranch: string;\n", "", 1)
+    copy.write_text(drifted, encoding="utf-8")
+    argv = [sys.executable, "-m", "flowd.protocol.typescript", "--check", str(copy)]
+    checked = subprocess.run(argv, capture_output=True, text=True)
+    assert checked.returncode == 1
+    assert "differs from `flowd schema protocol`" in checked.stderr
+    assert copy.read_text(encoding="utf-8") == drifted
+    written = subprocess.run([*argv[:3], str(copy)], capture_output=True, text=True)
+    assert written.returncode == 0, written.stderr
+    assert copy.read_text(encoding="utf-8") == PROTOCOL_TS.read_text(encoding="utf-8")
+    assert [p.name for p in tmp_path.iterdir()] == ["protocol.ts"]  # no temp file left behind
+
+
+def test_the_generated_ts_exports_everything_the_extension_imported() -> None:
+    text = PROTOCOL_TS.read_text(encoding="utf-8")
+    exported = set(re.findall(r"^export (?:const|function|interface|type) (\w+)", text, re.M))
+    assert set(EXTENSION_IMPORTS) <= exported, sorted(set(EXTENSION_IMPORTS) - exported)
+    for method in protocol.METHODS:
+        assert f'  {method.key}: "{method.name}",' in text
+
+
+def test_flowd_schema_protocol_names_every_method_with_resolvable_shapes() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "flowd", "schema", "protocol"], capture_output=True, text=True, check=True
+    )
+    schema = json.loads(out.stdout)
+    sections = {"command": "commands", "request": "requests", "notification": "notifications"}
+    for method in protocol.METHODS:
+        shapes = schema[sections[method.kind]][method.name]
+        refs = [shapes["params"]["$ref"], *([shapes["result"]["$ref"]] if method.result_model else [])]
+        for ref in refs:
+            assert ref.removeprefix("#/$defs/") in schema["$defs"], ref
+    assert schema["$defs"]["ResumeArgs"]["additionalProperties"] is False
+    assert schema["runOutcomes"] == list(protocol.RUN_OUTCOMES)
+
+
+def test_no_module_outside_the_declaration_spells_a_method_name() -> None:
+    found = []
+    for path in sorted((ROOT / "flowd").rglob("*.py")):
+        if path.parent.name == "protocol" and path.parent.parent.name == "flowd":
+            continue
+        found += [f"{path.relative_to(ROOT)}: {m}" for m in METHOD_NAME.findall(path.read_text())]
+    assert found == []
+
+
+def test_the_neovim_plugin_uses_only_declared_names_and_handles_every_notification() -> None:
+    lua = "\n".join(p.read_text() for p in sorted((ROOT / "editors" / "nvim").rglob("*.lua")))
+    named = set(METHOD_NAME.findall(lua))
+    assert named, "the pattern finds the plugin's method names"
+    assert named <= set(protocol.BY_NAME) | set(protocol.RESERVED), sorted(
+        named - set(protocol.BY_NAME) - set(protocol.RESERVED)
+    )
+    for method in protocol.NOTIFICATIONS:
+        assert f'handlers["{method.name}"]' in lua
+
+
+def _feed(view: RunView, events: list[Event]) -> list[Note]:
+    notes: list[Note] = []
+    for seq, event in enumerate(events, start=view.last_seq + 1):
+        view.apply(Envelope(seq=seq, at="2026-01-01T00:00:00.000Z", run_id=view.run_id, event=event))
+        notes += notes_for(view, event)
+    return notes
+
+
+def test_every_notification_sent_fits_its_declared_model_exactly() -> None:
+    view = RunView(run_id="r")
+    usage = Usage(input=10, output=5, total=15, cost_usd=0.01)
+    notes = _feed(
+        view,
+        [
+            RunStarted(
+                epic_id="e", epic_branch="epic/e", plan="p", stories=["a"], concurrency=1, budget_usd=2.0
+            ),
+            StoryStatusChanged(story="a", status="active"),
+            ExecutorLeased(executor="demo", clone=1, role="coder", label="a"),
+            TasksPlanned(lane="a", tasks=[PlannedTask(title="one", satisfies=[1]), PlannedTask(title="two")]),
+            TaskStarted(lane="a", index=1, count=2, title="one", satisfies=[1], executor="demo", clone=1),
+            TokensUsed(lane="a", agent="coder", usage=usage),
+            TaskCompleted(lane="a", index=1, count=2, title="one"),
+            ExecutorExcluded(executor="other", reason="usage limit", until="2026-01-01T01:00:00.000Z"),
+            ExecutorResumed(executor="other", reason="limit over"),
+            PerimeterViolation(
+                lane="a", paths=[PerimeterPath(path="x.txt", kind="outside")], action="restored"
+            ),
+            ExecutorReleased(executor="demo", clone=1, role="coder", label="a"),
+            BudgetExceeded(scope="epic", limit_usd=2.0, spent_usd=2.5),
+            RunEnded(outcome="done", done=1, failed=0, skipped=0),
+        ],
+    )
+    notes += snapshot(view)
+    sent = {note.method for note in notes}
+    assert sent == {m.name for m in protocol.NOTIFICATIONS}
+    for note in notes:
+        model = protocol.BY_NAME[note.method].params()
+        assert model.model_validate(note.params).model_dump(
+            mode="json", by_alias=True, exclude_none=True
+        ) == (note.params)
+    # flow/status sends the same lanes and totals (with nulls where unknown): it fits StatusRun.
+    from flowd.protocol.models import StatusRun
+
+    status = StatusRun.model_validate(view.status_wire())
+    assert [lane.lane for lane in status.lanes] == ["a"]
+    assert status.totals is not None and status.totals.budget_usd == 2.0
