@@ -14,6 +14,7 @@ from acp import RequestError
 
 from flowd.agents.acp_client import AcpExecutor
 from flowd.agents.base import AgentError, ToolCall
+from flowd.trace import pid_alive
 
 from .conftest import request
 
@@ -72,12 +73,7 @@ async def test_turn_writes_files_and_returns_reply_usage_and_tool_calls(
 
 
 def _alive(pid: int) -> bool:
-    # A zombie awaiting its reaper counts as gone.
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
+    return pid_alive(pid)  # a zombie awaiting its reaper counts as gone
 
 
 async def test_cumulative_cost_becomes_per_turn_delta_in_one_session(

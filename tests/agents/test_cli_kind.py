@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
@@ -18,6 +17,7 @@ import pytest
 from flowd.agents.base import AgentError, FlowdMeta, ToolCall, TurnRequest
 from flowd.agents.cli_kind import CliExecutor, CliTurn, build_argv, fold_line
 from flowd.config import ExecutorSpec
+from flowd.trace import pid_alive  # a zombie (killed, not yet reaped by init) is not running
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "agents"
 REPLAY = FIXTURES / "replay.py"
@@ -45,14 +45,6 @@ def turn(
         turn_timeout_s=timeout,
         stall_timeout_s=stall,
     )
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 async def test_claude_stream_gives_text_tools_and_usage_with_cache_and_cost(

@@ -7,7 +7,8 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
+
+from flowd.trace import pid_alive
 
 # A stand-in for flowd: starts `sh` (which starts a `sleep`) under the reaper, prints the pids.
 PARENT = """
@@ -23,11 +24,7 @@ time.sleep(300)
 
 
 def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
+    return pid_alive(pid)  # a zombie awaiting its reaper counts as gone
 
 
 def _gone(pids: list[int], seconds: float = 10.0) -> bool:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from flowd.events import Envelope
-from flowd.trace import read_trace, trace_path
+from flowd.trace import pid_alive, read_trace, trace_path
 
 FLOWD = [sys.executable, "-m", "flowd"]
 ROOT = Path(__file__).resolve().parents[2]
@@ -267,15 +267,7 @@ def descendants(pid: int) -> set[int]:
 
 
 def alive(pids: set[int]) -> set[int]:
-    left = set()
-    for pid in pids:
-        try:
-            state = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if state != "Z":
-            left.add(pid)
-    return left
+    return {pid for pid in pids if pid_alive(pid)}  # zombies awaiting init count as gone
 
 
 def wait_gone(pids: set[int], seconds: float = 10.0) -> set[int]:
