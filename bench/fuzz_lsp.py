@@ -7,7 +7,7 @@ of: bad Content-Length framing, bodies that are not JSON (or not objects), wrong
 methods, huge and deeply nested params, path-traversal URIs and plan arguments to `flow/perimeter`
 and the `flow.*` commands. After each batch a valid `flow/status` must still be answered. A
 request with an id and a known shape must get a response: unknown methods -32601, bad params
--32602 (contract §6). At the end, `shutdown`, then requests (answered with an error: -32600, as the
+-32602 (docs/protocol.md). At the end, `shutdown`, then requests (answered with an error: -32600, as the
 LSP says after shutdown), then `exit`: the server must end with code 0, and no run may have been
 launched and no file written outside the repository.
 

@@ -1,4 +1,4 @@
-"""The `flowd` command line (contract §5): argument parsing and dispatch only.
+"""The `flowd` command line (docs/running.md): argument parsing and dispatch only.
 
 Each command lives in the module of its concept and is named here by import path, so this file
 stays a table. A command function takes the parsed arguments and returns the exit code; a

@@ -37,7 +37,7 @@ class PriceOverride(StrictWireModel):
 
 
 class Settings(StrictWireModel):
-    """`.flow/config.toml` (contract §2.3). Every key is optional."""
+    """`.flow/config.toml` (docs/running.md). Every key is optional."""
 
     concurrency: int = Field(default=3, ge=1, le=64)
     task_concurrency: int = Field(default=1, ge=1, le=16)
@@ -51,7 +51,7 @@ class Settings(StrictWireModel):
     worktree_root: str | None = None
     time_zone: str | None = None
     prices: dict[str, PriceOverride] = Field(default_factory=dict)
-    # Not in the contract's example; documented in docs/running.md.
+    # Documented in docs/running.md.
     turn_timeout_s: float = Field(default=1800.0, gt=0)
     stall_timeout_s: float = Field(default=600.0, gt=0)
     gate_timeout_s: float = Field(default=1800.0, gt=0)
@@ -68,7 +68,7 @@ class Settings(StrictWireModel):
 
 
 class ExecutorSpec(StrictWireModel):
-    """One `[[executors]]` entry of the roster (contract §2.2)."""
+    """One `[[executors]]` entry of the roster (docs/roster.md)."""
 
     id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
     kind: ExecutorKind

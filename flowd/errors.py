@@ -1,4 +1,4 @@
-"""Errors a user sees: one sentence, a file or field named, an exit code from the contract (§5)."""
+"""Errors a user sees: one sentence, a file or field named, an exit code from docs/running.md."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The event union of the trace (contract §4) and its envelope.
+"""The event union of the trace (docs/trace.md) and its envelope.
 
 Events are pydantic models discriminated on `type`. Readers skip lines they cannot parse and types
 they do not know (`parse_line` returns None for both), so old readers survive new writers.
@@ -58,7 +58,7 @@ class RunStarted(WireModel):
     plan: str
     stories: list[str]
     concurrency: int
-    # Not in the contract's table but useful to every view; readers must not require them.
+    # Useful to every view, yet optional: readers must not require them (docs/trace.md).
     titles: dict[str, str] | None = None
     budget_usd: float | None = None
 

@@ -83,7 +83,7 @@ def task_owns_violations(changed: Iterable[str], owns: list[str]) -> list[str]:
     return out
 
 
-# --- Paths named in prose: stray task detection (reference §1.5, §2.7) -------------------------
+# --- Paths named in prose: stray task detection (docs/prompts.md) -------------------------
 
 _TOKEN = re.compile(r"[A-Za-z0-9_.@/\\-]+")
 _FILE_LIKE = re.compile(r"\.[A-Za-z0-9]{1,5}$")

@@ -1,4 +1,4 @@
-"""Reading what each role answers (contract §3.1).
+"""Reading what each role answers (docs/prompts.md).
 
 Agents are models: they wrap JSON in prose or fences, vary severity words, and decorate their last
 line. These parsers accept what is unambiguous and otherwise raise `ReplyParseError` with a

@@ -1,4 +1,4 @@
-"""Times on the wire and in files: ISO-8601 UTC with milliseconds and `Z` (contract, preamble)."""
+"""Times on the wire and in files: ISO-8601 UTC with milliseconds and `Z` (docs/trace.md)."""
 
 from __future__ import annotations
 

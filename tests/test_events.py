@@ -71,3 +71,22 @@ def test_readers_skip_garbage_and_unknown_types() -> None:
     assert (
         parse_line(json.dumps({"v": 1, "seq": 1, "at": "x", "runId": "r", "event": {"type": "Info"}})) is None
     )
+
+
+def test_every_event_type_is_documented_with_its_fields() -> None:
+    """docs/trace.md is the reader's list of events: every type and every field is in it."""
+    import re
+    from pathlib import Path
+
+    from flowd import events
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "trace.md").read_text(encoding="utf-8")
+    rows = {m.group(1): m.group(0) for m in re.finditer(r"^\| `(\w+)`.*$", doc, flags=re.M)}
+    for name in EVENT_TYPES:
+        row = next((line for line in rows.values() if f"`{name}`" in line), None)
+        assert row is not None, f"docs/trace.md does not list {name}"
+        model = getattr(events, name)
+        for field in model.model_fields.values():
+            wire = field.alias or field.serialization_alias
+            if wire and wire != "type":
+                assert f"`{wire}" in row, f"docs/trace.md: {name} lacks {wire}"

@@ -1,4 +1,4 @@
-"""`AcpExecutor`: one clone's connection to an ACP agent process (contract §3, reference acp-agents.md).
+"""`AcpExecutor`: one clone's connection to an ACP agent process (docs/roster.md, docs/scripted-agent.md).
 
 The process is started on the first turn and reused; a new session opens when the working
 directory changes or the process was restarted. A turn is `session/prompt` carrying

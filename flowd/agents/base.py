@@ -44,7 +44,7 @@ class AgentError(Exception):
 
 
 class FlowdMeta(WireModel):
-    """`_meta.flowd` on every `session/prompt` (contract §3)."""
+    """`_meta.flowd` on every `session/prompt` (docs/scripted-agent.md)."""
 
     role: str
     run_id: str

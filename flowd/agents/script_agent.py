@@ -1,4 +1,4 @@
-"""`flowd agent script --script FILE`: a real ACP agent process that follows a script (contract §3).
+"""`flowd agent script --script FILE`: a real ACP agent process that follows a script (docs/scripted-agent.md).
 
 It speaks ACP over stdio through the `acp` SDK exactly like a model-backed agent would: live
 `agent_message_chunk` and `tool_call` updates, permission requests before touching files or
@@ -84,7 +84,7 @@ def _parse(text: str) -> dict[str, Any]:
 
 
 def default_reply(role: str | None, story: str | None, epic_id: str | None) -> str:
-    """What the agent answers when no rule matches (contract §3)."""
+    """What the agent answers when no rule matches (docs/scripted-agent.md)."""
     if role == "planner":
         title = story or epic_id or "work"
         return json.dumps({"tasks": [{"title": title, "description": f"Do {title}.\nDepends on: none"}]})

@@ -1,4 +1,4 @@
-"""The scripted agent's script file (contract §3): models, loading and rule matching.
+"""The scripted agent's script file (docs/scripted-agent.md): models, loading and rule matching.
 
 Pure: nothing here touches processes. `flowd schema script` prints `Script`'s JSON Schema, and
 the agent process (`script_agent.py`) loads a file with `load_script` and picks answers with

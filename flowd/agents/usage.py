@@ -1,4 +1,4 @@
-"""Usage an ACP agent reports, per its convention, as flowd's per-turn `TurnUsage` (contract §4).
+"""Usage an ACP agent reports, per its convention, as flowd's per-turn `TurnUsage` (docs/trace.md, docs/roster.md).
 
 claude-agent-acp reports per-turn `PromptResponse.usage` with the cache apart from the input;
 codex the same shape (for the last model request only); gemini only `_meta.quota`. The dollar

@@ -1,4 +1,4 @@
-"""`flowd cost` (contract §5) and `cost_report_for`, the same report for the language server.
+"""`flowd cost` (docs/cost.md) and `cost_report_for`, the same report for the language server.
 
 Reads every trace under `<repo>/.flow/runs/`; a repository without runs gets an empty report.
 `--since`/`--until` take ISO dates or times: a time without an offset, and a bare date, are read

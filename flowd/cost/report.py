@@ -1,4 +1,4 @@
-"""The cross-run cost report (contract §7): a pure, streaming fold of usage samples.
+"""The cross-run cost report (docs/cost.md): a pure, streaming fold of usage samples.
 
 Samples are aggregated as they arrive into two small tables of accumulators, one keyed by
 (run, local hour, model, estimated) and one by (agent, executor, clone, story), so memory grows
@@ -363,7 +363,7 @@ def _roll_up(
         _into(models, (model or UNKNOWN_MODEL, is_estimated), acc)
     for (agent, executor, clone, lane), acc in who.items():
         _into(agents, agent, acc)
-        # Contract §7: byExecutor counts coder usage per clone (`id#clone`); other roles' turns are
+        # docs/cost.md: byExecutor counts coder usage per clone (`id#clone`); other roles' turns are
         # leased per call and carry no clone, so they are counted in byAgent, not here.
         if executor is not None and clone is not None:
             _into(executors, f"{executor}#{clone}", acc)

@@ -1,4 +1,4 @@
-"""Parallel tasks inside a story (reference §2.7, §3.12): the task-graph scheduler and the aside runner.
+"""Parallel tasks inside a story (docs/architecture.md): the task-graph scheduler and the aside runner.
 
 The story's held coder runs one task at a time in the story worktree ("home"). Ready tasks the
 graph allows run beside it ("aside"), each on a coder clone leased only if one is free now, in a

@@ -30,7 +30,7 @@ class StoryState(WireModel):
     worktree: str
     status: StoryStateStatus
     executor: str | None = None
-    # Beyond the contract's fields: the commit the branch started from (tells a branch with work
+    # Beyond the fields every reader needs: the commit the branch started from (tells a branch with work
     # from a fresh one when deciding whether it was merged before a kill) and the last failure.
     base: str | None = None
     reason: str | None = None

@@ -1,6 +1,6 @@
 """`flowd plan validate PLAN [--json]`: every violation, one per line, like a compiler.
 
-Exit 0 when valid, 2 when invalid or unreadable (contract §5).
+Exit 0 when valid, 2 when invalid or unreadable (docs/running.md).
 """
 
 from __future__ import annotations

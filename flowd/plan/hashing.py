@@ -1,4 +1,4 @@
-"""The story hash: the resume key of a story's branch (reference §1.7).
+"""The story hash: the resume key of a story's branch (docs/architecture.md).
 
 A story whose plan entry changed since its branch was created starts over; one that did not
 resumes. The hash is bit-compatible with the original system's: 32-bit FNV-1a over the UTF-16

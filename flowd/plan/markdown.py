@@ -1,4 +1,4 @@
-"""The Markdown form of a story plan (reference §1.8): prose for people, one block for flowd.
+"""The Markdown form of a story plan (docs/plan-format.md): prose for people, one block for flowd.
 
 The prose is regenerated from the block, so editing the block is how a plan changes.
 """

@@ -1,4 +1,4 @@
-"""The story plan (contract §2.1): an epic split into stories, each with an owned perimeter.
+"""The story plan (docs/plan-format.md): an epic split into stories, each with an owned perimeter.
 
 The models only decode shapes. Rules that span fields or stories (kebab-case ids, non-empty
 `owned`, overlaps, cycles, safe paths) live in `flowd.plan.validate`, so that one pass can report

@@ -1,4 +1,4 @@
-"""Every rule of a story plan (contract §2.1), all reported in one pass.
+"""Every rule of a story plan (docs/plan-format.md), all reported in one pass.
 
 Texts follow the original system's (operators and tests grep them); codes are the `plan.*`
 diagnostic codes the language server shows. An invalid plan touches nothing, so callers validate

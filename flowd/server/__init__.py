@@ -1,4 +1,4 @@
-"""`flowd serve`: the language server (contract §6).
+"""`flowd serve`: the language server (docs/protocol.md).
 
 Thin LSP glue (`setup.py`) over plain state holders: runs followed through their traces
 (`runs.py`), notification pacing (`notify.py`), diagnostics (`diagnostics.py`) and file

@@ -1,4 +1,4 @@
-"""Diagnostics (contract §6): pure builders and a store that merges every cause per file.
+"""Diagnostics (docs/protocol.md): pure builders and a store that merges every cause per file.
 
 Each cause owns a key (`("plan", uri)`, `("perimeter", runId, lane)`, `("owned", uri)`, ...).
 Publishing always sends the full list for a URI, merged over keys, so one cause going away (a

@@ -1,4 +1,4 @@
-"""The task checkpoint `.flow/epics/<epicId>/stories/<storyId>.plan.md` (reference §2.3).
+"""The task checkpoint `.flow/epics/<epicId>/stories/<storyId>.plan.md` (docs/architecture.md).
 
 Readable Markdown that is also the resume state:
 

@@ -1,4 +1,4 @@
-"""What a planner writes at the end of a task description (reference §2.4-2.7).
+"""What a planner writes at the end of a task description (docs/prompts.md).
 
 - `Satisfies: 1, 2`: which acceptance criteria the task serves (informational, for dashboards).
 - `Depends on: 1, 3` or `none`: the task graph; the default is every earlier task, so a plan

@@ -121,7 +121,7 @@ export async function findPlans(): Promise<vscode.Uri[]> {
 
 export const BROWSE_LABEL = "$(folder-opened) Browse…";
 
-/** A plan anywhere on disk: the contract takes any absolute path, as `flowd run` does. */
+/** A plan anywhere on disk: any absolute path, as `flowd run` takes (docs/editors.md). */
 async function browsePlan(title: string): Promise<vscode.Uri | undefined> {
   const picked = await vscode.window.showOpenDialog({
     title,

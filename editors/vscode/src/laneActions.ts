@@ -1,5 +1,5 @@
 // Where a lane's work lives (worktree, branches) and what its report says. No vscode import:
-// the paths follow CONTRACT §2 and are read from the real files in tests.
+// the paths follow docs/architecture.md and are read from the real files in tests.
 
 import { execFileSync } from "node:child_process";
 import * as fs from "node:fs";

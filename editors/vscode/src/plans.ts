@@ -1,4 +1,4 @@
-// Recognising story plan files (CONTRACT §2.1) and drafting new ones with `flowd plan new`.
+// Recognising story plan files (docs/plan-format.md) and drafting new ones with `flowd plan new`.
 // No vscode import.
 
 import { spawn } from "node:child_process";

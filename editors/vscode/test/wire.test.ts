@@ -103,7 +103,7 @@ function git(cwd: string, ...args: string[]): string {
   return execFileSync("git", ["-c", "user.name=flowd test", "-c", "user.email=test@flowd.invalid", ...args], { cwd, encoding: "utf8" });
 }
 
-/** A git repository with the plan committed and a scripted roster in `.flow/` (CONTRACT §2, §3). */
+/** A git repository with the plan committed and a scripted roster in `.flow/` (docs/running.md, docs/scripted-agent.md). */
 function makeRepo(base: string): { repo: string; plan: string } {
   const repo = path.join(base, "app");
   fs.mkdirSync(path.join(repo, "src"), { recursive: true });
