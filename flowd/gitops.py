@@ -277,9 +277,6 @@ class Repo:
         )
         return proc.returncode == 0
 
-    def merged_into(self, branch: str, target: str) -> bool:
-        return self.is_ancestor(branch, target)
-
     def unmerged_commits(self, branch: str, target: str) -> int:
         """How many commits `branch` has that `target` lacks (0: nothing would be lost)."""
         out = self._run(
@@ -330,6 +327,24 @@ class Repo:
     def worktree_prune(self) -> None:
         with self._lock:
             self._run(["worktree", "prune"], f"could not prune the worktrees of {self.root}")
+
+    def worktree_add_detached(self, path: Path, commit: str = "HEAD") -> Path:
+        """A throwaway worktree at `path` with `commit` checked out and no branch."""
+        path = Path(path).absolute()
+        with self._lock:
+            self._run(
+                ["worktree", "add", "--detach", "-q", str(path), commit],
+                f"could not check out {commit} at {path}",
+            )
+        return path
+
+    def tracked_files(self) -> list[str]:
+        """Every file git tracks at the checkout's root, repository-relative."""
+        return [
+            f
+            for f in _split_z(self._run(["ls-files", "-z"], f"could not list the files of {self.root}"))
+            if f
+        ]
 
     def worktree_add(self, path: Path, branch: str, start: str | None = None) -> Path:
         """A worktree at `path` on `branch`, creating the branch at `start` when it is missing.
@@ -580,17 +595,14 @@ class Repo:
             raise GitError(f"could not remove the stale lock {lock}: {exc.strerror or exc}") from exc
         return lock
 
+    def subjects_since(self, wt: Path, base: str) -> set[str]:
+        """Subjects of the commits `wt`'s branch has beyond `base` (empty when git cannot say)."""
+        proc = _git(Path(wt), ["log", "--format=%s", f"{base}..HEAD", "--"], "", ok_codes=range(256))
+        return set(proc.stdout.splitlines()) if proc.returncode == 0 else set()
+
     def merge_in_progress(self, wt: Path) -> bool:
         """A merge stopped half-way in `wt` (MERGE_HEAD is set): a process killed mid-merge."""
-        return (
-            _git(
-                Path(wt),
-                ["rev-parse", "-q", "--verify", "MERGE_HEAD"],
-                f"could not read the merge state of the worktree {wt}",
-                ok_codes=(0, 1),
-            ).returncode
-            == 0
-        )
+        return merge_in_progress(Path(wt))
 
     def reset_hard(self, wt: Path, commit: str) -> None:
         """Roll the worktree and its branch back to `commit`; untracked files are kept."""
@@ -624,6 +636,46 @@ class Repo:
                 raise GitError(f"{what}: {target} could not be deleted ({exc.strerror or exc})") from exc
         if present:
             _git(wt, ["checkout", from_ref, "--", *present], what)
+
+
+def init_repo(path: Path, message: str, branch: str = "main") -> Repo:
+    """A repository flowd itself creates (the demo's sample) in the existing directory `path`, on
+    `branch`, with every file already there committed: never the user's checkout."""
+    path = Path(path)
+    what = f"could not create a git repository in {path}"
+    _git(path, ["init", "-q", "-b", branch], what)
+    repo = Repo(path)
+    _git(path, ["add", "-A"], what)
+    _git(path, [*repo._commit_args(), "commit", "-q", "--no-verify", "-m", message], what)
+    return repo
+
+
+def toplevel(cwd: Path) -> Path | None:
+    """The root of the checkout holding `cwd`, or None outside any (no GitPython: it is quick)."""
+    try:
+        proc = _git(cwd, ["rev-parse", "--show-toplevel"], "", ok_codes=range(256))
+    except FlowdError:
+        return None
+    top = proc.stdout.strip()
+    return Path(top) if proc.returncode == 0 and top else None
+
+
+def merge_in_progress(worktree: Path) -> bool:
+    """Whether git is in the middle of a merge in `worktree` (its git dir holds MERGE_HEAD).
+
+    Read from the files, with no git process: the server asks this on every batch of changes.
+    """
+    dotgit = worktree / ".git"
+    try:
+        if dotgit.is_dir():
+            return (dotgit / "MERGE_HEAD").exists()
+        first = dotgit.read_text(encoding="utf-8", errors="replace").splitlines()[0]
+    except (OSError, IndexError):
+        return False
+    if not first.startswith("gitdir:"):
+        return False
+    gitdir = Path(first.removeprefix("gitdir:").strip())
+    return (gitdir if gitdir.is_absolute() else worktree / gitdir).joinpath("MERGE_HEAD").exists()
 
 
 def _same_path(a: Path, b: Path) -> bool:

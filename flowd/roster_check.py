@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -20,6 +19,7 @@ from flowd.agents.base import AgentError, FlowdMeta, TurnRequest
 from flowd.agents.factory import make_executor
 from flowd.config import ROLES, TEXT_ROLES, ExecutorSpec, load_roster
 from flowd.errors import EXIT_FAILED, EXIT_OK, FlowdError, InputError
+from flowd.gitops import toplevel
 from flowd.wire import WireModel
 
 PROMPT = "Reply with the single word: ready"
@@ -123,11 +123,7 @@ def render(report: CheckReport) -> str:
 
 
 def _repo() -> Path:
-    found = subprocess.run(
-        ["git", "rev-parse", "--show-toplevel"], capture_output=True, text=True, check=False
-    )
-    top = found.stdout.strip()
-    return Path(top) if found.returncode == 0 and top else Path.cwd()
+    return toplevel(Path.cwd()) or Path.cwd()  # outside a checkout: the user's roster only
 
 
 def check_command(args: argparse.Namespace) -> int:

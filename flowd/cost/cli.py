@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 from datetime import UTC, datetime, time, timedelta, tzinfo
 from pathlib import Path
@@ -23,6 +22,7 @@ from flowd.cost.render import render
 from flowd.cost.report import CostReport, build_report
 from flowd.cost.samples import ScanStats, scan, trace_files
 from flowd.errors import EXIT_OK, InputError
+from flowd.gitops import toplevel
 from flowd.timeutil import iso
 from flowd.trace import runs_dir
 
@@ -33,20 +33,9 @@ def repo_root(cwd: Path | None = None, *, strict: bool = False) -> Path:
     """The git toplevel holding `cwd`; outside any repository, `cwd` itself (its report is empty),
     or with `strict` an InputError (exit 2, as every other command outside a repository)."""
     where = cwd or Path.cwd()
-    try:
-        found = subprocess.run(
-            ["git", "rev-parse", "--show-toplevel"],
-            cwd=where,
-            capture_output=True,
-            text=True,
-            check=False,
-            timeout=30,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        found = None
-    top = found.stdout.strip() if found is not None and found.returncode == 0 else ""
-    if top:
-        return Path(top)
+    top = toplevel(where)
+    if top is not None:
+        return top
     if strict:
         raise InputError(f"{where.resolve()} is not a git repository; run flowd inside a git checkout")
     return where

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import json
 import shlex
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+
+from flowd.gitops import init_repo
 
 SAMPLE_EPIC_ID = "calc"
 MODEL = "claude-sonnet-4-5"
@@ -222,15 +223,6 @@ slots = 3
 """
 
 
-def _git(repo: Path, *args: str) -> None:
-    subprocess.run(
-        ["git", "-c", "user.name=flowd demo", "-c", "user.email=demo@flowd.invalid", *args],
-        cwd=repo,
-        check=True,
-        capture_output=True,
-    )
-
-
 def build_sample_repo(dest: Path, *, python: str | None = None) -> tuple[Path, Path]:
     """Create the sample repository in `dest` (must be absent or empty); returns (repo, plan)."""
     repo = dest.resolve()
@@ -243,9 +235,7 @@ def build_sample_repo(dest: Path, *, python: str | None = None) -> tuple[Path, P
         path.write_text(text, encoding="utf-8")
     plan = repo / f"{SAMPLE_EPIC_ID}.epic.json"
     plan.write_text(json.dumps(PLAN, indent=2) + "\n", encoding="utf-8")
-    _git(repo, "init", "-q", "-b", "main")
-    _git(repo, "add", "-A")
-    _git(repo, "commit", "-q", "-m", "calc: initial package")
+    init_repo(repo, "calc: initial package")
     flow = repo / ".flow"
     flow.mkdir()
     (flow / "demo.script.json").write_text(json.dumps(script(), indent=2) + "\n", encoding="utf-8")

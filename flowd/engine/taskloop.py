@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import subprocess
 from pathlib import Path
 
 from flowd.engine import prompts
@@ -39,19 +38,6 @@ __all__ = ["StoryFailed", "StoryWaiting", "TaskLoop"]
 
 _REVISION = re.compile(r"^Revision \d+: ")
 OWNED_CODE_CHARS = 40_000
-
-
-def _subjects_since(worktree: Path, base: str) -> set[str]:
-    """Subjects of the commits the worktree's branch has beyond `base` (empty when git cannot say)."""
-    proc = subprocess.run(
-        ["git", "log", "--format=%s", f"{base}..HEAD", "--"],
-        cwd=worktree,
-        capture_output=True,
-        text=True,
-        stdin=subprocess.DEVNULL,
-        check=False,
-    )
-    return set(proc.stdout.splitlines()) if proc.returncode == 0 else set()
 
 
 class TaskLoop:
@@ -108,7 +94,7 @@ class TaskLoop:
         if found is None:
             return
         index, task = found
-        subjects = await asyncio.to_thread(_subjects_since, self.worktree, self.ctx.epic_branch)
+        subjects = await asyncio.to_thread(self.ctx.repo.subjects_since, self.worktree, self.ctx.epic_branch)
         if f"{self.sid}: {task.title}" in subjects or f"{self.sid}: work in progress" in subjects:
             self.body.resumed_with_work = index
 

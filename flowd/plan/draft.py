@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import re
-import subprocess
 import sys
 import tempfile
 import time
@@ -30,7 +30,7 @@ from pydantic import ValidationError
 from flowd.agents.base import AgentError, FlowdMeta, TurnRequest
 from flowd.config import Roster, Settings, load_roster, load_settings
 from flowd.engine import prompts
-from flowd.errors import EXIT_OK, InputError
+from flowd.errors import EXIT_OK, FlowdError, InputError
 from flowd.events import Event, ExecutorExcluded
 from flowd.fsio import write_text_atomic
 from flowd.gitops import Repo
@@ -118,16 +118,6 @@ def render(plan: StoryPlan, output: Path) -> str:
 
 
 # -- the edges -------------------------------------------------------------------------------------
-def _git(cwd: Path, *args: str) -> str:
-    proc = subprocess.run(
-        ["git", *args], cwd=cwd, capture_output=True, text=True, stdin=subprocess.DEVNULL, check=False
-    )
-    if proc.returncode != 0:
-        reason = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
-        raise InputError(f"git {args[0]} failed in {cwd}: {reason}")
-    return proc.stdout
-
-
 def _log(event: Event) -> None:
     if isinstance(event, ExecutorExcluded):
         print(f"flowd: executor {event.executor} excluded: {event.reason}", file=sys.stderr)
@@ -204,21 +194,19 @@ def new_command(args: argparse.Namespace) -> int:
             f"no executor in the roster takes the planner role ({roster.described}); "
             'add one with roles = ["planner"]'
         )
-    tracked = _git(repo.root, "ls-files", "-z").split("\0")
-    tracked = [f for f in tracked if f]
+    tracked = repo.tracked_files()
     epic_id = epic_id_for(text)
     with tempfile.TemporaryDirectory(prefix="flowd-plan-new-") as tmp:
         checkout = Path(tmp) / "checkout"
-        _git(repo.root, "worktree", "add", "--detach", "--quiet", str(checkout), "HEAD")
+        repo.worktree_add_detached(checkout)
         try:
             proposal = asyncio.run(
                 Drafter(repo, roster, settings, epic_id).draft(text, brief, tracked, checkout)
             )
         finally:
-            subprocess.run(
-                ["git", "worktree", "remove", "--force", str(checkout)], cwd=repo.root, capture_output=True
-            )
-            subprocess.run(["git", "worktree", "prune"], cwd=repo.root, capture_output=True)
+            with contextlib.suppress(FlowdError):
+                repo.worktree_remove(checkout, force=True)
+                repo.worktree_prune()
     if proposal.problems or proposal.plan is None:
         raise InputError(
             "the planner's plan is still invalid after one repair, so nothing was written: "

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from flowd import paths
 from flowd.plan.model import Story, StoryPlan
 
 
@@ -75,14 +74,6 @@ def dependencies_of(plan: StoryPlan, story_id: str) -> list[str]:
         found.add(dep)
         todo.extend(by_id[dep].depends_on)
     return [s.id for s in plan.stories if s.id in found and s.id != story_id]
-
-
-def owner_of(plan: StoryPlan, path: str) -> str | None:
-    """The first story with an owned prefix containing `path`."""
-    for story in plan.stories:
-        if any(paths.is_safe(owned) and paths.within(path, owned) for owned in story.owned):
-            return story.id
-    return None
 
 
 def critical_path_rank(plan: StoryPlan, weights: Mapping[str, float] | None = None) -> dict[str, float]:

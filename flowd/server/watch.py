@@ -22,6 +22,8 @@ from pathlib import Path
 
 from watchfiles import DefaultFilter, awatch
 
+from flowd.gitops import merge_in_progress
+
 log = logging.getLogger(__name__)
 
 Key = tuple[str, str]  # (runId, lane)
@@ -41,21 +43,6 @@ APPEAR_RECHECK_S = 1.0
 # while a merge is in progress, and each batch gets one more scan once HEAD has had time to move.
 SETTLE_S = 0.5
 MERGE_WAIT_S = 30.0
-
-
-def merge_in_progress(worktree: Path) -> bool:
-    """Whether git is in the middle of a merge in `worktree` (its git dir holds MERGE_HEAD)."""
-    dotgit = worktree / ".git"
-    try:
-        if dotgit.is_dir():
-            return (dotgit / "MERGE_HEAD").exists()
-        first = dotgit.read_text(encoding="utf-8", errors="replace").splitlines()[0]
-    except (OSError, IndexError):
-        return False
-    if not first.startswith("gitdir:"):
-        return False
-    gitdir = Path(first.removeprefix("gitdir:").strip())
-    return (gitdir if gitdir.is_absolute() else worktree / gitdir).joinpath("MERGE_HEAD").exists()
 
 
 async def settled(worktree: Path, stop: asyncio.Event) -> None:

@@ -5,12 +5,12 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
+from flowd.perimeter import owner_of_path
 from flowd.plan.graph import (
     critical_path_rank,
     dependencies_of,
     dependents_of,
     launch_order,
-    owner_of,
     ready,
     wave_of,
     waves,
@@ -97,12 +97,12 @@ def test_dependents_and_dependencies_are_transitive_in_plan_order() -> None:
     assert dependencies_of(p, "ghost") == []
 
 
-def test_owner_of_is_the_first_owner_segment_aware() -> None:
+def test_owner_of_path_is_the_first_owner_segment_aware() -> None:
     p = plan(story("a", owned=["src/a"]), story("b", owned=["src/ab", "docs/b.md"]))
-    assert owner_of(p, "src/a/x.py") == "a"
-    assert owner_of(p, "src/ab/x.py") == "b"
-    assert owner_of(p, "./docs/b.md") == "b"
-    assert owner_of(p, "README.md") is None
+    assert owner_of_path(p, "src/a/x.py") == "a"
+    assert owner_of_path(p, "src/ab/x.py") == "b"
+    assert owner_of_path(p, "./docs/b.md") == "b"
+    assert owner_of_path(p, "README.md") is None
 
 
 def test_critical_path_rank_counts_the_longest_chain_of_dependents() -> None:

@@ -8,7 +8,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from flowd.server.watch import WorktreeWatches, merge_in_progress
+from flowd.gitops import merge_in_progress
+from flowd.server.watch import WorktreeWatches
 
 
 class Recorder:
