@@ -17,6 +17,7 @@ from flowd.agents.base import (
     estimate_tokens,
 )
 from flowd.config import Settings
+from flowd.engine.core.budget import BudgetLimits, budget_spent
 from flowd.engine.state import EpicPaths
 from flowd.events import (
     AssistantMessage,
@@ -108,29 +109,28 @@ class RunContext:
 
     # -- budget --------------------------------------------------------------------------------
     def budget_stop(self, lane: str | None) -> str | None:
-        """Why no new task or story may start now (None: go on). Emits BudgetExceeded once per scope."""
-        spent = self.view.totals.cost_usd or 0.0
-        if self.budget_usd is not None and spent >= self.budget_usd:
-            if "epic" not in self._budget_told:
-                self._budget_told.add("epic")
-                self.emit(BudgetExceeded(scope="epic", limit_usd=self.budget_usd, spent_usd=round(spent, 6)))
-            return f"the epic budget of ${self.budget_usd:.2f} is spent (${spent:.2f})"
-        if lane is not None and self.story_budget_usd is not None:
-            lane_view = self.view.lanes.get(lane)
-            lane_spent = (lane_view.cost_usd or 0.0) if lane_view else 0.0
-            if lane_spent >= self.story_budget_usd:
-                if lane not in self._budget_told:
-                    self._budget_told.add(lane)
-                    self.emit(
-                        BudgetExceeded(
-                            scope="story",
-                            lane=lane,
-                            limit_usd=self.story_budget_usd,
-                            spent_usd=round(lane_spent, 6),
-                        )
-                    )
-                return f"the story budget of ${self.story_budget_usd:.2f} is spent (${lane_spent:.2f})"
-        return None
+        """Why no new task or story may start now (None: go on). Emits BudgetExceeded once per scope.
+
+        The rule is `engine/core/budget.py`'s; this carries out its answer on the run's own fold.
+        """
+        lane_view = self.view.lanes.get(lane) if lane is not None else None
+        story_spent = None if lane is None else ((lane_view.cost_usd or 0.0) if lane_view else 0.0)
+        limits = BudgetLimits(epic_usd=self.budget_usd, story_usd=self.story_budget_usd)
+        spent = budget_spent(limits, self.view.totals.cost_usd or 0.0, story_spent)
+        if spent is None:
+            return None
+        told = "epic" if spent.scope == "epic" else lane
+        if told is not None and told not in self._budget_told:
+            self._budget_told.add(told)
+            self.emit(
+                BudgetExceeded(
+                    scope=spent.scope,
+                    lane=None if spent.scope == "epic" else lane,
+                    limit_usd=spent.limit_usd,
+                    spent_usd=round(spent.spent_usd, 6),
+                )
+            )
+        return spent.reason
 
     # -- turns ---------------------------------------------------------------------------------
     def observer(self, lane: str | None, executor: str | None) -> Callable[[ToolCall | str], None]:
