@@ -4,7 +4,6 @@
 
 import {
   CloneParams,
-  CloneState,
   CostParams,
   isRunActive,
   LaneParams,
@@ -16,25 +15,11 @@ import {
   TaskState,
 } from "./protocol";
 
-export interface TaskEntry {
-  index: number;
-  count: number;
-  title: string;
-  state: TaskState;
-  satisfies?: number[];
-  parallel?: boolean;
-  executor?: string;
-  clone?: number;
-}
+/** A task as `flow/task` describes it, less its run and lane (the map it sits in says those). */
+export type TaskEntry = Omit<TaskParams, "runId" | "lane">;
 
-export interface CloneEntry {
-  executor: string;
-  clone?: number;
-  role: string;
-  label?: string;
-  state: CloneState;
-  reason?: string;
-}
+/** A clone as `flow/clone` describes it, less its run and its exclusion's end. */
+export type CloneEntry = Omit<CloneParams, "runId" | "until">;
 
 /** A lane as the `flow/lane` notification describes it (less its run), plus what the model gathers. */
 export interface LaneEntry extends Omit<LaneParams, "runId"> {
