@@ -129,14 +129,14 @@ DOCS = "# Using calc\n\n```sh\npython -m calc.cli 2 + 3\n```\n"
 
 
 def _story(
-    sid: str, title: str, owned: list[str], depends: list[str], acceptance: list[str]
+    story_id: str, title: str, owned: list[str], depends: list[str], acceptance: list[str]
 ) -> dict[str, Any]:
     return {
-        "id": sid,
+        "id": story_id,
         "title": title,
         "description": f"{title} for the calc package.",
         "owned": owned,
-        "sharedReadOnly": ["calc/__init__.py"] if sid != "docs" else [],
+        "sharedReadOnly": ["calc/__init__.py"] if story_id != "docs" else [],
         "dependsOn": depends,
         "provides": [],
         "readFirst": [],

@@ -72,14 +72,14 @@ class TaskGraph:
     def __init__(self, loop: TaskLoop) -> None:
         self.loop = loop
         self.ctx = loop.ctx
-        self.sid = loop.sid
+        self.story_id = loop.story_id
         # Home tasks and merge-backs exclude each other (asyncio.Lock is fair: a waiting merge goes
         # before the next home task).
         self.lock = asyncio.Lock()
         self.merged = 0
 
     def info(self, message: str) -> None:
-        self.ctx.emit(Info(lane=self.sid, message=message))
+        self.ctx.emit(Info(lane=self.story_id, message=message))
 
     async def run(self) -> None:
         """Schedule until every task is done; then, if parallel tasks merged, the story's gates must
@@ -93,14 +93,14 @@ class TaskGraph:
             check = check or self.merged > before
             if not check or not ctx.settings.gates:
                 return
-            stage = f"story {self.sid}: gates after parallel tasks"
+            stage = f"story {self.story_id}: gates after parallel tasks"
             red = await run_gates(
                 ctx.settings.gates,
                 loop.worktree,
                 where="task",
-                lane=self.sid,
+                lane=self.story_id,
                 emit=ctx.emit,
-                log_dir=ctx.paths.gate_logs(self.sid) / "after-parallel",
+                log_dir=ctx.paths.gate_logs(self.story_id) / "after-parallel",
                 timeout_s=ctx.settings.gate_timeout_s,
             )
             if red is None:
@@ -128,7 +128,7 @@ class TaskGraph:
         stop: str | None = None
         try:
             while len(done) < len(nodes):
-                stop = stop or ctx.budget_stop(self.sid)
+                stop = stop or ctx.budget_stop(self.story_id)
                 if stop is None:
                     ready = ready_tasks(nodes, done, running.values())
                     if home is None and ready:
@@ -141,7 +141,7 @@ class TaskGraph:
                             break
                         if index in home_only:
                             continue
-                        lease = ctx.pool.try_lease("coder", label=f"{self.sid}#t{index}")
+                        lease = ctx.pool.try_lease("coder", label=f"{self.story_id}#t{index}")
                         if lease is None:
                             home_only.add(index)  # declined before any disk work
                             continue
@@ -150,7 +150,7 @@ class TaskGraph:
                     if stop is not None:
                         raise Halt(stop)
                     left = len(nodes) - len(done)
-                    raise StoryFailed(f"story {self.sid}: no task can start, though {left} are not done")
+                    raise StoryFailed(f"story {self.story_id}: no task can start, though {left} are not done")
                 finished, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
                 for job in finished:
                     index = running.pop(job)
@@ -178,9 +178,9 @@ class TaskGraph:
         return None
 
     async def _aside(self, node: TaskNode, lease: Lease) -> Outcome | None:
-        ctx, loop, repo, sid = self.ctx, self.loop, self.ctx.repo, self.sid
+        ctx, loop, repo, story_id = self.ctx, self.loop, self.ctx.repo, self.story_id
         index, task = node.index, node.task
-        worktree, branch = task_worktree(ctx, sid, index), task_branch(ctx, sid, index)
+        worktree, branch = task_worktree(ctx, story_id, index), task_branch(ctx, story_id, index)
         try:
             try:
                 await asyncio.to_thread(self._discard, worktree, branch)
@@ -188,7 +188,7 @@ class TaskGraph:
                 await asyncio.to_thread(repo.worktree_add, worktree, branch, fork)
                 ctx.emit(
                     TaskStarted(
-                        lane=sid,
+                        lane=story_id,
                         index=index,
                         count=len(loop.plan.tasks),
                         title=task.title,
@@ -204,19 +204,19 @@ class TaskGraph:
                     rules += prompts.TASK_OWNS_NOTE.format(owns=", ".join(node.owns))
                 seat = Seat(
                     worktree=worktree,
-                    coder=AsideCoder(ctx, sid, lease),
+                    coder=AsideCoder(ctx, story_id, lease),
                     rules=rules,
                     aside=True,
                     owns=list(node.owns),
                     fork=fork,
-                    gate_logs=ctx.paths.gate_logs(sid) / f"task-{index}",
+                    gate_logs=ctx.paths.gate_logs(story_id) / f"task-{index}",
                 )
                 commit = await loop.body.run(seat, index, task)
             finally:
                 ctx.pool.release(lease)  # the clone is free before the merge waits
             async with self.lock:
                 if commit is not None:
-                    message = f"{sid}: merge task {index} ({task.title})"
+                    message = f"{story_id}: merge task {index} ({task.title})"
                     result = await asyncio.to_thread(repo.merge, loop.worktree, branch, message)
                     if not result.ok:
                         self.info(
@@ -245,7 +245,7 @@ class TaskGraph:
     async def _setup(self, worktree: Path, index: int) -> None:
         ctx = self.ctx
         for number, command in enumerate(ctx.settings.setup, start=1):
-            log = ctx.paths.gate_logs(self.sid).parent / "setup" / f"task-{index}-{number}.log"
+            log = ctx.paths.gate_logs(self.story_id).parent / "setup" / f"task-{index}-{number}.log"
             result = await run_command(command, worktree, log=log, timeout_s=ctx.settings.gate_timeout_s)
             if not result.ok:
                 raise StoryFailed(f"setup failed in the task worktree: {result.describe()}")

@@ -96,11 +96,11 @@ class TaskBody:
         self.resumed_with_work: int | None = None
 
     @property
-    def sid(self) -> str:
+    def story_id(self) -> str:
         return self.story.id
 
     def info(self, message: str) -> None:
-        self.ctx.emit(Info(lane=self.sid, message=message))
+        self.ctx.emit(Info(lane=self.story_id, message=message))
 
     # -- structured replies --------------------------------------------------------------------
     async def structured(
@@ -108,12 +108,14 @@ class TaskBody:
     ) -> T:
         """Ask a role for a structured reply; a reply that does not parse is asked again once."""
         ctx = self.ctx
-        result = await ctx.ask(role, ctx.request(role, prompt, cwd, self.sid, task), lane=self.sid)
+        result = await ctx.ask(role, ctx.request(role, prompt, cwd, self.story_id, task), lane=self.story_id)
         try:
             return parse(result.text)
         except ReplyParseError as first:
             retry = f"{prompt}\n\n{prompts.REPLY_RETRY.format(error=first)}"
-            result = await ctx.ask(role, ctx.request(role, retry, cwd, self.sid, task), lane=self.sid)
+            result = await ctx.ask(
+                role, ctx.request(role, retry, cwd, self.story_id, task), lane=self.story_id
+            )
             try:
                 return parse(result.text)
             except ReplyParseError as second:
@@ -128,7 +130,7 @@ class TaskBody:
         return "\n".join(lines)
 
     async def _coder(self, seat: Seat, prompt: str, task: Task, index: int) -> str:
-        request = self.ctx.request("coder", prompt, seat.worktree, self.sid, task.title, index)
+        request = self.ctx.request("coder", prompt, seat.worktree, self.story_id, task.title, index)
         result = await seat.coder.turn(request)
         return result.text
 
@@ -175,7 +177,7 @@ class TaskBody:
             if rounds >= ctx.settings.max_review_rounds:
                 text = "\n\n".join(feedback)
                 append_findings(
-                    ctx.paths, self.sid, f"## Task {index}: {task.title} — still blocking\n\n{text}"
+                    ctx.paths, self.story_id, f"## Task {index}: {task.title} — still blocking\n\n{text}"
                 )
                 raise StoryFailed(
                     f"task {index} ({task.title}) still fails after {rounds} fix round(s):\n{text}"
@@ -188,16 +190,16 @@ class TaskBody:
                 index,
             )
             await self.check_blocked(seat, reply, task, index)
-        return await asyncio.to_thread(repo.commit_all, seat.worktree, f"{self.sid}: {task.title}")
+        return await asyncio.to_thread(repo.commit_all, seat.worktree, f"{self.story_id}: {task.title}")
 
     async def feedback(self, seat: Seat, index: int, task: Task) -> list[str]:
         """What still blocks the task: the perimeter (once per story), its Owns: paths (aside, once),
         red gates, the review."""
         ctx, repo = self.ctx, self.ctx.repo
         feedback: list[str] = []
-        strays = await asyncio.to_thread(perimeter_now, repo, ctx.plan, self.sid, seat.worktree)
+        strays = await asyncio.to_thread(perimeter_now, repo, ctx.plan, self.story_id, seat.worktree)
         if strays:
-            ctx.emit(PerimeterViolation(lane=self.sid, paths=strays, action="flagged"))
+            ctx.emit(PerimeterViolation(lane=self.story_id, paths=strays, action="flagged"))
             if not self.perimeter_pushed:
                 self.perimeter_pushed = True
                 listing = "\n".join(f"- {p.path} ({p.kind})" for p in strays)
@@ -208,9 +210,9 @@ class TaskBody:
             ctx.settings.gates,
             seat.worktree,
             where="task",
-            lane=self.sid,
+            lane=self.story_id,
             emit=ctx.emit,
-            log_dir=seat.gate_logs or ctx.paths.gate_logs(self.sid),
+            log_dir=seat.gate_logs or ctx.paths.gate_logs(self.story_id),
             timeout_s=ctx.settings.gate_timeout_s,
         )
         if red is not None:
@@ -223,7 +225,7 @@ class TaskBody:
             prompts.REVIEWER.format(
                 title=task.title,
                 story_title=self.story.title,
-                story_id=self.sid,
+                story_id=self.story_id,
                 owned="\n".join(f"- {p}" for p in (seat.owns or self.story.owned)),
                 description=task.description,
                 diff=clip(diff) or "(no changes)",
@@ -234,7 +236,7 @@ class TaskBody:
         )
         if verdict.issues:
             append_findings(
-                ctx.paths, self.sid, f"## Review of task {index}: {task.title}\n\n{issues_text(verdict)}"
+                ctx.paths, self.story_id, f"## Review of task {index}: {task.title}\n\n{issues_text(verdict)}"
             )
         if not verdict.clean:
             feedback.append(f"The reviewer found blocking issues:\n{issues_text(verdict)}")
@@ -247,7 +249,7 @@ class TaskBody:
         outside = task_owns_violations(changed, seat.owns)
         if not outside:
             return []
-        self.ctx.emit(TaskOwnsViolation(lane=self.sid, task=task.title, paths=outside))
+        self.ctx.emit(TaskOwnsViolation(lane=self.story_id, task=task.title, paths=outside))
         listing = "\n".join(f"- {p}" for p in outside)
         if seat.owns_pushed:
             raise StoryFailed(
@@ -256,21 +258,21 @@ class TaskBody:
             )
         seat.owns_pushed = True
         text = prompts.TASK_OWNS_FEEDBACK.format(owns=", ".join(seat.owns), paths=listing)
-        append_findings(self.ctx.paths, self.sid, f"## Task {index}: {task.title} — owns\n\n{text}")
+        append_findings(self.ctx.paths, self.story_id, f"## Task {index}: {task.title} — owns\n\n{text}")
         return [text]
 
     # -- BLOCKED_ON ----------------------------------------------------------------------------
     def rebuttal(self, need: str) -> str | None:
         """The plan's answer to a claimed missing dependency, when the plan settles it."""
         plan = self.ctx.plan
-        deps = set(dependencies_of(plan, self.sid))
-        later = set(dependents_of(plan, self.sid))
+        deps = set(dependencies_of(plan, self.story_id))
+        later = set(dependents_of(plan, self.story_id))
         for token in need.replace(",", " ").split():
             path = token.strip("`'\"()[]:;.")
             if "/" not in path and "." not in path:
                 continue
             owner = owner_of_path(plan, path)
-            if owner == self.sid:
+            if owner == self.story_id:
                 return f"{path} is under your own owned paths: building it is this story's work"
             if owner in later:
                 return f"{path} belongs to story '{owner}', which runs AFTER you: leave it alone"

@@ -52,15 +52,15 @@ class TaskLoop:
         self.home = Seat(worktree=worktree, coder=coder, rules=prompts.story_rules(ctx.plan, story, worktree))
 
     @property
-    def sid(self) -> str:
+    def story_id(self) -> str:
         return self.story.id
 
     def info(self, message: str) -> None:
-        self.ctx.emit(Info(lane=self.sid, message=message))
+        self.ctx.emit(Info(lane=self.story_id, message=message))
 
     # -- planning ------------------------------------------------------------------------------
     async def plan_tasks(self) -> None:
-        checkpoint = self.ctx.paths.checkpoint(self.sid)
+        checkpoint = self.ctx.paths.checkpoint(self.story_id)
         if checkpoint.exists():
             text = await asyncio.to_thread(checkpoint.read_text, "utf-8")
             self.plan = parse_checkpoint(text, str(checkpoint))
@@ -69,24 +69,25 @@ class TaskLoop:
                 await self._note_interrupted_work()
                 self._announce()
                 return
-        stage = f"story {self.sid}: plan tasks"
-        self.ctx.emit(StageStarted(stage=stage, lane=self.sid))
+        stage = f"story {self.story_id}: plan tasks"
+        self.ctx.emit(StageStarted(stage=stage, lane=self.story_id))
         if self.ctx.pool.can_ever_serve("planner"):
             planned = await self.body.structured(
                 "planner",
                 prompts.planner_prompt(self.story),
-                lambda text: parse_task_plan(text, self.sid),
+                lambda text: parse_task_plan(text, self.story_id),
                 cwd=self.worktree,
             )
         else:
-            planned = TaskPlan(story_id=self.sid)
+            planned = TaskPlan(story_id=self.story_id)
         if not planned.tasks:
             planned = TaskPlan(
-                story_id=self.sid, tasks=[Task(title=self.story.title, description=self.story.description)]
+                story_id=self.story_id,
+                tasks=[Task(title=self.story.title, description=self.story.description)],
             )
-        self.plan = planned.model_copy(update={"story_id": self.sid})
+        self.plan = planned.model_copy(update={"story_id": self.story_id})
         self._save()
-        self.ctx.emit(StageCompleted(stage=stage, lane=self.sid))
+        self.ctx.emit(StageCompleted(stage=stage, lane=self.story_id))
         self._announce()
 
     async def _note_interrupted_work(self) -> None:
@@ -95,7 +96,7 @@ class TaskLoop:
             return
         index, task = found
         subjects = await asyncio.to_thread(self.ctx.repo.subjects_since, self.worktree, self.ctx.epic_branch)
-        if f"{self.sid}: {task.title}" in subjects or f"{self.sid}: work in progress" in subjects:
+        if f"{self.story_id}: {task.title}" in subjects or f"{self.story_id}: work in progress" in subjects:
             self.body.resumed_with_work = index
 
     def _next_index(self) -> int:
@@ -103,7 +104,7 @@ class TaskLoop:
         return found[0] if found else len(self.plan.tasks)
 
     def _save(self) -> None:
-        write_text_atomic(self.ctx.paths.checkpoint(self.sid), render_checkpoint(self.plan))
+        write_text_atomic(self.ctx.paths.checkpoint(self.story_id), render_checkpoint(self.plan))
 
     def _announce(self) -> None:
         tasks = []
@@ -120,7 +121,7 @@ class TaskLoop:
                     owns=owned or None,
                 )
             )
-        self.ctx.emit(TasksPlanned(lane=self.sid, tasks=tasks))
+        self.ctx.emit(TasksPlanned(lane=self.story_id, tasks=tasks))
 
     def append_revision(self, subject: str, lead: str, findings: str) -> None:
         """Append `Revision <k>: <subject>` (no `Depends on:`: it waits for every task, at home)."""
@@ -136,7 +137,7 @@ class TaskLoop:
             await TaskGraph(self).run()
             return
         while (found := self.plan.next_incomplete()) is not None:
-            stop = self.ctx.budget_stop(self.sid)
+            stop = self.ctx.budget_stop(self.story_id)
             if stop is not None:
                 raise Halt(stop)
             index, task = found
@@ -148,7 +149,7 @@ class TaskLoop:
         lease = self.coder.lease
         self.ctx.emit(
             TaskStarted(
-                lane=self.sid,
+                lane=self.story_id,
                 index=index,
                 count=len(self.plan.tasks),
                 title=task.title,
@@ -163,7 +164,9 @@ class TaskLoop:
     def complete(self, index: int, task: Task) -> None:
         self.plan = self.plan.completing(index)
         self._save()
-        self.ctx.emit(TaskCompleted(lane=self.sid, index=index, count=len(self.plan.tasks), title=task.title))
+        self.ctx.emit(
+            TaskCompleted(lane=self.story_id, index=index, count=len(self.plan.tasks), title=task.title)
+        )
 
     # -- judge ---------------------------------------------------------------------------------
     async def judge(self) -> str | None:
@@ -173,15 +176,17 @@ class TaskLoop:
         if rounds == 0 or not ctx.pool.can_ever_serve("judge"):
             return None
         for round_ in range(1, rounds + 1):
-            await asyncio.to_thread(repo.commit_all, self.worktree, f"{self.sid}: remaining changes")
+            await asyncio.to_thread(repo.commit_all, self.worktree, f"{self.story_id}: remaining changes")
             diff = await asyncio.to_thread(repo.diff, self.worktree, ctx.epic_branch)
             empty = not diff.strip()
             verdict = await self._verdict(diff, empty)
-            ctx.emit(StoryJudged(lane=self.sid, round=round_, clean=verdict.clean, issues=verdict.issues))
+            ctx.emit(
+                StoryJudged(lane=self.story_id, round=round_, clean=verdict.clean, issues=verdict.issues)
+            )
             state = "cleared" if verdict.clean else "not cleared"
             append_findings(
                 ctx.paths,
-                self.sid,
+                self.story_id,
                 f"## Judge round {round_} — {state}\n\n{issues_text(verdict) or '(no issues)'}",
             )
             if verdict.clean:
@@ -217,7 +222,7 @@ class TaskLoop:
             "judge",
             prompts.JUDGE.format(
                 story_title=self.story.title,
-                story_id=self.sid,
+                story_id=self.story_id,
                 acceptance=acceptance,
                 provides=", ".join(self.story.provides) or "(nothing named)",
                 subject_kind=subject_kind,

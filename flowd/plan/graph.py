@@ -33,7 +33,7 @@ def waves(plan: StoryPlan) -> list[list[str]]:
 
 def wave_of(plan: StoryPlan) -> dict[str, int]:
     """Story id to its wave number (from 1); stories in or behind a cycle are absent."""
-    return {sid: n for n, wave in enumerate(waves(plan), start=1) for sid in wave}
+    return {story_id: n for n, wave in enumerate(waves(plan), start=1) for story_id in wave}
 
 
 def ready(
@@ -91,8 +91,8 @@ def critical_path_rank(plan: StoryPlan, weights: Mapping[str, float] | None = No
     rank: dict[str, float] = {}
     visiting: set[str] = set()
 
-    def weight(sid: str) -> float:
-        return 1 if weights is None else weights.get(sid, 1)
+    def weight(story_id: str) -> float:
+        return 1 if weights is None else weights.get(story_id, 1)
 
     for root in dependents:
         if root in rank:
@@ -101,18 +101,18 @@ def critical_path_rank(plan: StoryPlan, weights: Mapping[str, float] | None = No
         stack: list[tuple[str, int]] = [(root, 0)]
         visiting.add(root)
         while stack:
-            sid, k = stack[-1]
-            children = dependents[sid]
+            story_id, k = stack[-1]
+            children = dependents[story_id]
             if k < len(children):
-                stack[-1] = (sid, k + 1)
+                stack[-1] = (story_id, k + 1)
                 child = children[k]
                 if child not in rank and child not in visiting:
                     visiting.add(child)
                     stack.append((child, 0))
                 continue
             stack.pop()
-            visiting.discard(sid)
-            rank[sid] = weight(sid) + max((rank.get(c, 0) for c in children), default=0)
+            visiting.discard(story_id)
+            rank[story_id] = weight(story_id) + max((rank.get(c, 0) for c in children), default=0)
     return rank
 
 
@@ -120,7 +120,7 @@ def launch_order(plan: StoryPlan, ready_ids: Iterable[str], rank: Mapping[str, f
     """`ready_ids` with the longest chain first, plan order breaking ties."""
     position = {s.id: i for i, s in reversed(list(enumerate(plan.stories)))}
     ids = list(dict.fromkeys(ready_ids))
-    return sorted(ids, key=lambda sid: (-rank.get(sid, 0), position.get(sid, len(position))))
+    return sorted(ids, key=lambda story_id: (-rank.get(story_id, 0), position.get(story_id, len(position))))
 
 
 # -- duration estimates (docs/performance.md: scheduling) -----------------------------------------
@@ -152,6 +152,11 @@ def estimate_durations(plan: StoryPlan, history: Mapping[str, float] | None = No
     (the ranking needs only their ratios)."""
     history = history or {}
     sizes = {s.id: story_size(s) for s in plan.stories}
-    rates = sorted(history[sid] / size for sid, size in sizes.items() if history.get(sid, 0) > 0)
+    rates = sorted(
+        history[story_id] / size for story_id, size in sizes.items() if history.get(story_id, 0) > 0
+    )
     per_unit = rates[len(rates) // 2] if rates else 1.0
-    return {sid: history[sid] if history.get(sid, 0) > 0 else size * per_unit for sid, size in sizes.items()}
+    return {
+        story_id: history[story_id] if history.get(story_id, 0) > 0 else size * per_unit
+        for story_id, size in sizes.items()
+    }

@@ -45,23 +45,23 @@ def violations(plan: StoryPlan, positions: Positions | None = None) -> list[Viol
     known = {s.id for s in plan.stories}
     seen: set[str] = set()
     for i, story in enumerate(plan.stories):
-        sid = story.id
-        if sid in seen:
-            add("plan.duplicateId", f"duplicate story id '{sid}'", i, "id")
-        seen.add(sid)
-        if not _ID.match(sid):
-            add("plan.badId", f"story id '{sid}' is not kebab-case", i, "id")
+        story_id = story.id
+        if story_id in seen:
+            add("plan.duplicateId", f"duplicate story id '{story_id}'", i, "id")
+        seen.add(story_id)
+        if not _ID.match(story_id):
+            add("plan.badId", f"story id '{story_id}' is not kebab-case", i, "id")
         if not story.owned:
-            add("plan.ownsNothing", f"story '{sid}' owns no paths", i, "owned")
+            add("plan.ownsNothing", f"story '{story_id}' owns no paths", i, "owned")
         for k, dep in enumerate(story.depends_on):
-            if dep == sid:
-                add("plan.dependsOnItself", f"story '{sid}' depends on itself", i, "dependsOn", k)
+            if dep == story_id:
+                add("plan.dependsOnItself", f"story '{story_id}' depends on itself", i, "dependsOn", k)
             elif dep not in known:
-                close = difflib.get_close_matches(dep, sorted(known - {sid}), n=1, cutoff=0.6)
+                close = difflib.get_close_matches(dep, sorted(known - {story_id}), n=1, cutoff=0.6)
                 hint = f"; did you mean '{close[0]}'?" if close else ""
                 add(
                     "plan.unknownDependency",
-                    f"story '{sid}' depends on unknown story '{dep}'{hint}",
+                    f"story '{story_id}' depends on unknown story '{dep}'{hint}",
                     i,
                     "dependsOn",
                     k,
@@ -71,7 +71,7 @@ def violations(plan: StoryPlan, positions: Positions | None = None) -> list[Viol
                 if paths.is_safe(owned) and paths.is_safe(shared) and paths.overlapping(owned, shared):
                     add(
                         "plan.ownsShared",
-                        f"story '{sid}' both owns '{owned}' and declares '{shared}' shared read-only",
+                        f"story '{story_id}' both owns '{owned}' and declares '{shared}' shared read-only",
                         i,
                         "sharedReadOnly",
                         k,
@@ -84,7 +84,7 @@ def violations(plan: StoryPlan, positions: Positions | None = None) -> list[Viol
             for k, value in enumerate(values):
                 reason = paths.unsafe_reason(value)
                 if reason is not None:
-                    add("plan.unsafePath", f"story '{sid}' {field} path '{value}' {reason}", i, field, k)
+                    add("plan.unsafePath", f"story '{story_id}' {field} path '{value}' {reason}", i, field, k)
 
     stories = plan.stories
     for i, ka, j, kb in _overlaps(plan):
