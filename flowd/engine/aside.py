@@ -24,9 +24,9 @@ from flowd.engine.context import Halt, RunContext
 from flowd.engine.gates import run_command, run_gates
 from flowd.engine.taskbody import Seat, StoryFailed, StoryWaiting
 from flowd.errors import FlowdError
-from flowd.events import Info, TaskStarted
+from flowd.events import Info
 from flowd.roster import Lease
-from flowd.tasks.parsing import TaskNode, ready_tasks, satisfies, task_nodes
+from flowd.tasks.parsing import TaskNode, ready_tasks, task_nodes
 
 if TYPE_CHECKING:
     from flowd.engine.taskloop import TaskLoop
@@ -186,18 +186,7 @@ class TaskGraph:
                 await asyncio.to_thread(self._discard, worktree, branch)
                 fork = await asyncio.to_thread(repo.head, loop.branch)
                 await asyncio.to_thread(repo.worktree_add, worktree, branch, fork)
-                ctx.emit(
-                    TaskStarted(
-                        lane=story_id,
-                        index=index,
-                        count=len(loop.plan.tasks),
-                        title=task.title,
-                        satisfies=satisfies(task.description) or None,
-                        parallel=True,
-                        executor=lease.executor_id,
-                        clone=lease.clone,
-                    )
-                )
+                loop.started(index, task, lease, parallel=True)
                 await self._setup(worktree, index)
                 rules = prompts.story_rules(ctx.plan, loop.story, worktree)
                 if node.owns:

@@ -30,6 +30,7 @@ from flowd.events import (
 from flowd.fsio import write_text_atomic
 from flowd.plan.model import Story
 from flowd.replies import Verdict, parse_task_plan, parse_verdict
+from flowd.roster import Lease
 from flowd.tasks.checkpoint import parse_checkpoint, render_checkpoint
 from flowd.tasks.model import Task, TaskPlan
 from flowd.tasks.parsing import depends_on, has_parallel_tasks, owns, satisfies
@@ -146,7 +147,11 @@ class TaskLoop:
 
     async def run_home(self, index: int, task: Task, *, parallel: bool | None = None) -> None:
         """Task `index` in the story worktree on the held coder, to its commit."""
-        lease = self.coder.lease
+        self.started(index, task, self.coder.lease, parallel=parallel)
+        await self.body.run(self.home, index, task)
+
+    def started(self, index: int, task: Task, lease: Lease, *, parallel: bool | None) -> None:
+        """`TaskStarted` for task `index`, at home or aside, on the clone `lease` names."""
         self.ctx.emit(
             TaskStarted(
                 lane=self.story_id,
@@ -159,7 +164,6 @@ class TaskLoop:
                 clone=lease.clone,
             )
         )
-        await self.body.run(self.home, index, task)
 
     def complete(self, index: int, task: Task) -> None:
         self.plan = self.plan.completing(index)
