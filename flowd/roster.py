@@ -22,7 +22,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Protocol
 
-from flowd.agents.base import AgentError, Executor, TurnObserver, TurnRequest, TurnResult
+from flowd.agents.base import EXECUTOR_FAULTS, AgentError, Executor, TurnObserver, TurnRequest, TurnResult
 from flowd.agents.factory import make_executor
 from flowd.config import ExecutorSpec, Roster
 from flowd.errors import EXIT_HALTED, FlowdError
@@ -46,8 +46,6 @@ from flowd.timeutil import iso
 from flowd.timeutil import now as utc_now
 from flowd.wire import WireModel
 
-# Failures that are the turn's problem, not the executor's: never retried on another executor.
-NOT_EXECUTOR_FAULT = frozenset({"bad_reply", "error", "cancelled"})
 # Failures after which a clone's agent process is not trusted again: it is closed and respawned.
 DISCARD_ON = frozenset({"crash", "stall", "unavailable", "auth", "timeout"})
 
@@ -473,7 +471,7 @@ class RosterPool:
             except AgentError as error:
                 excluded = self.fail(lease, error)
                 self.release(lease)
-                if moved or not excluded or error.kind in NOT_EXECUTOR_FAULT:
+                if moved or not excluded or error.kind not in EXECUTOR_FAULTS:
                     raise
                 moved = True
                 failed = lease

@@ -114,7 +114,8 @@ def decide(
         return Exclusion(
             executor, "backoff", f"not answering ({_short(message)})", now + timedelta(seconds=wait)
         )
-    # timeout, bad_reply, error, cancelled: the turn's problem, not the executor's.
+    # A timeout excludes nothing (a long turn is no broken executor, though a story's coder may be
+    # handed over: EXECUTOR_FAULTS in agents/base.py); bad_reply, error, cancelled are the turn's.
     return None
 
 

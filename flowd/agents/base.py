@@ -31,6 +31,13 @@ FailureKind = Literal[
     "error",  # any other error the agent returned
 ]
 
+# The one fault table: the failures that are the executor's fault (it is excluded, and a call may
+# move to another executor or wait for it to come back). The rest (`cancelled`, `bad_reply`,
+# `error`) are the turn's own problem: never retried on another executor.
+EXECUTOR_FAULTS: frozenset[FailureKind] = frozenset(
+    {"rate_limit", "usage_limit", "auth", "unavailable", "crash", "timeout", "stall"}
+)
+
 
 class AgentError(Exception):
     def __init__(self, kind: FailureKind, message: str, *, reset_at: datetime | None = None) -> None:

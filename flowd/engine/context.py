@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from flowd.agents.base import (
+    EXECUTOR_FAULTS,
     AgentError,
     FlowdMeta,
     ToolCall,
@@ -35,7 +36,6 @@ from flowd.roster import Lease, LeaseInfo, RosterPool
 from flowd.view import RunView
 
 # Failures that are the executor's, not the reply's: a held coder moves to another executor.
-EXECUTOR_FAULTS = frozenset({"rate_limit", "usage_limit", "auth", "unavailable", "crash", "timeout", "stall"})
 MESSAGE_CHARS = 600
 TOOL_ARG_CHARS = 300
 
