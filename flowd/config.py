@@ -138,14 +138,17 @@ def user_roster_path() -> Path:
     return Path(base) / "flowd" / "roster.toml"
 
 
-def describe_validation_error(error: ValidationError, prefix: str = "") -> list[str]:
-    """Pydantic errors as short `field: problem` sentences."""
+def describe_validation_error(
+    error: ValidationError, prefix: str = "", *, unknown: str = "unknown key (check the spelling)"
+) -> list[str]:
+    """Pydantic errors as short `field: problem` sentences: the one wording for files, wire params
+    and the planner's drafts alike (`unknown` says what to do about a field no model has)."""
     problems: list[str] = []
-    for item in error.errors():
+    for item in error.errors(include_url=False):
         where = _location(prefix, item["loc"])
         message = item["msg"]
         if item["type"] == "extra_forbidden":
-            message = "unknown key (check the spelling)"
+            message = unknown
         elif item["type"] == "missing":
             message = "is required"
         elif message.startswith("Value error, "):

@@ -23,12 +23,11 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from pydantic import ValidationError
 
 from flowd.agents.base import AgentError, FlowdMeta, TurnRequest
-from flowd.config import Roster, Settings, load_roster, load_settings
+from flowd.config import Roster, Settings, describe_validation_error, load_roster, load_settings
 from flowd.engine import prompts
 from flowd.errors import EXIT_OK, FlowdError, InputError
 from flowd.events import Event, ExecutorExcluded
@@ -80,12 +79,6 @@ class Proposal:
     dropped: list[tuple[str, str]]
 
 
-def _shape_problem(error: Any) -> str:
-    where = ".".join(str(part) for part in error["loc"])
-    message = "is required" if error["type"] == "missing" else error["msg"]
-    return f"{where}: {message}" if where else message
-
-
 def check_proposal(reply: str, epic_id: str, epic: str, tracked: list[str]) -> Proposal:
     """The planner's reply as a plan with flowd's epic id and text, readFirst pruned, and what is wrong."""
     try:
@@ -98,7 +91,7 @@ def check_proposal(reply: str, epic_id: str, epic: str, tracked: list[str]) -> P
     try:
         plan = StoryPlan.model_validate(data)
     except ValidationError as exc:
-        return Proposal(None, [_shape_problem(e) for e in exc.errors(include_url=False)], [])
+        return Proposal(None, describe_validation_error(exc), [])
     plan, dropped = prune_read_first(plan, tracked)
     problems = [v.message for v in violations(plan)]
     if not plan.stories:

@@ -11,11 +11,9 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 from pygls.exceptions import JsonRpcInvalidParams
 
+from flowd.config import describe_validation_error
+
 P = TypeVar("P", bound=BaseModel)
-
-
-def _where(loc: tuple[int | str, ...]) -> str:
-    return ".".join(str(part) for part in loc) if loc else "params"
 
 
 def invalid(method: str, message: str) -> JsonRpcInvalidParams:
@@ -35,16 +33,8 @@ def parse(model: type[P], raw: Any, method: str) -> P:
     try:
         return model.model_validate(raw)
     except ValidationError as exc:
-        problems = []
-        for error in exc.errors(include_url=False):
-            field = _where(tuple(error["loc"]))
-            text = str(error["msg"])
-            if error["type"] == "extra_forbidden":
-                known = ", ".join(sorted(f.alias or n for n, f in model.model_fields.items()))
-                text = f"unknown field (known: {known})"
-            elif text.startswith("Value error, "):
-                text = text.removeprefix("Value error, ")
-            problems.append(f"{field}: {text}" if error["loc"] else text)
+        known = ", ".join(sorted(f.alias or n for n, f in model.model_fields.items()))
+        problems = describe_validation_error(exc, unknown=f"unknown field (known: {known})")
         raise invalid(method, "; ".join(problems))
 
 

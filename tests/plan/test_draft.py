@@ -158,7 +158,7 @@ def test_check_proposal_overrides_the_epic_and_reports_every_problem() -> None:
         "your reply holds no valid JSON: answer with the JSON object only, no prose"
     ]
     assert check_proposal('{"stories": [{"id": "a"}]}', "e", "E", []).problems == [
-        "stories.0.title: is required"
+        "stories[0].title: is required"
     ]
     assert brief_title("\n## Login\ntext") == "Login" and brief_title("plain first\nline") == "plain first"
     assert epic_id_for("!!!").startswith("epic-")
