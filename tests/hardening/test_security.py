@@ -8,13 +8,12 @@ import json
 import os
 import socket
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from tests.engine.scenario import FLOWD, Scenario, coder, git, kill_group, story
+from tests.server.tcp_serve import serve_tcp
 
 ROSTER_SECRET = "sk-roster-7f3a9c-DO-NOT-LEAK"
 FLOWD_SECRET = "planted-in-flowds-own-env-51e2"
@@ -98,19 +97,9 @@ def test_serve_over_tcp_listens_on_loopback_only(tmp_path: Path) -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    server = subprocess.Popen(
-        [sys.executable, "-m", "flowd", "serve", "--tcp", "--port", str(port)],
-        cwd=tmp_path,
-        env={**os.environ, "XDG_RUNTIME_DIR": str(runtime)},  # its token file stays in the test's dir
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-    )
+    env = {**os.environ, "XDG_RUNTIME_DIR": str(runtime)}  # its token file stays in the test's dir
+    server, _, _ = serve_tcp(tmp_path, env, port)
     try:
-        assert server.stderr is not None
-        deadline = time.monotonic() + 30
-        while b"Serving on" not in server.stderr.readline():
-            assert server.poll() is None and time.monotonic() < deadline, "flowd serve --tcp never listened"
         listening = [
             line.split()[1]
             for line in Path("/proc/net/tcp").read_text().splitlines()[1:]

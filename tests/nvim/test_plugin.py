@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,6 +13,7 @@ import pytest
 
 from tests.nvim.conftest import ROOT, drive
 from tests.server.demo_repo import delay, kill_runs, sample
+from tests.server.tcp_serve import serve_tcp
 
 
 @pytest.fixture
@@ -106,22 +106,9 @@ def test_the_plugin_connects_over_tcp_with_the_token(nvim: Path, tmp_path: Path)
     runtime = tmp_path / "runtime"
     runtime.mkdir(mode=0o700)
     env = {**os.environ, "XDG_RUNTIME_DIR": str(runtime)}
-    server = subprocess.Popen(
-        [sys.executable, "-m", "flowd", "serve", "--tcp", "--port", "0"],
-        cwd=repo,
-        env=env,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    server, bound, _ = serve_tcp(repo, env)
+    port = str(bound)
     try:
-        assert server.stderr is not None
-        port = None
-        for line in server.stderr:
-            found = re.search(r"Serving on \('127.0.0.1', (\d+)\)", line)
-            if found:
-                port = found.group(1)
-                break
-        assert port is not None, "flowd serve --tcp never listened"
         out = drive(
             nvim, "tcp.lua", tmp_path, {"REPO": str(repo), "PORT": port, "XDG_RUNTIME_DIR": str(runtime)}
         )

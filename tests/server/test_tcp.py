@@ -15,6 +15,7 @@ from lsprotocol import types as lsp
 from pygls.lsp.client import LanguageClient
 
 from tests.server.conftest import SERVER_ENV
+from tests.server.tcp_serve import serve_tcp
 
 
 def test_non_loopback_host_is_refused(repo: Path) -> None:
@@ -127,22 +128,9 @@ async def test_only_a_client_with_the_token_is_served(repo: Path, tmp_path: Path
 
 def test_sigterm_ends_the_server_and_removes_its_token(repo: Path, tmp_path: Path) -> None:
     env = {**SERVER_ENV, "XDG_RUNTIME_DIR": str(tmp_path)}
-    server = subprocess.Popen(
-        [sys.executable, "-m", "flowd", "serve", "--tcp", "--port", "0"],
-        cwd=repo,
-        env=env,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    server, _, where = serve_tcp(repo, env)
     try:
-        assert server.stderr is not None
-        where = None
-        for line in server.stderr:
-            found = re.search(r"token in (\S+)", line)
-            if found:
-                where = Path(found.group(1))
-                break
-        assert where is not None and where.exists()
+        assert where.exists()
         server.terminate()
         assert server.wait(timeout=30) == 0
         assert not where.exists()
