@@ -36,6 +36,7 @@ from flowd.engine.core.scheduler import (
     StoryStopped,
 )
 from flowd.engine.report import EpicReport, build_report, epic_history, write_report
+from flowd.engine.requests import RequestDesk
 from flowd.engine.state import EpicLock, EpicPaths, load_state
 from flowd.engine.story import StoryOutcome, StoryRun, undo_interrupted_merge
 from flowd.errors import EXIT_CANCELLED, EXIT_FAILED, EXIT_HALTED, EXIT_OK, FlowdError, InputError
@@ -51,6 +52,7 @@ from flowd.events import (
     StoryStatusChanged,
 )
 from flowd.gitops import Repo, worktree_root
+from flowd.inbox import InboxReader
 from flowd.plan.graph import critical_path_rank, estimate_durations
 from flowd.plan.hashing import story_hash
 from flowd.plan.model import StoryPlan
@@ -404,6 +406,9 @@ class SchedulerShell:
     async def _loop(self) -> tuple[RunOutcome, str | None]:
         machine = self.machine
         cancel_wait = asyncio.create_task(self.cancel.wait(), name="cancel")
+        # Answers and revisions from the CLI and the editor (docs/answers.md).
+        inbox = InboxReader(self.ctx.repo.root, self.ctx.run_id)
+        desk = asyncio.create_task(inbox.serve(RequestDesk(self.ctx).handle), name="inbox")
         try:
             await self._carry_out(machine.handle(self._poll()))
             while machine.ended is None:
@@ -418,6 +423,9 @@ class SchedulerShell:
                 await self._carry_out(machine.handle(self._poll()))
         finally:
             cancel_wait.cancel()
+            desk.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await desk
         assert machine.ended is not None
         return machine.ended.outcome, machine.ended.reason
 
