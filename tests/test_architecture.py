@@ -128,3 +128,22 @@ def test_loading_the_engine_core_loads_nothing_of_the_shell() -> None:
     assert "flowd.engine.core.scheduler" in loaded  # the script did load the core
     assert [m for m in loaded if _within(m, SHELL)] == []
     assert [m for m in loaded if m != "flowd" and not _within(m, CORE_MAY_LOAD)] == []
+
+
+MAX_FUNCTION_LINES = 80
+
+
+def test_no_function_in_flowd_exceeds_80_lines() -> None:
+    """Functions fit on a screen: one longer than 80 lines (decorators to last line) fails here;
+    split it into named pieces."""
+    import ast
+
+    long = []
+    for path in sorted((ROOT / "flowd").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+                lines = (node.end_lineno or node.lineno) - first + 1
+                if lines > MAX_FUNCTION_LINES:
+                    long.append(f"{path.relative_to(ROOT)}:{first} {node.name} ({lines} lines)")
+    assert long == []
