@@ -14,7 +14,7 @@ import os
 import sys
 import traceback
 from collections.abc import Callable, Sequence
-from typing import cast
+from typing import TypeAlias, cast
 
 from flowd import __version__
 from flowd.errors import EXIT_BAD_INPUT, EXIT_CANCELLED, FlowdError
@@ -65,58 +65,48 @@ def _epilog(key: str) -> str:
     return f"exit codes: {EXIT_CODES[key]}\nexample:\n  {EXAMPLES[key]}"
 
 
-def _build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="flowd",
-        description="Run a team of LLM coding agents on your repository.",
-        epilog="exit codes: 0 ok · 1 failed · 2 bad input · 3 halted · 130 cancelled "
-        "(each command's --help says which it uses)\nexample:\n  flowd demo",
+Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+
+
+def _command(
+    into: Subparsers, name: str, target: str, help_text: str, key: str | None = None
+) -> argparse.ArgumentParser:
+    """One command: its help, exit codes and example (under `key`, default its name), its target."""
+    p = into.add_parser(
+        name,
+        help=help_text,
+        description=help_text,
+        epilog=_epilog(key or name),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--version", action="version", version=f"flowd {__version__}")
-    parser.add_argument(
-        "--repo", default=None, metavar="DIR", help="the repository (default: the one holding the cwd)"
+    p.set_defaults(target=target)
+    return p
+
+
+def _group(into: Subparsers, name: str, help_text: str, dest: str, metavar: str) -> Subparsers:
+    """A command that only holds subcommands; given none, `main` prints its help (exit 2)."""
+    p = into.add_parser(
+        name,
+        help=help_text,
+        description=help_text,
+        epilog=_epilog(name),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", help="one of:")
+    p.set_defaults(target=None, subparser=p)
+    return p.add_subparsers(dest=dest, metavar=metavar, help="one of:")
 
-    def command(
-        name: str,
-        target: str,
-        help_text: str,
-        into: argparse._SubParsersAction[argparse.ArgumentParser] = sub,
-        key: str | None = None,
-    ) -> argparse.ArgumentParser:
-        p = into.add_parser(
-            name,
-            help=help_text,
-            description=help_text,
-            epilog=_epilog(key or name),
-            formatter_class=argparse.RawDescriptionHelpFormatter,
-        )
-        p.set_defaults(target=target)
-        return p
 
-    def group(
-        name: str, help_text: str, dest: str, metavar: str
-    ) -> argparse._SubParsersAction[argparse.ArgumentParser]:
-        p = sub.add_parser(
-            name,
-            help=help_text,
-            description=help_text,
-            epilog=_epilog(name),
-            formatter_class=argparse.RawDescriptionHelpFormatter,
-        )
-        p.set_defaults(target=None, subparser=p)
-        return p.add_subparsers(dest=dest, metavar=metavar, help="one of:")
-
-    p = command("serve", "flowd.server.main:serve_command", "the language server (stdio by default)")
+def _add_serve(sub: Subparsers) -> None:
+    p = _command(sub, "serve", "flowd.server.main:serve_command", "the language server (stdio by default)")
     p.add_argument(
         "--tcp", action="store_true", help="listen on TCP instead of stdio (a client must send a token)"
     )
     p.add_argument("--host", default="127.0.0.1", help="TCP address; loopback only (default: 127.0.0.1)")
     p.add_argument("--port", type=int, default=2087, help="TCP port; 0 picks a free one (default: 2087)")
 
-    p = command("run", "flowd.engine.cli:run_command", "run or resume an epic")
+
+def _add_run(sub: Subparsers) -> None:
+    p = _command(sub, "run", "flowd.engine.cli:run_command", "run or resume an epic")
     p.add_argument(
         "plan", metavar="PLAN", help="the story plan (*.epic.json, or Markdown with a json storyplan block)"
     )
@@ -145,11 +135,13 @@ def _build_parser() -> argparse.ArgumentParser:
         "--json", action="store_true", help="print every event as a JSON line on stdout instead of progress"
     )
 
-    plan_sub = group("plan", "validate or draft a story plan", "plan_command", "SUBCOMMAND")
-    p = command("validate", "flowd.plan.cli:validate_command", "print every violation of a plan", plan_sub)
+
+def _add_plan(sub: Subparsers) -> None:
+    plan_sub = _group(sub, "plan", "validate or draft a story plan", "plan_command", "SUBCOMMAND")
+    p = _command(plan_sub, "validate", "flowd.plan.cli:validate_command", "print every violation of a plan")
     p.add_argument("plan", metavar="PLAN", help="the story plan file")
     p.add_argument("--json", action="store_true", help="print {plan, valid, violations} as JSON on stdout")
-    p = command("new", "flowd.plan.draft:new_command", "draft a story plan with the planner", plan_sub)
+    p = _command(plan_sub, "new", "flowd.plan.draft:new_command", "draft a story plan with the planner")
     p.add_argument("text", nargs="?", default="", metavar="EPIC TEXT", help="the epic in a sentence")
     p.add_argument(
         "-o", "--output", required=True, metavar="PLAN", help="where to write the draft (.json or .md)"
@@ -157,10 +149,14 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--brief", metavar="FILE", help="a Markdown brief used as the planner's input")
     p.add_argument("--force", action="store_true", help="overwrite an existing output file")
 
-    p = command("status", "flowd.status:status_command", "active and recent runs with their lanes")
+
+def _add_status(sub: Subparsers) -> None:
+    p = _command(sub, "status", "flowd.status:status_command", "active and recent runs with their lanes")
     p.add_argument("--json", action="store_true", help="print {runs: [...]} as JSON on stdout")
 
-    p = command("cost", "flowd.cost.cli:cost_command", "the cost report over the repository's traces")
+
+def _add_cost(sub: Subparsers) -> None:
+    p = _command(sub, "cost", "flowd.cost.cli:cost_command", "the cost report over the repository's traces")
     p.add_argument("--run", metavar="ID", help="only this run (`flowd status` lists run ids)")
     p.add_argument(
         "--since",
@@ -182,17 +178,27 @@ def _build_parser() -> argparse.ArgumentParser:
     fmt.add_argument("--json", action="store_true", help="print the report as JSON")
     fmt.add_argument("--md", action="store_true", help="print the report as Markdown")
 
-    p = command("check", "flowd.engine.cli:check_command", "perimeter violations in story worktrees now")
+
+def _add_check(sub: Subparsers) -> None:
+    p = _command(
+        sub, "check", "flowd.engine.cli:check_command", "perimeter violations in story worktrees now"
+    )
     p.add_argument("--json", action="store_true", help="print {violations: [...]} as JSON on stdout")
 
-    p = command("cancel", "flowd.engine.cli:cancel_command", "stop a run gracefully (run it again to resume)")
+
+def _add_cancel(sub: Subparsers) -> None:
+    p = _command(
+        sub, "cancel", "flowd.engine.cli:cancel_command", "stop a run gracefully (run it again to resume)"
+    )
     p.add_argument(
         "run_id",
         metavar="RUN_ID",
         help="the run to stop (`flowd run` prints it first; `flowd status` lists them)",
     )
 
-    p = command("clean", "flowd.engine.clean:clean_command", "remove merged and forgotten worktrees")
+
+def _add_clean(sub: Subparsers) -> None:
+    p = _command(sub, "clean", "flowd.engine.clean:clean_command", "remove merged and forgotten worktrees")
     p.add_argument("--dry-run", action="store_true", help="say what would be removed; change nothing")
     p.add_argument(
         "--epic",
@@ -201,7 +207,9 @@ def _build_parser() -> argparse.ArgumentParser:
         "keep epic/<ID>",
     )
 
-    p = command("demo", "flowd.demo:demo_command", "run the scripted sample epic end to end")
+
+def _add_demo(sub: Subparsers) -> None:
+    p = _command(sub, "demo", "flowd.demo:demo_command", "run the scripted sample epic end to end")
     p.add_argument(
         "--dir",
         metavar="DIR",
@@ -213,9 +221,11 @@ def _build_parser() -> argparse.ArgumentParser:
         help="print the run's events as JSON lines instead of progress and report",
     )
 
-    agent_sub = group("agent", "bundled agents", "agent_command", "AGENT")
-    p = command(
-        "script", "flowd.agents.script_agent:agent_command", "the scripted ACP agent (on stdio)", agent_sub
+
+def _add_agent(sub: Subparsers) -> None:
+    agent_sub = _group(sub, "agent", "bundled agents", "agent_command", "AGENT")
+    p = _command(
+        agent_sub, "script", "flowd.agents.script_agent:agent_command", "the scripted ACP agent (on stdio)"
     )
     p.add_argument(
         "--script",
@@ -224,25 +234,63 @@ def _build_parser() -> argparse.ArgumentParser:
         help="the script the agent follows (docs/scripted-agent.md)",
     )
 
-    roster_sub = group("roster", "inspect the roster", "roster_command", "SUBCOMMAND")
-    p = command(
+
+def _add_roster(sub: Subparsers) -> None:
+    roster_sub = _group(sub, "roster", "inspect the roster", "roster_command", "SUBCOMMAND")
+    p = _command(
+        roster_sub,
         "check",
         "flowd.roster_check:check_command",
         "run a one-line prompt on each executor",
-        roster_sub,
         key="roster check",
     )
     p.add_argument("--role", help="only executors serving this role (planner, coder, reviewer, judge)")
     p.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
 
-    p = command(
-        "schema", "flowd.schema:schema_command", "print the JSON Schema of a file or the LSP protocol"
+
+def _add_schema(sub: Subparsers) -> None:
+    p = _command(
+        sub, "schema", "flowd.schema:schema_command", "print the JSON Schema of a file or the LSP protocol"
     )
     p.add_argument(
         "what",
         choices=["plan", "roster", "config", "script", "trace", "protocol"],
         help="which file's schema to print (protocol: the language server's custom methods)",
     )
+
+
+# The commands in the order `flowd --help` lists them; a new command is one `_add_*` function here.
+SUBCOMMANDS: tuple[Callable[[Subparsers], None], ...] = (
+    _add_serve,
+    _add_run,
+    _add_plan,
+    _add_status,
+    _add_cost,
+    _add_check,
+    _add_cancel,
+    _add_clean,
+    _add_demo,
+    _add_agent,
+    _add_roster,
+    _add_schema,
+)
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="flowd",
+        description="Run a team of LLM coding agents on your repository.",
+        epilog="exit codes: 0 ok · 1 failed · 2 bad input · 3 halted · 130 cancelled "
+        "(each command's --help says which it uses)\nexample:\n  flowd demo",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"flowd {__version__}")
+    parser.add_argument(
+        "--repo", default=None, metavar="DIR", help="the repository (default: the one holding the cwd)"
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", help="one of:")
+    for add in SUBCOMMANDS:
+        add(sub)
     return parser
 
 

@@ -19,7 +19,7 @@ from pydantic import Field, PrivateAttr, ValidationError, field_validator
 
 from flowd.errors import FileProblems
 from flowd.fsio import read_user_text
-from flowd.wire import StrictWireModel
+from flowd.wire import StrictWireModel, describe_validation_error
 
 Role = Literal["planner", "coder", "reviewer", "judge"]
 ROLES: tuple[Role, ...] = ("planner", "coder", "reviewer", "judge")
@@ -136,37 +136,6 @@ def flow_dir(repo: Path) -> Path:
 def user_roster_path() -> Path:
     base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
     return Path(base) / "flowd" / "roster.toml"
-
-
-def describe_validation_error(
-    error: ValidationError, prefix: str = "", *, unknown: str = "unknown key (check the spelling)"
-) -> list[str]:
-    """Pydantic errors as short `field: problem` sentences: the one wording for files, wire params
-    and the planner's drafts alike (`unknown` says what to do about a field no model has)."""
-    problems: list[str] = []
-    for item in error.errors(include_url=False):
-        where = _location(prefix, item["loc"])
-        message = item["msg"]
-        if item["type"] == "extra_forbidden":
-            message = unknown
-        elif item["type"] == "missing":
-            message = "is required"
-        elif message.startswith("Value error, "):
-            message = message.removeprefix("Value error, ")
-        problems.append(f"{where}: {message}" if where else message)
-    return problems
-
-
-def _location(prefix: str, loc: tuple[int | str, ...]) -> str:
-    out = prefix
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        elif part in ("int", "float", "str", "bool", "list", "dict", "literal", "function-after"):
-            continue  # pydantic's union branch names carry nothing for the reader
-        else:
-            out += f".{part}" if out else str(part)
-    return out
 
 
 def read_toml(path: Path) -> dict[str, Any]:

@@ -28,6 +28,16 @@ class InputError(FlowdError):
     """Bad input: a plan, roster, config, parameter or repository state the user must fix."""
 
 
+class NoExecutor(FlowdError):
+    """No executor of the roster can ever take a role in this run (docs/roster.md): the run halts."""
+
+    exit_code = EXIT_HALTED
+
+    def __init__(self, role: str, message: str) -> None:
+        super().__init__(message)
+        self.role = role
+
+
 class FileProblems(InputError):
     """Every problem found in one file, reported together."""
 

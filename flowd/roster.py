@@ -25,7 +25,7 @@ from typing import Protocol
 from flowd.agents.base import EXECUTOR_FAULTS, AgentError, Executor, TurnObserver, TurnRequest, TurnResult
 from flowd.agents.factory import make_executor
 from flowd.config import ExecutorSpec, Roster
-from flowd.errors import EXIT_HALTED, FlowdError
+from flowd.errors import NoExecutor
 from flowd.events import (
     Event,
     ExecutorExcluded,
@@ -48,16 +48,6 @@ from flowd.wire import WireModel
 
 # Failures after which a clone's agent process is not trusted again: it is closed and respawned.
 DISCARD_ON = frozenset({"crash", "stall", "unavailable", "auth", "timeout"})
-
-
-class NoExecutor(FlowdError):
-    """No executor of the roster can ever take a role in this run."""
-
-    exit_code = EXIT_HALTED
-
-    def __init__(self, role: str, message: str) -> None:
-        super().__init__(message)
-        self.role = role
 
 
 class ExecutorFactory(Protocol):

@@ -56,3 +56,94 @@ def test_no_import_cycles() -> None:
                     seen.add(nxt)
                     stack.append((nxt, [*trail, nxt]))
     assert cycles == []
+
+
+# The engine core (docs/architecture.md: the engine core) stands on the standard library, the data
+# models of plans and events, and itself; the shell stands on it, never the other way round.
+CORE_MAY_IMPORT = (
+    "flowd.engine.core",
+    "flowd.events",
+    "flowd.plan.model",
+    "flowd.plan.graph",
+    "flowd.errors",
+)
+# What loading those brings along: the packages' own `__init__`s and the pure modules they load.
+CORE_MAY_LOAD = (*CORE_MAY_IMPORT, "flowd.wire", "flowd.paths", "flowd.plan", "flowd.engine")
+SHELL = (
+    "flowd.engine.story",
+    "flowd.engine.runner",
+    "flowd.engine.taskloop",
+    "flowd.engine.taskbody",
+    "flowd.engine.context",
+    "flowd.engine.state",
+    "flowd.agents",
+    "flowd.roster",
+    "flowd.gitops",
+    "flowd.server",
+    "flowd.config",
+    "flowd.trace",
+    "flowd.plan.draft",
+)
+
+
+def _within(name: str, prefixes: tuple[str, ...]) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in prefixes)
+
+
+def test_the_engine_core_imports_only_the_stdlib_the_models_and_itself() -> None:
+    """Every import in flowd/engine/core, type-checking ones and those inside functions too."""
+    import ast
+    import sys
+
+    found = []
+    for path in sorted((ROOT / "flowd" / "engine" / "core").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            else:
+                continue
+            for name in names:
+                stdlib = name.split(".")[0] in sys.stdlib_module_names or name == "__future__"
+                if not stdlib and not _within(name, CORE_MAY_IMPORT):
+                    found.append(f"{path.relative_to(ROOT)} imports {name}")
+    assert found == []
+
+
+def test_loading_the_engine_core_loads_nothing_of_the_shell() -> None:
+    """What a fresh interpreter holds after importing every core module: no edge module."""
+    import subprocess
+    import sys
+
+    script = (
+        "import importlib, pkgutil, sys\n"
+        "import flowd.engine.core as core\n"
+        "for m in pkgutil.iter_modules(core.__path__):\n"
+        "    importlib.import_module('flowd.engine.core.' + m.name)\n"
+        "print('\\n'.join(sorted(k for k in sys.modules if k.startswith('flowd'))))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, check=True)
+    loaded = out.stdout.split()
+    assert "flowd.engine.core.scheduler" in loaded  # the script did load the core
+    assert [m for m in loaded if _within(m, SHELL)] == []
+    assert [m for m in loaded if m != "flowd" and not _within(m, CORE_MAY_LOAD)] == []
+
+
+MAX_FUNCTION_LINES = 80
+
+
+def test_no_function_in_flowd_exceeds_80_lines() -> None:
+    """Functions fit on a screen: one longer than 80 lines (decorators to last line) fails here;
+    split it into named pieces."""
+    import ast
+
+    long = []
+    for path in sorted((ROOT / "flowd").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+                lines = (node.end_lineno or node.lineno) - first + 1
+                if lines > MAX_FUNCTION_LINES:
+                    long.append(f"{path.relative_to(ROOT)}:{first} {node.name} ({lines} lines)")
+    assert long == []

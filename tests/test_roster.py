@@ -18,7 +18,7 @@ import pytest
 
 from flowd.agents.base import AgentError, Executor, FlowdMeta, TurnObserver, TurnRequest, TurnResult
 from flowd.config import ExecutorSpec, Roster, load_roster
-from flowd.errors import EXIT_HALTED
+from flowd.errors import EXIT_HALTED, NoExecutor
 from flowd.events import (
     Event,
     ExecutorExcluded,
@@ -27,7 +27,7 @@ from flowd.events import (
     ExecutorReleased,
     ExecutorResumed,
 )
-from flowd.roster import Lease, NoExecutor, RosterPool
+from flowd.roster import Lease, RosterPool
 from flowd.timeutil import iso
 from flowd.timeutil import now as utc_now
 

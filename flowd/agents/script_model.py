@@ -14,10 +14,9 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from flowd.config import describe_validation_error
 from flowd.errors import FileProblems
 from flowd.fsio import read_user_text
-from flowd.wire import StrictWireModel
+from flowd.wire import StrictWireModel, describe_validation_error
 
 FailMode = Literal["rate_limit", "usage_limit", "auth", "crash", "hang", "error"]
 

@@ -248,6 +248,21 @@ def build_report(
     (a scan fills it as it goes): skipped files/lines and the runs' budgets."""
     prices = prices or Prices()
     zone = as_zone(tz)
+    when, who, first, last = _fold(samples, prices, zone, since, until)
+    report = _roll_up(when, who, zone, prices_as_of(), runs_per_day)
+    report.from_, report.to = first, last
+    if stats is not None:
+        report.skipped = Skipped(
+            files=stats.skipped_files, lines=stats.skipped_lines, problems=stats.problems
+        )
+        report.budgets = _budgets(when, stats, run_id)
+    return report
+
+
+def _fold(
+    samples: Iterable[Sample], prices: Prices, zone: tzinfo, since: str | None, until: str | None
+) -> tuple[dict[_WhenKey, _Acc], dict[_WhoKey, _Acc], str | None, str | None]:
+    """The samples within [since, until) summed into the two tables, with the first and last time."""
     when: dict[_WhenKey, _Acc] = {}
     who: dict[_WhoKey, _Acc] = {}
     hours: dict[str, str] = {}
@@ -276,7 +291,8 @@ def build_report(
         if cost is None:
             rates = resolved.get(s.model) if s.model is not None else None
             cost = rates.cost(input_, output, cached_read, cache_write) if rates is not None else price(s)
-        # The two updates are spelled out: this loop runs once per usage line.
+        # The two updates are spelled out, not a shared helper: this loop runs once per usage line
+        # (docs/performance.md).
         key1 = (s.run_id, hour, s.model, s.estimated)
         acc = when.get(key1)
         if acc is None:
@@ -305,15 +321,7 @@ def build_report(
             acc.priced += 1
             acc2.cost += cost
             acc2.priced += 1
-
-    report = _roll_up(when, who, zone, prices_as_of(), runs_per_day)
-    report.from_, report.to = first, last
-    if stats is not None:
-        report.skipped = Skipped(
-            files=stats.skipped_files, lines=stats.skipped_lines, problems=stats.problems
-        )
-        report.budgets = _budgets(when, stats, run_id)
-    return report
+    return when, who, first, last
 
 
 def _local_hour(minute: str, zone: tzinfo) -> str:

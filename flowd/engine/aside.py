@@ -20,9 +20,10 @@ from typing import TYPE_CHECKING, Literal
 
 from flowd.agents.base import AgentError, TurnRequest, TurnResult
 from flowd.engine import prompts
-from flowd.engine.context import Halt, RunContext
+from flowd.engine.context import RunContext
+from flowd.engine.core.stops import Halt, StoryFailed, StoryWaiting
 from flowd.engine.gates import run_command, run_gates
-from flowd.engine.taskbody import Seat, StoryFailed, StoryWaiting
+from flowd.engine.taskbody import Seat
 from flowd.errors import FlowdError
 from flowd.events import Info
 from flowd.roster import Lease

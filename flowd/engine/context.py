@@ -40,14 +40,6 @@ MESSAGE_CHARS = 600
 TOOL_ARG_CHARS = 300
 
 
-class Halt(Exception):
-    """Stop launching new work (budget spent, no executor, a dirty epic checkout)."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
-
-
 @dataclass
 class RunContext:
     repo: Repo

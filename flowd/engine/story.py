@@ -15,10 +15,11 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
-from flowd.engine.context import Halt, HeldCoder, RunContext
+from flowd.engine.context import HeldCoder, RunContext
 from flowd.engine.core.failure import StoryFacts, outcome_of
 from flowd.engine.core.outcome import StoryOutcome
 from flowd.engine.core.resume import OnFreshBranch, OnState, merged_before_stop, on_fresh_branch, on_state
+from flowd.engine.core.stops import Halt, StoryFailed
 from flowd.engine.gates import run_command, run_gates
 from flowd.engine.perimeter_now import perimeter_now
 from flowd.engine.state import (
@@ -32,7 +33,7 @@ from flowd.engine.state import (
     save_intent,
     save_state,
 )
-from flowd.engine.taskloop import StoryFailed, TaskLoop
+from flowd.engine.taskloop import TaskLoop
 from flowd.errors import FlowdError
 from flowd.events import (
     Event,

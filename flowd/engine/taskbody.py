@@ -16,6 +16,7 @@ from typing import Protocol, TypeVar
 from flowd.agents.base import TurnRequest, TurnResult
 from flowd.engine import prompts
 from flowd.engine.context import RunContext
+from flowd.engine.core.stops import StoryFailed, StoryWaiting
 from flowd.engine.gates import run_gates
 from flowd.engine.perimeter_now import perimeter_now
 from flowd.engine.state import append_findings
@@ -29,20 +30,6 @@ from flowd.tasks.model import Task, TaskPlan
 
 T = TypeVar("T")
 DIFF_CHARS = 60_000
-
-
-class StoryFailed(Exception):
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
-
-
-class StoryWaiting(Exception):
-    """The story stops as waiting (a genuine BLOCKED_ON): not a failure of its own."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
 
 
 class Coder(Protocol):

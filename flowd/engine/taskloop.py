@@ -13,9 +13,10 @@ from pathlib import Path
 
 from flowd.engine import prompts
 from flowd.engine.aside import TaskGraph
-from flowd.engine.context import Halt, HeldCoder, RunContext
+from flowd.engine.context import HeldCoder, RunContext
+from flowd.engine.core.stops import Halt, StoryFailed, StoryWaiting
 from flowd.engine.state import append_findings
-from flowd.engine.taskbody import Seat, StoryFailed, StoryWaiting, TaskBody, clip, issues_text
+from flowd.engine.taskbody import Seat, TaskBody, clip, issues_text
 from flowd.events import (
     Info,
     JudgeIssue,

@@ -27,9 +27,9 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from flowd.agents.base import AgentError, FlowdMeta, TurnRequest
-from flowd.config import Roster, Settings, describe_validation_error, load_roster, load_settings
+from flowd.config import Roster, Settings, load_roster, load_settings
 from flowd.engine import prompts
-from flowd.errors import EXIT_OK, FlowdError, InputError
+from flowd.errors import EXIT_OK, FlowdError, InputError, NoExecutor
 from flowd.events import Event, ExecutorExcluded
 from flowd.fsio import write_text_atomic
 from flowd.gitops import Repo
@@ -40,7 +40,8 @@ from flowd.plan.markdown import render_plan_markdown
 from flowd.plan.model import StoryPlan
 from flowd.plan.validate import violations
 from flowd.replies import ReplyParseError, extract_json
-from flowd.roster import NoExecutor, RosterPool
+from flowd.roster import RosterPool
+from flowd.wire import describe_validation_error
 
 FILES_SHOWN = 300
 OUTPUT_SUFFIXES = (".json", ".md", ".markdown")

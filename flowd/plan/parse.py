@@ -24,6 +24,7 @@ from flowd.plan.jsonpos import LineIndex, Positions, Span, scan_positions
 from flowd.plan.model import StoryPlan
 from flowd.plan.validate import violations
 from flowd.plan.violation import Violation
+from flowd.wire import validation_problems
 
 # The first fence opening with `json`, blanks, `storyplan`; lazily up to a closing fence line.
 _BLOCK = re.compile(r"```json[ \t]+storyplan[ \t]*\r?\n(.*?)\r?\n[ \t]*```", re.DOTALL)
@@ -57,24 +58,11 @@ def _at(span: Span | None, violation: Violation) -> Violation:
     )
 
 
-def _loc_text(loc: tuple[str | int, ...]) -> str:
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            out += ("." if out else "") + part
-    return out
-
-
 def _shape_violations(exc: ValidationError, data: Any, positions: Positions) -> list[Violation]:
+    """Each shape error in the one wording (`flowd.wire`), placed where its location sits in the file."""
     found = []
-    for error in exc.errors(include_url=False):
-        loc = tuple(error["loc"])
-        where = _loc_text(loc)
-        message = error["msg"]
-        if error["type"] == "missing":
-            message = "is required"
+    for problem in validation_problems(exc):
+        loc = problem.loc
         story: str | None = None
         field_name: str | None = None
         if len(loc) >= 2 and loc[0] == "stories" and isinstance(loc[1], int):
@@ -84,12 +72,8 @@ def _shape_violations(exc: ValidationError, data: Any, positions: Positions) -> 
                 story = raw_id if isinstance(raw_id, str) else None
             if len(loc) >= 3 and isinstance(loc[2], str):
                 field_name = loc[2]
-        text = f"{where}: {message}" if where else message
-        found.append(
-            _at(
-                positions.find(loc), Violation(code="plan.shape", message=text, story=story, field=field_name)
-            )
-        )
+        violation = Violation(code="plan.shape", message=str(problem), story=story, field=field_name)
+        found.append(_at(positions.find(loc), violation))
     return found
 
 

@@ -20,106 +20,123 @@ __all__ = ["Violation", "violations"]
 _ID = re.compile(ID_PATTERN)
 
 
+# A violation and the index of its story in the plan (None: the epic's own), for placing it.
+Found = tuple[Violation, int | None]
+
+
 def violations(plan: StoryPlan, positions: Positions | None = None) -> list[Violation]:
     """Every violation of `plan`, in a stable order; positioned when `positions` are given."""
-    found: list[tuple[Violation, int | None]] = []
-
-    def add(
-        code: str, message: str, index: int | None, field: str | None = None, item: int | None = None
-    ) -> None:
-        story = plan.stories[index].id if index is not None else None
-        found.append((Violation(code=code, message=message, story=story, field=field, item=item), index))
-
+    found: list[Found] = []
     if not _ID.match(plan.epic_id):
-        found.append(
-            (
-                Violation(
-                    code="plan.badEpicId",
-                    message=f"epic id '{plan.epic_id}' is not kebab-case (lowercase letters, digits and '-')",
-                    field="epicId",
-                ),
-                None,
-            )
-        )
-
+        message = f"epic id '{plan.epic_id}' is not kebab-case (lowercase letters, digits and '-')"
+        found.append((Violation(code="plan.badEpicId", message=message, field="epicId"), None))
     known = {s.id for s in plan.stories}
     seen: set[str] = set()
     for i, story in enumerate(plan.stories):
-        story_id = story.id
-        if story_id in seen:
-            add("plan.duplicateId", f"duplicate story id '{story_id}'", i, "id")
-        seen.add(story_id)
-        if not _ID.match(story_id):
-            add("plan.badId", f"story id '{story_id}' is not kebab-case", i, "id")
+        found += _id_rules(plan, i, seen)
+        seen.add(story.id)
         if not story.owned:
-            add("plan.ownsNothing", f"story '{story_id}' owns no paths", i, "owned")
-        for k, dep in enumerate(story.depends_on):
-            if dep == story_id:
-                add("plan.dependsOnItself", f"story '{story_id}' depends on itself", i, "dependsOn", k)
-            elif dep not in known:
-                close = difflib.get_close_matches(dep, sorted(known - {story_id}), n=1, cutoff=0.6)
-                hint = f"; did you mean '{close[0]}'?" if close else ""
-                add(
-                    "plan.unknownDependency",
-                    f"story '{story_id}' depends on unknown story '{dep}'{hint}",
-                    i,
-                    "dependsOn",
-                    k,
-                )
-        for owned in story.owned:
-            for k, shared in enumerate(story.shared_read_only):
-                if paths.is_safe(owned) and paths.is_safe(shared) and paths.overlapping(owned, shared):
-                    add(
-                        "plan.ownsShared",
-                        f"story '{story_id}' both owns '{owned}' and declares '{shared}' shared read-only",
-                        i,
-                        "sharedReadOnly",
-                        k,
-                    )
-        for field, values in (
-            ("owned", story.owned),
-            ("sharedReadOnly", story.shared_read_only),
-            ("readFirst", story.read_first),
-        ):
-            for k, value in enumerate(values):
-                reason = paths.unsafe_reason(value)
-                if reason is not None:
-                    add("plan.unsafePath", f"story '{story_id}' {field} path '{value}' {reason}", i, field, k)
+            found.append(_of(plan, i, "plan.ownsNothing", f"story '{story.id}' owns no paths", "owned"))
+        found += _dependency_rules(plan, i, known)
+        found += _path_rules(plan, i)
+    found += _overlap_rules(plan)
+    for cycle, at, item in _cycles(plan):
+        found.append(
+            _of(plan, at, "plan.cycle", "dependency cycle: " + " -> ".join(cycle), "dependsOn", item)
+        )
+    return [_placed(violation, index, positions) for violation, index in found]
 
+
+def _of(
+    plan: StoryPlan, index: int, code: str, message: str, field: str | None = None, item: int | None = None
+) -> Found:
+    story = plan.stories[index].id
+    return Violation(code=code, message=message, story=story, field=field, item=item), index
+
+
+def _id_rules(plan: StoryPlan, i: int, seen: set[str]) -> list[Found]:
+    """A story id met before (`seen`: the ids of the stories before it), or not kebab-case."""
+    story_id = plan.stories[i].id
+    found = []
+    if story_id in seen:
+        found.append(_of(plan, i, "plan.duplicateId", f"duplicate story id '{story_id}'", "id"))
+    if not _ID.match(story_id):
+        found.append(_of(plan, i, "plan.badId", f"story id '{story_id}' is not kebab-case", "id"))
+    return found
+
+
+def _dependency_rules(plan: StoryPlan, i: int, known: set[str]) -> list[Found]:
+    """A story that depends on itself or on a story the plan lacks (with the nearest id as a hint)."""
+    story_id = plan.stories[i].id
+    found = []
+    for k, dep in enumerate(plan.stories[i].depends_on):
+        if dep == story_id:
+            found.append(
+                _of(plan, i, "plan.dependsOnItself", f"story '{story_id}' depends on itself", "dependsOn", k)
+            )
+        elif dep not in known:
+            close = difflib.get_close_matches(dep, sorted(known - {story_id}), n=1, cutoff=0.6)
+            hint = f"; did you mean '{close[0]}'?" if close else ""
+            message = f"story '{story_id}' depends on unknown story '{dep}'{hint}"
+            found.append(_of(plan, i, "plan.unknownDependency", message, "dependsOn", k))
+    return found
+
+
+def _path_rules(plan: StoryPlan, i: int) -> list[Found]:
+    """Owned paths that overlap the story's own shared read-only ones; any unsafe path."""
+    story = plan.stories[i]
+    found = []
+    for owned in story.owned:
+        for k, shared in enumerate(story.shared_read_only):
+            if paths.is_safe(owned) and paths.is_safe(shared) and paths.overlapping(owned, shared):
+                message = f"story '{story.id}' both owns '{owned}' and declares '{shared}' shared read-only"
+                found.append(_of(plan, i, "plan.ownsShared", message, "sharedReadOnly", k))
+    for field, values in (
+        ("owned", story.owned),
+        ("sharedReadOnly", story.shared_read_only),
+        ("readFirst", story.read_first),
+    ):
+        for k, value in enumerate(values):
+            reason = paths.unsafe_reason(value)
+            if reason is not None:
+                message = f"story '{story.id}' {field} path '{value}' {reason}"
+                found.append(_of(plan, i, "plan.unsafePath", message, field, k))
+    return found
+
+
+def _overlap_rules(plan: StoryPlan) -> list[Found]:
+    """Two stories owning overlapping paths, reported on the later one."""
     stories = plan.stories
+    found = []
     for i, ka, j, kb in _overlaps(plan):
         a, b = stories[i], stories[j]
-        add(
-            "plan.overlap",
+        message = (
             f"stories '{a.id}' and '{b.id}' both own "
-            f"'{paths.normalize(a.owned[ka])}' / '{paths.normalize(b.owned[kb])}'",
-            j,
-            "owned",
-            kb,
+            f"'{paths.normalize(a.owned[ka])}' / '{paths.normalize(b.owned[kb])}'"
         )
+        found.append(_of(plan, j, "plan.overlap", message, "owned", kb))
+    return found
 
-    for cycle, at, item in _cycles(plan):
-        add("plan.cycle", "dependency cycle: " + " -> ".join(cycle), at, "dependsOn", item)
 
-    result = []
-    for violation, story_index in found:
-        if positions is not None:
-            span = (
-                positions.story(story_index, violation.field, violation.item)
-                if story_index is not None
-                else positions.keys.get((violation.field or "",)) or positions.values.get(())
-            )
-            if span is not None:
-                violation = violation.model_copy(
-                    update={
-                        "line": span.line,
-                        "column": span.column,
-                        "end_line": span.end_line,
-                        "end_column": span.end_column,
-                    }
-                )
-        result.append(violation)
-    return result
+def _placed(violation: Violation, story_index: int | None, positions: Positions | None) -> Violation:
+    """The violation at its line and column in the plan file, when its positions are known."""
+    if positions is None:
+        return violation
+    span = (
+        positions.story(story_index, violation.field, violation.item)
+        if story_index is not None
+        else positions.keys.get((violation.field or "",)) or positions.values.get(())
+    )
+    if span is None:
+        return violation
+    return violation.model_copy(
+        update={
+            "line": span.line,
+            "column": span.column,
+            "end_line": span.end_line,
+            "end_column": span.end_column,
+        }
+    )
 
 
 def _cycles(plan: StoryPlan) -> list[tuple[list[str], int, int]]:

@@ -8,7 +8,7 @@ model is loaded (docs/performance.md); `Method.params()` / `Method.result()` loa
 Everything that names a custom method takes the name from here: the server's bindings
 (`flowd/server/setup.py`), the notifications it sends (`flowd/server/notify.py`), the JSON
 Schema `flowd schema protocol` prints, and through it the extension's generated
-`editors/vscode/src/protocol.ts`; a test checks the Neovim plugin names only these.
+`editors/vscode/src/protocol.ts` and the Neovim plugin's generated `lua/flowd/protocol.lua`.
 """
 
 from __future__ import annotations
@@ -35,14 +35,18 @@ class Method:
 
     @property
     def key(self) -> str:
-        """The short name the extension's constants use: `flow.launchEpic` → `launchEpic`."""
-        return self.name.split("/", 1)[-1].split(".", 1)[-1]
+        return key_of(self.name)
 
     def params(self) -> type[BaseModel]:
         return _model(self.params_model)
 
     def result(self) -> type[BaseModel] | None:
         return _model(self.result_model) if self.result_model else None
+
+
+def key_of(name: str) -> str:
+    """The short name clients index a method by: `flow.launchEpic` → `launchEpic`."""
+    return name.split("/", 1)[-1].split(".", 1)[-1]
 
 
 def _model(name: str) -> type[BaseModel]:

@@ -14,12 +14,12 @@ schema says the server sends it (`nullable`, see `flowd.protocol.models`).
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import sys
-from pathlib import Path
 from typing import Any
+
+from flowd.protocol import codegen, key_of
 
 HEADER = """\
 // GENERATED from `flowd schema protocol` by flowd/protocol/typescript.py: do not edit by hand.
@@ -44,17 +44,13 @@ export interface FlowServer {
 """
 
 
-def _key(name: str) -> str:
-    return name.split("/", 1)[-1].split(".", 1)[-1]
-
-
 def _screaming(name: str) -> str:
     """`flow.launchEpic` → `LAUNCH_EPIC`, the name `flowd.protocol` gives it in Python."""
-    return re.sub(r"(?<!^)(?=[A-Z])", "_", _key(name)).upper()
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", key_of(name)).upper()
 
 
 def _names(const: str, methods: dict[str, Any]) -> str:
-    lines = [f'  {_key(name)}: "{name}",' for name in methods]
+    lines = [f'  {key_of(name)}: "{name}",' for name in methods]
     singles = [f'export const {_screaming(name)} = "{name}";' for name in methods]
     return "\n".join([f"export const {const} = {{", *lines, "} as const;", *singles, ""])
 
@@ -132,30 +128,5 @@ def render(schema: dict[str, Any]) -> str:
     return "\n".join(out).rstrip("\n") + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
-    from flowd.schema import protocol_schema
-
-    parser = argparse.ArgumentParser(description="write or check the extension's protocol.ts")
-    parser.add_argument("path", type=Path, help="the protocol.ts to write or check")
-    parser.add_argument("--check", action="store_true", help="exit 1 if PATH differs; write nothing")
-    args = parser.parse_args(argv)
-    text = render(protocol_schema())
-    before = args.path.read_text(encoding="utf-8") if args.path.is_file() else ""
-    if before == text:
-        print(f"protocol: {args.path} is up to date")
-        return 0
-    if args.check:
-        print(
-            f"protocol: {args.path} differs from `flowd schema protocol`; run scripts/protocol.mjs",
-            file=sys.stderr,
-        )
-        return 1
-    tmp = args.path.with_name(args.path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(args.path)
-    print(f"protocol: wrote {args.path} from `flowd schema protocol`")
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(codegen.main(render, "the extension's protocol.ts"))

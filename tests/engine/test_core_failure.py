@@ -6,12 +6,10 @@ import errno
 
 import pytest
 
-from flowd.engine.context import Halt
 from flowd.engine.core.failure import POLICY, StoryFacts, outcome_of
 from flowd.engine.core.outcome import StoryOutcome
-from flowd.engine.taskbody import StoryFailed, StoryWaiting
-from flowd.errors import FlowdError, InputError
-from flowd.roster import NoExecutor
+from flowd.engine.core.stops import Halt, StoryFailed, StoryWaiting
+from flowd.errors import FlowdError, InputError, NoExecutor
 
 FACTS = StoryFacts("s1", "story/ep/s1", ["claude", "codex"])
 FREE = "free some space, then run again"

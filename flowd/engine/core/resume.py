@@ -11,8 +11,17 @@ shell asks git only what the next decision needs (docs/architecture.md: one stor
 from __future__ import annotations
 
 from enum import Enum
+from typing import Protocol
 
-from flowd.engine.state import StoryState
+
+class SavedState(Protocol):
+    """What the decision reads of a story's state file (`engine/state.py`'s `StoryState`)."""
+
+    @property
+    def hash(self) -> str: ...
+
+    @property
+    def status(self) -> str: ...
 
 
 class OnState(Enum):
@@ -22,7 +31,7 @@ class OnState(Enum):
     RESUME = "resume"  # started or failed with the same plan entry: go on where it stopped
 
 
-def on_state(state: StoryState | None, digest: str) -> OnState:
+def on_state(state: SavedState | None, digest: str) -> OnState:
     if state is None:
         return OnState.START
     if state.hash != digest:

@@ -2,6 +2,12 @@
 -- buffer, a statusline function, transitions shown with vim.notify. See docs/editors.md.
 local M = {}
 
+-- Every method name comes from the generated protocol module (docs/protocol.md).
+local P = require("flowd.protocol")
+local N, R, C = P.notifications, P.requests, P.commands
+-- `flow.answer` is reserved until a server serves it; then it is one of the commands.
+local ANSWER = C.answer or P.reserved.answer
+
 local NAME = "flowd"
 local LANES_FT = "flowlanes"
 local ACTIVE = { running = true, paused = true }
@@ -121,7 +127,7 @@ local LEVEL = { failed = vim.log.levels.ERROR, waiting = vim.log.levels.WARN, ha
 
 local handlers = {}
 
-handlers["flow/run"] = function(_, p, ctx)
+handlers[N.run] = function(_, p, ctx)
   local s = st(ctx.client_id)
   local before = s.runs[p.runId]
   s.runs[p.runId] = vim.tbl_extend("force", before or {}, p)
@@ -134,7 +140,7 @@ handlers["flow/run"] = function(_, p, ctx)
   redraw()
 end
 
-handlers["flow/lane"] = function(_, p, ctx)
+handlers[N.lane] = function(_, p, ctx)
   local before = put_lane(st(ctx.client_id), p)
   if (not before or before.status ~= p.status) and p.status ~= "planned" then
     local why = p.reason and (": " .. p.reason) or ""
@@ -143,20 +149,20 @@ handlers["flow/lane"] = function(_, p, ctx)
   redraw()
 end
 
-handlers["flow/task"] = function() end
+handlers[N.task] = function() end
 
-handlers["flow/clone"] = function(_, p)
+handlers[N.clone] = function(_, p)
   if p.state == "excluded" then
     notify(("executor %s excluded: %s"):format(p.executor, p.reason or ""), vim.log.levels.WARN)
   end
 end
 
-handlers["flow/cost"] = function(_, p, ctx)
+handlers[N.cost] = function(_, p, ctx)
   st(ctx.client_id).cost[p.runId] = p
   redraw()
 end
 
-handlers["flow/attention"] = function(_, p)
+handlers[N.attention] = function(_, p)
   local level = p.reason == "cleared" and vim.log.levels.INFO or vim.log.levels.WARN
   notify(p.message, level)
 end
@@ -165,7 +171,7 @@ end
 
 local function on_init(client)
   -- Finished runs (for :FlowResume, :FlowLanes); running ones arrive as a snapshot anyway.
-  client:request("flow/status", vim.empty_dict(), function(err, res)
+  client:request(R.status, vim.empty_dict(), function(err, res)
     if err or not res then return end
     local s = st(client.id)
     for _, run in ipairs(res.runs) do
@@ -387,14 +393,14 @@ end
 function M.launch(arg)
   local plan = plan_arg(arg or "")
   if not plan then return notify("give a plan: :FlowLaunch path/to/epic.json", vim.log.levels.ERROR) end
-  execute("flow.launchEpic", { plan = plan }, function(res)
+  execute(C.launchEpic, { plan = plan }, function(res)
     notify(("launched run %s (epic %s on %s)"):format(res.runId, res.epicId, res.epicBranch))
   end)
 end
 
 function M.cancel(arg)
   pick_run(arg or "", function(r) return ACTIVE[r.status] end, "cancel", function(run_id)
-    execute("flow.cancelEpic", { runId = run_id }, function(res)
+    execute(C.cancelEpic, { runId = run_id }, function(res)
       notify(("run %s: %s"):format(res.runId, res.outcome))
     end)
   end)
@@ -414,14 +420,14 @@ function M.resume(arg)
   if not client then return end
   local s = st(client.id)
   pick_run(arg or "", function(r) return resumable(s, r) end, "resume", function(run_id)
-    execute("flow.resumeEpic", { runId = run_id }, function(res)
+    execute(C.resumeEpic, { runId = run_id }, function(res)
       notify(("resumed as run %s (epic %s)"):format(res.runId, res.epicId))
     end)
   end)
 end
 
 function M.status()
-  request("flow/status", vim.empty_dict(), function(res)
+  request(R.status, vim.empty_dict(), function(res)
     local lines = {}
     for _, run in ipairs(res.runs) do
       table.insert(lines, ("%s %s %s"):format(run.runId, run.epicId, run.status))
@@ -435,13 +441,13 @@ function M.status()
 end
 
 function M.cost()
-  request("flow/costReport", { format = "text" }, function(res) notify(res.text) end)
+  request(R.costReport, { format = "text" }, function(res) notify(res.text) end)
 end
 
 function M.validate(arg)
   local plan = plan_arg(arg or "")
   if not plan then return notify("give a plan: :FlowValidate path/to/epic.json", vim.log.levels.ERROR) end
-  execute("flow.validatePlan", { plan = plan }, function(res)
+  execute(C.validatePlan, { plan = plan }, function(res)
     if #res.violations == 0 then
       notify(plan .. ": no problems")
     else
@@ -455,14 +461,14 @@ function M.answer(arg)
   local client = M.client()
   if not client then return end
   local commands = vim.tbl_get(client.server_capabilities or {}, "executeCommandProvider", "commands") or {}
-  if not vim.tbl_contains(commands, "flow.answer") then
-    return notify("answering a paused run is not available yet: this flowd server has no flow.answer",
+  if not vim.tbl_contains(commands, ANSWER) then
+    return notify("answering a paused run is not available yet: this flowd server has no " .. ANSWER,
       vim.log.levels.WARN)
   end
   pick_run("", function(r) return ACTIVE[r.status] end, "answer", function(run_id)
     local function send(text)
       if text and text ~= "" then
-        execute("flow.answer", { runId = run_id, answer = text }, function() notify("answered " .. run_id) end)
+        execute(ANSWER, { runId = run_id, answer = text }, function() notify("answered " .. run_id) end)
       end
     end
     if arg and arg ~= "" then return send(arg) end

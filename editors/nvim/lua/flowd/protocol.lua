@@ -1,0 +1,31 @@
+-- GENERATED from `flowd schema protocol` by flowd/protocol/lua.py: do not edit by hand.
+-- Regenerate: `node editors/vscode/scripts/protocol.mjs` (it writes the extension's protocol.ts too).
+-- flowd's custom LSP protocol (docs/protocol.md): every method's wire name by its short name.
+return {
+  commands = {
+    launchEpic = "flow.launchEpic",
+    cancelEpic = "flow.cancelEpic",
+    resumeEpic = "flow.resumeEpic",
+    validatePlan = "flow.validatePlan",
+  },
+  requests = {
+    status = "flow/status",
+    costReport = "flow/costReport",
+    perimeter = "flow/perimeter",
+  },
+  notifications = {
+    run = "flow/run",
+    lane = "flow/lane",
+    task = "flow/task",
+    clone = "flow/clone",
+    cost = "flow/cost",
+    attention = "flow/attention",
+  },
+  -- Reserved for pausing and answering, not served yet: the plugin probes for them.
+  reserved = {
+    answer = "flow.answer",
+    addRevision = "flow.addRevision",
+  },
+  -- Outcomes a run ends with (RunEnded.outcome); any other status means it is still going.
+  run_outcomes = { "done", "failed", "cancelled", "halted" },
+}

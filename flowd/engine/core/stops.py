@@ -1,0 +1,30 @@
+"""Why a story stops short of merged: the exceptions the shell raises and the failure policy
+(`core/failure.py`) reads. They are the core's vocabulary, so they live here and the shell imports
+them; `NoExecutor`, a user-facing error with its own exit code, lives in `flowd.errors`.
+"""
+
+from __future__ import annotations
+
+
+class Halt(Exception):
+    """Stop launching new work (budget spent, no executor, a dirty epic checkout)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class StoryFailed(Exception):
+    """The story's own failure (a task that never came clean, red gates on merge…): it fails."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class StoryWaiting(Exception):
+    """The story stops as waiting (a genuine BLOCKED_ON): not a failure of its own."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason

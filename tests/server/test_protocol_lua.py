@@ -1,0 +1,66 @@
+"""The Neovim plugin takes every method name from `editors/nvim/lua/flowd/protocol.lua`, generated
+from the declaration (`flowd.protocol`, docs/protocol.md); these fail when it drifts or when the
+plugin spells a name itself."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from flowd import protocol
+from flowd.protocol.lua import render
+from flowd.schema import protocol_schema
+
+ROOT = Path(__file__).resolve().parents[2]
+PLUGIN = ROOT / "editors" / "nvim" / "lua" / "flowd"
+PROTOCOL_LUA = PLUGIN / "protocol.lua"
+METHOD_NAME = re.compile(r"""["'](flow[/.][A-Za-z]+)["']""")
+
+
+def test_the_committed_protocol_lua_is_what_the_declaration_renders() -> None:
+    assert PROTOCOL_LUA.read_text(encoding="utf-8") == render(protocol_schema()), (
+        "editors/nvim/lua/flowd/protocol.lua has drifted from flowd.protocol: "
+        "run `node editors/vscode/scripts/protocol.mjs` and commit the result"
+    )
+
+
+def test_protocol_lua_names_every_declared_and_reserved_method_by_its_short_name() -> None:
+    text = PROTOCOL_LUA.read_text(encoding="utf-8")
+    sections = {"command": "commands", "request": "requests", "notification": "notifications"}
+    for method in protocol.METHODS:
+        table = text.split(f"  {sections[method.kind]} = {{\n", 1)[1].split("  },", 1)[0]
+        assert f'    {method.key} = "{method.name}",' in table, method.name
+    reserved = text.split("  reserved = {\n", 1)[1].split("  },", 1)[0]
+    for name in protocol.RESERVED:
+        assert f'    {protocol.key_of(name)} = "{name}",' in reserved, name
+
+
+def test_the_lua_generator_check_fails_on_a_drifted_copy_and_leaves_it_alone(tmp_path: Path) -> None:
+    copy = tmp_path / "protocol.lua"
+    drifted = PROTOCOL_LUA.read_text(encoding="utf-8").replace('    status = "flow/status",\n', "", 1)
+    assert drifted != PROTOCOL_LUA.read_text(encoding="utf-8")
+    copy.write_text(drifted, encoding="utf-8")
+    argv = [sys.executable, "-m", "flowd.protocol.lua", "--check", str(copy)]
+    checked = subprocess.run(argv, capture_output=True, text=True)
+    assert checked.returncode == 1
+    assert "differs from `flowd schema protocol`" in checked.stderr
+    assert copy.read_text(encoding="utf-8") == drifted
+    written = subprocess.run([*argv[:3], str(copy)], capture_output=True, text=True)
+    assert written.returncode == 0, written.stderr
+    assert copy.read_text(encoding="utf-8") == PROTOCOL_LUA.read_text(encoding="utf-8")
+    assert [p.name for p in tmp_path.iterdir()] == ["protocol.lua"]  # no temp file left behind
+
+
+def test_the_plugin_spells_no_method_name_outside_the_generated_module() -> None:
+    found = []
+    for path in sorted((ROOT / "editors" / "nvim").rglob("*.lua")):
+        if path == PROTOCOL_LUA:
+            continue
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+            if line.lstrip().startswith("--"):
+                continue  # a comment may name a method; code takes the names from the module
+            found += [f"{path.relative_to(ROOT)}:{number}: {m}" for m in METHOD_NAME.findall(line)]
+    assert found == []
+    assert 'require("flowd.protocol")' in (PLUGIN / "init.lua").read_text(encoding="utf-8")
