@@ -75,7 +75,9 @@ def test_ignored_files_are_copied_never_committed_never_violations(tmp_path: Pat
     # Nothing copied was committed, on the story branch or the epic; the user's files are untouched.
     for branch in ("epic/ep", "story/ep/api"):
         files = git(sc.repo, "ls-tree", "-r", "--name-only", branch).split()
-        assert not {".env", "config/app.local.toml", "secrets/key.pem", "linked.env", "notes.txt"} & set(files)
+        assert not {".env", "config/app.local.toml", "secrets/key.pem", "linked.env", "notes.txt"} & set(
+            files
+        )
     history = git(sc.repo, "log", "--all", "--name-only", "--format=").split()
     assert ".env" not in history and "secrets/key.pem" not in history
     assert (sc.repo / ".env").read_text(encoding="utf-8") == "TOKEN=users-secret\n"
@@ -190,7 +192,9 @@ def test_eight_parallel_stories_whose_gate_binds_its_port_never_collide(tmp_path
     for envelope in events:
         event = envelope.event
         if isinstance(event, WorktreePrepared):
-            assert event.port not in holder, f"{event.lane} got {event.port}, held by {holder.get(event.port)}"
+            assert event.port not in holder, (
+                f"{event.lane} got {event.port}, held by {holder.get(event.port)}"
+            )
             assert (event.port - base) % 10 == 0 and base <= event.port < base + 80
             holder[event.port] = event.lane
         elif isinstance(event, StoryStatusChanged) and event.status in ("done", "failed", "waiting"):
