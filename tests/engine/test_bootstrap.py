@@ -12,18 +12,23 @@ from pathlib import Path
 import pytest
 
 from flowd.errors import InputError
-from flowd.events import GateResult, StoryStatusChanged, WorktreePrepared
+from flowd.events import GateResult, Info, StoryStatusChanged, WorktreePrepared
 from tests.engine.scenario import FLOWD, Scenario, coder, git, story, types
+
+PORT_RULE = "Ports: this lane has ports {ports} to itself"
 
 GITIGNORE = ".env\n*.local.toml\nsecrets/\n*.log\n"
 INCLUDE = ".env\nconfig/\nsecrets/\nREADME.md\nnotes.txt\nlinked.env\n"
 
-# What the coder's command saw: its lane's variables and a copied file, written into its own file.
-RECORD = (
-    "python3 -c \"import os, pathlib; pathlib.Path('src/seen.json').write_text(__import__('json').dumps("
-    "{k: os.environ.get(k) for k in ('FLOWD_LANE', 'FLOWD_PORT', 'FLOWD_PORTS')} | "
-    "{'config': pathlib.Path('config/app.local.toml').read_text()}))\""
-)
+
+def record(path: str, copied: str = "config/app.local.toml") -> str:
+    """A coder command writing what it saw into `path`: its lane's variables and a copied file."""
+    return (
+        f"python3 -c \"import os, pathlib; p = pathlib.Path('{path}'); p.parent.mkdir(exist_ok=True); "
+        "p.write_text(__import__('json').dumps("
+        "{k: os.environ.get(k) for k in ('FLOWD_LANE', 'FLOWD_PORT', 'FLOWD_PORTS')} | "
+        f"{{'copied': pathlib.Path('{copied}').read_text()}}))\""
+    )
 
 
 def _user_files(repo: Path, outside: Path) -> None:
@@ -44,7 +49,13 @@ def test_ignored_files_are_copied_never_committed_never_violations(tmp_path: Pat
     sc = Scenario.create(
         tmp_path,
         [story("api", ["src/"])],
-        [coder("api", {".env": "TOKEN=changed-by-the-agent\n", "src/api.py": "x = 1\n"}, run=[RECORD])],
+        [
+            coder(
+                "api",
+                {".env": "TOKEN=changed-by-the-agent\n", "src/api.py": "x = 1\n"},
+                run=[record("src/seen.json")],
+            )
+        ],
         settings='gates = ["test -f .env && test -n \\"$FLOWD_PORT\\""]\njudgeRounds = 0\n'
         "maxReviewRounds = 0\n[worktree]\nportBase = 47100\n",
         files={".gitignore": GITIGNORE + "*.env\n", ".worktreeinclude": INCLUDE},
@@ -70,7 +81,7 @@ def test_ignored_files_are_copied_never_committed_never_violations(tmp_path: Pat
         "FLOWD_LANE": "api",
         "FLOWD_PORT": "47100",
         "FLOWD_PORTS": "47100-47109",
-        "config": "debug = true\n",
+        "copied": "debug = true\n",
     }
     # Nothing copied was committed, on the story branch or the epic; the user's files are untouched.
     for branch in ("epic/ep", "story/ep/api"):
@@ -200,3 +211,109 @@ def test_eight_parallel_stories_whose_gate_binds_its_port_never_collide(tmp_path
         elif isinstance(event, StoryStatusChanged) and event.status in ("done", "failed", "waiting"):
             holder = {p: lane for p, lane in holder.items() if lane != event.story}
     assert sorted(e.event.lane for e in events if isinstance(e.event, WorktreePrepared)) == ids
+
+
+def test_a_parallel_task_gets_the_copies_and_ports_of_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FLOWD_SCRIPT_STATE", str(tmp_path / "script-state"))
+    base = _free_base(20)
+    plan = {
+        "tasks": [
+            {
+                "title": name,
+                "description": f"Write src/{name[0]}.json.\nOwns: src/{name[0]}.json\nDepends on: none",
+            }
+            for name in ("alpha", "beta")
+        ]
+    }
+    rules = [
+        {"when": {"role": "planner", "story": "s"}, "reply": json.dumps(plan)},
+        # Each coder rule answers only a prompt naming its lane's ports; the home task is slow, so
+        # the aside task's gate binds its port while the home task's may.
+        coder(
+            "s",
+            when={"role": "coder", "task": "^alpha$", "prompt": PORT_RULE.format(ports=f"{base}-{base + 9}")},
+            run=[record("src/a.json", ".env")],
+            delayMs=800,
+        ),
+        coder(
+            "s",
+            when={
+                "role": "coder",
+                "task": "^beta$",
+                "prompt": PORT_RULE.format(ports=f"{base + 10}-{base + 19}"),
+            },
+            run=[record("src/b.json", ".env")],
+        ),
+    ]
+    sc = Scenario.create(
+        tmp_path,
+        [story("s", ["src/"])],
+        rules,
+        settings=f'taskConcurrency = 2\ngates = ["python3 gate.py"]\njudgeRounds = 0\nmaxReviewRounds = 0\n'
+        f"[worktree]\nportBase = {base}\n",
+        files={"gate.py": GATE, ".gitignore": ".env\n", ".worktreeinclude": ".env\n"},
+    )
+    (sc.repo / ".env").write_text("TOKEN=1\n", encoding="utf-8")
+    result = sc.run()
+    assert result.outcome == "done", result.view.lanes["s"].reason
+    home = json.loads(git(sc.repo, "show", "epic/ep:src/a.json"))
+    aside = json.loads(git(sc.repo, "show", "epic/ep:src/b.json"))
+    assert home == {
+        "FLOWD_LANE": "s",
+        "FLOWD_PORT": str(base),
+        "FLOWD_PORTS": f"{base}-{base + 9}",
+        "copied": "TOKEN=1\n",
+    }
+    assert aside == {
+        "FLOWD_LANE": "s",
+        "FLOWD_PORT": str(base + 10),
+        "FLOWD_PORTS": f"{base + 10}-{base + 19}",
+        "copied": "TOKEN=1\n",
+    }
+    events = [e.event for e in sc.events(result.run_id)]
+    assert f"task 2: worktree prepared: 1 file(s) from your checkout, ports {base + 10}-{base + 19}" in [
+        e.message for e in events if isinstance(e, Info)
+    ]
+    assert all(e.ok for e in events if isinstance(e, GateResult))
+    assert ".env" not in git(sc.repo, "log", "--all", "--name-only", "--format=").split()
+
+
+def test_a_resumed_story_is_prepared_again_with_the_checkouts_current_files(tmp_path: Path) -> None:
+    sc = Scenario.create(
+        tmp_path,
+        [story("api", ["src/"])],
+        [coder("api", {"src/api.py": "x = 1\n"})],
+        settings='gates = ["grep -q ready .env"]\njudgeRounds = 0\nmaxReviewRounds = 0\n',
+        files={".gitignore": ".env\n", ".worktreeinclude": ".env\n"},
+    )
+    (sc.repo / ".env").write_text("STATE=draft\n", encoding="utf-8")
+    first = sc.run()
+    assert first.outcome == "failed"
+    (sc.repo / ".env").write_text("STATE=ready\n", encoding="utf-8")  # the user fixes their file
+    second = sc.run()
+    assert second.outcome == "done", second.view.lanes["api"].reason
+    for run in (first, second):
+        prepared = [e.event for e in sc.events(run.run_id) if isinstance(e.event, WorktreePrepared)]
+        assert [(p.lane, p.copied) for p in prepared] == [("api", [".env"])]
+    assert any(
+        isinstance(e.event, Info) and e.event.message == "resuming story/ep/api"
+        for e in sc.events(second.run_id)
+    )
+
+
+def test_port_ranges_past_65535_stop_the_run_before_anything_changes(tmp_path: Path) -> None:
+    sc = Scenario.create(
+        tmp_path,
+        [story("api", ["src/"])],
+        [coder("api", {"src/api.py": "x = 1\n"})],
+        settings="concurrency = 4\ntaskConcurrency = 2\n[worktree]\nportBase = 60000\nportsPerLane = 1000\n",
+    )
+    with pytest.raises(InputError) as caught:
+        sc.run()
+    assert str(caught.value) == (
+        f"{sc.repo / '.flow' / 'config.toml'}: [worktree] portBase/portsPerLane: 8 lane(s) of 1000 port(s) "
+        "from 60000 would need ports up to 67999, past 65535; lower portBase or portsPerLane"
+    )
+    assert not (sc.repo / ".flow" / "runs").exists() and not sc.worktree_root.exists()
