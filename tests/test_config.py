@@ -114,7 +114,9 @@ def test_worktree_settings(tmp_path: Path) -> None:
         "port_base": 41000,
         "ports_per_lane": 10,
     }
-    write(tmp_path / ".flow/config.toml", '[worktree]\ninclude = ".copyme"\nportBase = 5000\nportsPerLane = 4\n')
+    write(
+        tmp_path / ".flow/config.toml", '[worktree]\ninclude = ".copyme"\nportBase = 5000\nportsPerLane = 4\n'
+    )
     worktree = load_settings(tmp_path).worktree
     assert (worktree.include, worktree.port_base, worktree.ports_per_lane) == (".copyme", 5000, 4)
 
