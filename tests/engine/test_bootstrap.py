@@ -11,8 +11,13 @@ from pathlib import Path
 
 import pytest
 
+from flowd.config import Settings
+from flowd.engine.bootstrap import bootstrap_files
+from flowd.engine.perimeter_now import perimeter_now
 from flowd.errors import InputError
 from flowd.events import GateResult, Info, StoryStatusChanged, WorktreePrepared
+from flowd.gitops import Repo
+from flowd.plan.parse import load_plan
 from tests.engine.scenario import FLOWD, Scenario, coder, git, story, types
 
 PORT_RULE = "Ports: this lane has ports {ports} to itself"
@@ -317,3 +322,32 @@ def test_port_ranges_past_65535_stop_the_run_before_anything_changes(tmp_path: P
         "from 60000 would need ports up to 67999, past 65535; lower portBase or portsPerLane"
     )
     assert not (sc.repo / ".flow" / "runs").exists() and not sc.worktree_root.exists()
+
+
+def test_copies_are_invisible_to_commits_and_the_perimeter_and_only_ignored_files_go(tmp_path: Path) -> None:
+    sc = Scenario.create(
+        tmp_path,
+        [story("api", ["src/"])],
+        [],
+        files={".gitignore": ".env\n", ".worktreeinclude": ".env\nlocal.cfg\nREADME.md\nnotes.txt\n"},
+    )
+    (sc.repo / ".env").write_text("TOKEN=1\n", encoding="utf-8")
+    (sc.repo / "notes.txt").write_text("not ignored\n", encoding="utf-8")
+    # Ignored in the user's checkout only, by a .gitignore change they have not committed.
+    (sc.repo / ".gitignore").write_text(".env\nlocal.cfg\n", encoding="utf-8")
+    (sc.repo / "local.cfg").write_text("x\n", encoding="utf-8")
+    repo = Repo(sc.repo)
+    worktree = tmp_path / "wt"
+    repo.create_branch("epic/ep", "main")
+    repo.worktree_add(worktree, "story/ep/api", start="epic/ep")
+    got = bootstrap_files(repo, Settings(), worktree)
+    assert got.copied == [".env"]
+    assert got.skipped == [
+        ("local.cfg", "not ignored in the worktree (its .gitignore differs from your checkout's)")
+    ]
+    assert not (worktree / "local.cfg").exists() and not (worktree / "notes.txt").exists()
+    (worktree / ".env").write_text("TOKEN=changed\n", encoding="utf-8")  # an agent edits the copy
+    plan = load_plan(sc.plan_path)
+    assert perimeter_now(repo, plan, "api", worktree) == []
+    assert repo.status_paths(worktree) == []
+    assert repo.commit_all(worktree, "api: nothing to commit") is None
