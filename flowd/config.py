@@ -36,6 +36,22 @@ class PriceOverride(StrictWireModel):
     cache_write: float | None = Field(default=None, ge=0)
 
 
+class WorktreeSettings(StrictWireModel):
+    """`[worktree]`: what a new worktree gets from the user's checkout (docs/worktree-bootstrap.md)."""
+
+    include: str = ".worktreeinclude"
+    port_base: int = Field(default=41000, ge=1, le=65535)
+    ports_per_lane: int = Field(default=10, ge=1, le=1000)
+
+    @field_validator("include")
+    @classmethod
+    def _inside_repo(cls, value: str) -> str:
+        parts = value.replace("\\", "/").split("/")
+        if not value.strip() or value.startswith(("/", "~")) or ".." in parts:
+            raise ValueError(f"{value!r} must name a file inside the repository, like '.worktreeinclude'")
+        return value
+
+
 class Settings(StrictWireModel):
     """`.flow/config.toml` (docs/running.md). Every key is optional."""
 
@@ -55,6 +71,7 @@ class Settings(StrictWireModel):
     turn_timeout_s: float = Field(default=1800.0, gt=0)
     stall_timeout_s: float = Field(default=600.0, gt=0)
     gate_timeout_s: float = Field(default=1800.0, gt=0)
+    worktree: WorktreeSettings = Field(default_factory=WorktreeSettings)
 
     @field_validator("time_zone")
     @classmethod

@@ -245,6 +245,16 @@ class BudgetExceeded(WireModel):
     spent_usd: float
 
 
+class WorktreePrepared(WireModel):
+    """A story worktree got the user's ignored files and its lane's ports (docs/worktree-bootstrap.md)."""
+
+    type: Literal["WorktreePrepared"] = "WorktreePrepared"
+    lane: str
+    copied: list[str]
+    port: int
+    ports: str  # "first-last"
+
+
 class Info(WireModel):
     type: Literal["Info"] = "Info"
     lane: str | None = None
@@ -276,6 +286,7 @@ Event = Annotated[
     | MergeRolledBack
     | StoryJudged
     | BudgetExceeded
+    | WorktreePrepared
     | Info,
     Field(discriminator="type"),
 ]
@@ -288,6 +299,7 @@ EVENT_CLASSES: dict[str, type[WireModel]] = {
         ExecutorLeased, ExecutorReleased, ExecutorExcluded, ExecutorResumed, ExecutorHandedOver,
         GateResult, PerimeterViolation, TaskOwnsViolation, StoryMerged, MergeRolledBack,
         StoryJudged, BudgetExceeded, Info,
+        WorktreePrepared,
     )
 }  # fmt: skip
 EVENT_TYPES: frozenset[str] = frozenset(EVENT_CLASSES)

@@ -346,6 +346,34 @@ class Repo:
             if f
         ]
 
+    def ignored_matching(self, patterns: Path) -> list[str]:
+        """Untracked files of the user's checkout that git ignores AND the gitignore-syntax file
+        `patterns` matches (docs/worktree-bootstrap.md), repository-relative and sorted; `.flow/`
+        is never among them. Read-only: git evaluates both sets of patterns."""
+        what = f"could not list the ignored files of {self.root} that {patterns} matches"
+        listed = self._run(["ls-files", "-z", "--others", "--ignored", f"--exclude-from={patterns}"], what)
+        candidates = [p for p in _not_flow(_split_z(listed)) if not p.endswith("/")]
+        return sorted(self.ignored_among(self.root, candidates))
+
+    def ignored_among(self, wt: Path, paths: Sequence[str]) -> set[str]:
+        """Which of `paths` the ignore rules of the checkout or worktree `wt` ignore."""
+        if not paths:
+            return set()
+        proc = subprocess.run(
+            ["git", "check-ignore", "-z", "--stdin"],
+            cwd=wt,
+            env=_env(),
+            input="\0".join(paths) + "\0",
+            capture_output=True,
+            text=True,
+            encoding="utf-8",
+            errors="surrogateescape",
+            check=False,
+        )
+        if proc.returncode not in (0, 1):
+            raise GitError(f"could not ask git which files {wt} ignores: {_reason(proc)}", detail=proc.stderr)
+        return set(_split_z(proc.stdout))
+
     def worktree_add(self, path: Path, branch: str, start: str | None = None) -> Path:
         """A worktree at `path` on `branch`, creating the branch at `start` when it is missing.
 

@@ -106,3 +106,32 @@ def test_a_broken_script_is_a_roster_problem_before_anything_runs(tmp_path: Path
     message = str(caught.value)
     assert message.startswith(f"{path}: executors[demo].script: ")
     assert "rules[0].when.task: is not a valid regular expression" in message
+
+
+def test_worktree_settings(tmp_path: Path) -> None:
+    assert load_settings(tmp_path).worktree.model_dump() == {
+        "include": ".worktreeinclude",
+        "port_base": 41000,
+        "ports_per_lane": 10,
+    }
+    write(
+        tmp_path / ".flow/config.toml", '[worktree]\ninclude = ".copyme"\nportBase = 5000\nportsPerLane = 4\n'
+    )
+    worktree = load_settings(tmp_path).worktree
+    assert (worktree.include, worktree.port_base, worktree.ports_per_lane) == (".copyme", 5000, 4)
+
+
+def test_bad_worktree_settings_name_each_field(tmp_path: Path) -> None:
+    path = write(
+        tmp_path / ".flow/config.toml",
+        '[worktree]\ninclude = "../outside"\nportBase = 70000\nportsPerLane = 0\nports = 3\n',
+    )
+    with pytest.raises(FileProblems) as caught:
+        load_settings(tmp_path)
+    assert str(caught.value) == (
+        f"{path} has 4 problems: "
+        "worktree.include: '../outside' must name a file inside the repository, like '.worktreeinclude'; "
+        "worktree.portBase: Input should be less than or equal to 65535; "
+        "worktree.portsPerLane: Input should be greater than or equal to 1; "
+        "worktree.ports: unknown key (check the spelling)"
+    )

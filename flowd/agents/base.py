@@ -59,6 +59,9 @@ class FlowdMeta(WireModel):
     story: str | None = None
     task: str | None = None
     task_index: int | None = None
+    # The lane's FLOWD_LANE/FLOWD_PORT/FLOWD_PORTS (docs/worktree-bootstrap.md): an agent outlives
+    # a lane, so they travel with each prompt instead of in its process environment.
+    env: dict[str, str] | None = None
 
 
 @dataclass(frozen=True)

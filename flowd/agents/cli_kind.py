@@ -293,7 +293,8 @@ class CliExecutor:
         )
 
     async def _run(self, argv: list[str], request: TurnRequest, observe: TurnObserver | None) -> CliTurn:
-        env = cli_environment(self.spec.resolved_env)
+        # One process per turn: the lane's FLOWD_* variables can be in its own environment.
+        env = {**cli_environment(self.spec.resolved_env), **(request.meta.env or {})}
         try:
             proc = await asyncio.create_subprocess_exec(
                 *reaped(argv, env.get("PATH")),

@@ -167,7 +167,9 @@ class ScriptAgent:
             if cancelled.is_set():
                 return PromptResponse(stop_reason="cancelled")
         await self._think(session_id, f"Working as {role or 'agent'}" + (f" on {task}" if task else "") + ".")
-        refused = await self._act(session_id, cwd, rule)
+        raw_env = flowd.get("env")
+        lane_env = {str(k): str(v) for k, v in raw_env.items()} if isinstance(raw_env, dict) else {}
+        refused = await self._act(session_id, cwd, rule, lane_env)
         if rule.fail == "crash":
             os._exit(3)
         if rule.fail == "hang":
@@ -192,8 +194,10 @@ class ScriptAgent:
             field_meta={"model": self._script.model},
         )
 
-    async def _act(self, session_id: str, cwd: Path, rule: Rule) -> list[str]:
-        """Writes, deletes and commands, each announced as a tool call and asked permission for."""
+    async def _act(self, session_id: str, cwd: Path, rule: Rule, env: dict[str, str]) -> list[str]:
+        """Writes, deletes and commands, each announced as a tool call and asked permission for.
+        Commands run with the lane's `_meta.flowd.env` (FLOWD_PORT…) set, as a real agent's shell
+        would once it read them from its prompt."""
         from acp import start_tool_call, update_tool_call
         from acp.schema import ToolCallLocation
 
@@ -223,7 +227,7 @@ class ScriptAgent:
                 refused.append(title)
                 await self._conn.session_update(session_id, update_tool_call(call_id, status="failed"))
                 continue
-            ok = await asyncio.to_thread(_perform, kind, cwd, where, target, content)
+            ok = await asyncio.to_thread(_perform, kind, cwd, where, target, content, env)
             await self._conn.session_update(
                 session_id, update_tool_call(call_id, status="completed" if ok else "failed")
             )
@@ -290,7 +294,9 @@ def _wire_usage(usage: ScriptUsage, usage_type: Any) -> Any:
     )
 
 
-def _perform(kind: str, cwd: Path, where: str, target: str, content: str | None) -> bool:
+def _perform(
+    kind: str, cwd: Path, where: str, target: str, content: str | None, env: dict[str, str] | None = None
+) -> bool:
     import subprocess
 
     try:
@@ -310,7 +316,13 @@ def _perform(kind: str, cwd: Path, where: str, target: str, content: str | None)
         else:
             # stdout is the ACP channel: a command's output goes to stderr (the client's log).
             done = subprocess.run(
-                target, shell=True, cwd=cwd, check=False, stdin=subprocess.DEVNULL, stdout=sys.stderr.fileno()
+                target,
+                shell=True,
+                cwd=cwd,
+                check=False,
+                stdin=subprocess.DEVNULL,
+                stdout=sys.stderr.fileno(),
+                env={**os.environ, **(env or {})},
             )
             return done.returncode == 0
     except OSError as exc:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Literal
 
 from flowd.agents.base import AgentError, TurnRequest, TurnResult
 from flowd.engine import prompts
+from flowd.engine.bootstrap import describe_prepared, prepare_lane
 from flowd.engine.context import RunContext
 from flowd.engine.core.stops import Halt, StoryFailed, StoryWaiting
 from flowd.engine.gates import run_command, run_gates
@@ -103,6 +104,7 @@ class TaskGraph:
                 emit=ctx.emit,
                 log_dir=ctx.paths.gate_logs(self.story_id) / "after-parallel",
                 timeout_s=ctx.settings.gate_timeout_s,
+                env=ctx.lane_env(self.story_id),
             )
             if red is None:
                 return
@@ -182,14 +184,19 @@ class TaskGraph:
         ctx, loop, repo, story_id = self.ctx, self.loop, self.ctx.repo, self.story_id
         index, task = node.index, node.task
         worktree, branch = task_worktree(ctx, story_id, index), task_branch(ctx, story_id, index)
+        key = f"{story_id}#t{index}"  # a lane of its own for ports: its gates run beside the story's
         try:
             try:
                 await asyncio.to_thread(self._discard, worktree, branch)
                 fork = await asyncio.to_thread(repo.head, loop.branch)
                 await asyncio.to_thread(repo.worktree_add, worktree, branch, fork)
+                ports, copied = await asyncio.to_thread(prepare_lane, ctx, key, story_id, worktree)
+                self.info(f"task {index}: {describe_prepared(ports, copied)}")
                 loop.started(index, task, lease, parallel=True)
-                await self._setup(worktree, index)
-                rules = prompts.story_rules(ctx.plan, loop.story, worktree)
+                await self._setup(worktree, index, ports.env())
+                rules = prompts.story_rules(ctx.plan, loop.story, worktree) + prompts.lane_ports_note(
+                    ports.env()
+                )
                 if node.owns:
                     rules += prompts.TASK_OWNS_NOTE.format(owns=", ".join(node.owns))
                 seat = Seat(
@@ -200,10 +207,12 @@ class TaskGraph:
                     owns=list(node.owns),
                     fork=fork,
                     gate_logs=ctx.paths.gate_logs(story_id) / f"task-{index}",
+                    env=ports.env(),
                 )
                 commit = await loop.body.run(seat, index, task)
             finally:
                 ctx.pool.release(lease)  # the clone is free before the merge waits
+                ctx.ports.release(key)
             async with self.lock:
                 if commit is not None:
                     message = f"{story_id}: merge task {index} ({task.title})"
@@ -232,11 +241,13 @@ class TaskGraph:
             with contextlib.suppress(FlowdError, OSError):
                 await asyncio.to_thread(self._discard, worktree, branch)
 
-    async def _setup(self, worktree: Path, index: int) -> None:
+    async def _setup(self, worktree: Path, index: int, env: dict[str, str]) -> None:
         ctx = self.ctx
         for number, command in enumerate(ctx.settings.setup, start=1):
             log = ctx.paths.gate_logs(self.story_id).parent / "setup" / f"task-{index}-{number}.log"
-            result = await run_command(command, worktree, log=log, timeout_s=ctx.settings.gate_timeout_s)
+            result = await run_command(
+                command, worktree, log=log, timeout_s=ctx.settings.gate_timeout_s, env=env
+            )
             if not result.ok:
                 raise StoryFailed(f"setup failed in the task worktree: {result.describe()}")
 

@@ -19,6 +19,7 @@ from flowd.agents.base import (
 )
 from flowd.config import Settings
 from flowd.engine.core.budget import BudgetLimits, budget_spent
+from flowd.engine.core.ports import PortSlots
 from flowd.engine.state import EpicPaths
 from flowd.events import (
     AssistantMessage,
@@ -59,6 +60,16 @@ class RunContext:
     halted: str | None = None
     holders: dict[str, HeldCoder] = field(default_factory=dict)  # lane → its held coder
     _budget_told: set[str] = field(default_factory=set)
+    # Running lanes' port ranges (docs/worktree-bootstrap.md), keyed by story id or `<story>#t<n>`.
+    ports: PortSlots = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.ports = PortSlots(self.settings.worktree.port_base, self.settings.worktree.ports_per_lane)
+
+    def lane_env(self, key: str | None) -> dict[str, str]:
+        """FLOWD_LANE/PORT/PORTS of a running lane (empty when it holds no range)."""
+        held = self.ports.held(key) if key is not None else None
+        return held.env() if held is not None else {}
 
     @property
     def epic_id(self) -> str:
@@ -75,10 +86,22 @@ class RunContext:
         return self.worktree_root / self.epic_id / story_id
 
     def meta(
-        self, role: str, story: str | None, task: str | None = None, index: int | None = None
+        self,
+        role: str,
+        story: str | None,
+        task: str | None = None,
+        index: int | None = None,
+        env: dict[str, str] | None = None,
     ) -> FlowdMeta:
+        lane = env if env is not None else self.lane_env(story)
         return FlowdMeta(
-            role=role, run_id=self.run_id, epic_id=self.epic_id, story=story, task=task, task_index=index
+            role=role,
+            run_id=self.run_id,
+            epic_id=self.epic_id,
+            story=story,
+            task=task,
+            task_index=index,
+            env=lane or None,
         )
 
     def request(
@@ -89,12 +112,13 @@ class RunContext:
         story: str | None,
         task: str | None = None,
         index: int | None = None,
+        env: dict[str, str] | None = None,
     ) -> TurnRequest:
         return TurnRequest(
             role=role,
             prompt=prompt,
             cwd=cwd,
-            meta=self.meta(role, story, task, index),
+            meta=self.meta(role, story, task, index, env),
             turn_timeout_s=self.settings.turn_timeout_s,
             stall_timeout_s=self.settings.stall_timeout_s,
         )

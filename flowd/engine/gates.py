@@ -106,11 +106,13 @@ async def run_gates(
     emit: Callable[[Event], object],
     log_dir: Path | None,
     timeout_s: float,
+    env: dict[str, str] | None = None,
 ) -> CommandRun | None:
-    """Run the gates in order; the first red one is returned (None: all green)."""
+    """Run the gates in order; the first red one is returned (None: all green). `env` adds the
+    lane's variables (docs/worktree-bootstrap.md)."""
     for number, command in enumerate(commands, start=1):
         log = log_dir / f"{number}-{_slug(command)}.log" if log_dir is not None else None
-        result = await run_command(command, cwd, log=log, timeout_s=timeout_s)
+        result = await run_command(command, cwd, log=log, timeout_s=timeout_s, env=env)
         emit(
             GateResult(
                 lane=lane,

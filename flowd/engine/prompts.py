@@ -109,6 +109,11 @@ TASK_OWNS_NOTE = """
 This task owns only: {owns}. Another task of this story may be changing other files right now,
 so change nothing else."""
 
+LANE_PORTS_NOTE = """
+Ports: this lane has ports {ports} to itself (FLOWD_PORT={port}; FLOWD_PORTS and FLOWD_LANE are
+set for flowd's setup commands and gates). Any server you start binds a port of that range, never
+a fixed port another lane may be using."""
+
 TASK_OWNS_FEEDBACK = """[critical] task owns: you changed paths outside the paths this task owns ({owns}):
 {paths}
 Put each of them back as it was (restore a changed file, delete a created one) and keep this
@@ -210,3 +215,10 @@ def planner_prompt(story: Story) -> str:
         description=story.description.strip(),
         done_when=done_when,
     )
+
+
+def lane_ports_note(env: dict[str, str]) -> str:
+    """`LANE_PORTS_NOTE` for a lane's `FLOWD_*` variables (empty when the lane holds no ports)."""
+    if "FLOWD_PORT" not in env:
+        return ""
+    return LANE_PORTS_NOTE.format(ports=env["FLOWD_PORTS"], port=env["FLOWD_PORT"])

@@ -20,6 +20,7 @@ from typing import cast
 
 from flowd.config import Roster, Settings, load_roster, load_settings
 from flowd.cost.prices import pricer
+from flowd.engine.bootstrap import bootstrap_epic, preflight
 from flowd.engine.context import RunContext
 from flowd.engine.core.budget import BudgetLimits, budget_spent
 from flowd.engine.core.scheduler import (
@@ -147,6 +148,7 @@ def _validate(options: RunOptions) -> _Setup:
     concurrency = options.concurrency or settings.concurrency
     if concurrency < 1:
         raise InputError("--concurrency must be at least 1")
+    preflight(repo, settings, concurrency)
     wt_root = worktree_root(repo, settings.worktree_root)
     return _Setup(
         repo=repo,
@@ -263,6 +265,9 @@ class _Session:
             repo.create_branch(plan.epic_branch, self.options.base or "HEAD")
             writer.emit(Info(message=f"created {plan.epic_branch} at {repo.head(plan.epic_branch)[:10]}"))
         repo.worktree_add(setup.epic_wt, plan.epic_branch)
+        note = bootstrap_epic(repo, setup.settings, setup.epic_wt)
+        if note is not None:
+            writer.emit(Info(message=note))
         writer.emit(StageCompleted(stage="epic branch"))
 
     async def _schedule(self) -> tuple[RunOutcome, str | None]:

@@ -15,6 +15,7 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
+from flowd.engine.bootstrap import describe_prepared, prepare_lane
 from flowd.engine.context import HeldCoder, RunContext
 from flowd.engine.core.failure import StoryFacts, outcome_of
 from flowd.engine.core.outcome import StoryOutcome
@@ -45,6 +46,7 @@ from flowd.events import (
     StageStarted,
     StoryMerged,
     StoryStatusChanged,
+    WorktreePrepared,
 )
 from flowd.gitops import Repo
 from flowd.perimeter import classify
@@ -80,6 +82,7 @@ class StoryRun:
         finally:
             if self.coder is not None:
                 self.coder.release()
+            ctx.ports.release(story)  # the lane no longer runs: its ports are free
 
     async def _pipeline(self) -> StoryOutcome:
         ctx, story = self.ctx, self.story.id
@@ -94,6 +97,7 @@ class StoryRun:
         coder = await self._lease_coder()
         async with ctx.merge_lock:
             await asyncio.to_thread(self._catch_up)
+        await self._bootstrap()
         await self._setup()
         loop = TaskLoop(ctx, self.story, self.worktree, coder)
         await loop.plan_tasks()
@@ -255,6 +259,15 @@ class StoryRun:
             raise StoryFailed(f"catching up with {ctx.epic_branch} conflicted: {', '.join(result.conflicts)}")
         self.info(f"caught up with {ctx.epic_branch}")
 
+    async def _bootstrap(self) -> None:
+        """The user's ignored files and the lane's ports (docs/worktree-bootstrap.md), on every
+        preparation: a resumed worktree gets the checkout's current files again."""
+        story = self.story.id
+        ports, copied = await asyncio.to_thread(prepare_lane, self.ctx, story, story, self.worktree)
+        self.ctx.emit(WorktreePrepared(lane=story, copied=copied.copied, port=ports.first, ports=ports.ports))
+        if copied.skipped:
+            self.info(describe_prepared(ports, copied))
+
     async def _setup(self) -> None:
         ctx, story = self.ctx, self.story.id
         if not ctx.settings.setup:
@@ -263,7 +276,13 @@ class StoryRun:
         ctx.emit(StageStarted(stage=stage, lane=story))
         for number, command in enumerate(ctx.settings.setup, start=1):
             log = ctx.paths.gate_logs(story).parent / "setup" / f"{number}.log"
-            result = await run_command(command, self.worktree, log=log, timeout_s=ctx.settings.gate_timeout_s)
+            result = await run_command(
+                command,
+                self.worktree,
+                log=log,
+                timeout_s=ctx.settings.gate_timeout_s,
+                env=ctx.lane_env(story),
+            )
             if not result.ok:
                 ctx.emit(StageFailed(stage=stage, lane=story, error=result.describe()[:500]))
                 raise StoryFailed(f"setup failed: {result.describe()}")
@@ -354,6 +373,7 @@ class StoryRun:
                 emit=ctx.emit,
                 log_dir=ctx.paths.gate_logs(story).parent / "epic-gates",
                 timeout_s=ctx.settings.gate_timeout_s,
+                env=ctx.lane_env(story),  # the merging lane still holds its ports
             )
             if red is not None:
                 await asyncio.to_thread(repo.reset_hard, ctx.epic_wt, checkpoint)

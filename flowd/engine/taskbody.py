@@ -54,6 +54,8 @@ class Seat:
     fork: str | None = None
     gate_logs: Path | None = None
     owns_pushed: bool = False
+    # The lane's FLOWD_* variables for the seat's gates and coder (docs/worktree-bootstrap.md).
+    env: dict[str, str] = field(default_factory=dict)
 
 
 def clip(text: str, limit: int = DIFF_CHARS) -> str:
@@ -117,7 +119,9 @@ class TaskBody:
         return "\n".join(lines)
 
     async def _coder(self, seat: Seat, prompt: str, task: Task, index: int) -> str:
-        request = self.ctx.request("coder", prompt, seat.worktree, self.story_id, task.title, index)
+        request = self.ctx.request(
+            "coder", prompt, seat.worktree, self.story_id, task.title, index, seat.env or None
+        )
         result = await seat.coder.turn(request)
         return result.text
 
@@ -201,6 +205,7 @@ class TaskBody:
             emit=ctx.emit,
             log_dir=seat.gate_logs or ctx.paths.gate_logs(self.story_id),
             timeout_s=ctx.settings.gate_timeout_s,
+            env=seat.env or ctx.lane_env(self.story_id),
         )
         if red is not None:
             feedback.append(f"The gates are red:\n{red.describe()}")

@@ -51,7 +51,9 @@ class TaskLoop:
         self.branch = ctx.story_branch(story.id)
         self.plan = TaskPlan(story_id=story.id)
         self.body = TaskBody(ctx, story, lambda: self.plan)
-        self.home = Seat(worktree=worktree, coder=coder, rules=prompts.story_rules(ctx.plan, story, worktree))
+        env = ctx.lane_env(story.id)
+        rules = prompts.story_rules(ctx.plan, story, worktree) + prompts.lane_ports_note(env)
+        self.home = Seat(worktree=worktree, coder=coder, rules=rules, env=env)
 
     @property
     def story_id(self) -> str:
