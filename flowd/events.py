@@ -202,6 +202,16 @@ class GateResult(WireModel):
     duration_ms: int
 
 
+class GateFlaky(WireModel):
+    """A red gate that passed when run again (docs/revisions.md): not charged to the story."""
+
+    type: Literal["GateFlaky"] = "GateFlaky"
+    lane: str | None = None
+    where: GateWhere
+    gate: str
+    attempts: int  # red runs before the green one
+
+
 class PerimeterViolation(WireModel):
     type: Literal["PerimeterViolation"] = "PerimeterViolation"
     lane: str
@@ -214,6 +224,16 @@ class TaskOwnsViolation(WireModel):
     lane: str
     task: str
     paths: list[str]
+
+
+class MergeRevision(WireModel):
+    """The epic gates were red on the story's merge (undone): it reopens with a revision task."""
+
+    type: Literal["MergeRevision"] = "MergeRevision"
+    lane: str
+    round: int
+    gate: str
+    output: str  # the gate's output, truncated
 
 
 class StoryMerged(WireModel):
@@ -276,7 +296,9 @@ Event = Annotated[
     | MergeRolledBack
     | StoryJudged
     | BudgetExceeded
-    | Info,
+    | Info
+    | GateFlaky
+    | MergeRevision,
     Field(discriminator="type"),
 ]
 
@@ -288,6 +310,7 @@ EVENT_CLASSES: dict[str, type[WireModel]] = {
         ExecutorLeased, ExecutorReleased, ExecutorExcluded, ExecutorResumed, ExecutorHandedOver,
         GateResult, PerimeterViolation, TaskOwnsViolation, StoryMerged, MergeRolledBack,
         StoryJudged, BudgetExceeded, Info,
+        GateFlaky, MergeRevision,
     )
 }  # fmt: skip
 EVENT_TYPES: frozenset[str] = frozenset(EVENT_CLASSES)

@@ -102,6 +102,7 @@ class TaskGraph:
                 emit=ctx.emit,
                 log_dir=ctx.paths.gate_logs(self.story_id) / "after-parallel",
                 timeout_s=ctx.settings.gate_timeout_s,
+                retries=ctx.settings.gate_retries,
             )
             if red is None:
                 return

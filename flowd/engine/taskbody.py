@@ -214,6 +214,7 @@ class TaskBody:
             emit=ctx.emit,
             log_dir=seat.gate_logs or ctx.paths.gate_logs(self.story_id),
             timeout_s=ctx.settings.gate_timeout_s,
+            retries=ctx.settings.gate_retries,
         )
         if red is not None:
             feedback.append(f"The gates are red:\n{red.describe()}")
