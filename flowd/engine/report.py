@@ -231,7 +231,7 @@ def render_markdown(report: EpicReport) -> str:
             f"| {s.id} | {s.status} | {f'`{s.branch}`' if s.branch else '—'} | {tokens} | {_money(s.cost_usd)} "
             f"| {_cell(s.executor) or '—'} | {_cell(s.note)} |"
         )
-    lines += _flaky_lines(report)
+    lines += _revision_lines(report) + _flaky_lines(report)
     if report.by_executor:
         lines += ["", "## By executor", ""]
         for e in report.by_executor:
@@ -239,6 +239,20 @@ def render_markdown(report: EpicReport) -> str:
                 f"- {e.executor}: {', '.join(e.stories)} — {e.tokens:,} tokens, {_money(e.cost_usd)}"
             )
     return "\n".join(lines) + "\n"
+
+
+def _revision_lines(report: EpicReport) -> list[str]:
+    """`## Merge revisions`: stories whose merge turned the epic gates red and went back to their coder."""
+    revised = [s for s in report.stories if s.merge_revisions]
+    if not revised:
+        return []
+    lines = ["", "## Merge revisions", ""]
+    for s in revised:
+        rounds = f"{s.merge_revisions} round{'s' if s.merge_revisions != 1 else ''}"
+        lines.append(
+            f"- {s.id}: {rounds} (epic gates red after merging; merge undone, sent back to its coder)"
+        )
+    return lines
 
 
 def _flaky_lines(report: EpicReport) -> list[str]:

@@ -13,6 +13,7 @@ import pytest
 
 from flowd.errors import FileProblems
 from flowd.events import AssistantMessage, GateFlaky, GateResult, MergeRevision
+from flowd.progress import plain_lines
 from flowd.view import RunView
 from tests.engine.scenario import FLOWD, Scenario, coder, kill_group, story, types
 from tests.engine.test_run import _wait_for
@@ -73,6 +74,12 @@ def test_a_red_merge_goes_back_for_revision_then_merges(tmp_path: Path) -> None:
     lane = result.view.lanes["a"]
     assert lane.merge_revision == 1 and result.view.lane_wire(lane)["mergeRevision"] == 1
     assert report(sc)["stories"][0]["mergeRevisions"] == 1
+    markdown = (sc.repo / ".flow/epics/ep/report.md").read_text(encoding="utf-8")
+    assert "## Merge revisions\n\n- a: 1 round (epic gates red after merging" in markdown
+    lines = [line for e in events for line in plain_lines(result.view, e)]
+    assert any(
+        line.endswith(f"a: epic gates red after merging; merge revision 1: `{NEEDS_FIX}`") for line in lines
+    )
 
 
 @pytest.mark.parametrize("rounds", [1, 2])
@@ -167,6 +174,9 @@ def test_a_flaky_task_gate_is_rerun_and_not_charged(tmp_path: Path) -> None:
     assert data["stories"][0]["flakyGates"] == 1
     markdown = (sc.repo / ".flow/epics/ep/report.md").read_text(encoding="utf-8")
     assert "## Flaky gates" in markdown and "- a (task gate): `sh -c" in markdown
+    assert "— 1 red run before green" in markdown and "## Merge revisions" not in markdown
+    lines = [line for e in events for line in plain_lines(result.view, e)]
+    assert any(line.endswith("flaky: green on a rerun after 1 red run (not charged)") for line in lines)
 
 
 @pytest.mark.parametrize("retries", [0, 1])
