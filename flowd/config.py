@@ -61,6 +61,9 @@ class Settings(StrictWireModel):
     setup: list[str] = Field(default_factory=list)
     judge_rounds: int = Field(default=2, ge=0, le=10)
     max_review_rounds: int = Field(default=2, ge=0, le=10)
+    # docs/revisions.md: a red merge goes back to the story's coder; a red gate is run again.
+    merge_revision_rounds: int = Field(default=1, ge=0, le=10)
+    gate_retries: int = Field(default=1, ge=0, le=5)
     fail_fast: bool = False
     budget_usd: float | None = Field(default=None, gt=0)
     story_budget_usd: float | None = Field(default=None, gt=0)

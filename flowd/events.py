@@ -202,6 +202,16 @@ class GateResult(WireModel):
     duration_ms: int
 
 
+class GateFlaky(WireModel):
+    """A red gate that passed when run again (docs/revisions.md): not charged to the story."""
+
+    type: Literal["GateFlaky"] = "GateFlaky"
+    lane: str | None = None
+    where: GateWhere
+    gate: str
+    attempts: int  # red runs before the green one
+
+
 class PerimeterViolation(WireModel):
     type: Literal["PerimeterViolation"] = "PerimeterViolation"
     lane: str
@@ -214,6 +224,16 @@ class TaskOwnsViolation(WireModel):
     lane: str
     task: str
     paths: list[str]
+
+
+class MergeRevision(WireModel):
+    """The epic gates were red on the story's merge (undone): it reopens with a revision task."""
+
+    type: Literal["MergeRevision"] = "MergeRevision"
+    lane: str
+    round: int
+    gate: str
+    output: str  # the gate's output, truncated
 
 
 class StoryMerged(WireModel):
@@ -287,6 +307,8 @@ Event = Annotated[
     | StoryJudged
     | BudgetExceeded
     | WorktreePrepared
+    | GateFlaky
+    | MergeRevision
     | Info,
     Field(discriminator="type"),
 ]
@@ -299,7 +321,7 @@ EVENT_CLASSES: dict[str, type[WireModel]] = {
         ExecutorLeased, ExecutorReleased, ExecutorExcluded, ExecutorResumed, ExecutorHandedOver,
         GateResult, PerimeterViolation, TaskOwnsViolation, StoryMerged, MergeRolledBack,
         StoryJudged, BudgetExceeded, Info,
-        WorktreePrepared,
+        WorktreePrepared, GateFlaky, MergeRevision,
     )
 }  # fmt: skip
 EVENT_TYPES: frozenset[str] = frozenset(EVENT_CLASSES)

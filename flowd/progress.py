@@ -17,7 +17,9 @@ from flowd.events import (
     Envelope,
     ExecutorExcluded,
     ExecutorResumed,
+    GateFlaky,
     GateResult,
+    MergeRevision,
     MergeRolledBack,
     PerimeterViolation,
     RunEnded,
@@ -185,6 +187,12 @@ def _lane_line(view: RunView, event: object) -> str | None:
         where = event.lane if event.where == "task" and event.lane else f"{event.where} gate"
         verdict = "passed" if event.ok else f"failed (exit {event.exit_code})"
         return f"{where}: `{event.gate}` {verdict} in {event.duration_ms / 1000:.1f}s"
+    if isinstance(event, GateFlaky):
+        where = event.lane if event.where == "task" and event.lane else f"{event.where} gate"
+        runs = f"{event.attempts} red run{'s' if event.attempts != 1 else ''}"
+        return f"{where}: `{event.gate}` flaky: green on a rerun after {runs} (not charged)"
+    if isinstance(event, MergeRevision):
+        return f"{event.lane}: epic gates red after merging; merge revision {event.round}: `{event.gate}`"
     if isinstance(event, PerimeterViolation):
         paths = ", ".join(f"{p.path} ({p.kind})" for p in event.paths)
         return f"{event.lane}: perimeter violation, {event.action}: {paths}"

@@ -20,6 +20,8 @@ from flowd.events import (
     ExecutorLeased,
     ExecutorReleased,
     ExecutorResumed,
+    GateFlaky,
+    MergeRevision,
     RunEnded,
     RunStarted,
     StoryStatusChanged,
@@ -73,6 +75,7 @@ FOLDED_TYPES: frozenset[str] = frozenset(
     for cls in (
         RunStarted, RunEnded, StoryStatusChanged, TasksPlanned, TaskStarted, TaskCompleted, TokensUsed,
         ExecutorLeased, ExecutorReleased, ExecutorExcluded, ExecutorResumed, BudgetExceeded,
+        GateFlaky, MergeRevision,
     )
 )  # fmt: skip
 
@@ -106,6 +109,8 @@ class LaneView:
     cost_usd: float | None = None
     estimated: bool = False
     task_count: int = 0  # from TasksPlanned and TaskStarted.count (a plan may grow by revisions)
+    flaky: int = 0  # gates of this lane green only on a rerun (docs/revisions.md)
+    merge_revision: int = 0  # the merge revision round the story is in (0: none)
 
     @property
     def count(self) -> int:
@@ -116,6 +121,16 @@ class LaneView:
         if self.current is None or not 1 <= self.current <= len(self.tasks):
             return None
         return self.tasks[self.current - 1]
+
+
+@dataclass(frozen=True)
+class FlakyGate:
+    """A `GateFlaky` event, as the report lists it."""
+
+    lane: str | None
+    where: str
+    gate: str
+    attempts: int
 
 
 @dataclass
@@ -158,6 +173,7 @@ class RunView:
     clones: dict[str, CloneView] = field(default_factory=dict)
     exclusions: dict[str, dict[str, str | None]] = field(default_factory=dict)
     totals: Totals = field(default_factory=Totals)
+    flaky_gates: list[FlakyGate] = field(default_factory=list)
     last_seq: int = 0
     pricer: Pricer = reported_cost
 
@@ -254,6 +270,12 @@ class RunView:
             self.budget_exceeded = True
             if event.scope == "epic":
                 self.budget_usd = event.limit_usd
+        elif isinstance(event, GateFlaky):
+            self.flaky_gates.append(FlakyGate(event.lane, event.where, event.gate, event.attempts))
+            if event.lane is not None:
+                self._lane(event.lane).flaky += 1
+        elif isinstance(event, MergeRevision):
+            self._lane(event.lane).merge_revision = event.round
 
     def apply_lease(
         self,
@@ -341,6 +363,8 @@ class RunView:
             cost_usd=round(lane.cost_usd, 6) if lane.cost_usd is not None else None,
             estimated=lane.estimated,
             reason=lane.reason or None,
+            flaky=lane.flaky or None,
+            merge_revision=lane.merge_revision or None,
         ).wire()
 
     def task_wire(self, lane: LaneView, task: TaskView) -> dict[str, Any]:

@@ -105,6 +105,7 @@ class TaskGraph:
                 log_dir=ctx.paths.gate_logs(self.story_id) / "after-parallel",
                 timeout_s=ctx.settings.gate_timeout_s,
                 env=ctx.lane_env(self.story_id),
+                retries=ctx.settings.gate_retries,
             )
             if red is None:
                 return

@@ -17,7 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from flowd.events import Event, GateResult, GateWhere
+from flowd.engine.core.flaky import Failed, Rerun, after_gate_run
+from flowd.events import Event, GateFlaky, GateResult, GateWhere
 
 TAIL_CHARS = 3000
 
@@ -107,22 +108,35 @@ async def run_gates(
     log_dir: Path | None,
     timeout_s: float,
     env: dict[str, str] | None = None,
+    retries: int = 0,
 ) -> CommandRun | None:
     """Run the gates in order; the first red one is returned (None: all green). `env` adds the
-    lane's variables (docs/worktree-bootstrap.md)."""
+    lane's variables (docs/worktree-bootstrap.md).
+
+    A red gate runs again up to `retries` times (engine/core/flaky.py); green on a rerun is
+    `GateFlaky` and counts as green. Every run is its own `GateResult`."""
     for number, command in enumerate(commands, start=1):
         log = log_dir / f"{number}-{_slug(command)}.log" if log_dir is not None else None
-        result = await run_command(command, cwd, log=log, timeout_s=timeout_s, env=env)
-        emit(
-            GateResult(
-                lane=lane,
-                where=where,
-                gate=command,
-                ok=result.ok,
-                exit_code=result.exit_code,
-                duration_ms=result.duration_ms,
+        red_before = 0
+        while True:
+            result = await run_command(command, cwd, log=log, timeout_s=timeout_s, env=env)
+            emit(
+                GateResult(
+                    lane=lane,
+                    where=where,
+                    gate=command,
+                    ok=result.ok,
+                    exit_code=result.exit_code,
+                    duration_ms=result.duration_ms,
+                )
             )
-        )
-        if not result.ok:
+            step = after_gate_run(result.ok, red_before, retries, timed_out=result.exit_code < 0)
+            if isinstance(step, Rerun):
+                red_before += 1
+                continue
+            break
+        if isinstance(step, Failed):
             return result
+        if step.flaky:
+            emit(GateFlaky(lane=lane, where=where, gate=command, attempts=step.red_runs))
     return None

@@ -124,6 +124,12 @@ STORY_GATES_LEAD = (
     "from the combination:\n{red}"
 )
 
+MERGE_REVISION_LEAD = (
+    "The story was merged, the epic gates went red, and the merge was undone (merge revision "
+    "{round} of {limit}). Your branch now includes everything merged into the epic since you "
+    "started; the failures come from the combination, so fix them on your side:\n{red}"
+)
+
 REBUTTAL = """You stopped with `BLOCKED_ON: {need}`. That was checked against the epic's plan and rejected:
 {rebuttal}
 Continue the task inside your owned paths."""

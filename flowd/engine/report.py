@@ -28,6 +28,17 @@ class StoryLine(WireModel):
     estimated: bool = False
     executor: str | None = None
     note: str | None = None
+    merge_revisions: int | None = None  # merge revision rounds taken (docs/revisions.md)
+    flaky_gates: int | None = None  # gates green only on a rerun, not charged to the story
+
+
+class FlakyLine(WireModel):
+    """A gate that was red, then green on a rerun (`GateFlaky`, docs/revisions.md)."""
+
+    story: str | None = None
+    where: str
+    gate: str
+    attempts: int
 
 
 class ExecutorLine(WireModel):
@@ -59,6 +70,7 @@ class EpicReport(WireModel):
     epic_cost_usd: float | None = None
     epic_estimated_tokens: int = 0
     epic_unpriced_tokens: int = 0
+    flaky_gates: list[FlakyLine] = []  # this run's
 
 
 def epic_history(repo: Path, epic_id: str, run_id: str, price: Pricer = reported_cost) -> list[RunView]:
@@ -128,6 +140,11 @@ def build_report(
             estimated=estimated,
             executor=" → ".join(chain) if chain else None,
             note=reason or note,
+            merge_revisions=max(
+                (v.lanes[story.id].merge_revision for v in views if story.id in v.lanes), default=0
+            )
+            or None,
+            flaky_gates=lane.flaky if lane and lane.flaky else None,
         )
         stories.append(line)
         if chain:
@@ -157,6 +174,9 @@ def build_report(
         epic_cost_usd=_rounded(_sum_costs(views)),
         epic_estimated_tokens=sum(v.totals.estimated_tokens for v in views),
         epic_unpriced_tokens=sum(v.totals.unpriced_tokens for v in views),
+        flaky_gates=[
+            FlakyLine(story=f.lane, where=f.where, gate=f.gate, attempts=f.attempts) for f in view.flaky_gates
+        ],
     )
 
 
@@ -211,6 +231,7 @@ def render_markdown(report: EpicReport) -> str:
             f"| {s.id} | {s.status} | {f'`{s.branch}`' if s.branch else '—'} | {tokens} | {_money(s.cost_usd)} "
             f"| {_cell(s.executor) or '—'} | {_cell(s.note)} |"
         )
+    lines += _revision_lines(report) + _flaky_lines(report)
     if report.by_executor:
         lines += ["", "## By executor", ""]
         for e in report.by_executor:
@@ -218,6 +239,37 @@ def render_markdown(report: EpicReport) -> str:
                 f"- {e.executor}: {', '.join(e.stories)} — {e.tokens:,} tokens, {_money(e.cost_usd)}"
             )
     return "\n".join(lines) + "\n"
+
+
+def _revision_lines(report: EpicReport) -> list[str]:
+    """`## Merge revisions`: stories whose merge turned the epic gates red and went back to their coder."""
+    revised = [s for s in report.stories if s.merge_revisions]
+    if not revised:
+        return []
+    lines = ["", "## Merge revisions", ""]
+    for s in revised:
+        rounds = f"{s.merge_revisions} round{'s' if s.merge_revisions != 1 else ''}"
+        lines.append(
+            f"- {s.id}: {rounds} (epic gates red after merging; merge undone, sent back to its coder)"
+        )
+    return lines
+
+
+def _flaky_lines(report: EpicReport) -> list[str]:
+    """`## Flaky gates`: red, then green on a rerun; passed and not charged to their story."""
+    if not report.flaky_gates:
+        return []
+    lines = [
+        "",
+        "## Flaky gates",
+        "",
+        "Red, then green when run again: passed, not charged to the story.",
+        "",
+    ]
+    for f in report.flaky_gates:
+        runs = f"{f.attempts} red run{'s' if f.attempts != 1 else ''}"
+        lines.append(f"- {f.story or 'epic'} ({f.where} gate): `{_cell(f.gate)}` — {runs} before green")
+    return lines
 
 
 def _epic_lines(report: EpicReport) -> list[str]:

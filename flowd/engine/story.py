@@ -15,11 +15,20 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
+from flowd.engine import prompts
 from flowd.engine.bootstrap import describe_prepared, prepare_lane
 from flowd.engine.context import HeldCoder, RunContext
 from flowd.engine.core.failure import StoryFacts, outcome_of
 from flowd.engine.core.outcome import StoryOutcome
 from flowd.engine.core.resume import OnFreshBranch, OnState, merged_before_stop, on_fresh_branch, on_state
+from flowd.engine.core.revision import (
+    MERGE_SUBJECT,
+    OUTPUT_CHARS,
+    GiveUp,
+    after_red_merge,
+    merge_rounds_done,
+    resuming_round,
+)
 from flowd.engine.core.stops import Halt, StoryFailed
 from flowd.engine.gates import run_command, run_gates
 from flowd.engine.perimeter_now import perimeter_now
@@ -39,6 +48,7 @@ from flowd.errors import FlowdError
 from flowd.events import (
     Event,
     Info,
+    MergeRevision,
     MergeRolledBack,
     PerimeterViolation,
     StageCompleted,
@@ -53,7 +63,16 @@ from flowd.perimeter import classify
 from flowd.plan.hashing import story_hash
 from flowd.plan.model import Story
 
-__all__ = ["StoryOutcome", "StoryRun", "undo_interrupted_merge"]
+__all__ = ["RedMerge", "StoryOutcome", "StoryRun", "undo_interrupted_merge"]
+
+
+class RedMerge(StoryFailed):
+    """The epic gates were red on the story's merge, and the merge was undone (docs/revisions.md)."""
+
+    def __init__(self, gate: str, output: str) -> None:
+        super().__init__(f"epic gates failed after merging; merge undone:\n{output}")
+        self.gate = gate
+        self.output = output
 
 
 class StoryRun:
@@ -101,24 +120,67 @@ class StoryRun:
         await self._setup()
         loop = TaskLoop(ctx, self.story, self.worktree, coder)
         await loop.plan_tasks()
-        await loop.run_tasks()
-        note = await loop.judge()
-        async with ctx.merge_lock:
-            await asyncio.to_thread(self._catch_up)
-            repaired = await asyncio.to_thread(self._repair_perimeter)
-        coder.release()
-        commit = await self._merge()
+        if (round_ := resuming_round(loop.plan)) is not None:
+            self.info(f"resuming merge revision {round_}")
+        while True:
+            await loop.run_tasks()
+            note = await loop.judge()
+            async with ctx.merge_lock:
+                await asyncio.to_thread(self._catch_up)
+                repaired = await asyncio.to_thread(self._repair_perimeter)
+            coder.release()
+            try:
+                commit = await self._merge()
+            except RedMerge as red:
+                coder = await self._revise(loop, red)
+                continue
+            break
         await asyncio.to_thread(self._clean_up)
         # A repair changed the story's work behind everyone's back: the report says so first.
         note = "; ".join(filter(None, [repaired, note or f"merged at {commit[:10]}"]))
         return StoryOutcome(story, "done", branch=self.branch, note=note, executors=coder.chain)
+
+    async def _revise(self, loop: TaskLoop, red: RedMerge) -> HeldCoder:
+        """The merge was undone on red epic gates: reopen the story with a merge revision task, or
+        fail when its rounds are spent (the rule is engine/core/revision.py's)."""
+        ctx, story = self.ctx, self.story.id
+        limit = ctx.settings.merge_revision_rounds
+        decision = after_red_merge(merge_rounds_done(loop.plan), limit, red.output)
+        if isinstance(decision, GiveUp):
+            raise StoryFailed(decision.reason)
+        lead = prompts.MERGE_REVISION_LEAD.format(round=decision.round, limit=limit, red=red.output)
+        # The task is in the checkpoint before the event: a run killed from here on resumes it.
+        loop.append_revision(MERGE_SUBJECT, lead, "- the epic gates above")
+        ctx.emit(
+            MergeRevision(lane=story, round=decision.round, gate=red.gate, output=red.output[:OUTPUT_CHARS])
+        )
+        with contextlib.suppress(OSError):
+            append_findings(
+                ctx.paths,
+                story,
+                f"## Epic gates after merging — red, merge undone; revising "
+                f"(merge revision {decision.round} of {limit})\n\n{red.output}",
+            )
+        self.info(
+            f"epic gates red after merging; merge undone, sending it back to catch up and fix "
+            f"(merge revision {decision.round} of {limit})"
+        )
+        coder = await self._lease_coder()
+        loop.rebind(coder)
+        async with ctx.merge_lock:
+            await asyncio.to_thread(self._catch_up)
+        await self._setup()
+        return coder
 
     async def _lease_coder(self) -> HeldCoder:
         """One coder clone for the whole story, preferring the executor that last held it."""
         ctx, story = self.ctx, self.story.id
         assert self.state is not None
         lease = await ctx.pool.lease("coder", label=story, prefer=self.state.executor)
+        before = self.coder.chain if self.coder is not None else []
         self.coder = HeldCoder(ctx, story, lease)
+        # A story re-leases its coder for a merge revision: one executor chain over both leases.
+        self.coder.chain[:] = _joined(before, self.coder.chain)
         if self.state.executor != lease.executor_id:
             self.state = self.state.model_copy(update={"executor": lease.executor_id})
             save_state(ctx.paths, self.state)
@@ -374,6 +436,7 @@ class StoryRun:
                 log_dir=ctx.paths.gate_logs(story).parent / "epic-gates",
                 timeout_s=ctx.settings.gate_timeout_s,
                 env=ctx.lane_env(story),  # the merging lane still holds its ports
+                retries=ctx.settings.gate_retries,
             )
             if red is not None:
                 await asyncio.to_thread(repo.reset_hard, ctx.epic_wt, checkpoint)
@@ -381,7 +444,7 @@ class StoryRun:
                 reason = f"epic gates failed after merging; merge undone:\n{red.describe()}"
                 ctx.emit(MergeRolledBack(lane=story, reason=reason[:2000]))
                 ctx.emit(StageFailed(stage=stage, lane=story, error="epic gates red"))
-                raise StoryFailed(reason)
+                raise RedMerge(red.command, red.describe())
         assert self.state is not None
         self.state = self.state.model_copy(update={"status": "merged", "reason": None})
         save_state(ctx.paths, self.state)
@@ -412,6 +475,15 @@ class StoryRun:
         if worktree.exists() and not (worktree / ".git").exists():
             # What a killed removal left of a merged story's worktree: no longer a checkout.
             shutil.rmtree(worktree, ignore_errors=True)
+
+
+def _joined(first: list[str], then: list[str]) -> list[str]:
+    """Two executor chains as one, an executor that carries on named once (`a → b`, not `a → a → b`)."""
+    out: list[str] = []
+    for executor in [*first, *then]:
+        if not out or out[-1] != executor:
+            out.append(executor)
+    return out
 
 
 def undo_interrupted_merge(

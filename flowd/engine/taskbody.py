@@ -206,6 +206,7 @@ class TaskBody:
             log_dir=seat.gate_logs or ctx.paths.gate_logs(self.story_id),
             timeout_s=ctx.settings.gate_timeout_s,
             env=seat.env or ctx.lane_env(self.story_id),
+            retries=ctx.settings.gate_retries,
         )
         if red is not None:
             feedback.append(f"The gates are red:\n{red.describe()}")

@@ -8,12 +8,12 @@ beside the held coder (`flowd.engine.aside`). The work of one task is `flowd.eng
 from __future__ import annotations
 
 import asyncio
-import re
 from pathlib import Path
 
 from flowd.engine import prompts
 from flowd.engine.aside import TaskGraph
 from flowd.engine.context import HeldCoder, RunContext
+from flowd.engine.core.revision import with_revision
 from flowd.engine.core.stops import Halt, StoryFailed, StoryWaiting
 from flowd.engine.state import append_findings
 from flowd.engine.taskbody import Seat, TaskBody, clip, issues_text
@@ -38,7 +38,6 @@ from flowd.tasks.parsing import depends_on, has_parallel_tasks, owns, satisfies
 
 __all__ = ["StoryFailed", "StoryWaiting", "TaskLoop"]
 
-_REVISION = re.compile(r"^Revision \d+: ")
 OWNED_CODE_CHARS = 40_000
 
 
@@ -128,12 +127,17 @@ class TaskLoop:
         self.ctx.emit(TasksPlanned(lane=self.story_id, tasks=tasks))
 
     def append_revision(self, subject: str, lead: str, findings: str) -> None:
-        """Append `Revision <k>: <subject>` (no `Depends on:`: it waits for every task, at home)."""
-        number = 1 + sum(1 for t in self.plan.tasks if _REVISION.match(t.title))
+        """Reopen the story with `Revision <k>: <subject>` (engine/core/revision.py: no `Depends on:`,
+        it waits for every task, at home), saved to the checkpoint before anything runs it."""
         body = prompts.REVISION_BODY.format(lead=lead, issues=findings)
-        self.plan = self.plan.appending(Task(title=f"Revision {number}: {subject}", description=body))
+        self.plan = with_revision(self.plan, subject, body)
         self._save()
         self._announce()
+
+    def rebind(self, coder: HeldCoder) -> None:
+        """Work on with `coder`, the story's coder leased again (a merge revision)."""
+        self.coder = coder
+        self.home = Seat(worktree=self.worktree, coder=coder, rules=self.home.rules)
 
     # -- the loop ------------------------------------------------------------------------------
     async def run_tasks(self) -> None:

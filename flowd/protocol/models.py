@@ -115,6 +115,9 @@ class LaneParams(Shape):
     cost_usd: float | None = None
     estimated: bool
     reason: str | None = None
+    # docs/revisions.md: gates green only on a rerun, and the merge revision round (absent: none).
+    flaky: int | None = None
+    merge_revision: int | None = None
     # Not sent by this server; clients use them when a server does (docs/protocol.md).
     worktree: str | None = None
     branch: str | None = None

@@ -50,7 +50,15 @@ class Note:
 
 def lane_note(view: RunView, lane: LaneView, *, transition: bool = False) -> Note:
     task = lane.task
-    sig = (lane.status, lane.executor, lane.clone, task.index if task else None, len(lane.tasks))
+    sig = (
+        lane.status,
+        lane.executor,
+        lane.clone,
+        task.index if task else None,
+        len(lane.tasks),
+        lane.flaky,
+        lane.merge_revision,
+    )
     return Note(LANE, view.lane_wire(lane), (LANE, view.run_id, lane.lane), transition, sig)
 
 
@@ -152,6 +160,8 @@ def notes_for(view: RunView, event: Event) -> list[Note]:
         ExecutorLeased,
         ExecutorReleased,
         ExecutorResumed,
+        GateFlaky,
+        MergeRevision,
         PerimeterViolation,
         RunEnded,
         RunStarted,
@@ -191,6 +201,8 @@ def notes_for(view: RunView, event: Event) -> list[Note]:
         return [cost_note(view, transition=True)]
     if isinstance(event, PerimeterViolation) and event.action == "restored":
         return [repair_note(view, event)]
+    if isinstance(event, GateFlaky | MergeRevision):
+        return _lane(view, event.lane)  # a transition: `flaky`/`mergeRevision` changed its signature
     return []
 
 

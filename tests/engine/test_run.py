@@ -111,7 +111,10 @@ def test_red_epic_gates_roll_the_merge_back_and_dependents_wait(tmp_path: Path) 
     rules = [coder("a", {"a.txt": "a"}), coder("b", {"b.txt": "b"}, delayMs=1500), coder("c", {"c.txt": "c"})]
     gate = "sh -c 'if [ -f a.txt ] && [ -f b.txt ]; then echo both present; exit 1; fi'"
     sc = Scenario.create(
-        tmp_path, stories, rules, settings=f"gates = [{json.dumps(gate)}]\njudgeRounds = 0\n"
+        tmp_path,
+        stories,
+        rules,
+        settings=f"gates = [{json.dumps(gate)}]\njudgeRounds = 0\nmergeRevisionRounds = 0\n",
     )
     result = sc.run()
     assert result.outcome == "failed" and result.exit_code == 1

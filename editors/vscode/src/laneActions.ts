@@ -131,6 +131,8 @@ function liveLine(lane: LaneEntry): string {
   parts.push(`${formatTokens(lane.tokens)} tok`);
   const cost = laneCost(lane.costUsd, lane.estimated);
   if (cost) parts.push(cost);
+  if (lane.mergeRevision) parts.push(`merge revision ${lane.mergeRevision}`);
+  if (lane.flaky) parts.push(`flaky gates: ${lane.flaky}`);
   if (lane.reason) parts.push(lane.reason);
   return `${parts.join(" · ")} (live; the report is written when the run ends)`;
 }

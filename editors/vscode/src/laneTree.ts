@@ -151,6 +151,8 @@ export function laneNode(run: RunEntry, lane: LaneEntry): TreeNode {
   const task = lane.task ? `task ${lane.task.index}/${lane.task.count}` : "";
   const tokens = lane.tokens > 0 ? `${formatTokens(lane.tokens)} tok` : "";
   const label = lane.title && lane.title !== lane.lane ? `${lane.lane} — ${lane.title}` : lane.lane;
+  const revision = lane.mergeRevision ? `merge revision ${lane.mergeRevision}` : "";
+  const flaky = lane.flaky ? `flaky gates: ${lane.flaky}` : "";
   const tooltip = [
     `${lane.lane}: ${lane.title}`,
     `Status: ${lane.status}${lane.reason ? ` (${lane.reason})` : ""}`,
@@ -158,12 +160,14 @@ export function laneNode(run: RunEntry, lane: LaneEntry): TreeNode {
     lane.task ? `Task ${lane.task.index}/${lane.task.count}: ${lane.task.title}` : "",
     `Tokens: ${lane.tokens}${lane.estimated ? " (estimated)" : ""}`,
     lane.costUsd !== undefined ? `Cost: ${laneCost(lane.costUsd, lane.estimated)}` : "",
+    revision ? `Merge revision ${lane.mergeRevision}: the epic gates were red on its merge; it went back to its coder` : "",
+    flaky ? `Flaky gates: ${lane.flaky} (green only on a rerun; not charged to the story)` : "",
   ].filter(Boolean);
   return {
     id: `lane:${run.runId}:${lane.lane}`,
     kind: "lane",
     label,
-    description: join(lane.status, coder, task, tokens, laneCost(lane.costUsd, lane.estimated)),
+    description: join(lane.status, coder, task, tokens, laneCost(lane.costUsd, lane.estimated), revision, flaky),
     tooltip: tooltip.join("\n"),
     icon: LANE_ICON[lane.status] ?? { id: "circle-outline" },
     contextValue: "lane",

@@ -360,6 +360,9 @@ export class LanesModel {
     lane.costUsd = present(p.costUsd);
     lane.estimated = Boolean(p.estimated);
     lane.reason = p.reason;
+    // docs/revisions.md: absent means none (the server omits zeros).
+    lane.flaky = p.flaky ?? undefined;
+    lane.mergeRevision = p.mergeRevision ?? undefined;
     lane.worktree = p.worktree ?? lane.worktree;
     lane.branch = p.branch ?? lane.branch;
     if (p.task) {

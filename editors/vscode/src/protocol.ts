@@ -148,6 +148,8 @@ export interface LaneParams {
   costUsd?: number;
   estimated: boolean;
   reason?: string;
+  flaky?: number;
+  mergeRevision?: number;
   worktree?: string;
   branch?: string;
 }

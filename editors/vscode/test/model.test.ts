@@ -117,6 +117,18 @@ describe("LanesModel fed a run's notifications", () => {
     assert.equal(tasks?.get(3)?.count, 2);
   });
 
+  test("a lane sent back for a merge revision, with flaky gates, says so; the counts go when absent", () => {
+    const model = feed(START);
+    const lane = { runId: RUN_ID, lane: "api", title: "Login API", status: "active", tokens: 100, estimated: false };
+    model.apply("flow/lane", { ...lane, mergeRevision: 1, flaky: 2 });
+    const api = child(buildTree(model)[0], "api — Login API");
+    assert.equal(api.description, "active · 100 tok · merge revision 1 · flaky gates: 2");
+    assert.match(api.tooltip, /Merge revision 1: the epic gates were red on its merge/);
+    assert.match(api.tooltip, /Flaky gates: 2 \(green only on a rerun; not charged to the story\)/);
+    model.apply("flow/lane", lane);
+    assert.equal(child(buildTree(model)[0], "api — Login API").description, "active · 100 tok");
+  });
+
   test("a flow/status snapshot attaches to a run already going, and ends its leases when it ended", () => {
     const model = new LanesModel();
     model.applyStatus({

@@ -146,6 +146,14 @@ handlers[N.lane] = function(_, p, ctx)
     local why = p.reason and (": " .. p.reason) or ""
     notify(("%s %s%s"):format(p.lane, p.status, why), LEVEL[p.status])
   end
+  -- docs/revisions.md: a merge sent back for revision, a gate green only on a rerun.
+  if (p.mergeRevision or 0) > ((before or {}).mergeRevision or 0) then
+    notify(("%s: epic gates red after merging; merge undone, merge revision %d"):format(p.lane,
+      p.mergeRevision), vim.log.levels.WARN)
+  end
+  if (p.flaky or 0) > ((before or {}).flaky or 0) then
+    notify(("%s: flaky gates: %d (green only on a rerun; not charged)"):format(p.lane, p.flaky))
+  end
   redraw()
 end
 
@@ -308,7 +316,7 @@ local function money(v)
 end
 
 --- The lines of the lanes buffer: per run (running ones, else the latest), a header and one line per
---- lane with status, executor#clone, task i/n, tokens and cost.
+--- lane with status, executor#clone, task i/n, tokens and cost, then its merge revision and flaky gates if any.
 function M.lane_lines(client_id)
   local s = state[client_id]
   if not s then return { "flowd: no server" } end
@@ -328,8 +336,10 @@ function M.lane_lines(client_id)
       local who = l.executor and (l.executor .. (l.clone and ("#" .. l.clone) or "")) or "-"
       local task = l.task and ("task %d/%d %s"):format(l.task.index, l.task.count, l.task.title) or "-"
       local tokens = ("%s%d tok"):format(l.estimated and "~" or "", l.tokens or 0)
-      table.insert(lines, ("  %-12s %-9s %-12s %-40s %12s %8s"):format(l.lane, l.status, who, task, tokens,
-        money(l.costUsd)))
+      local extra = (l.mergeRevision and ("  merge revision " .. l.mergeRevision) or "")
+        .. (l.flaky and ("  flaky gates: " .. l.flaky) or "")
+      table.insert(lines, ("  %-12s %-9s %-12s %-40s %12s %8s%s"):format(l.lane, l.status, who, task, tokens,
+        money(l.costUsd), extra))
     end
   end
   return lines

@@ -1,0 +1,81 @@
+"""Revision tasks and merge revisions: reopening a story with one more task (docs/revisions.md).
+
+A *revision task* is appended to a story's task plan (its checkpoint) as `Revision <k>: <subject>`;
+it has no `Depends on:`, so it waits for every earlier task and runs in the story worktree on the
+story's coder, through the task loop's review and gates like any task. The judge's findings, a
+red epic gate after a merge and a review comment from the editor all reopen a story this way.
+
+A *merge revision*: the story merged, the epic gates went red, the merge was undone. Up to
+`mergeRevisionRounds` times the story reopens with the revision task `make the epic gates green
+after merging` carrying the gate's output, then merges again; past the limit it fails as before.
+The rounds done are counted from the checkpoint's revision tasks, so a run killed mid-revision
+(or a later run of the epic) counts the rounds already taken and resumes at the unchecked task.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from flowd.tasks.model import Task, TaskPlan
+
+MERGE_SUBJECT = "make the epic gates green after merging"
+REVISION_TITLE = re.compile(r"^Revision (\d+): (.*)$")
+OUTPUT_CHARS = 2000  # of the gate output kept in `MergeRevision` (the task carries all of it)
+
+
+def revision_number(plan: TaskPlan) -> int:
+    """The number the next revision task of `plan` gets (1 for the first)."""
+    numbers = [int(m[1]) for t in plan.tasks if (m := REVISION_TITLE.match(t.title))]
+    return max(numbers, default=0) + 1
+
+
+def with_revision(plan: TaskPlan, subject: str, description: str) -> TaskPlan:
+    """`plan` with the task `Revision <k>: <subject>` appended, unchecked."""
+    title = f"Revision {revision_number(plan)}: {subject}"
+    return plan.appending(Task(title=title, description=description))
+
+
+def is_merge_revision(task: Task) -> bool:
+    match = REVISION_TITLE.match(task.title)
+    return match is not None and match[2] == MERGE_SUBJECT
+
+
+def merge_rounds_done(plan: TaskPlan) -> int:
+    """How many merge revisions the story has had (its checkpoint's merge revision tasks)."""
+    return sum(1 for t in plan.tasks if is_merge_revision(t))
+
+
+def resuming_round(plan: TaskPlan) -> int | None:
+    """The merge revision round a resumed story is in the middle of (its next task is one), or None."""
+    found = plan.next_incomplete()
+    if found is None or not is_merge_revision(found[1]):
+        return None
+    return sum(1 for t in plan.tasks[: found[0]] if is_merge_revision(t))
+
+
+@dataclass(frozen=True)
+class Revise:
+    """Reopen the story with merge revision `round` (1-based), then merge again."""
+
+    round: int
+
+
+@dataclass(frozen=True)
+class GiveUp:
+    """Fail the story with `reason`."""
+
+    reason: str
+
+
+def after_red_merge(rounds_done: int, limit: int, output: str) -> Revise | GiveUp:
+    """The epic gates were red on the story's merge (already undone): revise, or fail.
+
+    `rounds_done` merge revisions were already made; `limit` is `mergeRevisionRounds` (0 fails at the
+    first red merge, as before merge revisions existed)."""
+    if rounds_done < limit:
+        return Revise(rounds_done + 1)
+    after = ""
+    if rounds_done:
+        after = f" (after {rounds_done} merge revision{'s' if rounds_done != 1 else ''})"
+    return GiveUp(f"epic gates failed after merging{after}; merge undone:\n{output}")

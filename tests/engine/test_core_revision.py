@@ -1,0 +1,84 @@
+"""Revision tasks and merge revisions as tables: numbering, rounds counted from the checkpoint,
+revise or give up, and where a resumed story stands."""
+
+from __future__ import annotations
+
+import pytest
+
+from flowd.engine.core.revision import (
+    MERGE_SUBJECT,
+    GiveUp,
+    Revise,
+    after_red_merge,
+    merge_rounds_done,
+    resuming_round,
+    revision_number,
+    with_revision,
+)
+from flowd.tasks.model import Task, TaskPlan
+
+MERGE = f": {MERGE_SUBJECT}"
+JUDGE = ": close the judge's findings"
+
+
+def plan(*titles: str, done: int = 0) -> TaskPlan:
+    """Tasks titled `titles`, the first `done` of them completed."""
+    return TaskPlan(story_id="s", tasks=[Task(title=t, completed=i < done) for i, t in enumerate(titles)])
+
+
+@pytest.mark.parametrize(
+    ("titles", "expected"),
+    [
+        ((), 1),
+        (("Add login",), 1),
+        (("Add login", f"Revision 1{JUDGE}"), 2),
+        (("Add login", f"Revision 1{JUDGE}", f"Revision 2{MERGE}"), 3),
+        (("Revision 4: from the editor",), 5),  # numbers keep rising even with gaps
+        (("Revisions are hard",), 1),  # not a revision title
+    ],
+)
+def test_revision_number(titles: tuple[str, ...], expected: int) -> None:
+    assert revision_number(plan(*titles)) == expected
+
+
+def test_with_revision_appends_an_unchecked_task_and_keeps_the_rest() -> None:
+    before = plan("Add login", f"Revision 1{JUDGE}", done=2)
+    after = with_revision(before, MERGE_SUBJECT, "fix the combination")
+    assert after.tasks[:2] == before.tasks
+    assert after.tasks[2] == Task(title=f"Revision 2{MERGE}", description="fix the combination")
+    assert after.next_incomplete() == (3, after.tasks[2])
+
+
+@pytest.mark.parametrize(
+    ("titles", "done", "rounds", "resuming"),
+    [
+        (("Add login",), 1, 0, None),
+        (("Add login", f"Revision 1{JUDGE}"), 1, 0, None),  # a judge revision is not a merge round
+        (("Add login", f"Revision 1{MERGE}"), 1, 1, 1),  # killed during merge revision 1
+        (("Add login", f"Revision 1{MERGE}"), 2, 1, None),  # revision 1 done, not merged yet
+        (("Add login", f"Revision 1{MERGE}", f"Revision 2{JUDGE}", f"Revision 3{MERGE}"), 3, 2, 2),
+        (("Add login", f"Revision 1{MERGE}", f"Revision 2{JUDGE}"), 2, 1, None),  # in a judge revision
+    ],
+)
+def test_rounds_and_resume_come_from_the_checkpoint(
+    titles: tuple[str, ...], done: int, rounds: int, resuming: int | None
+) -> None:
+    p = plan(*titles, done=done)
+    assert merge_rounds_done(p) == rounds
+    assert resuming_round(p) == resuming
+
+
+@pytest.mark.parametrize(
+    ("done", "limit", "expected"),
+    [
+        (0, 1, Revise(1)),
+        (0, 3, Revise(1)),
+        (2, 3, Revise(3)),
+        (0, 0, GiveUp("epic gates failed after merging; merge undone:\nboom")),  # as before revisions
+        (1, 1, GiveUp("epic gates failed after merging (after 1 merge revision); merge undone:\nboom")),
+        (2, 2, GiveUp("epic gates failed after merging (after 2 merge revisions); merge undone:\nboom")),
+        (3, 1, GiveUp("epic gates failed after merging (after 3 merge revisions); merge undone:\nboom")),
+    ],
+)
+def test_after_red_merge(done: int, limit: int, expected: Revise | GiveUp) -> None:
+    assert after_red_merge(done, limit, "boom") == expected
