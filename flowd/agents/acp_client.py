@@ -61,6 +61,7 @@ from flowd.agents.base import (
     reaped,
 )
 from flowd.agents.faults import classify
+from flowd.agents.programs import program_named, too_old
 from flowd.agents.usage import capture_usage, model_usages
 
 log = logging.getLogger("flowd.agents.acp")
@@ -577,6 +578,11 @@ class AcpExecutor:
             raise await self._start_failed()
         info = init.agent_info
         self._agent_name = info.name if info is not None else ""
+        program = program_named(self._agent_name)
+        old = too_old(program, info.version or "", self.label) if program and info else None
+        if old is not None:
+            await self._stop(graceful=False)
+            raise old
 
     async def _start_failed(self) -> AgentError:
         proc = self._proc
