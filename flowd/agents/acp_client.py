@@ -60,7 +60,7 @@ from flowd.agents.base import (
     TurnResult,
     reaped,
 )
-from flowd.agents.faults import classify
+from flowd.agents.faults import classify, worded
 from flowd.agents.programs import program_named, too_old
 from flowd.agents.usage import capture_usage, model_usages
 
@@ -369,7 +369,7 @@ class AcpExecutor:
             kind, reset_at = classify(text)
             if exc.code == -32000:
                 kind = "auth"  # ACP's authRequired: claude's "Please run /login"
-            raise AgentError(kind, f"{self.label}: {text}", reset_at=reset_at)
+            raise AgentError(kind, f"{self.label}: {worded(text)}", reset_at=reset_at)
         except (ConnectionError, OSError):
             raise await self._died(proc, turn)
         if response.stop_reason == "cancelled" or turn.cancelled:
@@ -377,7 +377,7 @@ class AcpExecutor:
         failure = turn.failure()
         if failure is not None:
             kind, reset_at = classify(failure)
-            raise AgentError(kind, f"{self.label}: {failure}", reset_at=reset_at)
+            raise AgentError(kind, f"{self.label}: {worded(failure)}", reset_at=reset_at)
         return self._result(turn, response)
 
     def _result(self, turn: _Turn, response: PromptResponse) -> TurnResult:

@@ -35,7 +35,7 @@ from flowd.agents.base import (
     TurnUsage,
     reaped,
 )
-from flowd.agents.faults import classify
+from flowd.agents.faults import classify, worded
 from flowd.agents.programs import cli_version, program_of, too_old
 from flowd.config import ExecutorSpec
 
@@ -357,9 +357,11 @@ class CliExecutor:
                 drain.cancel()
             self._proc = None
         if code != 0 or turn.errors:
-            message = "; ".join([*turn.errors, *list(stderr_tail)[-5:]]).strip() or f"exited with code {code}"
+            # Each thing said once (codex repeats its error as an event and on stderr).
+            said = list(dict.fromkeys([*turn.errors, *list(stderr_tail)[-5:]]))
+            message = "; ".join(said).strip() or f"exited with code {code}"
             kind, reset = classify(message, exit_code=code if code != 0 else None)
-            raise AgentError(kind, f"{self.spec.id}: {message}", reset_at=reset)
+            raise AgentError(kind, f"{self.spec.id}#{self.clone}: {worded(message)}", reset_at=reset)
         return turn
 
     async def _drain(self, stream: asyncio.StreamReader, tail: deque[str]) -> None:
