@@ -105,7 +105,9 @@ def decide(
             until = now + timedelta(seconds=policy.usage_limit_default_s)
         return Exclusion(executor, "until", f"usage limit ({_short(message)})", until)
     if kind == "auth":
-        return Exclusion(executor, "run", f"not signed in or model unavailable ({_short(message)})")
+        return Exclusion(
+            executor, "run", f"not signed in, model unavailable or program too old ({_short(message)})"
+        )
     if kind in ("unavailable", "crash", "stall"):
         # The agent did not start, died, or went silent: wait, then let the next lease probe it.
         wait = policy.backoff_first_s if health.backoff_s is None else health.backoff_s * 2

@@ -60,7 +60,8 @@ from flowd.agents.base import (
     TurnResult,
     reaped,
 )
-from flowd.agents.faults import classify
+from flowd.agents.faults import classify, worded
+from flowd.agents.programs import program_named, too_old
 from flowd.agents.usage import capture_usage, model_usages
 
 log = logging.getLogger("flowd.agents.acp")
@@ -368,7 +369,7 @@ class AcpExecutor:
             kind, reset_at = classify(text)
             if exc.code == -32000:
                 kind = "auth"  # ACP's authRequired: claude's "Please run /login"
-            raise AgentError(kind, f"{self.label}: {text}", reset_at=reset_at)
+            raise AgentError(kind, f"{self.label}: {worded(text)}", reset_at=reset_at)
         except (ConnectionError, OSError):
             raise await self._died(proc, turn)
         if response.stop_reason == "cancelled" or turn.cancelled:
@@ -376,7 +377,7 @@ class AcpExecutor:
         failure = turn.failure()
         if failure is not None:
             kind, reset_at = classify(failure)
-            raise AgentError(kind, f"{self.label}: {failure}", reset_at=reset_at)
+            raise AgentError(kind, f"{self.label}: {worded(failure)}", reset_at=reset_at)
         return self._result(turn, response)
 
     def _result(self, turn: _Turn, response: PromptResponse) -> TurnResult:
@@ -577,6 +578,11 @@ class AcpExecutor:
             raise await self._start_failed()
         info = init.agent_info
         self._agent_name = info.name if info is not None else ""
+        program = program_named(self._agent_name)
+        old = too_old(program, info.version or "", self.label) if program and info else None
+        if old is not None:
+            await self._stop(graceful=False)
+            raise old
 
     async def _start_failed(self) -> AgentError:
         proc = self._proc

@@ -35,7 +35,8 @@ from flowd.agents.base import (
     TurnUsage,
     reaped,
 )
-from flowd.agents.faults import classify
+from flowd.agents.faults import classify, worded
+from flowd.agents.programs import cli_version, program_of, too_old
 from flowd.config import ExecutorSpec
 
 Dialect = Literal["claude", "codex", "other"]
@@ -268,12 +269,15 @@ class CliExecutor:
         self._log = log_dir / f"{spec.id}-{clone}.cli.log" if log_dir is not None else None
         self._proc: asyncio.subprocess.Process | None = None
         self._sessions: dict[tuple[str, ...], str] = {}
+        self._version_checked = False
 
     async def run_turn(self, request: TurnRequest, observe: TurnObserver | None = None) -> TurnResult:
         assert self.spec.command is not None
         key = (str(request.cwd), request.role, request.meta.story or "", request.meta.task or "")
         resume = self._sessions.get(key) if dialect_of(self.spec.command) == "claude" else None
         argv = build_argv(self.spec.command, model=self.spec.model, resume=resume)
+        if not self._version_checked:
+            await self._check_version()
         try:
             turn = await asyncio.wait_for(self._run(argv, request, observe), timeout=request.turn_timeout_s)
         except TimeoutError:
@@ -291,6 +295,19 @@ class CliExecutor:
             stop_reason=turn.stop_reason,
             model=turn.model or self.spec.model,
         )
+
+    async def _check_version(self) -> None:
+        """A known CLI older than flowd runs fails its first turn in one sentence (docs/roster.md)."""
+        assert self.spec.command is not None
+        program = program_of("cli", self.spec.command)
+        if program is not None:
+            env = cli_environment(self.spec.resolved_env)
+            old = too_old(
+                program, await cli_version(self.spec.command[0], env), f"{self.spec.id}#{self.clone}"
+            )
+            if old is not None:
+                raise old
+        self._version_checked = True
 
     async def _run(self, argv: list[str], request: TurnRequest, observe: TurnObserver | None) -> CliTurn:
         # One process per turn: the lane's FLOWD_* variables can be in its own environment.
@@ -341,9 +358,11 @@ class CliExecutor:
                 drain.cancel()
             self._proc = None
         if code != 0 or turn.errors:
-            message = "; ".join([*turn.errors, *list(stderr_tail)[-5:]]).strip() or f"exited with code {code}"
+            # Each thing said once (codex repeats its error as an event and on stderr).
+            said = list(dict.fromkeys([*turn.errors, *list(stderr_tail)[-5:]]))
+            message = "; ".join(said).strip() or f"exited with code {code}"
             kind, reset = classify(message, exit_code=code if code != 0 else None)
-            raise AgentError(kind, f"{self.spec.id}: {message}", reset_at=reset)
+            raise AgentError(kind, f"{self.spec.id}#{self.clone}: {worded(message)}", reset_at=reset)
         return turn
 
     async def _drain(self, stream: asyncio.StreamReader, tail: deque[str]) -> None:

@@ -71,6 +71,20 @@ _UNAVAILABLE = (
     "command not found",
     "no such file or directory",
 )
+# The model endpoint answered, but not in its API (an HTML page, a stream that is not JSON, a
+# stream cut short): a proxy or a wrong base URL, so "not answering" (docs/roster.md).
+_GARBLED = (
+    "malformed response",  # claude
+    "stream disconnected before completion",  # codex
+    "error decoding response body",  # codex
+    "incomplete json segment",  # gemini
+    "unexpected token",
+    "is not valid json",
+    "invalid json",
+)
+GARBLED_FIX = (
+    "the model endpoint's answer is not its API; check the agent's base URL and any proxy in between"
+)
 
 # A gemini-style retry delay at or under this is a rate limit to wait out, above it a spent quota.
 _SHORT_RETRY = timedelta(seconds=120)
@@ -114,11 +128,24 @@ def classify(
         if reset is not None and reset - now > _SHORT_RETRY:
             return "usage_limit", reset
         return "rate_limit", reset
-    if exit_code in (126, 127) or _has(text, _UNAVAILABLE):
+    if exit_code in (126, 127) or _has(text, _UNAVAILABLE) or _garbled(text):
         return "unavailable", None
     if exit_code is not None:
         return "crash", None
     return "error", None
+
+
+def _garbled(text: str) -> bool:
+    # gemini says only "terminated" (node's fetch) when the stream is cut mid-answer.
+    return _has(text, _GARBLED) or text.strip().rsplit(": ", 1)[-1] == "terminated"
+
+
+def worded(message: str) -> str:
+    """The agent's error as flowd says it: a garbled answer of the model endpoint leads with the
+    fix (the agents' own words name neither the cause nor the setting to check)."""
+    if not _garbled(message.lower()):
+        return message
+    return f"{GARBLED_FIX} ({' '.join(message.split())})"
 
 
 # A file path (absolute, or ~/…) up to whitespace or a quote; URLs keep theirs (the `/` after

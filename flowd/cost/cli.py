@@ -17,6 +17,7 @@ from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from flowd.config import load_settings
+from flowd.cost.hidden import hidden_requests
 from flowd.cost.prices import Prices
 from flowd.cost.render import render
 from flowd.cost.report import CostReport, build_report
@@ -119,7 +120,7 @@ def cost_report(
         raise InputError(f"no run {run_id!r} in {runs_dir(repo)}; `flowd status` lists the runs")
     stats = ScanStats()
     samples = scan(trace_files(repo, run_id), stats, run_id)
-    return build_report(
+    report = build_report(
         samples,
         prices=Prices.from_settings(settings),
         tz=zone,
@@ -129,6 +130,8 @@ def cost_report(
         stats=stats,
         run_id=run_id,
     )
+    report.hidden_requests = hidden_requests(repo, report.executor_ids)
+    return report
 
 
 def cost_report_for(

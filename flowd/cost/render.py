@@ -21,6 +21,10 @@ ESTIMATE_NOTE = (
     "estimated rows come from character counts (characters / 4), not from the agents' token counts"
 )
 UNPRICED_NOTE = "unpriced usage has no price for its model and is not in any $ figure"
+HIDDEN_NOTE = (
+    "executor {row.executor} runs {row.program}, which makes model requests flowd cannot see: "
+    "{row.requests}; the figures above miss the ones not counted"
+)
 
 
 def render(report: CostReport, fmt: str = "text") -> str:
@@ -218,6 +222,7 @@ def _notes(report: CostReport) -> list[str]:
         notes.append(ESTIMATE_NOTE)
     if report.unpriced.requests:
         notes.append(UNPRICED_NOTE)
+    notes += [HIDDEN_NOTE.format(row=row) for row in report.hidden_requests]
     return notes
 
 

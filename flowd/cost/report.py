@@ -16,7 +16,7 @@ from datetime import UTC, date, datetime, timedelta, tzinfo
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from pydantic import Field
+from pydantic import Field, PrivateAttr
 
 from flowd.cost.prices import Prices, prices_as_of
 from flowd.cost.samples import UNKNOWN_MODEL, Sample, ScanStats
@@ -115,6 +115,14 @@ class Skipped(WireModel):
     problems: list[str] = Field(default_factory=list)
 
 
+class HiddenRequests(WireModel):
+    """An executor whose agent program makes model requests flowd cannot see (docs/cost.md)."""
+
+    executor: str
+    program: str
+    requests: str
+
+
 class CostReport(WireModel):
     schema_version: int = SCHEMA_VERSION
     time_zone: str
@@ -136,6 +144,13 @@ class CostReport(WireModel):
     by_story: list[StoryRow] = Field(default_factory=list)
     budgets: list[BudgetRow] = Field(default_factory=list)
     skipped: Skipped = Field(default_factory=Skipped)
+    hidden_requests: list[HiddenRequests] = Field(default_factory=list)
+    # The executor ids the usage names (every role's turns), for the notes above; not serialised.
+    _executor_ids: list[str] = PrivateAttr(default_factory=list)
+
+    @property
+    def executor_ids(self) -> list[str]:
+        return list(self._executor_ids)
 
     def wire(self) -> dict[str, Any]:
         """The JSON shape: `costUsd: null` stays (unknown is not $0); absent optionals are dropped."""
@@ -146,6 +161,8 @@ class CostReport(WireModel):
         for section in ("averages", "projection"):
             if isinstance(out.get(section), dict):
                 out[section] = {k: v for k, v in out[section].items() if v is not None}
+        if not out["hiddenRequests"]:
+            out.pop("hiddenRequests")  # an optional addition: absent when nothing is hidden
         for row in out["budgets"]:
             if row.get("epicId") is None:
                 row.pop("epicId", None)
@@ -413,6 +430,7 @@ def _roll_up(
             for name, acc in _by_total(stories)
         ],
     )
+    report._executor_ids = sorted({key[1] for key in who if key[1] is not None}, key=natural_key)
     report.averages = _averages(report, days, hours, tokens, cost)
     if runs_per_day is not None:
         report.projection = _projection(runs_per_day, len(runs), tokens, cost)

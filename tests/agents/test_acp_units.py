@@ -19,7 +19,7 @@ from flowd.agents.acp_client import (
     outside,
     tool_paths,
 )
-from flowd.agents.base import AgentError, ToolCall, reaped
+from flowd.agents.base import AgentError, FlowdMeta, ToolCall, TurnRequest, reaped
 from flowd.agents.factory import make_executor
 from flowd.agents.usage import capture_usage, model_usages
 from flowd.config import ExecutorSpec
@@ -195,3 +195,24 @@ def test_missing_program_is_one_sentence_before_any_process(tmp_path: Path) -> N
         "(install it, or give the roster entry's `command` its full path)"
     )
     assert reaped(["sh", "-c", "true"])[-3:] == [shutil.which("sh"), "-c", "true"]
+
+
+async def test_an_acp_program_older_than_flowd_runs_is_refused_in_one_sentence(tmp_path: Path) -> None:
+    fake = Path(__file__).resolve().parent.parent / "fixtures" / "agents" / "old_acp.py"
+    command = [sys.executable, str(fake), "@agentclientprotocol/codex-acp", "2.5.9"]
+    executor = AcpExecutor(label="codex#1", command=command, env={}, model=None)
+    request = TurnRequest(
+        role="reviewer", prompt="hi", cwd=tmp_path,
+        meta=FlowdMeta(role="reviewer", run_id="r", epic_id="e"),
+        turn_timeout_s=60, stall_timeout_s=60,
+    )  # fmt: skip
+    try:
+        with pytest.raises(AgentError) as caught:
+            await executor.run_turn(request)
+    finally:
+        await executor.close()
+    assert caught.value.kind == "auth"
+    assert caught.value.message == (
+        "codex#1: codex-acp 2.5.9 is older than 2.6.0, the oldest flowd runs; install a newer one "
+        "(npm install -g @agentclientprotocol/codex-acp@2.6.0 or later)"
+    )

@@ -207,3 +207,24 @@ def test_a_codex_warning_item_is_not_the_turns_failure() -> None:
     assert turn.errors == [] and turn.warnings == [warning] and turn.text == "done"
     fold_line(turn, json.dumps({"type": "turn.failed", "error": {"message": "429 Too Many Requests"}}))
     assert turn.errors == ["429 Too Many Requests"]
+
+
+async def test_a_claude_older_than_flowd_runs_fails_its_turn_in_one_sentence(tmp_path: Path) -> None:
+    record = tmp_path / "seen.json"
+    claude = tmp_path / "bin" / "claude"
+    claude.parent.mkdir()
+    fixture = FIXTURES / "claude_success.jsonl"
+    claude.write_text(
+        '#!/bin/sh\nif [ "$1" = "--version" ]; then echo "1.0.3 (Claude Code)"; exit 0; fi\n'
+        f'exec "{sys.executable}" "{REPLAY}" "{fixture}" --record "{record}" "$@"\n'
+    )
+    claude.chmod(0o755)
+    executor = CliExecutor(ExecutorSpec(id="claude", kind="cli", command=[str(claude)]), clone=2)
+    with pytest.raises(AgentError) as raised:
+        await executor.run_turn(turn(tmp_path))
+    assert raised.value.kind == "auth"  # out for the run, as a sign-in failure
+    assert raised.value.message == (
+        "claude#2: claude -p 1.0.3 is older than 2.1.332, the oldest flowd runs; install a newer one "
+        "(npm install -g @anthropic-ai/claude-code@2.1.332 or later)"
+    )
+    assert not record.exists()  # no turn was started

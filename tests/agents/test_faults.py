@@ -7,7 +7,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from flowd.agents.faults import classify, reset_time
+from flowd.agents.faults import classify, reset_time, worded
 
 NOW = datetime(2026, 11, 29, 14, 3, 7, tzinfo=UTC)
 
@@ -103,3 +103,30 @@ def test_paths_in_an_error_never_decide_its_kind() -> None:
     assert classify("Error: cannot open '/srv/ep-429-a/.codex/state.db'") == ("error", None)
     assert classify("request to http://127.0.0.1:4100/v1 failed: 401 Unauthorized")[0] == "auth"
     assert classify("exceeded retry limit, last status: 429 Too Many Requests")[0] == "rate_limit"
+
+
+# What the five programs said when the model stub answered garbage (an HTML page, SSE whose data
+# is not JSON, a stream cut short), as `make test-agents` saw them.
+GARBLED = [
+    "Internal error: API Error: API returned an empty or malformed response (HTTP 200) — check for a "
+    "proxy or gateway intercepting the request. Response: content-type html, body is an HTML page",
+    "stream disconnected before completion: stream closed before response.completed",
+    "stream disconnected before completion: Transport error: network error: error decoding response body",
+    "Incomplete JSON segment at the end",
+    "terminated",
+]
+
+
+@pytest.mark.parametrize("message", GARBLED)
+def test_a_garbled_answer_is_not_answering_and_says_what_to_check(message: str) -> None:
+    assert classify(message, now=NOW)[0] == "unavailable"
+    said = worded(message)
+    assert said.startswith(
+        "the model endpoint's answer is not its API; check the agent's base URL and any proxy in between ("
+    )
+    assert "\n" not in said and " ".join(message.split()) in said
+
+
+def test_other_errors_keep_their_words() -> None:
+    assert worded("Internal error: tool exploded") == "Internal error: tool exploded"
+    assert classify("the process was terminated by the user's hook", now=NOW)[0] == "error"

@@ -18,11 +18,14 @@ import time
 import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import combinations
 from pathlib import Path
 from typing import Any
 
-from flowd.events import Envelope
+from flowd.events import Envelope, TokensUsed
+from flowd.timeutil import parse_iso
 from flowd.trace import pid_alive, read_trace, trace_path
+from tests.model_stub import LogEntry
 
 FLOWD = [sys.executable, "-m", "flowd"]
 ROOT = Path(__file__).resolve().parents[2]
@@ -285,3 +288,53 @@ def kill_all(pids: set[int]) -> None:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+
+# --- the trace's usage against the stub's log, turn by turn ----------------------------------------
+
+_WINDOW = 16  # a turn's requests are among the latest unmatched ones of its model
+
+
+@dataclass
+class UsageMatch:
+    """Each traced turn's usage (one TokensUsed per model) and the stub requests that make it up."""
+
+    turns: list[tuple[TokensUsed, list[LogEntry]]]
+    unmatched_turns: list[TokensUsed]
+    unmatched_requests: list[LogEntry]
+
+
+def _same_model(traced: str | None, served: str) -> bool:
+    # The agents name the model as the request did, or with a suffix (`claude-sonnet-4-5[1m]`).
+    return traced is not None and (traced == served or traced.startswith(served) or served.startswith(traced))
+
+
+def _subset_summing(candidates: list[LogEntry], input_: int, output: int) -> list[LogEntry] | None:
+    """The smallest set of `candidates` (earliest first on ties) whose input and output sum exactly."""
+    for size in range(1, len(candidates) + 1):
+        for chosen in combinations(candidates, size):
+            if sum(e.input for e in chosen) == input_ and sum(e.output for e in chosen) == output:
+                return list(chosen)
+    return None
+
+
+def match_usage(envelopes: list[Envelope], served: list[LogEntry]) -> UsageMatch:
+    """Match every measured TokensUsed of the trace, in trace order, to the stub requests it sums:
+    requests of its model, served before it and not matched yet. The agents report usage per turn
+    (docs/roster.md "Usage, turn by turn"), so a turn is matched to its requests as a set."""
+    left = sorted(served, key=lambda e: e.seq)
+    turns: list[tuple[TokensUsed, list[LogEntry]]] = []
+    unmatched: list[TokensUsed] = []
+    for envelope in envelopes:
+        event = envelope.event
+        if not isinstance(event, TokensUsed) or event.estimated:
+            continue
+        until = parse_iso(envelope.at).timestamp() + 0.001  # the trace keeps milliseconds
+        candidates = [e for e in left if e.at <= until and _same_model(event.model, e.model)][-_WINDOW:]
+        found = _subset_summing(candidates, event.usage.input, event.usage.output)
+        if found is None:
+            unmatched.append(event)
+            continue
+        turns.append((event, found))
+        left = [e for e in left if e not in found]
+    return UsageMatch(turns, unmatched, left)

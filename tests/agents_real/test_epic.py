@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from flowd.agents.programs import program_of
 from flowd.events import RunEnded, StoryMerged, TokensUsed, ToolUse
-from tests.agents_real.harness import PROGRAMS, Project, entry, wait_gone
+from tests.agents_real.harness import PROGRAMS, Project, entry, match_usage, wait_gone
 from tests.model_stub import ModelStub
 
 
@@ -50,11 +51,25 @@ def test_two_story_epic(program: str, installed: dict[str, Path], stub: ModelStu
     # Tool use carries what the tool was asked to do.
     writes = [e for e in events if isinstance(e, ToolUse)]
     assert writes and all(e.args for e in writes), writes
-    # Usage: every request the stub answered is in the trace.
+    # Usage, turn by turn: every turn's figures are the sum of requests the stub served for it.
+    matched = match_usage(project.events(run_id), stub.served())
+    assert not matched.unmatched_turns, f"{program}: turns matching no set of requests: {matched}"
+    hidden = program_of(spec["kind"], spec["command"])
+    assert hidden is not None
+    if hidden.hidden is None:  # a program that hides nothing: every request is in some turn
+        assert not matched.unmatched_requests, f"{program}: requests in no turn: {matched.unmatched_requests}"
     traced = sum(e.usage.total for e in events if isinstance(e, TokensUsed) and not e.estimated)
     served = sum(e.input + e.output for e in stub.served())
     ratio = traced / served
-    print(f"\n{program}: traced {traced} / served {served} tokens = {ratio:.3f}")
+    print(
+        f"\n{program}: {len(matched.turns)} turns match {sum(len(r) for _, r in matched.turns)} requests; "
+        f"{len(matched.unmatched_requests)} requests in no turn; "
+        f"traced {traced} / served {served} tokens = {ratio:.3f}"
+    )
     assert ratio >= 0.99, f"{program}: the trace holds {ratio:.3f} of the tokens the stub served"
     cost = project.flowd("cost", "--run", run_id)
     assert cost.returncode == 0, cost.stderr
+    report = json.loads(project.flowd("cost", "--run", run_id, "--json").stdout)
+    named = [(r["executor"], r["program"]) for r in report.get("hiddenRequests", [])]
+    assert named == ([] if hidden.hidden is None else [(program, hidden.name)]), named
+    assert (hidden.hidden is not None) == ("flowd cannot see" in cost.stdout), cost.stdout

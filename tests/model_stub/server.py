@@ -36,6 +36,9 @@ class Fault:
     hang: bool = False
     times: int = 1
     message: str | None = None
+    # Answer 200 with something that is not the API: "html" (a proxy's page, not SSE), "json"
+    # (SSE whose data is not JSON) or "truncated" (the stream stops before its end event).
+    garbage: str | None = None
     used: int = 0
 
     def matches(self, api: str, role: str) -> bool:
@@ -172,6 +175,11 @@ def _route(path: str) -> tuple[Route, str] | None:
     return None
 
 
+def _route_events(api: str) -> Callable[..., list[bytes]]:
+    return {"anthropic": apis.anthropic_events, "responses": apis.responses_events,
+            "chat": apis.chat_events, "gemini": apis.gemini_events}[api]  # fmt: skip
+
+
 def _handler(stub: ModelStub) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -217,10 +225,14 @@ def _handler(stub: ModelStub) -> type[BaseHTTPRequestHandler]:
             self._stream(to_events(reply, conv.model or "stub-model", served))
 
         def _fault(self, fault: Fault, api: str, conv: Conversation, role: str, to_error: Any) -> None:
-            label = "hang" if fault.hang else str(fault.status)
-            stub._record(
-                LogEntry(0, api, self.path, conv.model, role, 0 if fault.hang else fault.status, fault=label)
+            label = (
+                "hang" if fault.hang else f"garbage-{fault.garbage}" if fault.garbage else str(fault.status)
             )
+            status = 0 if fault.hang or fault.garbage else fault.status
+            stub._record(LogEntry(0, api, self.path, conv.model, role, status, fault=label))
+            if fault.garbage:
+                self._garbage(fault.garbage, api, conv)
+                return
             if fault.hang:
                 stub._stopping.wait()
                 self.close_connection = True
@@ -230,6 +242,27 @@ def _handler(stub: ModelStub) -> type[BaseHTTPRequestHandler]:
             if fault.retry_after is not None:
                 headers["retry-after"] = f"{fault.retry_after:g}"
             self._json(fault.status, to_error(fault.status, message), headers)
+
+        def _garbage(self, mode: str, api: str, conv: Conversation) -> None:
+            if mode == "html":
+                page = b"<html><body><h1>502 Bad Gateway</h1>nginx</body></html>"
+                self.send_response(200)
+                self.send_header("Content-Type", "text/html")
+                self.send_header("Content-Length", str(len(page)))
+                self.end_headers()
+                self.wfile.write(page)
+                return
+            if mode == "json":
+                self._stream([b"event: message_start\ndata: {\"type\": \"message_start\", \"mess\n\n",
+                              b"data: {not json at all\n\n"])  # fmt: skip
+                return
+            # "truncated": the first half of a real answer, then the connection closes mid-stream.
+            reply = decide(conv)
+            whole = b"".join(
+                _route_events(api)(reply, conv.model or "stub-model", apis.Served(100, 20, 0, 0))
+            )
+            self._stream([whole[: len(whole) // 2]], end=False)
+            self.close_connection = True
 
         def _json(self, status: int, data: Any, headers: dict[str, str] | None = None) -> None:
             payload = json.dumps(data).encode()
@@ -241,7 +274,7 @@ def _handler(stub: ModelStub) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(payload)
 
-        def _stream(self, events: list[bytes]) -> None:
+        def _stream(self, events: list[bytes], end: bool = True) -> None:
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.send_header("Cache-Control", "no-cache")
@@ -250,7 +283,8 @@ def _handler(stub: ModelStub) -> type[BaseHTTPRequestHandler]:
             for event in events:
                 self.wfile.write(f"{len(event):x}\r\n".encode() + event + b"\r\n")
                 self.wfile.flush()
-            self.wfile.write(b"0\r\n\r\n")
-            self.wfile.flush()
+            if end:
+                self.wfile.write(b"0\r\n\r\n")
+                self.wfile.flush()
 
     return Handler
