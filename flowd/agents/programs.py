@@ -43,7 +43,7 @@ PROGRAMS: tuple[Program, ...] = (
         hidden=(
             "a session title per new session, asked for by claude-agent-acp itself; a title that "
             "finishes after the turn's answer is counted with the session's next turn, or not at "
-            "all when the session has none (about 0.5% of the tokens in flowd's suite)"
+            "all when the session has none (one small request per session)"
         ),
     ),
     Program(

@@ -130,7 +130,8 @@ def cost_report(
         stats=stats,
         run_id=run_id,
     )
-    report.hidden_requests = hidden_requests(repo, report.executor_ids)
+    if report.executor_ids:
+        report.hidden_requests = hidden_requests(repo, report.executor_ids)
     return report
 
 

@@ -8,6 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from flowd.cost.cli import cost_report_for
 from flowd.cost.hidden import hidden_requests, roster_commands
 
 from .traces import used, write_trace
@@ -94,3 +97,14 @@ def test_an_unreadable_roster_adds_no_note(tmp_path: Path) -> None:
     repo = _repo(tmp_path, ["claude"])
     (repo / ".flow" / "roster.toml").write_text("[[executors]\nid = ")
     assert hidden_requests(repo, ["claude"], tmp_path / "none.toml") == []
+
+
+def test_the_editor_gets_the_same_rows_and_note(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # flow/costReport serves `cost_report_for` (flowd/server/features/cost.py).
+    repo = _repo(tmp_path, ["claude", "codex"])
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    report = cost_report_for(repo, fmt="json")
+    assert isinstance(report, dict)
+    assert [r["executor"] for r in report["hiddenRequests"]] == ["claude"]
+    text = cost_report_for(repo, fmt="markdown")
+    assert isinstance(text, str) and "executor claude runs claude-agent-acp" in text

@@ -52,6 +52,18 @@ class Reply:
     tool: ToolCallReply | None = None
 
 
+def is_title_request(conv: Conversation) -> bool:
+    """claude's session title: flowd's prompt wrapped in `<session>`, asked with no tools."""
+    return conv.api == "anthropic" and not conv.tools and conv.last_user_text.lstrip().startswith("<session>")
+
+
+def role_of(conv: Conversation) -> str:
+    """flowd's role of a request, or "side" for one the agent makes on its own."""
+    if not conv.last_user_text or is_title_request(conv):
+        return "side"
+    return recognise(conv.last_user_text)
+
+
 def recognise(text: str) -> str:
     """flowd's role for a prompt text, or "side" for a request flowd did not send."""
     return _find(text)[0]
@@ -121,6 +133,8 @@ def _tool_call(conv: Conversation, prompt: str) -> ToolCallReply | None:
 
 
 def decide(conv: Conversation) -> Reply:
+    if is_title_request(conv):
+        return Reply("side", json.dumps({"title": "Stub title"}))
     role, prompt = _find(conv.last_user_text)
     if role == "retry":
         role = "coder" if "You implement ONE story" in conv.all_user_text else "planner"

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.model_stub import apis
-from tests.model_stub.brain import Conversation, Reply, decide, recognise
+from tests.model_stub.brain import Conversation, Reply, decide, role_of
 
 
 @dataclass
@@ -207,7 +207,7 @@ def _handler(stub: ModelStub) -> type[BaseHTTPRequestHandler]:
                 stub._record(LogEntry(0, api, self.path, "", "none", 400))
                 return
             conv = to_conv(body)
-            role = recognise(conv.last_user_text) if conv.last_user_text else "side"
+            role = role_of(conv)
             fault = stub._fault_for(api, role)
             if fault is not None:
                 self._fault(fault, api, conv, role, to_error)
