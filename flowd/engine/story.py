@@ -20,7 +20,7 @@ from flowd.engine.core.failure import StoryFacts, outcome_of
 from flowd.engine.core.outcome import StoryOutcome
 from flowd.engine.core.resume import OnFreshBranch, OnState, merged_before_stop, on_fresh_branch, on_state
 from flowd.engine.core.stops import Halt, StoryFailed
-from flowd.engine.gates import run_command, run_gates
+from flowd.engine.gates import run_command
 from flowd.engine.perimeter_now import perimeter_now
 from flowd.engine.state import (
     EpicPaths,
@@ -346,14 +346,11 @@ class StoryRun:
                 f"merging {self.branch} into {ctx.epic_branch} conflicted: {', '.join(result.conflicts)}"
             )
         if not result.already_merged:
-            red = await run_gates(
-                ctx.settings.gates,
+            red = await ctx.gates(
                 ctx.epic_wt,
                 where="epic",
                 lane=story,
-                emit=ctx.emit,
                 log_dir=ctx.paths.gate_logs(story).parent / "epic-gates",
-                timeout_s=ctx.settings.gate_timeout_s,
             )
             if red is not None:
                 await asyncio.to_thread(repo.reset_hard, ctx.epic_wt, checkpoint)

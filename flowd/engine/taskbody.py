@@ -17,7 +17,6 @@ from flowd.agents.base import TurnRequest, TurnResult
 from flowd.engine import prompts
 from flowd.engine.context import RunContext
 from flowd.engine.core.stops import StoryFailed, StoryWaiting
-from flowd.engine.gates import run_gates
 from flowd.engine.perimeter_now import perimeter_now
 from flowd.engine.state import append_findings
 from flowd.events import Info, PerimeterViolation, TaskOwnsViolation
@@ -193,14 +192,11 @@ class TaskBody:
                 feedback.append(prompts.PERIMETER_FEEDBACK.format(paths=listing))
         if seat.owns and seat.fork is not None:
             feedback += await self._owns_gate(seat, index, task)
-        red = await run_gates(
-            ctx.settings.gates,
+        red = await ctx.gates(
             seat.worktree,
             where="task",
             lane=self.story_id,
-            emit=ctx.emit,
             log_dir=seat.gate_logs or ctx.paths.gate_logs(self.story_id),
-            timeout_s=ctx.settings.gate_timeout_s,
         )
         if red is not None:
             feedback.append(f"The gates are red:\n{red.describe()}")
