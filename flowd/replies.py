@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
@@ -93,18 +94,23 @@ def parse_task_plan(text: str, story_id: str) -> TaskPlan:
     if not raw:
         raise ReplyParseError('your reply\'s "tasks" list is empty: plan at least one task')
     tasks = []
-    for i, item in enumerate(raw):
-        where = f"tasks[{i}]"
-        if not isinstance(item, dict):
-            raise ReplyParseError(
-                f'your reply\'s {where} is not an object: give {{"title": ..., "description": ...}}'
-            )
+    for where, item in _objects(raw, "tasks", '{"title": ..., "description": ...}'):
         title = _text(item.get("title"), f"{where}.title", required=True).strip()
         if not title:
             raise ReplyParseError(f"your reply's {where}.title is empty: give every task a title")
         description = _text(item.get("description"), f"{where}.description", required=False)
         tasks.append(Task(title=title, description=description.strip()))
     return TaskPlan(story_id=story_id, tasks=tasks)
+
+
+def _objects(raw: list[Any], name: str, shape: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Each item of the reply's `name` list with where it is (`tasks[2]`); an item that is not an
+    object stops the reading with a message that shows the `shape` wanted."""
+    for i, item in enumerate(raw):
+        where = f"{name}[{i}]"
+        if not isinstance(item, dict):
+            raise ReplyParseError(f"your reply's {where} is not an object: give {shape}")
+        yield where, item
 
 
 class Verdict(BaseModel):
@@ -142,12 +148,7 @@ def parse_verdict(text: str) -> Verdict:
             'your reply\'s "issues" is not a list: give a list of {"severity", "title", "description"}'
         )
     issues = []
-    for i, item in enumerate(raw):
-        where = f"issues[{i}]"
-        if not isinstance(item, dict):
-            raise ReplyParseError(
-                f'your reply\'s {where} is not an object: give {{"severity", "title", "description"}}'
-            )
+    for where, item in _objects(raw, "issues", '{"severity", "title", "description"}'):
         severity_raw = _text(item.get("severity"), f"{where}.severity", required=True)
         severity = _SEVERITIES.get(severity_raw.strip().lower())
         if severity is None:

@@ -194,6 +194,23 @@ def claude_usage(result: dict[str, Any]) -> TurnUsage | None:
     return None
 
 
+def _codex_tool_call(itype: object, item: dict[str, Any]) -> ToolCall | None:
+    """The tool call a completed `codex exec` item is, or None when it is not one."""
+    if itype == "command_execution":
+        return ToolCall(
+            tool="command_execution",
+            args={"command": item.get("command"), "exitCode": item.get("exit_code")},
+        )
+    if itype == "file_change":
+        return ToolCall(tool="file_change", args={"changes": item.get("changes")})
+    if itype == "mcp_tool_call":
+        name = f"{item.get('server', 'mcp')}.{item.get('tool', 'tool')}"
+        return ToolCall(tool=name, args=item.get("arguments"))
+    if itype == "web_search":
+        return ToolCall(tool="web_search", args={"query": item.get("query")})
+    return None
+
+
 def _fold_codex(turn: CliTurn, kind: str, event: dict[str, Any]) -> list[ToolCall | str]:
     seen: list[ToolCall | str] = []
     if kind == "thread.started":
@@ -204,24 +221,7 @@ def _fold_codex(turn: CliTurn, kind: str, event: dict[str, Any]) -> list[ToolCal
         if itype == "agent_message" and isinstance(item.get("text"), str):
             turn.texts.append(item["text"])
             seen.append(item["text"])
-        elif itype == "command_execution":
-            call = ToolCall(
-                tool="command_execution",
-                args={"command": item.get("command"), "exitCode": item.get("exit_code")},
-            )
-            turn.tool_calls.append(call)
-            seen.append(call)
-        elif itype == "file_change":
-            call = ToolCall(tool="file_change", args={"changes": item.get("changes")})
-            turn.tool_calls.append(call)
-            seen.append(call)
-        elif itype == "mcp_tool_call":
-            name = f"{item.get('server', 'mcp')}.{item.get('tool', 'tool')}"
-            call = ToolCall(tool=name, args=item.get("arguments"))
-            turn.tool_calls.append(call)
-            seen.append(call)
-        elif itype == "web_search":
-            call = ToolCall(tool="web_search", args={"query": item.get("query")})
+        elif (call := _codex_tool_call(itype, item)) is not None:
             turn.tool_calls.append(call)
             seen.append(call)
         elif itype == "error" and isinstance(item.get("message"), str):

@@ -23,18 +23,23 @@ def _log_path(spec: ExecutorSpec, clone: int, log_dir: Path | None) -> Path | No
     return log_dir / f"{spec.id}-{clone}.stderr.log" if log_dir is not None else None
 
 
-def _acp(spec: ExecutorSpec, clone: int, log_dir: Path | None) -> Executor:
+def _acp_executor(spec: ExecutorSpec, clone: int, log_dir: Path | None, command: list[str]) -> Executor:
+    """An ACP agent started by `command`: the `acp` kind's own program or the scripted agent."""
     from flowd.agents.acp_client import AcpExecutor
 
-    if not spec.command:
-        raise FlowdError(f"executor {spec.id!r}: kind 'acp' needs `command` (the agent to start)")
     return AcpExecutor(
         label=f"{spec.id}#{clone}",
-        command=list(spec.command),
+        command=command,
         env=spec.resolved_env,
         model=spec.model,
         log_path=_log_path(spec, clone, log_dir),
     )
+
+
+def _acp(spec: ExecutorSpec, clone: int, log_dir: Path | None) -> Executor:
+    if not spec.command:
+        raise FlowdError(f"executor {spec.id!r}: kind 'acp' needs `command` (the agent to start)")
+    return _acp_executor(spec, clone, log_dir, list(spec.command))
 
 
 def script_command(script: Path) -> list[str]:
@@ -43,17 +48,9 @@ def script_command(script: Path) -> list[str]:
 
 
 def _script(spec: ExecutorSpec, clone: int, log_dir: Path | None) -> Executor:
-    from flowd.agents.acp_client import AcpExecutor
-
     if spec.script_path is None:
         raise FlowdError(f"executor {spec.id!r}: kind 'script' needs `script` (the script file)")
-    return AcpExecutor(
-        label=f"{spec.id}#{clone}",
-        command=script_command(spec.script_path),
-        env=spec.resolved_env,
-        model=spec.model,
-        log_path=_log_path(spec, clone, log_dir),
-    )
+    return _acp_executor(spec, clone, log_dir, script_command(spec.script_path))
 
 
 CONSTRUCTORS: dict[str, Constructor] = {

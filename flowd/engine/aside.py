@@ -23,7 +23,7 @@ from flowd.engine import prompts
 from flowd.engine.bootstrap import describe_prepared, prepare_lane
 from flowd.engine.context import RunContext
 from flowd.engine.core.stops import Halt, StoryFailed, StoryWaiting
-from flowd.engine.gates import run_command, run_gates
+from flowd.engine.gates import run_command
 from flowd.engine.taskbody import Seat
 from flowd.errors import FlowdError
 from flowd.events import Info
@@ -96,16 +96,11 @@ class TaskGraph:
             if not check or not ctx.settings.gates:
                 return
             stage = f"story {self.story_id}: gates after parallel tasks"
-            red = await run_gates(
-                ctx.settings.gates,
+            red = await ctx.gates(
                 loop.worktree,
                 where="task",
                 lane=self.story_id,
-                emit=ctx.emit,
                 log_dir=ctx.paths.gate_logs(self.story_id) / "after-parallel",
-                timeout_s=ctx.settings.gate_timeout_s,
-                env=ctx.lane_env(self.story_id),
-                retries=ctx.settings.gate_retries,
             )
             if red is None:
                 return

@@ -19,7 +19,7 @@ from pathlib import Path
 from flowd.config import load_settings
 from flowd.engine.state import EpicLock, EpicPaths, all_states
 from flowd.errors import FlowdError, InputError
-from flowd.gitops import Repo, worktree_root
+from flowd.gitops import Repo, WorktreeInfo, worktree_root
 from flowd.trace import is_active, list_runs, pid_alive
 
 
@@ -30,13 +30,39 @@ class CleanPlan:
     kept: list[str] = field(default_factory=list)
 
 
+def _worktrees_root(repo: Repo) -> Path:
+    """Where the epics' worktrees are (the default when the config cannot be read)."""
+    try:
+        return worktree_root(repo, load_settings(repo.root).worktree_root)
+    except FlowdError:
+        return worktree_root(repo, None)
+
+
+def _take_branch(
+    repo: Repo,
+    result: CleanPlan,
+    branch: str,
+    info: WorktreeInfo | None,
+    target: str,
+    target_exists: bool = True,
+) -> None:
+    """Remove a story `branch` and its worktree `info`, unless the worktree has uncommitted changes
+    or the branch holds commits `target` lacks (a missing `target` lacks them all)."""
+    if info is not None and repo.status_paths(info.path):
+        result.kept.append(f"{info.path}: it has uncommitted changes")
+        return
+    missing = repo.unmerged_commits(branch, target) if target_exists else 1
+    if missing:
+        result.kept.append(f"{branch}: {missing} commit(s) that {target} lacks")
+        return
+    if info is not None:
+        result.remove_worktrees.append(info.path)
+    result.delete_branches.append(branch)
+
+
 def plan_clean(repo: Repo) -> CleanPlan:
     """Decide what to remove (pure reading: nothing is changed here)."""
-    try:
-        settings = load_settings(repo.root)
-        root = worktree_root(repo, settings.worktree_root)
-    except FlowdError:
-        root = worktree_root(repo, None)
+    root = _worktrees_root(repo)
     result = CleanPlan()
     registered = {info.path.resolve(): info for info in repo.worktrees()}
     epics_dir = repo.root / ".flow" / "epics"
@@ -60,17 +86,9 @@ def plan_clean(repo: Repo) -> CleanPlan:
             info = registered.get(worktree.resolve())
             if info is None:
                 info = next((i for i in registered.values() if i.branch == branch), None)
-            if info is not None and repo.status_paths(info.path):
-                result.kept.append(f"{info.path}: it has uncommitted changes")
-                continue
-            target = epic_branch if repo.branch_exists(epic_branch) else "HEAD"
-            missing = repo.unmerged_commits(branch, target)
-            if missing:
-                result.kept.append(f"{branch}: {missing} commit(s) that {target} lacks")
-                continue
-            if info is not None:
-                result.remove_worktrees.append(info.path)
-            result.delete_branches.append(branch)
+            _take_branch(
+                repo, result, branch, info, epic_branch if repo.branch_exists(epic_branch) else "HEAD"
+            )
         if forgotten:
             epic_wt = root / epic_id / "_epic"
             info = registered.get(epic_wt.resolve())
@@ -108,10 +126,7 @@ def retire_plan(repo: Repo, epic_id: str) -> CleanPlan:
             f"--epic {epic_id} is not finished: {what}; run it again to finish it "
             "(`flowd clean` without --epic removes only merged stories)"
         )
-    try:
-        root = worktree_root(repo, load_settings(repo.root).worktree_root)
-    except FlowdError:
-        root = worktree_root(repo, None)
+    root = _worktrees_root(repo)
     registered = {info.path.resolve(): info for info in repo.worktrees()}
     result = CleanPlan()
     epic_wt = registered.get((root / epic_id / "_epic").resolve()) or next(
@@ -127,16 +142,7 @@ def retire_plan(repo: Repo, epic_id: str) -> CleanPlan:
         result.remove_worktrees.append(epic_wt.path)
     for branch in repo.branches(f"story/{epic_id}/"):
         info = next((i for i in registered.values() if i.branch == branch), None)
-        if info is not None and repo.status_paths(info.path):
-            result.kept.append(f"{info.path}: it has uncommitted changes")
-            continue
-        missing = repo.unmerged_commits(branch, epic_branch) if repo.branch_exists(epic_branch) else 1
-        if missing:
-            result.kept.append(f"{branch}: {missing} commit(s) that {epic_branch} lacks")
-            continue
-        if info is not None:
-            result.remove_worktrees.append(info.path)
-        result.delete_branches.append(branch)
+        _take_branch(repo, result, branch, info, epic_branch, repo.branch_exists(epic_branch))
     return result
 
 

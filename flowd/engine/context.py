@@ -20,6 +20,7 @@ from flowd.agents.base import (
 from flowd.config import Settings
 from flowd.engine.core.budget import BudgetLimits, budget_spent
 from flowd.engine.core.ports import PortSlots
+from flowd.engine.gates import CommandRun, run_gates
 from flowd.engine.state import EpicPaths
 from flowd.events import (
     AssistantMessage,
@@ -27,6 +28,7 @@ from flowd.events import (
     Event,
     ExecutorLeased,
     ExecutorReleased,
+    GateWhere,
     TokensUsed,
     ToolUse,
     Usage,
@@ -148,6 +150,24 @@ class RunContext:
             )
         return spent.reason
 
+    async def gates(
+        self, cwd: Path, *, where: GateWhere, lane: str, log_dir: Path, env: dict[str, str] | None = None
+    ) -> CommandRun | None:
+        """The run's gates in `cwd`, with its timeout, retries and trace (engine/gates.py), in the
+        lane's environment (`env`, else the lane's ports: docs/worktree-bootstrap.md); the first
+        red one."""
+        return await run_gates(
+            self.settings.gates,
+            cwd,
+            where=where,
+            lane=lane,
+            emit=self.emit,
+            log_dir=log_dir,
+            timeout_s=self.settings.gate_timeout_s,
+            env=env if env is not None else self.lane_env(lane),
+            retries=self.settings.gate_retries,
+        )
+
     # -- turns ---------------------------------------------------------------------------------
     def observer(self, lane: str | None, executor: str | None) -> Callable[[ToolCall | str], None]:
         def observe(item: ToolCall | str) -> None:
@@ -175,35 +195,30 @@ class RunContext:
             if len(text) > MESSAGE_CHARS:
                 text = text[:MESSAGE_CHARS] + "…"
             self.emit(AssistantMessage(lane=lane, agent=request.role, text=text))
-        usage = result.usage
-        model = (usage.model if usage else None) or result.model or info.model
-        if usage is not None:
-            wire, estimated = _wire_usage(usage), False
-        else:
-            inp, out = estimate_tokens(request.prompt), estimate_tokens(result.text)
-            wire, estimated = Usage(input=inp, output=out, total=inp + out), True
-        self.emit(
-            TokensUsed(
-                lane=lane,
-                executor=info.executor,
-                clone=info.clone if coder_clone else None,
-                agent=request.role,
-                model=model,
-                usage=wire,
-                estimated=estimated,
-            )
-        )
-        for other in result.more_usage:  # the turn's requests on other models (side requests)
+        clone = info.clone if coder_clone else None
+
+        def used(model: str | None, usage: Usage, estimated: bool = False) -> None:
             self.emit(
                 TokensUsed(
                     lane=lane,
                     executor=info.executor,
-                    clone=info.clone if coder_clone else None,
+                    clone=clone,
                     agent=request.role,
-                    model=other.model or model,
-                    usage=_wire_usage(other),
+                    model=model,
+                    usage=usage,
+                    estimated=estimated,
                 )
             )
+
+        usage = result.usage
+        model = (usage.model if usage else None) or result.model or info.model
+        if usage is not None:
+            used(model, _wire_usage(usage))
+        else:
+            inp, out = estimate_tokens(request.prompt), estimate_tokens(result.text)
+            used(model, Usage(input=inp, output=out, total=inp + out), estimated=True)
+        for other in result.more_usage:  # the turn's requests on other models (side requests)
+            used(other.model or model, _wire_usage(other))
 
     def _only_coders_hold(self, role: str) -> bool:
         """No slot for `role` is free, and only stories' coders hold them (nothing brief will end)."""

@@ -30,7 +30,7 @@ from flowd.engine.core.revision import (
     resuming_round,
 )
 from flowd.engine.core.stops import Halt, StoryFailed
-from flowd.engine.gates import run_command, run_gates
+from flowd.engine.gates import run_command
 from flowd.engine.perimeter_now import perimeter_now
 from flowd.engine.state import (
     EpicPaths,
@@ -427,16 +427,11 @@ class StoryRun:
                 f"merging {self.branch} into {ctx.epic_branch} conflicted: {', '.join(result.conflicts)}"
             )
         if not result.already_merged:
-            red = await run_gates(
-                ctx.settings.gates,
+            red = await ctx.gates(
                 ctx.epic_wt,
                 where="epic",
                 lane=story,
-                emit=ctx.emit,
                 log_dir=ctx.paths.gate_logs(story).parent / "epic-gates",
-                timeout_s=ctx.settings.gate_timeout_s,
-                env=ctx.lane_env(story),  # the merging lane still holds its ports
-                retries=ctx.settings.gate_retries,
             )
             if red is not None:
                 await asyncio.to_thread(repo.reset_hard, ctx.epic_wt, checkpoint)

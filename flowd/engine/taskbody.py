@@ -17,7 +17,6 @@ from flowd.agents.base import TurnRequest, TurnResult
 from flowd.engine import prompts
 from flowd.engine.context import RunContext
 from flowd.engine.core.stops import StoryFailed, StoryWaiting
-from flowd.engine.gates import run_gates
 from flowd.engine.perimeter_now import perimeter_now
 from flowd.engine.state import append_findings
 from flowd.events import Info, PerimeterViolation, TaskOwnsViolation
@@ -197,16 +196,12 @@ class TaskBody:
                 feedback.append(prompts.PERIMETER_FEEDBACK.format(paths=listing))
         if seat.owns and seat.fork is not None:
             feedback += await self._owns_gate(seat, index, task)
-        red = await run_gates(
-            ctx.settings.gates,
+        red = await ctx.gates(
             seat.worktree,
             where="task",
             lane=self.story_id,
-            emit=ctx.emit,
             log_dir=seat.gate_logs or ctx.paths.gate_logs(self.story_id),
-            timeout_s=ctx.settings.gate_timeout_s,
-            env=seat.env or ctx.lane_env(self.story_id),
-            retries=ctx.settings.gate_retries,
+            env=seat.env or None,  # a parallel task's own ports, else its lane's
         )
         if red is not None:
             feedback.append(f"The gates are red:\n{red.describe()}")

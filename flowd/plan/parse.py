@@ -20,7 +20,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from flowd.errors import InputError
-from flowd.plan.jsonpos import LineIndex, Positions, Span, scan_positions
+from flowd.plan.jsonpos import LineIndex, Positions, scan_positions
 from flowd.plan.model import StoryPlan
 from flowd.plan.validate import violations
 from flowd.plan.violation import Violation
@@ -45,19 +45,6 @@ class ParsedPlan:
     broken: set[tuple[str | None, str | None]] = field(default_factory=set)
 
 
-def _at(span: Span | None, violation: Violation) -> Violation:
-    if span is None:
-        return violation
-    return violation.model_copy(
-        update={
-            "line": span.line,
-            "column": span.column,
-            "end_line": span.end_line,
-            "end_column": span.end_column,
-        }
-    )
-
-
 def _shape_violations(exc: ValidationError, data: Any, positions: Positions) -> list[Violation]:
     """Each shape error in the one wording (`flowd.wire`), placed where its location sits in the file."""
     found = []
@@ -73,7 +60,7 @@ def _shape_violations(exc: ValidationError, data: Any, positions: Positions) -> 
             if len(loc) >= 3 and isinstance(loc[2], str):
                 field_name = loc[2]
         violation = Violation(code="plan.shape", message=str(problem), story=story, field=field_name)
-        found.append(_at(positions.find(loc), violation))
+        found.append(violation.at(positions.find(loc)))
     return found
 
 
@@ -93,7 +80,7 @@ def _decode(text: str, start: int, end: int, index: LineIndex, what: str) -> Par
     if not isinstance(data, dict):
         message = f"{what} must be a JSON object with epicId, epic and stories"
         return ParsedPlan(
-            None, positions, [_at(positions.values.get(()), Violation(code="plan.shape", message=message))]
+            None, positions, [Violation(code="plan.shape", message=message).at(positions.values.get(()))]
         )
     try:
         plan = StoryPlan.model_validate(data)

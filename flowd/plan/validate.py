@@ -122,21 +122,9 @@ def _placed(violation: Violation, story_index: int | None, positions: Positions 
     """The violation at its line and column in the plan file, when its positions are known."""
     if positions is None:
         return violation
-    span = (
-        positions.story(story_index, violation.field, violation.item)
-        if story_index is not None
-        else positions.keys.get((violation.field or "",)) or positions.values.get(())
-    )
-    if span is None:
-        return violation
-    return violation.model_copy(
-        update={
-            "line": span.line,
-            "column": span.column,
-            "end_line": span.end_line,
-            "end_column": span.end_column,
-        }
-    )
+    if story_index is not None:
+        return violation.at(positions.story(story_index, violation.field, violation.item))
+    return violation.at(positions.keys.get((violation.field or "",)) or positions.values.get(()))
 
 
 def _cycles(plan: StoryPlan) -> list[tuple[list[str], int, int]]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
+from flowd.plan.jsonpos import Span
 from flowd.wire import WireModel
 
 
@@ -20,6 +21,19 @@ class Violation(WireModel):
     column: int | None = None
     end_line: int | None = None
     end_column: int | None = None
+
+    def at(self, span: Span | None) -> Violation:
+        """This violation placed at `span` in the plan file (as it is when the place is unknown)."""
+        if span is None:
+            return self
+        return self.model_copy(
+            update={
+                "line": span.line,
+                "column": span.column,
+                "end_line": span.end_line,
+                "end_column": span.end_column,
+            }
+        )
 
     def located(self) -> str:
         """`LINE:COL: message` (1-based), or the bare message when there is no position."""

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from flowd import protocol
 from flowd.events import (
     BudgetExceeded,
@@ -37,6 +39,7 @@ from flowd.view import RunView
 
 ROOT = Path(__file__).resolve().parents[2]
 PROTOCOL_TS = ROOT / "editors" / "vscode" / "src" / "protocol.ts"
+PROTOCOL_LUA = ROOT / "editors" / "nvim" / "lua" / "flowd" / "protocol.lua"
 METHOD_NAME = re.compile(r"""["'](flow[/.][A-Za-z]+)["']""")
 
 # What the extension imported from the hand-written protocol.ts before it was generated (the
@@ -57,19 +60,29 @@ def test_the_committed_protocol_ts_is_what_the_declaration_renders() -> None:
     )
 
 
-def test_the_generator_check_fails_on_a_drifted_copy_and_leaves_it_alone(tmp_path: Path) -> None:
-    copy = tmp_path / "protocol.ts"
-    drifted = PROTOCOL_TS.read_text(encoding="utf-8").replace("  epicBranch: string;\n", "", 1)
+@pytest.mark.parametrize(
+    ("module", "committed", "line"),
+    [
+        ("flowd.protocol.typescript", PROTOCOL_TS, "  epicBranch: string;\n"),
+        ("flowd.protocol.lua", PROTOCOL_LUA, '    status = "flow/status",\n'),
+    ],
+)
+def test_the_generator_check_fails_on_a_drifted_copy_and_leaves_it_alone(
+    tmp_path: Path, module: str, committed: Path, line: str
+) -> None:
+    copy = tmp_path / committed.name
+    drifted = committed.read_text(encoding="utf-8").replace(line, "", 1)
+    assert drifted != committed.read_text(encoding="utf-8")
     copy.write_text(drifted, encoding="utf-8")
-    argv = [sys.executable, "-m", "flowd.protocol.typescript", "--check", str(copy)]
+    argv = [sys.executable, "-m", module, "--check", str(copy)]
     checked = subprocess.run(argv, capture_output=True, text=True)
     assert checked.returncode == 1
     assert "differs from `flowd schema protocol`" in checked.stderr
     assert copy.read_text(encoding="utf-8") == drifted
     written = subprocess.run([*argv[:3], str(copy)], capture_output=True, text=True)
     assert written.returncode == 0, written.stderr
-    assert copy.read_text(encoding="utf-8") == PROTOCOL_TS.read_text(encoding="utf-8")
-    assert [p.name for p in tmp_path.iterdir()] == ["protocol.ts"]  # no temp file left behind
+    assert copy.read_text(encoding="utf-8") == committed.read_text(encoding="utf-8")
+    assert [p.name for p in tmp_path.iterdir()] == [committed.name]  # no temp file left behind
 
 
 def test_the_generated_ts_exports_everything_the_extension_imported() -> None:

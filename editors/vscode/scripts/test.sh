@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The extension's checks, as `make vscode-test` runs them:
 #   cd editors/vscode && FLOWD_BIN=/abs/path/to/flowd ./scripts/test.sh
-# Installs node_modules when missing or stale, regenerates the plan schema and src/protocol.ts from flowd, then
+# Installs node_modules when missing or stale, regenerates the plan schema, src/protocol.ts and the Neovim plugin's protocol.lua from flowd, then
 # typecheck, lint, build and the node --test suite, including the wire tests against the real
 # `flowd serve` at FLOWD_BIN (FLOWD_WIRE=0 opts out of those).
 set -euo pipefail
