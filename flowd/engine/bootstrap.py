@@ -11,6 +11,7 @@ the worktree never links out of itself), and a link to a folder or to nothing is
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import shutil
 from dataclasses import dataclass, field
@@ -48,11 +49,15 @@ def check_include(repo: Repo, settings: Settings) -> None:
         return
     except OSError as exc:
         raise InputError(f"could not read {path}: {exc.strerror or exc}; fix its permissions") from exc
-    tracked_roots = {f.split("/", 1)[0] for f in repo.tracked_files()}
+
+    @functools.cache
+    def tracked_roots() -> set[str]:  # asked only for a pattern that looks absolute
+        return {f.split("/", 1)[0] for f in repo.tracked_files()}
+
     found = escapes(
         text,
         str(repo.root),
-        at_root=lambda name: name in tracked_roots or os.path.lexists(repo.root / name),
+        at_root=lambda name: os.path.lexists(repo.root / name) or name in tracked_roots(),
         on_disk=lambda name: os.path.isdir(os.path.join(os.sep, name)),
     )
     if found:
@@ -84,7 +89,10 @@ def bootstrap_files(repo: Repo, settings: Settings, worktree: Path) -> Copied:
     for rel in wanted:
         if rel not in ignored_there:
             out.skipped.append(
-                (rel, "not ignored in the worktree (its .gitignore differs from your checkout's)")
+                (
+                    rel,
+                    "not ignored in the worktree (tracked there, or its .gitignore differs from your checkout's)",
+                )
             )
             continue
         why = _copy_one(repo.root, worktree, rel)

@@ -343,7 +343,10 @@ def test_copies_are_invisible_to_commits_and_the_perimeter_and_only_ignored_file
     got = bootstrap_files(repo, Settings(), worktree)
     assert got.copied == [".env"]
     assert got.skipped == [
-        ("local.cfg", "not ignored in the worktree (its .gitignore differs from your checkout's)")
+        (
+            "local.cfg",
+            "not ignored in the worktree (tracked there, or its .gitignore differs from your checkout's)",
+        )
     ]
     assert not (worktree / "local.cfg").exists() and not (worktree / "notes.txt").exists()
     (worktree / ".env").write_text("TOKEN=changed\n", encoding="utf-8")  # an agent edits the copy
