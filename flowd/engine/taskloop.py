@@ -14,6 +14,7 @@ from flowd.engine import prompts
 from flowd.engine.aside import TaskGraph
 from flowd.engine.context import Halt, HeldCoder, RunContext
 from flowd.engine.core.revision import with_revision
+from flowd.engine.reopen import revision_description
 from flowd.engine.state import append_findings
 from flowd.engine.taskbody import Seat, StoryFailed, StoryWaiting, TaskBody, clip, issues_text
 from flowd.events import (
@@ -126,8 +127,7 @@ class TaskLoop:
     def append_revision(self, subject: str, lead: str, findings: str) -> None:
         """Reopen the story with `Revision <k>: <subject>` (engine/core/revision.py: no `Depends on:`,
         it waits for every task, at home), saved to the checkpoint before anything runs it."""
-        body = prompts.REVISION_BODY.format(lead=lead, issues=findings)
-        self.plan = with_revision(self.plan, subject, body)
+        self.plan = with_revision(self.plan, subject, revision_description(lead, findings))
         self._save()
         self._announce()
 
