@@ -186,6 +186,9 @@ def test_a_flaky_task_gate_is_rerun_and_not_charged(tmp_path: Path) -> None:
     markdown = (sc.repo / ".flow/epics/ep/report.md").read_text(encoding="utf-8")
     assert "## Flaky gates" in markdown and "- a (task gate): `sh -c" in markdown
     assert "— 1 red run before green" in markdown and "## Merge revisions" not in markdown
+    logs = sorted(p.name for p in (sc.repo / ".flow/epics/ep/stories/a/gates").iterdir())
+    assert len(logs) == 2 and logs[1].endswith(".rerun1.log")
+    assert (sc.repo / ".flow/epics/ep/stories/a/gates" / logs[0]).read_text() == "flaked\n"
     lines = [line for e in events for line in plain_lines(result.view, e)]
     assert any(line.endswith("flaky: green on a rerun after 1 red run (not charged)") for line in lines)
 
