@@ -116,9 +116,11 @@ async def run_gates(
     A red gate runs again up to `retries` times (engine/core/flaky.py); green on a rerun is
     `GateFlaky` and counts as green. Every run is its own `GateResult`."""
     for number, command in enumerate(commands, start=1):
-        log = log_dir / f"{number}-{_slug(command)}.log" if log_dir is not None else None
         red_before = 0
         while True:
+            # A rerun logs beside the first run, so a flaky gate's red output is kept.
+            rerun = f".rerun{red_before}" if red_before else ""
+            log = log_dir / f"{number}-{_slug(command)}{rerun}.log" if log_dir is not None else None
             result = await run_command(command, cwd, log=log, timeout_s=timeout_s, env=env)
             emit(
                 GateResult(

@@ -28,6 +28,7 @@ from flowd.engine.core.revision import (
     after_red_merge,
     merge_rounds_done,
     resuming_round,
+    rounds_not_counted,
 )
 from flowd.engine.core.stops import Halt, StoryFailed
 from flowd.engine.gates import run_command
@@ -83,6 +84,8 @@ class StoryRun:
         self.worktree = ctx.story_worktree(story.id)
         self.state: StoryState | None = None
         self.coder: HeldCoder | None = None
+        self.resumed_from: str | None = None  # the saved state's status when the story resumed
+        self.rounds_before = 0  # merge revisions of an earlier, failed attempt (not counted)
 
     def info(self, message: str) -> None:
         self.ctx.emit(Info(lane=self.story.id, message=message))
@@ -120,7 +123,8 @@ class StoryRun:
         await self._setup()
         loop = TaskLoop(ctx, self.story, self.worktree, coder)
         await loop.plan_tasks()
-        if (round_ := resuming_round(loop.plan)) is not None:
+        self.rounds_before = rounds_not_counted(loop.plan, self.resumed_from)
+        if (round_ := resuming_round(loop.plan)) is not None and self.resumed_from != "failed":
             self.info(f"resuming merge revision {round_}")
         while True:
             await loop.run_tasks()
@@ -145,7 +149,8 @@ class StoryRun:
         fail when its rounds are spent (the rule is engine/core/revision.py's)."""
         ctx, story = self.ctx, self.story.id
         limit = ctx.settings.merge_revision_rounds
-        decision = after_red_merge(merge_rounds_done(loop.plan), limit, red.output)
+        done = merge_rounds_done(loop.plan) - self.rounds_before
+        decision = after_red_merge(done, limit, red.output)
         if isinstance(decision, GiveUp):
             raise StoryFailed(decision.reason)
         lead = prompts.MERGE_REVISION_LEAD.format(round=decision.round, limit=limit, red=red.output)
@@ -225,6 +230,7 @@ class StoryRun:
             return "merged on a previous run"
         if decision is OnState.RESUME:
             assert state is not None
+            self.resumed_from = state.status
             return self._resume(state)
         self._start(digest)
         return None

@@ -15,6 +15,7 @@ from flowd.engine.aside import TaskGraph
 from flowd.engine.context import HeldCoder, RunContext
 from flowd.engine.core.revision import with_revision
 from flowd.engine.core.stops import Halt, StoryFailed, StoryWaiting
+from flowd.engine.reopen import revision_description
 from flowd.engine.state import append_findings
 from flowd.engine.taskbody import Seat, TaskBody, clip, issues_text
 from flowd.events import (
@@ -129,8 +130,7 @@ class TaskLoop:
     def append_revision(self, subject: str, lead: str, findings: str) -> None:
         """Reopen the story with `Revision <k>: <subject>` (engine/core/revision.py: no `Depends on:`,
         it waits for every task, at home), saved to the checkpoint before anything runs it."""
-        body = prompts.REVISION_BODY.format(lead=lead, issues=findings)
-        self.plan = with_revision(self.plan, subject, body)
+        self.plan = with_revision(self.plan, subject, revision_description(lead, findings))
         self._save()
         self._announce()
 

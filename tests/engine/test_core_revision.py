@@ -13,6 +13,7 @@ from flowd.engine.core.revision import (
     merge_rounds_done,
     resuming_round,
     revision_number,
+    rounds_not_counted,
     with_revision,
 )
 from flowd.tasks.model import Task, TaskPlan
@@ -66,6 +67,21 @@ def test_rounds_and_resume_come_from_the_checkpoint(
     p = plan(*titles, done=done)
     assert merge_rounds_done(p) == rounds
     assert resuming_round(p) == resuming
+
+
+@pytest.mark.parametrize(
+    ("titles", "resumed_from", "expected"),
+    [
+        ((f"Revision 1{MERGE}",), None, 0),  # a new story
+        ((f"Revision 1{MERGE}",), "started", 0),  # killed or cancelled: goes on, every round counts
+        ((f"Revision 1{MERGE}", f"Revision 2{JUDGE}", f"Revision 3{MERGE}"), "failed", 2),  # a fresh try
+        (("Add login",), "failed", 0),
+    ],
+)
+def test_a_failed_story_run_again_gets_a_fresh_allowance(
+    titles: tuple[str, ...], resumed_from: str | None, expected: int
+) -> None:
+    assert rounds_not_counted(plan(*titles, done=len(titles)), resumed_from) == expected
 
 
 @pytest.mark.parametrize(

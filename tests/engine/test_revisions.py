@@ -101,6 +101,17 @@ def test_red_forever_fails_after_merge_revision_rounds(tmp_path: Path, rounds: i
     assert [e.event.round for e in events if isinstance(e.event, MergeRevision)] == list(range(1, rounds + 1))
     assert list(types(events)).count("MergeRolledBack") == rounds + 1
     assert sc.merge_commits() == [] and "a/y.txt" not in sc.epic_files()
+    if rounds == 1:
+        # Run again, the failed story gets a fresh allowance: one more revision, then the same failure.
+        again = sc.run()
+        assert again.outcome == "failed" and again.run_id != result.run_id
+        more = [e.event.round for e in sc.events(again.run_id) if isinstance(e.event, MergeRevision)]
+        assert more == [1]
+        assert (again.view.lanes["a"].reason or "").startswith(
+            "epic gates failed after merging (after 1 merge revision)"
+        )
+        checkpoint = (sc.repo / ".flow/epics/ep/stories/a.plan.md").read_text(encoding="utf-8")
+        assert checkpoint.count("make the epic gates green after merging") == 2
 
 
 def test_merge_revision_rounds_zero_fails_at_the_first_red_merge(tmp_path: Path) -> None:
@@ -175,6 +186,9 @@ def test_a_flaky_task_gate_is_rerun_and_not_charged(tmp_path: Path) -> None:
     markdown = (sc.repo / ".flow/epics/ep/report.md").read_text(encoding="utf-8")
     assert "## Flaky gates" in markdown and "- a (task gate): `sh -c" in markdown
     assert "— 1 red run before green" in markdown and "## Merge revisions" not in markdown
+    logs = sorted(p.name for p in (sc.repo / ".flow/epics/ep/stories/a/gates").iterdir())
+    assert len(logs) == 2 and logs[1].endswith(".rerun1.log")
+    assert (sc.repo / ".flow/epics/ep/stories/a/gates" / logs[0]).read_text() == "flaked\n"
     lines = [line for e in events for line in plain_lines(result.view, e)]
     assert any(line.endswith("flaky: green on a rerun after 1 red run (not charged)") for line in lines)
 

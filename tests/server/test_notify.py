@@ -11,6 +11,8 @@ from flowd.events import (
     ExecutorExcluded,
     ExecutorLeased,
     ExecutorResumed,
+    GateFlaky,
+    MergeRevision,
     PlannedTask,
     RunStarted,
     StoryStatusChanged,
@@ -196,3 +198,20 @@ def test_exclusions_are_clone_notifications_with_every_contract_field() -> None:
             "reason": "the limit has reset",
         },
     ]
+
+
+def test_a_flaky_gate_and_a_merge_revision_send_the_lane_at_once() -> None:
+    p, sent, _ = pacer()
+    view = RunView(run_id="r")
+    for note in feed(view, [START, StoryStatusChanged(story="a", status="active"), tokens("a", 1)]):
+        p.offer(note)
+    sent.clear()
+    # Within the pacing interval of the last lane update: only a changed signature goes out now.
+    for note in feed(view, [GateFlaky(lane="a", where="task", gate="pytest", attempts=1)]):
+        p.offer(note)
+    for note in feed(view, [MergeRevision(lane="a", round=1, gate="pytest", output="1 failed")]):
+        p.offer(note)
+    lanes = [params for method, params in sent if method == "flow/lane"]
+    assert [(lane.get("flaky"), lane.get("mergeRevision")) for lane in lanes] == [(1, None), (1, 1)]
+    assert feed(view, [GateFlaky(where="epic", gate="pytest", attempts=2)]) == []  # no lane: nothing
+    assert "flaky" not in view.lane_wire(view.lanes["b"]) and view.flaky_gates[-1].lane is None

@@ -9,7 +9,8 @@ A *merge revision*: the story merged, the epic gates went red, the merge was und
 `mergeRevisionRounds` times the story reopens with the revision task `make the epic gates green
 after merging` carrying the gate's output, then merges again; past the limit it fails as before.
 The rounds done are counted from the checkpoint's revision tasks, so a run killed mid-revision
-(or a later run of the epic) counts the rounds already taken and resumes at the unchecked task.
+(or a later run of the epic) counts the rounds already taken and resumes at the unchecked task;
+a story that failed gets a fresh allowance when it is run again.
 """
 
 from __future__ import annotations
@@ -44,6 +45,15 @@ def is_merge_revision(task: Task) -> bool:
 def merge_rounds_done(plan: TaskPlan) -> int:
     """How many merge revisions the story has had (its checkpoint's merge revision tasks)."""
     return sum(1 for t in plan.tasks if is_merge_revision(t))
+
+
+def rounds_not_counted(plan: TaskPlan, resumed_from: str | None) -> int:
+    """Merge revisions of earlier attempts that do not count against this one.
+
+    Running a story that *failed* again is a fresh try: its earlier rounds are spent, so they are
+    not counted (`resumed_from` is the status its state had, `failed`). A story stopped while
+    `started` (killed, cancelled, halted) counts every round it took: it goes on where it was."""
+    return merge_rounds_done(plan) if resumed_from == "failed" else 0
 
 
 def resuming_round(plan: TaskPlan) -> int | None:
