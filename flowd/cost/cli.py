@@ -19,7 +19,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from flowd.config import load_settings
 from flowd.cost.prices import Prices
 from flowd.cost.render import render
-from flowd.cost.report import CostReport, build_report
+from flowd.cost.report import CostReport, build_report, report_from_fold
 from flowd.cost.samples import ScanStats, scan, trace_files
 from flowd.errors import EXIT_OK, InputError
 from flowd.gitops import toplevel
@@ -103,8 +103,12 @@ def cost_report(
     until: str | None = None,
     time_zone: str | None = None,
     runs_per_day: float | None = None,
+    parallel: bool = False,
 ) -> CostReport:
-    """The report over the repository's traces (raises InputError on a bad parameter or config)."""
+    """The report over the repository's traces (raises InputError on a bad parameter or config).
+
+    `parallel`: fold big histories in worker processes (the CLI; a server never forks its
+    threads, docs/performance.md)."""
     settings = load_settings(repo)
     zone = resolve_zone(time_zone, settings.time_zone)
     lower = parse_bound(since, zone, option="--since") if since else None
@@ -118,17 +122,32 @@ def cost_report(
     if run_id is not None and not (runs_dir(repo) / run_id).is_dir():
         raise InputError(f"no run {run_id!r} in {runs_dir(repo)}; `flowd status` lists the runs")
     stats = ScanStats()
-    samples = scan(trace_files(repo, run_id), stats, run_id)
-    return build_report(
-        samples,
-        prices=Prices.from_settings(settings),
-        tz=zone,
+    files = trace_files(repo, run_id)
+    if not parallel:
+        samples = scan(files, stats, run_id)
+        return build_report(
+            samples,
+            prices=Prices.from_settings(settings),
+            tz=zone,
+            since=lower,
+            until=upper,
+            runs_per_day=runs_per_day,
+            stats=stats,
+            run_id=run_id,
+        )
+    from flowd.cost.parallel import fold_files, workers_for
+
+    folded = fold_files(
+        files,
+        stats,
+        settings=settings,
+        zone=zone,
         since=lower,
         until=upper,
-        runs_per_day=runs_per_day,
-        stats=stats,
         run_id=run_id,
+        workers=workers_for(files),
     )
+    return report_from_fold(folded, tz=zone, runs_per_day=runs_per_day, stats=stats, run_id=run_id)
 
 
 def cost_report_for(
@@ -160,6 +179,7 @@ def cost_command(args: argparse.Namespace) -> int:
         until=getattr(args, "until", None),
         time_zone=getattr(args, "tz", None),
         runs_per_day=getattr(args, "runs_per_day", None),
+        parallel=True,
     )
     sys.stdout.write(render(report, fmt))
     sys.stdout.flush()
