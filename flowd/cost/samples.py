@@ -9,7 +9,6 @@ Files and lines it cannot read are skipped and counted in `ScanStats`, never fat
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -173,30 +172,8 @@ def sample_from_dict(raw: Any, run_hint: str = "") -> Sample | None:
     )
 
 
-# A `TokensUsed` line exactly as `TraceWriter` writes it (fields in model order, `None`s left out,
-# strings without escapes or control characters): one scan of a chunk reads every field of every
-# such line, and the values are what `sample_from_dict(orjson.loads(line))` would take from it.
-_STR = r'"([^"\\\x00-\x1f]*)"'
-_NUM = r"(0|[1-9][0-9]{0,17})"
-_CANONICAL = re.compile(
-    r'\n\{"v":1,"seq":[0-9]+,"at":"([0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{3}Z)",'
-    rf'"runId":{_STR},"event":\{{"type":"TokensUsed"(?:,"lane":{_STR})?(?:,"executor":{_STR})?'
-    rf'(?:,"clone":(0|-?[1-9][0-9]{{0,17}}))?,"agent":{_STR}(?:,"model":{_STR})?,'
-    rf'"usage":\{{"input":{_NUM},"output":{_NUM},"total":-?[0-9]{{1,19}}(?:,"cachedRead":{_NUM})?'
-    rf'(?:,"cacheWrite":{_NUM})?(?:,"costUsd":((?:0|[1-9][0-9]{{0,17}})(?:\.[0-9]{{1,20}})?'
-    r'(?:[eE][+-]?[0-9]{1,2})?))?\},"estimated":(true|false)\}\}$',
-    re.MULTILINE,  # `$` only: each match starts at the newline before its line (a literal
-)  # prefix the scan finds fast), so the chunk is scanned with one newline in front
-_CHUNK = 4 << 20
-
-
 def read_samples(path: Path, stats: ScanStats, run_hint: str = "") -> Iterator[Sample]:
-    """The samples of one trace file, in file order; problems are counted in `stats`.
-
-    Read in chunks of whole lines (docs/performance.md: cost): when every `TokensUsed` line of a
-    chunk has the writer's own shape, one regular-expression scan turns the chunk into samples;
-    otherwise (another writer's spacing, odd values, a torn line) each line of the chunk is parsed
-    on its own. Both give the same samples and the same counts of skipped lines."""
+    """The samples of one trace file, in file order; problems are counted in `stats`."""
     stats.files += 1
     try:
         handle = path.open("rb")
@@ -205,79 +182,28 @@ def read_samples(path: Path, stats: ScanStats, run_hint: str = "") -> Iterator[S
         stats.problems.append(f"skipped {path}: {exc.strerror or exc}")
         log.warning("cost: skipped %s: %s", path, exc)
         return
+    loads = orjson.loads
+    decode_error = orjson.JSONDecodeError
     with handle:
-        pending = b""
         try:
-            while block := handle.read(_CHUNK):
-                data = pending + block if pending else block
-                cut = data.rfind(b"\n") + 1
-                pending = data[cut:]
-                if cut:
-                    yield from _read_chunk(data[:cut] if pending else data, stats, run_hint)
-            if pending:
-                yield from _read_lines(pending.splitlines(keepends=True), stats, run_hint)
+            for line in handle:
+                if _TOKENS_MARK in line:
+                    try:
+                        raw = loads(line)
+                    except decode_error:
+                        stats.skipped_lines += 1
+                        continue
+                    sample = sample_from_dict(raw, run_hint)
+                    if sample is None:
+                        stats.skipped_lines += 1
+                    else:
+                        yield sample
+                elif _STARTED_MARK in line:
+                    _note_run_started(line, stats)
         except OSError as exc:  # e.g. EISDIR on the first read, or an I/O error mid-file
             stats.skipped_files += 1
             stats.problems.append(f"skipped {path}: {exc.strerror or exc}")
             log.warning("cost: skipped %s: %s", path, exc)
-
-
-def _read_chunk(chunk: bytes, stats: ScanStats, run_hint: str) -> Iterator[Sample]:
-    marks = chunk.count(_TOKENS_MARK)
-    if marks:
-        try:
-            text = chunk.decode("utf-8")
-        except UnicodeDecodeError:
-            text = ""
-        found = _CANONICAL.findall("\n" + text) if text else []
-        # A writer's line holds the mark once (no string of it can hold a quote), so as many
-        # matches as marks means no other line of the chunk is a usage line.
-        if len(found) != marks:
-            yield from _read_lines(chunk.splitlines(keepends=True), stats, run_hint)
-            return
-        yield from _canonical_samples(found, run_hint)
-    if _STARTED_MARK in chunk:
-        for line in chunk.splitlines():
-            if _STARTED_MARK in line and _TOKENS_MARK not in line:
-                _note_run_started(line, stats)
-
-
-def _canonical_samples(found: list[tuple[str, ...]], run_hint: str) -> Iterator[Sample]:
-    for at, run_id, lane, executor, clone, agent, model, inp, out, read, write, cost, est in found:
-        yield Sample(
-            run_id or run_hint,
-            at,
-            agent,
-            int(inp),
-            int(out),
-            int(read) if read else 0,
-            int(write) if write else 0,
-            float(cost) if cost else None,
-            est == "true",
-            model or None,
-            lane or None,
-            executor or None,
-            int(clone) if clone else None,
-        )
-
-
-def _read_lines(lines: Iterable[bytes], stats: ScanStats, run_hint: str) -> Iterator[Sample]:
-    loads = orjson.loads
-    decode_error = orjson.JSONDecodeError
-    for line in lines:
-        if _TOKENS_MARK in line:
-            try:
-                raw = loads(line)
-            except decode_error:
-                stats.skipped_lines += 1
-                continue
-            sample = sample_from_dict(raw, run_hint)
-            if sample is None:
-                stats.skipped_lines += 1
-            else:
-                yield sample
-        elif _STARTED_MARK in line:
-            _note_run_started(line, stats)
 
 
 def _note_run_started(line: bytes, stats: ScanStats) -> None:

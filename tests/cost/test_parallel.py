@@ -12,8 +12,17 @@ from flowd.cost import parallel
 from flowd.cost.cli import cost_report
 from flowd.trace import trace_path
 
-from .test_fast_read import EVENTS, ODD
 from .traces import started, used, write_trace
+
+AT = "2026-10-25T01:30:00.000Z"
+EVENTS = [
+    (AT, used(input=10, output=3, cached_read=4, cache_write=2, cost=0.0125, lane="", executor="x", clone=0)),
+    ("2026-10-25T01:31:59.999Z", used("reviewer", model=None, input=5, output=0, estimated=True)),
+]
+ODD = (
+    b'{"v": 1, "event": {"type": "TokensUsed", "agent": "c", "usage": {"input": 4}}, "at": "2026-10-25T02:00:00.000Z"}',
+    b'{"v":1,"seq":93,"at":"2026-10-25T01:30:00.000Z","runId":"r","event":{"type":"TokensUsed"',  # torn
+)
 
 
 def _repo(tmp_path: Path) -> Path:
