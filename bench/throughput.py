@@ -103,6 +103,27 @@ def phases(events: list[Any]) -> dict[str, dict[str, float]]:
     return out
 
 
+def timeline(events: list[Any], sid: str) -> None:
+    """One story's events (its lane's, and the leases labelled with it), seconds from its start."""
+    start: datetime | None = None
+    for envelope in events:
+        event = envelope.event
+        if (
+            getattr(event, "lane", None) != sid
+            and getattr(event, "story", None) != sid
+            and getattr(event, "label", None) != sid
+        ):
+            continue
+        at = parse_iso(envelope.at)
+        start = start or at
+        detail = {
+            k: v
+            for k, v in event.model_dump(exclude_none=True).items()
+            if k in ("stage", "role", "executor", "clone", "status", "agent")
+        }
+        print(f"  {(at - start).total_seconds():7.2f}s {event.type:<20} {detail}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -110,6 +131,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=3)
     parser.add_argument("--stories", type=int, default=20)
     parser.add_argument("--lanes", type=int, default=8)
+    parser.add_argument("--timeline", metavar="STORY", help="also print one story's events with their times")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         sc, delays, deps = build(Path(tmp), random.Random(args.seed), args.stories, args.lanes)
@@ -136,6 +158,8 @@ def main() -> None:
         median = statistics.median(t[phase] for t in times.values())
         on_chain = sum(times[s][phase] for s in chain if s in times)
         print(f"{phase:>14} {median:>12.2f}s {on_chain:>25.2f}s")
+    if args.timeline:
+        timeline(events, args.timeline)
     overhead = [t["start"] + t["turn overhead"] + t["review"] + t["merge"] for t in times.values()]
     print(f"flowd's own time per story (all but the coder turn): median {statistics.median(overhead):.2f} s")
 

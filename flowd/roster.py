@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -25,7 +26,7 @@ from typing import Protocol
 from flowd.agents.base import EXECUTOR_FAULTS, AgentError, Executor, TurnObserver, TurnRequest, TurnResult
 from flowd.agents.factory import make_executor
 from flowd.config import ExecutorSpec, Roster
-from flowd.errors import NoExecutor
+from flowd.errors import FlowdError, NoExecutor
 from flowd.events import (
     Event,
     ExecutorExcluded,
@@ -48,6 +49,10 @@ from flowd.wire import WireModel
 
 # Failures after which a clone's agent process is not trusted again: it is closed and respawned.
 DISCARD_ON = frozenset({"crash", "stall", "unavailable", "auth", "timeout"})
+
+# Agent processes `prestart` starts at once: a start is mostly CPU (an interpreter importing its
+# SDK), so more than the cores only makes every clone late; the first story's come first.
+PRESTART_PARALLEL = max(2, os.cpu_count() or 2)
 
 
 class ExecutorFactory(Protocol):
@@ -166,6 +171,7 @@ class RosterPool:
         self._timer_at: datetime | None = None
         self._executors: dict[tuple[str, int], Executor] = {}
         self._closing: set[asyncio.Task[None]] = set()
+        self._warming: set[asyncio.Task[None]] = set()
         for ident, exclusion in load_exclusions(state_path, set(self._states), clock()).items():
             self._states[ident].exclusion = exclusion
 
@@ -406,12 +412,86 @@ class RosterPool:
     # --- executors -------------------------------------------------------------------------------
 
     def _executor_for(self, lease: Lease) -> Executor:
-        key = (lease.executor_id, lease.clone)
+        return self._executor_for_clone(lease.spec, lease.clone)
+
+    def _executor_for_clone(self, spec: ExecutorSpec, clone: int) -> Executor:
+        key = (spec.id, clone)
         executor = self._executors.get(key)
         if executor is None:
-            executor = self._factory(lease.spec, clone=lease.clone, log_dir=self._log_dir)
+            executor = self._factory(spec, clone=clone, log_dir=self._log_dir)
             self._executors[key] = executor
         return executor
+
+    def prestart(self, needs: dict[str, int], cwd: Path) -> None:
+        """Start, in the background, the agent processes of the clones that the first leases of
+        each role will take (`needs`: role → how many leases are expected at once), so a story's
+        first turns do not wait for an agent to start (docs/performance.md: throughput).
+
+        The clones are the ones `lease` would pick (priority, then round robin, roster order),
+        planned without taking anything; roles are interleaved so the first story's agents start
+        first, and at most `PRESTART_PARALLEL` start at once. Kinds without a `warm` (CLI and
+        OpenAI executors start nothing ahead) are skipped; the executors are the clones' own, so
+        `aclose` ends them with the rest."""
+        plans = {role: self.planned_clones(role, count) for role, count in needs.items()}
+        order: list[tuple[str, int]] = []
+        for i in range(max((len(p) for p in plans.values()), default=0)):
+            for planned in plans.values():
+                if i < len(planned) and planned[i] not in order:
+                    order.append(planned[i])
+        warmers = []
+        for executor_id, clone in order:
+            state = self._states[executor_id]
+            try:
+                executor = self._executor_for_clone(state.spec, clone)
+            except FlowdError:
+                continue  # the first lease reports it
+            warm = getattr(executor, "warm", None)
+            if warm is not None:
+                warmers.append(warm)
+        if not warmers:
+            return
+        gate = asyncio.Semaphore(PRESTART_PARALLEL)
+
+        async def one(warm: Callable[[Path], Awaitable[None]]) -> None:
+            async with gate:
+                await warm(cwd)
+
+        for warm in warmers:
+            task = asyncio.get_running_loop().create_task(one(warm))
+            self._warming.add(task)
+            task.add_done_callback(self._warming.discard)
+
+    async def warmed(self) -> None:
+        """Wait until every clone `prestart` began is started (or has failed to)."""
+        if self._warming:
+            await asyncio.gather(*list(self._warming), return_exceptions=True)
+
+    def planned_clones(self, role: str, count: int) -> list[tuple[str, int]]:
+        """The (executor, clone) of the next `count` leases of `role` if nothing were released,
+        by the same ranking as `_pick` (without `prefer`/`avoid`, which only a story knows)."""
+        used = {ident: set(s.held) for ident, s in self._states.items()}
+        coders = {ident: s.busy_coders for ident, s in self._states.items()}
+        last = {ident: s.last_leased for ident, s in self._states.items()}
+        out: list[tuple[str, int]] = []
+        for tick in range(count):
+            able = [
+                s
+                for s in self._states.values()
+                if s.exclusion is None
+                and role in s.spec.roles
+                and len(used[s.spec.id]) < s.spec.slots
+                and (role != "coder" or coders[s.spec.id] < s.spec.coder_capacity)
+            ]
+            if not able:
+                break
+            best = min(able, key=lambda s: (s.spec.priority_for(role), last[s.spec.id], s.order))
+            ident = best.spec.id
+            clone = next(n for n in range(1, best.spec.slots + 1) if n not in used[ident])
+            used[ident].add(clone)
+            coders[ident] += role == "coder"
+            last[ident] = self._counter + tick + 1
+            out.append((ident, clone))
+        return out
 
     def _discard(self, executor_id: str, clone: int) -> None:
         executor = self._executors.pop((executor_id, clone), None)
@@ -433,6 +513,10 @@ class RosterPool:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        warming = list(self._warming)
+        for task in warming:
+            task.cancel()
+        await asyncio.gather(*warming, return_exceptions=True)
         executors = list(self._executors.values())
         self._executors.clear()
         await asyncio.gather(*(self._close_quietly(e) for e in executors))

@@ -308,6 +308,31 @@ class AcpExecutor:
                 self._turn = None
                 turn.finished.set()
 
+    async def warm(self, cwd: Path) -> None:
+        """Start the agent process (and its `initialize`) ahead of the first turn, with `cwd` as
+        the process's directory; the turn still opens its session in its own directory.
+
+        Best effort (docs/performance.md: throughput): a failure or timeout stops the half-started
+        process and is forgotten, so the first turn starts the agent again and reports whatever
+        happens then, exactly as without the warm start. Agents whose clones must start one after
+        another (codex: its first session is part of its start) are left to their first turn."""
+        if _starts_alone(self._command):
+            return
+        async with self._turn_lock:
+            if self._closed or (
+                self._proc is not None and self._proc.returncode is None and self._conn is not None
+            ):
+                return
+            try:
+                await asyncio.wait_for(self._start(cwd), self._start_timeout_s)
+            except (AgentError, TimeoutError, OSError):
+                await self._stop(graceful=False)
+            except asyncio.CancelledError:
+                await asyncio.shield(self._stop(graceful=False))
+                raise
+            if self._closed:  # closed while starting: nothing may outlive close()
+                await self._stop(graceful=False)
+
     async def cancel(self) -> None:
         """Ask the agent to stop the turn in flight; kill it if it does not within the grace."""
         turn, conn = self._turn, self._conn

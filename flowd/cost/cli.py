@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from flowd.config import load_settings
+from flowd.config import Settings, load_settings
 from flowd.cost.hidden import hidden_requests
 from flowd.cost.prices import Prices
 from flowd.cost.render import render
-from flowd.cost.report import CostReport, build_report
+from flowd.cost.report import CostReport, build_report, report_from_fold
 from flowd.cost.samples import ScanStats, scan, trace_files
 from flowd.errors import EXIT_OK, InputError
 from flowd.gitops import toplevel
@@ -104,8 +104,12 @@ def cost_report(
     until: str | None = None,
     time_zone: str | None = None,
     runs_per_day: float | None = None,
+    parallel: bool = False,
 ) -> CostReport:
-    """The report over the repository's traces (raises InputError on a bad parameter or config)."""
+    """The report over the repository's traces (raises InputError on a bad parameter or config).
+
+    `parallel`: fold big histories in worker processes (the CLI; a server never forks its
+    threads, docs/performance.md)."""
     settings = load_settings(repo)
     zone = resolve_zone(time_zone, settings.time_zone)
     lower = parse_bound(since, zone, option="--since") if since else None
@@ -118,21 +122,50 @@ def cost_report(
         raise InputError(f"--run {run_id!r} is not a run id; `flowd status` lists the runs")
     if run_id is not None and not (runs_dir(repo) / run_id).is_dir():
         raise InputError(f"no run {run_id!r} in {runs_dir(repo)}; `flowd status` lists the runs")
-    stats = ScanStats()
-    samples = scan(trace_files(repo, run_id), stats, run_id)
-    report = build_report(
-        samples,
-        prices=Prices.from_settings(settings),
-        tz=zone,
-        since=lower,
-        until=upper,
-        runs_per_day=runs_per_day,
-        stats=stats,
-        run_id=run_id,
-    )
+    report = _report(repo, run_id, settings, zone, (lower, upper), runs_per_day, parallel=parallel)
     if report.executor_ids:
         report.hidden_requests = hidden_requests(repo, report.executor_ids)
     return report
+
+
+def _report(
+    repo: Path,
+    run_id: str | None,
+    settings: Settings,
+    zone: tzinfo,
+    bounds: tuple[str | None, str | None],
+    runs_per_day: float | None,
+    *,
+    parallel: bool,
+) -> CostReport:
+    """The report over the repository's traces, folded here or in worker processes."""
+    stats = ScanStats()
+    files = trace_files(repo, run_id)
+    lower, upper = bounds
+    if not parallel:
+        return build_report(
+            scan(files, stats, run_id),
+            prices=Prices.from_settings(settings),
+            tz=zone,
+            since=lower,
+            until=upper,
+            runs_per_day=runs_per_day,
+            stats=stats,
+            run_id=run_id,
+        )
+    from flowd.cost.parallel import fold_files, workers_for
+
+    folded = fold_files(
+        files,
+        stats,
+        settings=settings,
+        zone=zone,
+        since=lower,
+        until=upper,
+        run_id=run_id,
+        workers=workers_for(files),
+    )
+    return report_from_fold(folded, tz=zone, runs_per_day=runs_per_day, stats=stats, run_id=run_id)
 
 
 def cost_report_for(
@@ -164,6 +197,7 @@ def cost_command(args: argparse.Namespace) -> int:
         until=getattr(args, "until", None),
         time_zone=getattr(args, "tz", None),
         runs_per_day=getattr(args, "runs_per_day", None),
+        parallel=True,
     )
     sys.stdout.write(render(report, fmt))
     sys.stdout.flush()

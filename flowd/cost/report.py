@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta, tzinfo
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -249,6 +250,26 @@ def as_zone(tz: str | tzinfo | None) -> tzinfo:
     return ZoneInfo(tz) if isinstance(tz, str) else tz
 
 
+@dataclass
+class UsageFold:
+    """What a report is rolled up from: the two tables of accumulators and the first/last time.
+    Folds of disjoint samples merge into the fold of them all (`merge`), in any grouping."""
+
+    when: dict[_WhenKey, _Acc] = field(default_factory=dict)
+    who: dict[_WhoKey, _Acc] = field(default_factory=dict)
+    first: str | None = None
+    last: str | None = None
+
+    def merge(self, other: UsageFold) -> None:
+        for table, theirs in ((self.when, other.when), (self.who, other.who)):
+            for key, acc in theirs.items():
+                _into(table, key, acc)
+        if other.first is not None and (self.first is None or other.first < self.first):
+            self.first = other.first
+        if other.last is not None and (self.last is None or other.last > self.last):
+            self.last = other.last
+
+
 def build_report(
     samples: Iterable[Sample],
     *,
@@ -263,22 +284,47 @@ def build_report(
     """The report over `samples`. `since` (inclusive) and `until` (exclusive) are ISO-8601 UTC
     times in the trace's format (`…T…:…:….mmmZ`). `stats` is read after the samples are exhausted
     (a scan fills it as it goes): skipped files/lines and the runs' budgets."""
-    prices = prices or Prices()
     zone = as_zone(tz)
-    when, who, first, last = _fold(samples, prices, zone, since, until)
-    report = _roll_up(when, who, zone, prices_as_of(), runs_per_day)
-    report.from_, report.to = first, last
+    folded = fold_usage(samples, prices=prices, tz=zone, since=since, until=until)
+    return report_from_fold(folded, tz=zone, runs_per_day=runs_per_day, stats=stats, run_id=run_id)
+
+
+def report_from_fold(
+    folded: UsageFold,
+    *,
+    tz: str | tzinfo | None = None,
+    runs_per_day: float | None = None,
+    stats: ScanStats | None = None,
+    run_id: str | None = None,
+) -> CostReport:
+    """The report rolled up from a fold (`build_report` is `fold_usage` then this)."""
+    report = _roll_up(folded.when, folded.who, as_zone(tz), prices_as_of(), runs_per_day)
+    report.from_, report.to = folded.first, folded.last
     if stats is not None:
         report.skipped = Skipped(
             files=stats.skipped_files, lines=stats.skipped_lines, problems=stats.problems
         )
-        report.budgets = _budgets(when, stats, run_id)
+        report.budgets = _budgets(folded.when, stats, run_id)
     return report
+
+
+def fold_usage(
+    samples: Iterable[Sample],
+    *,
+    prices: Prices | None = None,
+    tz: str | tzinfo | None = None,
+    since: str | None = None,
+    until: str | None = None,
+) -> UsageFold:
+    """Aggregate samples (priced one by one: tiers depend on each turn's input) into a fold."""
+    prices = prices or Prices()
+    zone = as_zone(tz)
+    return _fold(samples, prices, zone, since, until)
 
 
 def _fold(
     samples: Iterable[Sample], prices: Prices, zone: tzinfo, since: str | None, until: str | None
-) -> tuple[dict[_WhenKey, _Acc], dict[_WhoKey, _Acc], str | None, str | None]:
+) -> UsageFold:
     """The samples within [since, until) summed into the two tables, with the first and last time."""
     when: dict[_WhenKey, _Acc] = {}
     who: dict[_WhoKey, _Acc] = {}
@@ -338,7 +384,7 @@ def _fold(
             acc.priced += 1
             acc2.cost += cost
             acc2.priced += 1
-    return when, who, first, last
+    return UsageFold(when, who, first, last)
 
 
 def _local_hour(minute: str, zone: tzinfo) -> str:

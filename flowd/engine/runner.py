@@ -54,7 +54,7 @@ from flowd.events import (
 )
 from flowd.gitops import Repo, worktree_root
 from flowd.inbox import InboxReader
-from flowd.plan.graph import critical_path_rank, estimate_durations
+from flowd.plan.graph import critical_path_rank, estimate_durations, ready
 from flowd.plan.hashing import story_hash
 from flowd.plan.model import StoryPlan
 from flowd.plan.parse import load_plan
@@ -297,6 +297,9 @@ class _Session:
             budget_usd=setup.budget_usd,
             story_budget_usd=setup.settings.story_budget_usd,
         )
+        # The first stories' agents start while their worktrees are prepared (docs/performance.md).
+        first = min(setup.concurrency, len(ready(setup.plan)))
+        self.pool.prestart({"coder": first, "planner": first}, setup.repo.root)
         shell = SchedulerShell(
             ctx, setup.concurrency, setup.fail_fast, self.outcomes, stop=self.stop, broken=self.broken
         )

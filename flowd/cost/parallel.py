@@ -1,0 +1,111 @@
+"""`flowd cost` over big histories on several cores (docs/performance.md: cost).
+
+The report is a fold of independent traces, so the trace files are split into contiguous groups of
+about equal size, each group is folded in a forked worker process (`fold_usage` over its samples),
+and the folds and scan statistics are merged in file order: the same tables, the same skipped
+files and problems in the same order. Small histories (under `BYTES_PER_WORKER` per extra worker)
+and single files are read in this process: starting a worker costs more than it saves there.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from concurrent.futures import ProcessPoolExecutor
+from datetime import tzinfo
+from pathlib import Path
+
+from flowd.config import Settings
+from flowd.cost.prices import Prices
+from flowd.cost.report import UsageFold, fold_usage
+from flowd.cost.samples import ScanStats, scan
+
+BYTES_PER_WORKER = 64 << 20
+
+Files = list[tuple[str, Path]]
+
+
+def workers_for(files: Files) -> int:
+    """How many processes to fold `files` with: one per `BYTES_PER_WORKER`, at most the cores."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    total = 0
+    for _, path in files:
+        try:
+            total += path.stat().st_size
+        except OSError:
+            continue  # the scan reports it
+    return max(1, min(cores, len(files), total // BYTES_PER_WORKER))
+
+
+def split(files: Files, parts: int) -> list[Files]:
+    """Contiguous groups of about equal bytes (file order kept within and across groups)."""
+    sizes = []
+    for _, path in files:
+        try:
+            sizes.append(path.stat().st_size)
+        except OSError:
+            sizes.append(0)
+    target = sum(sizes) / parts
+    groups: list[Files] = [[]]
+    filled = 0.0
+    for entry, size in zip(files, sizes, strict=True):
+        if groups[-1] and filled >= target * len(groups) and len(groups) < parts:
+            groups.append([])
+        groups[-1].append(entry)
+        filled += size
+    return groups
+
+
+def _fold_group(
+    files: Files,
+    settings: Settings,
+    zone: tzinfo,
+    since: str | None,
+    until: str | None,
+    run_id: str | None,
+) -> tuple[UsageFold, ScanStats]:
+    stats = ScanStats()
+    prices = Prices.from_settings(settings)
+    folded = fold_usage(scan(files, stats, run_id), prices=prices, tz=zone, since=since, until=until)
+    return folded, stats
+
+
+def fold_files(
+    files: Files,
+    stats: ScanStats,
+    *,
+    settings: Settings,
+    zone: tzinfo,
+    since: str | None,
+    until: str | None,
+    run_id: str | None,
+    workers: int,
+) -> UsageFold:
+    """The fold of every sample of `files` (filtered by `run_id`, `since`, `until`); `stats` gets
+    the merged scan statistics."""
+    if workers <= 1 or len(files) <= 1:
+        folded, own = _fold_group(files, settings, zone, since, until, run_id)
+        _add_stats(stats, own)
+        return folded
+    groups = split(files, workers)
+    # fork: the workers inherit the imported modules and price data instead of importing them again.
+    with ProcessPoolExecutor(len(groups), mp_context=multiprocessing.get_context("fork")) as pool:
+        futures = [pool.submit(_fold_group, g, settings, zone, since, until, run_id) for g in groups]
+        results = [f.result() for f in futures]
+    total = UsageFold()
+    for folded, own in results:
+        total.merge(folded)
+        _add_stats(stats, own)
+    return total
+
+
+def _add_stats(stats: ScanStats, other: ScanStats) -> None:
+    stats.files += other.files
+    stats.skipped_files += other.skipped_files
+    stats.skipped_lines += other.skipped_lines
+    stats.problems.extend(other.problems)
+    stats.budgets.update(other.budgets)
+    stats.epics.update(other.epics)
