@@ -119,6 +119,12 @@ STORY_GATES_LEAD = (
     "from the combination:\n{red}"
 )
 
+ANSWERED = """
+
+You stopped earlier with `BLOCKED_ON`, and the person running flowd answered:
+{answers}
+Use that and carry on with the task."""
+
 REBUTTAL = """You stopped with `BLOCKED_ON: {need}`. That was checked against the epic's plan and rejected:
 {rebuttal}
 Continue the task inside your owned paths."""

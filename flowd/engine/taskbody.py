@@ -150,6 +150,9 @@ class TaskBody:
             title=task.title,
             description=plan.prompt_for(task),
         )
+        told = self.ctx.view.told.get(self.story_id)
+        if told:  # answers to this story's BLOCKED_ON pauses (docs/answers.md)
+            prompt += prompts.ANSWERED.format(answers="\n".join(f"- {t}" for t in told))
         reply = await self._coder(seat, prompt, task, index)
         reply = await self.check_blocked(seat, reply, task, index)
         if not await asyncio.to_thread(repo.status_paths, seat.worktree):

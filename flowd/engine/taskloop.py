@@ -13,7 +13,7 @@ from pathlib import Path
 
 from flowd.engine import prompts
 from flowd.engine.aside import TaskGraph
-from flowd.engine.context import Halt, HeldCoder, RunContext
+from flowd.engine.context import HeldCoder, RunContext
 from flowd.engine.state import append_findings
 from flowd.engine.taskbody import Seat, StoryFailed, StoryWaiting, TaskBody, clip, issues_text
 from flowd.events import (
@@ -138,9 +138,9 @@ class TaskLoop:
             await TaskGraph(self).run()
             return
         while (found := self.plan.next_incomplete()) is not None:
-            stop = self.ctx.budget_stop(self.story_id)
+            stop = self.ctx.budget_halt(self.story_id)
             if stop is not None:
-                raise Halt(stop)
+                raise stop
             index, task = found
             await self.run_home(index, task)
             self.complete(index, task)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from typing import Literal, cast
+from typing import Literal
 
 PauseReason = Literal["budget", "blocked", "noExecutor"]
 PAUSE_REASONS: tuple[PauseReason, ...] = ("budget", "blocked", "noExecutor")
@@ -36,7 +36,7 @@ def parse_pause_on(text: str, where: str = "--pause-on") -> list[PauseReason]:
         if part not in PAUSE_REASONS:
             raise AnswerRefused(f"{where}: {part!r} is not one of {', '.join(PAUSE_REASONS)}")
         if part not in out:
-            out.append(cast(PauseReason, part))
+            out.append(part)
     return out
 
 
