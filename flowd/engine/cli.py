@@ -107,10 +107,10 @@ def _execute_plain(options: RunOptions, stream: TextIO) -> RunResult:
 def run_command(args: argparse.Namespace) -> int:
     if args.concurrency is not None and args.concurrency < 1:
         raise InputError("--concurrency must be at least 1")
-    pause_on = None
+    pause_on: list[str] | None = None
     if getattr(args, "pause_on", None) is not None:
         try:
-            pause_on = list(parse_pause_on(args.pause_on))
+            pause_on = [str(reason) for reason in parse_pause_on(args.pause_on)]
         except AnswerRefused as exc:
             raise InputError(str(exc)) from None
     options = RunOptions(
