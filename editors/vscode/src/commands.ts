@@ -10,7 +10,7 @@ import { epicCost, LaneEntry, LanesModel, RunEntry, runningLanes } from "./lanes
 import { escapeAngleBrackets } from "./markdown";
 import { mainCheckout } from "./repoRoot";
 import {
-  ANSWER_COMMAND,
+  ANSWER,
   AttentionParams,
   CancelResult,
   Commands,
@@ -487,7 +487,7 @@ export async function showAttention(ctx: CommandContext, p: AttentionParams): Pr
   const server = requireServer(ctx);
   if (!server) return undefined;
   const arg = p.lane ? { runId: p.runId, story: p.lane, answer: choice } : { runId: p.runId, answer: choice };
-  await guarded(ctx, "answering", () => server.executeCommand<unknown>(ANSWER_COMMAND, arg));
+  await guarded(ctx, "answering", () => server.executeCommand<unknown>(ANSWER, arg));
   return choice;
 }
 
