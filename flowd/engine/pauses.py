@@ -6,13 +6,20 @@ decides what a pause and an answer do to the run (engine/core/scheduler.py). Thi
 which pauses are open in this process and carries out the answer's effect:
 
 - `raise N`: the budget grows by N (the fold adds every raise up, so a resumed run keeps it);
-- free text to a blocked story: recorded, and the story's coder prompts carry it from then on;
+- free text to a blocked story: kept in `.flow/epics/<epic>/stories/<id>.answers.md`, and the
+  story's coder prompts carry it from then on (in later runs too);
 - `wait`: executors excluded for the run are taken back, and the story tries again.
+
+A killed run resumes paused: the same run (`--run-id`) finds its unanswered pauses in its own
+trace; a new run of the epic (`flowd run` again, `flow.resumeEpic`) takes over the story pauses
+the epic's previous run left unanswered and asks them again in its own trace. A run-level budget
+pause is not taken over by a new run: its budget counts its own spending.
 """
 
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import cast
 
 from flowd.engine.context import RunContext
@@ -21,14 +28,48 @@ from flowd.engine.core.pause import (
     AnswerRefused,
     PauseReason,
     Raise,
+    Tell,
     Wait,
     goes_on,
     question_for,
     read_answer,
 )
 from flowd.engine.core.scheduler import Answered, Paused
+from flowd.engine.state import EpicPaths
 from flowd.events import StoryAnswered, StoryPaused
+from flowd.fsio import write_text_atomic
 from flowd.inbox import Answer, Reply
+from flowd.trace import fold_trace, list_runs, trace_path
+from flowd.view import PauseView, RunView, reported_cost
+
+
+def answers_file(paths: EpicPaths, story: str) -> Path:
+    return paths.checkpoint(story).with_name(f"{story}.answers.md")
+
+
+def told(paths: EpicPaths, story: str) -> list[str]:
+    """What people answered this story's BLOCKED_ON pauses, oldest first."""
+    try:
+        text = answers_file(paths, story).read_text(encoding="utf-8")
+    except OSError:
+        return []
+    return [line[2:] for line in text.splitlines() if line.startswith("- ")]
+
+
+def _keep_told(paths: EpicPaths, story: str, text: str) -> None:
+    lines = [*told(paths, story), " ".join(text.split())]
+    write_text_atomic(answers_file(paths, story), "".join(f"- {line}\n" for line in lines))
+
+
+def earlier_pauses(repo: Path, epic_id: str, run_id: str) -> tuple[dict[str, PauseView], list[str] | None]:
+    """The story pauses the epic's previous run left unanswered, and what it paused on."""
+    previous = next((r for r in list_runs(repo) if r.epic_id == epic_id and r.run_id != run_id), None)
+    if previous is None:
+        return {}, None
+    view = fold_trace(
+        trace_path(repo, previous.run_id), RunView(run_id=previous.run_id, pricer=reported_cost)
+    )
+    return {lane: p for lane, p in view.pauses.items() if lane is not None}, view.pause_on
 
 
 class PauseDesk:
@@ -38,15 +79,26 @@ class PauseDesk:
         self._answered: list[Answered] = []
         self.wake = asyncio.Event()
 
-    def restore(self) -> list[Paused]:
-        """The pauses a killed run left unanswered (the fold's), as scheduler events: the run goes
-        on paused, without asking again."""
+    def restore(self, carried: dict[str, PauseView] | None = None) -> list[Paused]:
+        """The pauses a killed run left unanswered, as scheduler events: the run goes on paused.
+        Its own (this trace's) are not asked again; those `carried` over from the epic's previous
+        run are asked again in this trace. Only reasons this run pauses on are kept."""
+        ctx = self.ctx
         events: list[Paused] = []
-        for lane, pause in self.ctx.view.pauses.items():
-            if pause.reason not in PAUSE_REASONS or (lane is not None and self.ctx.plan.story(lane) is None):
+        own = list(ctx.view.pauses.items())
+        theirs = [(lane, p) for lane, p in (carried or {}).items() if lane not in ctx.view.pauses]
+        for mine, (lane, pause) in [*((True, x) for x in own), *((False, x) for x in theirs)]:
+            reason = pause.reason
+            if reason not in PAUSE_REASONS or reason not in ctx.pause_on:
                 continue
-            self.open[lane] = pause.reason
-            events.append(Paused(pause.reason, story=lane, told=True))
+            if lane is not None and ctx.plan.story(lane) is None:
+                continue
+            if not mine:
+                ctx.emit(
+                    StoryPaused(lane=lane, reason=reason, question=pause.question, options=pause.options)
+                )
+            self.open[lane] = reason
+            events.append(Paused(reason, story=lane, told=True))
         return events
 
     def ask(self, story: str | None, reason: str, detail: str) -> None:
@@ -73,6 +125,8 @@ class PauseDesk:
             return Reply(ok=False, message=f"{str(exc)[:1].upper()}{str(exc)[1:]}; nothing was changed.")
         # Recorded first: the fold it updates is what the budget and the coder's prompt read.
         ctx.emit(StoryAnswered(lane=key, answer=request.answer.strip(), by=request.by))
+        if isinstance(decision, Tell) and key is not None:
+            _keep_told(ctx.paths, key, decision.text)
         if isinstance(decision, Raise):
             ctx.budget_raised(key)
         elif isinstance(decision, Wait):

@@ -38,7 +38,7 @@ from flowd.engine.core.scheduler import (
     StoryStopped,
 )
 from flowd.engine.core.scheduler import Event as SchedulerEvent
-from flowd.engine.pauses import PauseDesk
+from flowd.engine.pauses import PauseDesk, earlier_pauses
 from flowd.engine.report import EpicReport, build_report, epic_history, write_report
 from flowd.engine.requests import RequestDesk
 from flowd.engine.state import EpicLock, EpicPaths, load_state
@@ -74,7 +74,7 @@ from flowd.trace import (
     trace_path,
     write_run_record,
 )
-from flowd.view import RunView
+from flowd.view import PauseView, RunView
 
 EXIT_FOR = {"done": EXIT_OK, "failed": EXIT_FAILED, "halted": EXIT_HALTED, "cancelled": EXIT_CANCELLED}
 
@@ -215,11 +215,21 @@ class _Session:
             self.writer.subscribe(options.on_event)
         self.outcomes: dict[str, StoryOutcome] = {}
         self.pool: RosterPool | None = None
-        # A resumed run keeps what it was launched with unless told otherwise (docs/answers.md).
-        self.pause_on: list[str] = (
-            options.pause_on
-            if options.pause_on is not None
-            else (self.view.pause_on if self.view.pause_on is not None else list(setup.settings.pause_on))
+        # A resumed run keeps what it was launched with unless told otherwise, and the pauses it
+        # (or, for a new run, the epic's previous run) left unanswered (docs/answers.md).
+        self.carried: dict[str, PauseView] = {}
+        earlier_pause_on = None
+        if self.view.last_seq == 0:
+            self.carried, earlier_pause_on = earlier_pauses(repo.root, setup.plan.epic_id, run_id)
+        self.pause_on: list[str] = next(
+            p
+            for p in (
+                options.pause_on,
+                self.view.pause_on,
+                earlier_pause_on,
+                [str(r) for r in setup.settings.pause_on],
+            )
+            if p is not None
         )
 
     def _trace_failed(self, exc: OSError) -> None:
@@ -309,6 +319,7 @@ class _Session:
         shell = SchedulerShell(
             ctx, setup.concurrency, setup.fail_fast, self.outcomes, stop=self.stop, broken=self.broken
         )
+        shell.carried = self.carried
         return await shell.run(self.options.handle_signals)
 
     async def _end(self, outcome: RunOutcome, reason: str | None) -> EpicReport:
@@ -392,6 +403,7 @@ class SchedulerShell:
         rank = critical_path_rank(ctx.plan, estimate_durations(ctx.plan, history))
         self.machine = Scheduler(ctx.plan, rank, concurrency, fail_fast, pause_on=ctx.pause_on)
         self.pauses = ctx.pauses = PauseDesk(ctx)
+        self.carried: dict[str, PauseView] = {}  # the epic's previous run's unanswered pauses
         self.cancel = stop or asyncio.Event()
         self.broken = broken if broken is not None else []
 
@@ -428,7 +440,7 @@ class SchedulerShell:
         answered = asyncio.create_task(self.pauses.wake.wait(), name="answers")
         try:
             # Pauses a killed run left unanswered stay paused (docs/answers.md).
-            await self._carry_out(machine.handle(*self.pauses.restore(), self._poll()))
+            await self._carry_out(machine.handle(*self.pauses.restore(self.carried), self._poll()))
             while machine.ended is None:
                 finished, _ = await asyncio.wait(
                     [*self.tasks.values(), cancel_wait, answered], return_when=asyncio.FIRST_COMPLETED

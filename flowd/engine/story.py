@@ -228,7 +228,8 @@ class StoryRun:
         problem = self.ctx.repo.discard_worktree(worktree, branch)
         if problem is not None:
             self.info(f"could not remove the old worktree cleanly: {problem}")
-        for stale in (paths.checkpoint(self.story.id), paths.state(self.story.id)):
+        stale_answers = paths.checkpoint(self.story.id).with_name(f"{self.story.id}.answers.md")
+        for stale in (paths.checkpoint(self.story.id), paths.state(self.story.id), stale_answers):
             with contextlib.suppress(FileNotFoundError):
                 stale.unlink()
 

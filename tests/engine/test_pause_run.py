@@ -80,12 +80,13 @@ TOLD = {"when": {"role": "coder", "story": "a", "prompt": "say HOWDY"}, "writes"
 
 
 def blocked_scenario(tmp_path: Path) -> Scenario:
-    # The coder blocks once; only a prompt carrying the answer writes the file. Without the
-    # answer in the prompt the default coder changes nothing and a.txt never reaches the epic.
+    # Only a prompt carrying the answer writes the file; the coder blocks once per run before
+    # that. Without the answer in the prompt the default coder changes nothing and a.txt never
+    # reaches the epic.
     return Scenario.create(
         tmp_path,
         [story("a", ["a.txt"]), story("b", ["b.txt"], ["a"])],
-        [coder("a", **BLOCKED), TOLD, coder("b", {"b.txt": "b"})],
+        [TOLD, coder("a", **BLOCKED), coder("b", {"b.txt": "b"})],
     )
 
 
@@ -169,3 +170,31 @@ def test_an_answer_to_a_run_with_nothing_paused_is_exit_2_and_one_sentence(tmp_p
         kill_group(process)
     ended = answer(sc, "r4", "raise", "5")
     assert ended.returncode == 2 and "is not running" in ended.stderr
+
+
+def test_a_new_run_of_the_epic_takes_over_the_pause_its_killed_run_left(tmp_path: Path) -> None:
+    sc = blocked_scenario(tmp_path)
+    first = sc.spawn("--pause-on", "blocked", "--run-id", "r5")
+    seen: list[Event] = []
+    try:
+        read_until(first, seen, "StoryPaused")
+    finally:
+        kill_group(first)
+    # Another run id (as `flowd run` again or the editor's resume makes): it asks again in its
+    # own trace, paused on what the killed run paused on.
+    second = sc.spawn("--run-id", "r6")
+    again: list[Event] = []
+    try:
+        asked = read_until(second, again, "StoryPaused")
+        assert asked["lane"] == "a" and "which greeting" in asked["question"]
+        assert next(e for e in again if e["type"] == "RunStarted")["pauseOn"] == ["blocked"]
+        assert not any(e["type"] == "TaskStarted" and e["lane"] == "a" for e in again)
+        assert answer(sc, "r5", "--story", "a", "say HOWDY").returncode == 2  # the old run is gone
+        ok = answer(sc, "r6", "--story", "a", "say HOWDY")
+        assert ok.returncode == 0, ok.stderr
+        assert finish(second, again) == 0
+    finally:
+        kill_group(second)
+    assert "a.txt" in sc.epic_files()
+    kept = sc.repo / ".flow/epics/ep/stories/a.answers.md"
+    assert kept.read_text(encoding="utf-8") == "- say HOWDY\n"
