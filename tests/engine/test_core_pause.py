@@ -194,3 +194,27 @@ def test_a_cancel_of_a_run_with_only_pauses_ends_it() -> None:
     m = machine()
     m.handle(Poll(4), Paused("blocked", story="a", stopped="a"), StoryFinished("c", "done"))
     assert m.handle(Cancelled())[-1] == End("cancelled", "cancelled by a signal")
+
+
+def test_plain_progress_says_what_a_pause_asks_and_how_to_answer_it() -> None:
+    from flowd.events import Envelope, RunStarted, StoryAnswered, StoryPaused
+    from flowd.progress import plain_lines
+    from flowd.view import RunView
+
+    view = RunView(run_id="r1")
+    lines: list[str] = []
+    for seq, event in enumerate(
+        [
+            RunStarted(epic_id="ep", epic_branch="epic/ep", plan="p", stories=["a"], concurrency=1),
+            StoryPaused(lane="a", reason="blocked", question="Story a is blocked on x.", options=["stop"]),
+            StoryAnswered(lane="a", answer="use y", by="cli"),
+        ],
+        1,
+    ):
+        envelope = Envelope(seq=seq, at="2026-11-30T10:00:00.000Z", run_id="r1", event=event)
+        view.apply(envelope)
+        lines += [line.split(" ", 1)[1] for line in plain_lines(view, envelope)]
+    assert lines[-2:] == [
+        "a: paused (blocked): Story a is blocked on x. — answer: flowd answer r1 --story a <text | stop>",
+        "a: answered (cli): use y",
+    ]

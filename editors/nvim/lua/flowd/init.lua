@@ -175,7 +175,8 @@ handlers["flow/attention"] = function(_, p, ctx)
   end
   local level = p.reason == "cleared" and vim.log.levels.INFO or vim.log.levels.WARN
   local hint = PAUSED[p.reason] and " (:FlowAnswer)" or ""
-  notify(p.message .. hint, level)
+  -- A failed lane is already told by flow/lane; it still counts in the statusline.
+  if p.reason ~= "failed" then notify(p.message .. hint, level) end
   redraw()
 end
 
