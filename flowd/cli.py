@@ -31,6 +31,7 @@ EXIT_CODES = {
     "cost": "0 · 2 bad option or not a git repository",
     "check": "0 no violation · 1 some · 2 not a git repository",
     "cancel": "0 stopped or already ended · 2 unknown run",
+    "answer": "0 answered · 2 nothing paused there, an answer that does not fit the pause, or a run not running",
     "clean": "0 · 2 not a git repository; with --epic: unknown or unfinished epic, or a run of it is alive",
     "demo": "as flowd run (0 when the sample epic is done)",
     "serve": "0 when the client shuts it down · 2 bad option",
@@ -49,6 +50,7 @@ EXAMPLES = {
     "cost": "flowd cost --since 2026-11-01 --until 2026-11-30 --tz Europe/Rome",
     "check": "flowd check",
     "cancel": "flowd cancel auth-20261129T140307-1a2b",
+    "answer": "flowd answer auth-20261129T140307-1a2b raise 5",
     "clean": "flowd clean --epic auth --dry-run",
     "demo": "flowd demo --dir /tmp/calc",
     "serve": "flowd serve --tcp --port 2087",
@@ -132,6 +134,12 @@ def _add_run(sub: Subparsers) -> None:
     )
     p.add_argument("--base", metavar="REF", help="start the epic branch from this ref (default: HEAD)")
     p.add_argument(
+        "--pause-on",
+        metavar="REASONS",
+        help="wait for `flowd answer` instead of halting on these (comma-separated: budget, blocked, "
+        "noExecutor; default: pauseOn in .flow/config.toml, else none)",
+    )
+    p.add_argument(
         "--json", action="store_true", help="print every event as a JSON line on stdout instead of progress"
     )
 
@@ -194,6 +202,19 @@ def _add_cancel(sub: Subparsers) -> None:
         "run_id",
         metavar="RUN_ID",
         help="the run to stop (`flowd run` prints it first; `flowd status` lists them)",
+    )
+
+
+def _add_answer(sub: Subparsers) -> None:
+    p = _command(
+        sub, "answer", "flowd.answers:answer_command", "answer a paused story or run (docs/answers.md)"
+    )
+    p.add_argument("run_id", metavar="RUN_ID", help="the paused run (`flowd status` lists them)")
+    p.add_argument(
+        "text", nargs="+", metavar="TEXT", help="`raise N`, `stop`, `wait`, or what the coder needs"
+    )
+    p.add_argument(
+        "--story", metavar="ID", help="the paused story (without: the run's own pause, the budget)"
     )
 
 
@@ -268,6 +289,7 @@ SUBCOMMANDS: tuple[Callable[[Subparsers], None], ...] = (
     _add_cost,
     _add_check,
     _add_cancel,
+    _add_answer,
     _add_clean,
     _add_demo,
     _add_agent,

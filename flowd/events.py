@@ -61,6 +61,8 @@ class RunStarted(WireModel):
     # Useful to every view, yet optional: readers must not require them (docs/trace.md).
     titles: dict[str, str] | None = None
     budget_usd: float | None = None
+    # What waits for an answer instead of halting (docs/answers.md); a resumed run keeps it.
+    pause_on: list[str] | None = None
 
 
 class RunEnded(WireModel):
@@ -275,6 +277,25 @@ class WorktreePrepared(WireModel):
     ports: str  # "first-last"
 
 
+class StoryPaused(WireModel):
+    """A story (or, with no lane, the whole run) waits on a person (docs/answers.md)."""
+
+    type: Literal["StoryPaused"] = "StoryPaused"
+    lane: str | None = None
+    reason: Literal["budget", "blocked", "noExecutor"]
+    question: str
+    options: list[str] = []
+
+
+class StoryAnswered(WireModel):
+    """The answer that ended a pause of `lane` (none: the run's)."""
+
+    type: Literal["StoryAnswered"] = "StoryAnswered"
+    lane: str | None = None
+    answer: str
+    by: Literal["editor", "cli"]
+
+
 class Info(WireModel):
     type: Literal["Info"] = "Info"
     lane: str | None = None
@@ -309,6 +330,8 @@ Event = Annotated[
     | WorktreePrepared
     | GateFlaky
     | MergeRevision
+    | StoryPaused
+    | StoryAnswered
     | Info,
     Field(discriminator="type"),
 ]
@@ -320,7 +343,7 @@ EVENT_CLASSES: dict[str, type[WireModel]] = {
         StageStarted, StageCompleted, StageFailed, ToolUse, AssistantMessage, TokensUsed,
         ExecutorLeased, ExecutorReleased, ExecutorExcluded, ExecutorResumed, ExecutorHandedOver,
         GateResult, PerimeterViolation, TaskOwnsViolation, StoryMerged, MergeRolledBack,
-        StoryJudged, BudgetExceeded, Info,
+        StoryJudged, BudgetExceeded, StoryPaused, StoryAnswered, Info,
         WorktreePrepared, GateFlaky, MergeRevision,
     )
 }  # fmt: skip

@@ -24,7 +24,9 @@ from flowd.events import (
     PerimeterViolation,
     RunEnded,
     RunStarted,
+    StoryAnswered,
     StoryMerged,
+    StoryPaused,
     StoryStatusChanged,
     TaskCompleted,
     TaskStarted,
@@ -93,7 +95,7 @@ def render_run(view: RunView) -> Group:
     )
     title = Text.assemble(
         (f"Epic {view.epic_id} ", "bold"),
-        (f"[{view.status}] ", STATUS_STYLE.get(view.status, "cyan")),
+        (f"[{view.shown_status}] ", STATUS_STYLE.get(view.shown_status, "cyan")),
         _summary(view),
     )
     parts: list[Text | Table] = [title, bar, table]
@@ -143,7 +145,7 @@ def plain_run(view: RunView) -> list[str]:
         ]
         return "  ".join(out).rstrip()
 
-    title = f"Epic {view.epic_id} [{view.status}] {_summary(view)}"
+    title = f"Epic {view.epic_id} [{view.shown_status}] {_summary(view)}"
     return [title, line(headers), *(line(r) for r in rows), *(text for text, _ in _footer(view))]
 
 
@@ -226,13 +228,27 @@ def _run_line(view: RunView, event: object) -> str | None:
     return None
 
 
+def _pause_line(view: RunView, event: object) -> str | None:
+    """A pause asks a person here, with the command that answers it (docs/answers.md)."""
+    if isinstance(event, StoryPaused):
+        story = f" --story {event.lane}" if event.lane else ""
+        free = ["text"] if event.reason == "blocked" else []  # what the coder needs, in words
+        answer = f"flowd answer {view.run_id}{story} <{' | '.join([*free, *event.options])}>"
+        return (
+            f"{event.lane or 'run'}: paused ({event.reason}): {_one_line(event.question)} — answer: {answer}"
+        )
+    if isinstance(event, StoryAnswered):
+        return f"{event.lane or 'run'}: answered ({event.by}): {_one_line(event.answer)}"
+    return None
+
+
 def plain_lines(view: RunView, envelope: Envelope) -> list[str]:
     """The lines one event adds to plain progress (call after `view.apply(envelope)`).
 
     Each starts with the local time of the event; none holds a line break.
     """
     event = envelope.event
-    line = _run_line(view, event) or _lane_line(view, event)
+    line = _run_line(view, event) or _lane_line(view, event) or _pause_line(view, event)
     if line is None:
         return []
     try:

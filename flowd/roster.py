@@ -352,6 +352,19 @@ class RosterPool:
         self._arm_timer()
         self._signal()
 
+    def readmit(self) -> list[str]:
+        """Take back every executor excluded for the run (an answer `wait` to a `noExecutor`
+        pause: the person fixed what was wrong, docs/answers.md); their ids."""
+        back = [s for s in self._states.values() if s.exclusion is not None and s.exclusion.kind == "run"]
+        for state in back:
+            state.exclusion = None
+            state.health = Health()
+            self._emit(ExecutorResumed(executor=state.spec.id, reason="taken back by an answer (wait)"))
+        if back:
+            self._save()
+            self._signal()
+        return [s.spec.id for s in back]
+
     def _expire(self) -> None:
         now = self._clock()
         expired = [

@@ -30,6 +30,7 @@ class LaunchOptions:
     concurrency: int | None = None
     fail_fast: bool | None = None
     budget_usd: float | None = None
+    pause_on: list[str] | None = None  # None: the run's own (a resume), else exactly these
 
 
 def launch_detached(repo: Path, plan: Path, run_id: str, options: LaunchOptions) -> subprocess.Popen[bytes]:
@@ -43,6 +44,8 @@ def launch_detached(repo: Path, plan: Path, run_id: str, options: LaunchOptions)
         command.append("--fail-fast")
     if options.budget_usd is not None:
         command += ["--budget-usd", str(options.budget_usd)]
+    if options.pause_on is not None:
+        command += ["--pause-on", ",".join(options.pause_on)]
     with (log_dir / "runner.log").open("ab") as log:
         return subprocess.Popen(
             command,

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from flowd.engine.core.pause import PAUSE_REASONS, AnswerRefused, Raise, Tell, read_answer
 from flowd.events import (
     BudgetExceeded,
     Envelope,
@@ -24,6 +25,8 @@ from flowd.events import (
     MergeRevision,
     RunEnded,
     RunStarted,
+    StoryAnswered,
+    StoryPaused,
     StoryStatusChanged,
     TaskCompleted,
     TasksPlanned,
@@ -76,6 +79,7 @@ FOLDED_TYPES: frozenset[str] = frozenset(
         RunStarted, RunEnded, StoryStatusChanged, TasksPlanned, TaskStarted, TaskCompleted, TokensUsed,
         ExecutorLeased, ExecutorReleased, ExecutorExcluded, ExecutorResumed, BudgetExceeded,
         GateFlaky, MergeRevision,
+        StoryPaused, StoryAnswered,
     )
 )  # fmt: skip
 
@@ -148,6 +152,15 @@ class CloneView:
 
 
 @dataclass
+class PauseView:
+    """A pause not yet answered (docs/answers.md)."""
+
+    reason: str
+    question: str
+    options: list[str] = field(default_factory=list)
+
+
+@dataclass
 class Totals:
     tokens: int = 0
     cost_usd: float | None = None
@@ -174,6 +187,13 @@ class RunView:
     exclusions: dict[str, dict[str, str | None]] = field(default_factory=dict)
     totals: Totals = field(default_factory=Totals)
     flaky_gates: list[FlakyGate] = field(default_factory=list)
+    # Pauses not yet answered, by lane (None: the run's); what a resumed run asks again.
+    pauses: dict[str | None, PauseView] = field(default_factory=dict)
+    pause_on: list[str] | None = None
+    # What answers changed: the coder's answers per lane (blocked), the USD added to budgets.
+    told: dict[str, list[str]] = field(default_factory=dict)
+    raised_usd: float = 0.0
+    lane_raised_usd: dict[str, float] = field(default_factory=dict)
     last_seq: int = 0
     pricer: Pricer = reported_cost
 
@@ -188,6 +208,13 @@ class RunView:
     @property
     def active_lanes(self) -> int:
         return self.count("active")
+
+    @property
+    def shown_status(self) -> str:
+        """The run's status for people: `paused` while it is alive with only pauses left."""
+        if self.status == "running" and self.pauses and self.active_lanes == 0:
+            return "paused"
+        return self.status
 
     # -- the fold ------------------------------------------------------------------------------
     def apply(self, envelope: Envelope) -> None:
@@ -210,6 +237,8 @@ class RunView:
             self.status, self.ended_at, self.reason = "running", None, None
             if event.budget_usd is not None:
                 self.budget_usd = event.budget_usd
+            if event.pause_on is not None:
+                self.pause_on = list(event.pause_on)
             titles = event.titles or {}
             for story in event.stories:
                 lane = self.lanes.setdefault(story, LaneView(lane=story, title=titles.get(story, story)))
@@ -276,6 +305,29 @@ class RunView:
                 self._lane(event.lane).flaky += 1
         elif isinstance(event, MergeRevision):
             self._lane(event.lane).merge_revision = event.round
+        elif isinstance(event, StoryPaused):
+            self.pauses[event.lane] = PauseView(event.reason, event.question, list(event.options))
+        elif isinstance(event, StoryAnswered):
+            self._answered(event)
+
+    def _answered(self, event: StoryAnswered) -> None:
+        pause = self.pauses.pop(event.lane, None)
+        if pause is None or pause.reason not in PAUSE_REASONS:
+            return
+        try:
+            decision = read_answer(pause.reason, event.answer)
+        except AnswerRefused:
+            return  # the runner records only answers it took
+        if isinstance(decision, Tell) and event.lane is not None:
+            self.told.setdefault(event.lane, []).append(decision.text)
+        elif isinstance(decision, Raise):
+            if event.lane is None:
+                self.raised_usd += decision.usd
+                self.budget_exceeded = False
+                if self.budget_usd is not None:
+                    self.budget_usd += decision.usd
+            else:
+                self.lane_raised_usd[event.lane] = self.lane_raised_usd.get(event.lane, 0.0) + decision.usd
 
     def apply_lease(
         self,
@@ -342,7 +394,7 @@ class RunView:
         return proto.RunParams(
             run_id=self.run_id,
             epic_id=self.epic_id,
-            status=self.status,
+            status=self.shown_status,
             done=self.count("done"),
             failed=self.count("failed"),
             skipped=self.count("skipped"),
@@ -402,7 +454,7 @@ class RunView:
         return {
             "runId": self.run_id,
             "epicId": self.epic_id,
-            "status": self.status,
+            "status": self.shown_status,
             "startedAt": self.started_at,
             "endedAt": self.ended_at,
             "plan": self.plan,

@@ -35,8 +35,10 @@ from flowd.events import (
     StageCompleted,
     StageFailed,
     StageStarted,
+    StoryAnswered,
     StoryJudged,
     StoryMerged,
+    StoryPaused,
     StoryStatusChanged,
     TaskCompleted,
     TaskOwnsViolation,
@@ -86,6 +88,9 @@ def one_of_each() -> list[Event]:
         BudgetExceeded(scope="epic", limit_usd=3.0, spent_usd=3.5),
         GateFlaky(lane="a", where="task", gate="pytest", attempts=1),
         MergeRevision(lane="b", round=1, gate="pytest", output="red"),
+        StoryPaused(lane="b", reason="blocked", question="what?", options=["stop"]),
+        StoryPaused(reason="budget", question="raise?", options=["raise 5", "stop"]),
+        StoryAnswered(lane="b", answer="use x.py", by="cli"),
         Info(lane="a", message="note"),
         StoryStatusChanged(story="a", status="done"),
         RunEnded(outcome="done", done=1, failed=0, skipped=1, reason="ok"),
@@ -163,6 +168,8 @@ def state(view: RunView) -> dict[str, Any]:
         "wire": view.status_wire(),
         "lanes": copy.deepcopy(view.lanes),
         "clones": copy.deepcopy(view.clones),
+        "pauses": copy.deepcopy(view.pauses),
+        "told": copy.deepcopy(view.told),
     }
 
 

@@ -22,7 +22,7 @@ from flowd.agents.base import AgentError, TurnRequest, TurnResult
 from flowd.engine import prompts
 from flowd.engine.bootstrap import describe_prepared, prepare_lane
 from flowd.engine.context import RunContext
-from flowd.engine.core.stops import Halt, StoryFailed, StoryWaiting
+from flowd.engine.core.stops import BudgetHalt, Halt, StoryFailed, StoryWaiting
 from flowd.engine.gates import run_command
 from flowd.engine.taskbody import Seat
 from flowd.errors import FlowdError
@@ -124,10 +124,10 @@ class TaskGraph:
         run_last: set[int] = set()
         running: dict[asyncio.Task[Outcome | None], int] = {}
         home: asyncio.Task[Outcome | None] | None = None
-        stop: str | None = None
+        stop: BudgetHalt | None = None
         try:
             while len(done) < len(nodes):
-                stop = stop or ctx.budget_stop(self.story_id)
+                stop = stop or ctx.budget_halt(self.story_id)
                 if stop is None:
                     ready = ready_tasks(nodes, done, running.values())
                     if home is None and ready:
@@ -147,7 +147,7 @@ class TaskGraph:
                         running[asyncio.create_task(self._aside(nodes[index - 1], lease))] = index
                 if not running:
                     if stop is not None:
-                        raise Halt(stop)
+                        raise stop
                     left = len(nodes) - len(done)
                     raise StoryFailed(f"story {self.story_id}: no task can start, though {left} are not done")
                 finished, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)

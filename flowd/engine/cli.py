@@ -16,6 +16,7 @@ from rich.live import Live
 
 from flowd.config import load_settings
 from flowd.cost.prices import pricer
+from flowd.engine.core.pause import AnswerRefused, parse_pause_on
 from flowd.engine.perimeter_now import perimeter_now
 from flowd.engine.runner import RunOptions, RunResult, run_epic
 from flowd.engine.state import EpicPaths, all_states
@@ -106,7 +107,14 @@ def _execute_plain(options: RunOptions, stream: TextIO) -> RunResult:
 def run_command(args: argparse.Namespace) -> int:
     if args.concurrency is not None and args.concurrency < 1:
         raise InputError("--concurrency must be at least 1")
+    pause_on: list[str] | None = None
+    if getattr(args, "pause_on", None) is not None:
+        try:
+            pause_on = [str(reason) for reason in parse_pause_on(args.pause_on)]
+        except AnswerRefused as exc:
+            raise InputError(str(exc)) from None
     options = RunOptions(
+        pause_on=pause_on,
         plan=Path(args.plan),
         run_id=args.run_id,
         concurrency=args.concurrency,

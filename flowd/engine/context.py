@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from flowd.agents.base import (
     EXECUTOR_FAULTS,
@@ -18,8 +19,9 @@ from flowd.agents.base import (
     estimate_tokens,
 )
 from flowd.config import Settings
-from flowd.engine.core.budget import BudgetLimits, budget_spent
+from flowd.engine.core.budget import BudgetLimits, BudgetSpent, budget_spent
 from flowd.engine.core.ports import PortSlots
+from flowd.engine.core.stops import BudgetHalt
 from flowd.engine.gates import CommandRun, run_gates
 from flowd.engine.state import EpicPaths
 from flowd.events import (
@@ -37,6 +39,9 @@ from flowd.gitops import Repo
 from flowd.plan.model import StoryPlan
 from flowd.roster import Lease, LeaseInfo, RosterPool
 from flowd.view import RunView
+
+if TYPE_CHECKING:
+    from flowd.engine.pauses import PauseDesk
 
 # Failures that are the executor's, not the reply's: a held coder moves to another executor.
 MESSAGE_CHARS = 600
@@ -60,6 +65,9 @@ class RunContext:
     story_budget_usd: float | None = None
     merge_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     halted: str | None = None
+    # What waits for an answer instead of halting (docs/answers.md).
+    pause_on: frozenset[str] = frozenset()
+    pauses: PauseDesk | None = None  # the runner's live pauses, once it schedules
     holders: dict[str, HeldCoder] = field(default_factory=dict)  # lane → its held coder
     _budget_told: set[str] = field(default_factory=set)
     # Running lanes' port ranges (docs/worktree-bootstrap.md), keyed by story id or `<story>#t<n>`.
@@ -131,9 +139,30 @@ class RunContext:
 
         The rule is `engine/core/budget.py`'s; this carries out its answer on the run's own fold.
         """
+        spent = self._budget(lane)
+        return None if spent is None else spent.reason
+
+    def budget_halt(self, lane: str) -> BudgetHalt | None:
+        """`budget_stop` for a story about to start a task, as the exception that stops it."""
+        spent = self._budget(lane)
+        return None if spent is None else BudgetHalt(spent.reason, whole_run=spent.scope == "epic")
+
+    @property
+    def epic_limit_usd(self) -> float | None:
+        """The epic budget with what answers raised it by (docs/answers.md)."""
+        return None if self.budget_usd is None else self.budget_usd + self.view.raised_usd
+
+    def budget_raised(self, lane: str | None) -> None:
+        """An answer raised a budget: the next time it is spent is told again."""
+        self._budget_told.discard("epic" if lane is None else lane)
+
+    def _budget(self, lane: str | None) -> BudgetSpent | None:
         lane_view = self.view.lanes.get(lane) if lane is not None else None
         story_spent = None if lane is None else ((lane_view.cost_usd or 0.0) if lane_view else 0.0)
-        limits = BudgetLimits(epic_usd=self.budget_usd, story_usd=self.story_budget_usd)
+        story_usd = self.story_budget_usd
+        if story_usd is not None and lane is not None:
+            story_usd += self.view.lane_raised_usd.get(lane, 0.0)
+        limits = BudgetLimits(epic_usd=self.epic_limit_usd, story_usd=story_usd)
         spent = budget_spent(limits, self.view.totals.cost_usd or 0.0, story_spent)
         if spent is None:
             return None
@@ -148,7 +177,7 @@ class RunContext:
                     spent_usd=round(spent.spent_usd, 6),
                 )
             )
-        return spent.reason
+        return spent
 
     async def gates(
         self, cwd: Path, *, where: GateWhere, lane: str, log_dir: Path, env: dict[str, str] | None = None

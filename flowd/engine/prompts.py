@@ -129,6 +129,11 @@ MERGE_REVISION_LEAD = (
     "{round} of {limit}). Your branch now includes everything merged into the epic since you "
     "started; the failures come from the combination, so fix them on your side:\n{red}"
 )
+ANSWERED = """
+
+You stopped earlier with `BLOCKED_ON`, and the person running flowd answered:
+{answers}
+Use that and carry on with the task."""
 
 REBUTTAL = """You stopped with `BLOCKED_ON: {need}`. That was checked against the epic's plan and rejected:
 {rebuttal}

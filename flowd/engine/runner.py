@@ -24,10 +24,12 @@ from flowd.engine.bootstrap import bootstrap_epic, preflight
 from flowd.engine.context import RunContext
 from flowd.engine.core.budget import BudgetLimits, budget_spent
 from flowd.engine.core.scheduler import (
+    AskPerson,
     Cancelled,
     Instruction,
     Launch,
     MarkWaiting,
+    Paused,
     Poll,
     ReportBudget,
     Say,
@@ -36,6 +38,8 @@ from flowd.engine.core.scheduler import (
     StoryFinished,
     StoryStopped,
 )
+from flowd.engine.core.scheduler import Event as SchedulerEvent
+from flowd.engine.pauses import PauseDesk, earlier_pauses
 from flowd.engine.report import EpicReport, build_report, epic_history, write_report
 from flowd.engine.requests import RequestDesk
 from flowd.engine.state import EpicLock, EpicPaths, load_state
@@ -71,7 +75,7 @@ from flowd.trace import (
     trace_path,
     write_run_record,
 )
-from flowd.view import RunView
+from flowd.view import PauseView, RunView
 
 EXIT_FOR = {"done": EXIT_OK, "failed": EXIT_FAILED, "halted": EXIT_HALTED, "cancelled": EXIT_CANCELLED}
 
@@ -87,6 +91,8 @@ class RunOptions:
     base: str | None = None
     on_event: Callable[[Envelope], None] | None = None
     handle_signals: bool = True
+    # What waits for an answer (docs/answers.md); None: the resumed run's, else `pauseOn` in config.
+    pause_on: list[str] | None = None
 
 
 @dataclass
@@ -211,6 +217,22 @@ class _Session:
             self.writer.subscribe(options.on_event)
         self.outcomes: dict[str, StoryOutcome] = {}
         self.pool: RosterPool | None = None
+        # A resumed run keeps what it was launched with unless told otherwise, and the pauses it
+        # (or, for a new run, the epic's previous run) left unanswered (docs/answers.md).
+        self.carried: dict[str, PauseView] = {}
+        earlier_pause_on = None
+        if self.view.last_seq == 0:
+            self.carried, earlier_pause_on = earlier_pauses(repo.root, setup.plan.epic_id, run_id)
+        self.pause_on: list[str] = next(
+            p
+            for p in (
+                options.pause_on,
+                self.view.pause_on,
+                earlier_pause_on,
+                [str(r) for r in setup.settings.pause_on],
+            )
+            if p is not None
+        )
 
     def _trace_failed(self, exc: OSError) -> None:
         self.broken.append(
@@ -256,6 +278,7 @@ class _Session:
                 concurrency=setup.concurrency,
                 titles={s.id: s.title for s in plan.stories},
                 budget_usd=setup.budget_usd,
+                pause_on=self.pause_on,
             )
         )
         for event in self.recovered:
@@ -296,6 +319,7 @@ class _Session:
             view=self.view,
             budget_usd=setup.budget_usd,
             story_budget_usd=setup.settings.story_budget_usd,
+            pause_on=frozenset(self.pause_on),
         )
         # The first stories' agents start while their worktrees are prepared (docs/performance.md).
         first = min(setup.concurrency, len(ready(setup.plan)))
@@ -303,6 +327,7 @@ class _Session:
         shell = SchedulerShell(
             ctx, setup.concurrency, setup.fail_fast, self.outcomes, stop=self.stop, broken=self.broken
         )
+        shell.carried = self.carried
         return await shell.run(self.options.handle_signals)
 
     async def _end(self, outcome: RunOutcome, reason: str | None) -> EpicReport:
@@ -384,7 +409,9 @@ class SchedulerShell:
         # and earlier runs (docs/performance.md: scheduling).
         history = story_durations(ctx.repo.root)
         rank = critical_path_rank(ctx.plan, estimate_durations(ctx.plan, history))
-        self.machine = Scheduler(ctx.plan, rank, concurrency, fail_fast)
+        self.machine = Scheduler(ctx.plan, rank, concurrency, fail_fast, pause_on=ctx.pause_on)
+        self.pauses = ctx.pauses = PauseDesk(ctx)
+        self.carried: dict[str, PauseView] = {}  # the epic's previous run's unanswered pauses
         self.cancel = stop or asyncio.Event()
         self.broken = broken if broken is not None else []
 
@@ -404,7 +431,7 @@ class SchedulerShell:
 
     def _poll(self) -> Poll:
         ctx = self.ctx
-        spent = budget_spent(BudgetLimits(epic_usd=ctx.budget_usd), ctx.view.totals.cost_usd or 0.0)
+        spent = budget_spent(BudgetLimits(epic_usd=ctx.epic_limit_usd), ctx.view.totals.cost_usd or 0.0)
         return Poll(
             coder_slots=ctx.pool.total_slots("coder"),
             budget_spent=spent.reason if spent else None,
@@ -417,19 +444,30 @@ class SchedulerShell:
         # Answers and revisions from the CLI and the editor (docs/answers.md).
         inbox = InboxReader(self.ctx.repo.root, self.ctx.run_id)
         desk = asyncio.create_task(inbox.serve(RequestDesk(self.ctx).handle), name="inbox")
+        # An answer wakes the loop as a finished story does (docs/answers.md).
+        answered = asyncio.create_task(self.pauses.wake.wait(), name="answers")
         try:
-            await self._carry_out(machine.handle(self._poll()))
+            # Pauses a killed run left unanswered stay paused (docs/answers.md).
+            await self._carry_out(machine.handle(*self.pauses.restore(self.carried), self._poll()))
             while machine.ended is None:
                 finished, _ = await asyncio.wait(
-                    [*self.tasks.values(), cancel_wait], return_when=asyncio.FIRST_COMPLETED
+                    [*self.tasks.values(), cancel_wait, answered], return_when=asyncio.FIRST_COMPLETED
                 )
                 if self.cancel.is_set():
                     await self._carry_out(machine.handle(Cancelled(self.broken[0] if self.broken else None)))
                     break
-                events = [self._finished(cast(asyncio.Task[StoryOutcome], task)) for task in finished]
+                events: list[SchedulerEvent] = [
+                    self._finished(cast(asyncio.Task[StoryOutcome], task))
+                    for task in finished
+                    if task is not answered
+                ]
+                if answered in finished:
+                    events += self.pauses.take()
+                    answered = asyncio.create_task(self.pauses.wake.wait(), name="answers")
                 await self._carry_out(machine.handle(*events))
                 await self._carry_out(machine.handle(self._poll()))
         finally:
+            answered.cancel()
             cancel_wait.cancel()
             desk.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -437,11 +475,14 @@ class SchedulerShell:
         assert machine.ended is not None
         return machine.ended.outcome, machine.ended.reason
 
-    def _finished(self, task: asyncio.Task[StoryOutcome]) -> StoryFinished:
+    def _finished(self, task: asyncio.Task[StoryOutcome]) -> StoryFinished | Paused:
         story = next(s for s, t in self.tasks.items() if t is task)
         del self.tasks[story]
         outcome = task.result()
         self.outcomes[story] = outcome
+        if outcome.status == "paused" and outcome.pause is not None:
+            whose = None if outcome.pause_run else story
+            return Paused(outcome.pause, story=whose, stopped=story, detail=outcome.reason or "")
         return StoryFinished(story, outcome.status, outcome.halt)
 
     async def _carry_out(self, instructions: list[Instruction]) -> None:
@@ -456,6 +497,8 @@ class SchedulerShell:
                 ctx.emit(Info(message=step.message))
             elif isinstance(step, ReportBudget):
                 ctx.budget_stop(None)  # emits BudgetExceeded once per run
+            elif isinstance(step, AskPerson):
+                self.pauses.ask(step.story, step.reason, step.detail)
             elif isinstance(step, StopAll):
                 await self._carry_out(self.machine.handle(*await self._stop_all()))
 

@@ -56,6 +56,7 @@ from flowd.events import (
     StageFailed,
     StageStarted,
     StoryMerged,
+    StoryStatus,
     StoryStatusChanged,
     WorktreePrepared,
 )
@@ -100,7 +101,8 @@ class StoryRun:
         except Exception as exc:
             # What stopped the story becomes its outcome by the failure policy (engine/core/failure.py).
             chain = self.coder.chain if self.coder else []
-            return self._finish(outcome_of(exc, StoryFacts(story, self.branch, chain)))
+            facts = StoryFacts(story, self.branch, chain, pause_on=ctx.pause_on)
+            return self._finish(outcome_of(exc, facts))
         finally:
             if self.coder is not None:
                 self.coder.release()
@@ -201,13 +203,13 @@ class StoryRun:
         if outcome.status == "failed":
             with contextlib.suppress(OSError):
                 append_findings(ctx.paths, self.story.id, f"## Failed\n\n{outcome.reason}")
-        ctx.emit(
-            StoryStatusChanged(
-                story=self.story.id,
-                status=outcome.status if outcome.status != "cancelled" else "waiting",
-                reason=outcome.reason,
-            )
-        )
+        reason = outcome.reason
+        if outcome.status == "paused":  # waits on a person (docs/answers.md)
+            reason = f"paused ({outcome.pause}): {outcome.reason}"
+        status: StoryStatus = "waiting"
+        if outcome.status in ("done", "failed"):
+            status = "done" if outcome.status == "done" else "failed"
+        ctx.emit(StoryStatusChanged(story=self.story.id, status=status, reason=reason))
         return outcome
 
     # -- prepare -------------------------------------------------------------------------------
@@ -299,7 +301,8 @@ class StoryRun:
         problem = self.ctx.repo.discard_worktree(worktree, branch)
         if problem is not None:
             self.info(f"could not remove the old worktree cleanly: {problem}")
-        for stale in (paths.checkpoint(self.story.id), paths.state(self.story.id)):
+        stale_answers = paths.checkpoint(self.story.id).with_name(f"{self.story.id}.answers.md")
+        for stale in (paths.checkpoint(self.story.id), paths.state(self.story.id), stale_answers):
             with contextlib.suppress(FileNotFoundError):
                 stale.unlink()
 

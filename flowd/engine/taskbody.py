@@ -17,6 +17,7 @@ from flowd.agents.base import TurnRequest, TurnResult
 from flowd.engine import prompts
 from flowd.engine.context import RunContext
 from flowd.engine.core.stops import StoryFailed, StoryWaiting
+from flowd.engine.pauses import told as answered
 from flowd.engine.perimeter_now import perimeter_now
 from flowd.engine.state import append_findings
 from flowd.events import Info, PerimeterViolation, TaskOwnsViolation
@@ -140,6 +141,9 @@ class TaskBody:
             title=task.title,
             description=plan.prompt_for(task),
         )
+        told = answered(self.ctx.paths, self.story_id)
+        if told:  # answers to this story's BLOCKED_ON pauses (docs/answers.md)
+            prompt += prompts.ANSWERED.format(answers="\n".join(f"- {t}" for t in told))
         reply = await self._coder(seat, prompt, task, index)
         reply = await self.check_blocked(seat, reply, task, index)
         if not await asyncio.to_thread(repo.status_paths, seat.worktree):

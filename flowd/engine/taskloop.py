@@ -14,7 +14,7 @@ from flowd.engine import prompts
 from flowd.engine.aside import TaskGraph
 from flowd.engine.context import HeldCoder, RunContext
 from flowd.engine.core.revision import with_revision
-from flowd.engine.core.stops import Halt, StoryFailed, StoryWaiting
+from flowd.engine.core.stops import StoryFailed, StoryWaiting
 from flowd.engine.reopen import revision_description
 from flowd.engine.state import append_findings
 from flowd.engine.taskbody import Seat, TaskBody, clip, issues_text
@@ -145,9 +145,9 @@ class TaskLoop:
             await TaskGraph(self).run()
             return
         while (found := self.plan.next_incomplete()) is not None:
-            stop = self.ctx.budget_stop(self.story_id)
+            stop = self.ctx.budget_halt(self.story_id)
             if stop is not None:
-                raise Halt(stop)
+                raise stop
             index, task = found
             await self.run_home(index, task)
             self.complete(index, task)

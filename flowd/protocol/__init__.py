@@ -63,6 +63,7 @@ LAUNCH_EPIC = Method("flow.launchEpic", "command", "LaunchArgs", "LaunchResult")
 CANCEL_EPIC = Method("flow.cancelEpic", "command", "CancelArgs", "CancelResult")
 RESUME_EPIC = Method("flow.resumeEpic", "command", "ResumeArgs", "LaunchResult")
 VALIDATE_PLAN = Method("flow.validatePlan", "command", "ValidateArgs", "ValidateResult")
+ANSWER = Method("flow.answer", "command", "AnswerArgs", "AnswerResult")
 
 # -- requests (client → server) ----------------------------------------------------------------
 STATUS = Method("flow/status", "request", "StatusParams", "StatusResult")
@@ -77,7 +78,7 @@ CLONE = Method("flow/clone", "notification", "CloneParams")
 COST = Method("flow/cost", "notification", "CostParams")
 ATTENTION = Method("flow/attention", "notification", "AttentionParams")
 
-COMMANDS = (LAUNCH_EPIC, CANCEL_EPIC, RESUME_EPIC, VALIDATE_PLAN)
+COMMANDS = (LAUNCH_EPIC, CANCEL_EPIC, RESUME_EPIC, VALIDATE_PLAN, ANSWER)
 REQUESTS = (STATUS, COST_REPORT, PERIMETER)
 NOTIFICATIONS = (RUN, LANE, TASK, CLONE, COST, ATTENTION)
 METHODS = (*COMMANDS, *REQUESTS, *NOTIFICATIONS)
@@ -85,7 +86,7 @@ BY_NAME = {m.name: m for m in METHODS}
 
 # Names docs/protocol.md reserves for pausing and answering, which this server does not serve
 # yet: clients may probe for them (the Neovim plugin checks the server's command list first).
-RESERVED = ("flow.answer", "flow.addRevision")
+RESERVED = ("flow.addRevision",)
 
 # The statuses a run ends with (`RunEnded.outcome`); any other run status means it is going on.
 RUN_OUTCOMES = ("done", "failed", "cancelled", "halted")

@@ -48,6 +48,8 @@ class LaunchArgs(Params):
     concurrency: int | None = Field(default=None, ge=1)
     fail_fast: bool | None = None
     budget_usd: float | None = Field(default=None, gt=0)
+    # What waits for an answer instead of halting (docs/answers.md); absent: `pauseOn` in config.
+    pause_on: list[Literal["budget", "blocked", "noExecutor"]] | None = None
 
 
 class LaunchResult(Shape):
@@ -76,6 +78,20 @@ class ResumeArgs(Params):
         if (self.run_id is None) == (self.plan is None):
             raise ValueError("give exactly one of runId or plan")
         return self
+
+
+class AnswerArgs(Params):
+    """`flow.answer`: answer the pause of `story` (absent: the run's own, the budget)."""
+
+    run_id: str = Field(min_length=1)
+    story: str | None = Field(default=None, min_length=1)
+    answer: str = Field(min_length=1)
+
+
+class AnswerResult(Shape):
+    run_id: str
+    story: str | None = None
+    message: str
 
 
 class ValidateArgs(Params):

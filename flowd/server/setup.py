@@ -16,6 +16,8 @@ from lsprotocol import types as lsp
 from flowd import protocol
 from flowd.server.app import FlowServer
 from flowd.server.features import Feature
+from flowd.server.features.answers import Answers
+from flowd.server.features.attention import Attention
 from flowd.server.features.commands import RunCommands
 from flowd.server.features.cost import CostReport
 from flowd.server.features.notifications import RunNotifications
@@ -36,8 +38,10 @@ def build_server() -> FlowServer:
     commands = RunCommands(server, plans)
     progress = WorkDoneProgress(server, commands.cancel)
     cost = CostReport(server)
+    attention = Attention(server)
+    answers = Answers(server)
     # Run hooks go in this order: a run's notifications before its progress, diagnostics after.
-    features: list[Feature] = [notes, progress, perimeter, owned, plans, commands, cost]
+    features: list[Feature] = [notes, attention, progress, perimeter, owned, plans, commands, cost, answers]
     server.features.extend(features)
     _bind_lifecycle(server)
     _bind_documents(server, plans, owned)
@@ -50,6 +54,7 @@ def build_server() -> FlowServer:
     _bind_command(server, protocol.CANCEL_EPIC, commands.cancel_epic)
     _bind_command(server, protocol.RESUME_EPIC, commands.resume_epic)
     _bind_command(server, protocol.VALIDATE_PLAN, commands.validate_plan)
+    _bind_command(server, protocol.ANSWER, answers.answer)
     _bind_request(server, protocol.STATUS, lambda p: _now(notes.status()))
     _bind_request(server, protocol.COST_REPORT, cost.report)
     _bind_request(

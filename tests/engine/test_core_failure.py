@@ -8,7 +8,7 @@ import pytest
 
 from flowd.engine.core.failure import POLICY, StoryFacts, outcome_of
 from flowd.engine.core.outcome import StoryOutcome
-from flowd.engine.core.stops import Halt, StoryFailed, StoryWaiting
+from flowd.engine.core.stops import BudgetHalt, Halt, StoryFailed, StoryWaiting
 from flowd.errors import FlowdError, InputError, NoExecutor
 
 FACTS = StoryFacts("s1", "story/ep/s1", ["claude", "codex"])
@@ -111,3 +111,35 @@ def test_no_executor_is_matched_before_the_flowd_errors_it_belongs_to() -> None:
     assert issubclass(NoExecutor, FlowdError)
     assert kinds.index(NoExecutor) < kinds.index(FlowdError)
     assert kinds[-1] is Exception
+
+
+PAUSING = StoryFacts("s1", "story/ep/s1", ["claude"], pause_on=frozenset({"budget", "blocked", "noExecutor"}))
+
+
+@pytest.mark.parametrize(
+    ("exc", "pause", "whole_run"),
+    [
+        (StoryWaiting("blocked on unplanned work: x.py"), "blocked", False),
+        (BudgetHalt("the epic budget of $1.00 is spent ($1.20)", whole_run=True), "budget", True),
+        (BudgetHalt("the story budget of $0.50 is spent ($0.60)", whole_run=False), "budget", False),
+        (NoExecutor("coder", "no executor can take the coder role"), "noExecutor", False),
+    ],
+)
+def test_a_reason_in_pause_on_pauses_the_story(exc: Exception, pause: str, whole_run: bool) -> None:
+    outcome = outcome_of(exc, PAUSING)
+    assert (outcome.status, outcome.pause, outcome.pause_run) == ("paused", pause, whole_run)
+    assert outcome.reason == str(exc) and outcome.halt is None
+
+
+@pytest.mark.parametrize(
+    ("exc", "status"),
+    [
+        (BudgetHalt("the epic budget of $1.00 is spent ($1.20)", whole_run=True), "waiting"),
+        (Halt("the epic worktree is dirty"), "waiting"),  # a halt that is no budget never pauses
+        (StoryFailed("red gates"), "failed"),
+    ],
+)
+def test_without_its_reason_in_pause_on_nothing_pauses(exc: Exception, status: str) -> None:
+    facts = StoryFacts("s1", "story/ep/s1", pause_on=frozenset({"blocked"}))
+    assert outcome_of(exc, facts).status == status
+    assert outcome_of(Halt("x"), PAUSING).status == "waiting"

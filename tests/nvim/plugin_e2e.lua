@@ -83,6 +83,6 @@ H.run(function()
   vim.cmd("FlowValidate " .. vim.fn.fnameescape(plan))
   H.wait("the validation", function() return H.note(plan .. ": no problems", mark) end)
   vim.cmd("FlowAnswer")
-  out.answer = H.wait("the answer", function() return H.note("not available yet", mark) end).msg
+  out.answer = H.wait("the answer", function() return H.note("nothing waits", mark) end).msg
   out.progress_echoes = vim.tbl_filter(function(e) return e:find("Epic calc", 1, true) end, out.echoes)
 end)

@@ -65,9 +65,7 @@ def test_the_plugin_end_to_end(nvim: Path, held_repo: Path, tmp_path: Path) -> N
     assert out["statusline_done"] == ""
     assert out["status"].startswith(f"flowd: {out['resumed_id']} calc done")
     assert out["cost"].startswith("flowd: flowd cost")
-    assert out["answer"] == (
-        "flowd: answering a paused run is not available yet: this flowd server has no flow.answer"
-    )
+    assert out["answer"] == "flowd: nothing waits for an answer"
     assert out["progress_echoes"], "the run's progress was never echoed"
 
 

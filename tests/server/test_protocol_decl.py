@@ -48,7 +48,7 @@ EXTENSION_IMPORTS = (
     "Commands", "Requests", "Notifications", "RUN_OUTCOMES", "isRunActive", "RunParams", "LaneTask",
     "LaneParams", "TaskState", "TaskParams", "CloneState", "CloneParams", "CostParams", "RunTotals",
     "StatusRun", "StatusResult", "LaunchArgs", "LaunchResult", "CancelResult", "ValidateResult",
-    "CostReportParams", "FlowServer", "AttentionParams", "ATTENTION", "ANSWER_COMMAND",
+    "CostReportParams", "FlowServer", "AttentionParams", "ATTENTION", "ANSWER",
 )  # fmt: skip
 
 

@@ -4,13 +4,14 @@
 import * as fs from "node:fs";
 import * as path from "node:path";
 import * as vscode from "vscode";
+import { ANSWER_ITEM, answerItems, DEFAULT_PAUSE_ON } from "./attention";
 import { diffCommand, findWorktree, mergeCommit, reportLine, shellQuote } from "./laneActions";
 import { costPhrase } from "./format";
 import { epicCost, LaneEntry, LanesModel, RunEntry, runningLanes } from "./lanesModel";
 import { escapeAngleBrackets } from "./markdown";
 import { mainCheckout } from "./repoRoot";
 import {
-  ANSWER_COMMAND,
+  ANSWER,
   AttentionParams,
   CancelResult,
   Commands,
@@ -181,7 +182,8 @@ export async function launchEpic(ctx: CommandContext, arg?: unknown): Promise<La
     },
   });
   if (concurrency === undefined) return undefined;
-  const args: LaunchArgs = { plan: plan.fsPath };
+  const pauseOn = vscode.workspace.getConfiguration("flowd").get<string[]>("pauseOn") ?? DEFAULT_PAUSE_ON;
+  const args: LaunchArgs = { plan: plan.fsPath, pauseOn: pauseOn as LaunchArgs["pauseOn"] };
   const n = parseConcurrency(concurrency);
   if (n !== undefined) args.concurrency = n;
   const result = await guarded(ctx, "launching the epic", () => server.executeCommand<LaunchResult>(Commands.launchEpic, args));
@@ -476,18 +478,23 @@ export async function showAttention(ctx: CommandContext, p: AttentionParams): Pr
   const where = p.lane ? `story ${p.lane} (run ${p.runId})` : `run ${p.runId}`;
   ctx.log.appendLine(`[attention] ${where}: ${p.reason}: ${p.message}`);
   if (p.reason === "cleared") return undefined;
-  const actions = p.actions ?? [];
+  const actions = answerItems(p);
   const text = p.message.startsWith("flowd") ? p.message : `flowd: ${p.message}`;
-  const choice = await vscode.window.showWarningMessage(text, ...actions, "Show Lanes");
+  let choice = await vscode.window.showWarningMessage(text, ...actions, "Show Lanes");
   if (choice === "Show Lanes") {
     await vscode.commands.executeCommand(LANES_CONTAINER_COMMAND);
     return undefined;
+  }
+  if (choice === ANSWER_ITEM) {
+    // Free text: what a blocked coder needs, or `raise 7` (docs/answers.md).
+    choice = await vscode.window.showInputBox({ title: where, prompt: p.message, placeHolder: (p.actions ?? []).join(", ") });
+    if (choice !== undefined) choice = choice.trim();
   }
   if (!choice) return undefined;
   const server = requireServer(ctx);
   if (!server) return undefined;
   const arg = p.lane ? { runId: p.runId, story: p.lane, answer: choice } : { runId: p.runId, answer: choice };
-  await guarded(ctx, "answering", () => server.executeCommand<unknown>(ANSWER_COMMAND, arg));
+  await guarded(ctx, "answering", () => server.executeCommand<unknown>(ANSWER, arg));
   return choice;
 }
 

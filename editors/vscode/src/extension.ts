@@ -1,6 +1,7 @@
 // Entry point: wires the model, the language client, the Lanes view, the status bar and commands.
 
 import * as vscode from "vscode";
+import { AttentionTracker, attentionBadge } from "./attention";
 import { CommandContext, LANES_VIEW, notifyRunEnded, registerCommands, showAttention } from "./commands";
 import { LanesModel } from "./lanesModel";
 import { LanesTreeProvider } from "./lanesView";
@@ -20,7 +21,8 @@ export function activate(context: vscode.ExtensionContext): FlowdApi {
   manager = new ServerManager(model, log);
   const mgr = manager;
   const tree = new LanesTreeProvider(model);
-  const statusBar = new FlowStatusBar(model);
+  const attention = new AttentionTracker();
+  const statusBar = new FlowStatusBar(model, attention);
   mgr.onDidChangeState((state, detail) => statusBar.setServerState(state, detail));
 
   const ctx: CommandContext = {
@@ -31,14 +33,21 @@ export function activate(context: vscode.ExtensionContext): FlowdApi {
     refresh: () => mgr.refresh(),
   };
   const stopEndNotices = model.onDidEndRun((run) => void notifyRunEnded(ctx, run));
-  mgr.onAttention = (params) => void showAttention(ctx, params);
+  mgr.onAttention = (params) => {
+    attention.apply(params);
+    void showAttention(ctx, params);
+  };
+  const lanesView = vscode.window.createTreeView(LANES_VIEW, { treeDataProvider: tree, showCollapseAll: true });
+  // The badge counts the stories waiting on a person (docs/editors.md).
+  const stopBadge = attention.onDidChange(() => (lanesView.badge = attentionBadge(attention.count)));
   context.subscriptions.push(
     { dispose: stopEndNotices },
+    { dispose: stopBadge },
     log,
     mgr,
     tree,
     statusBar,
-    vscode.window.createTreeView(LANES_VIEW, { treeDataProvider: tree, showCollapseAll: true }),
+    lanesView,
     ...registerCommands(ctx, { restart: () => mgr.restart() }),
     vscode.workspace.onDidChangeConfiguration((e) => {
       if (e.affectsConfiguration("flowd.path") || e.affectsConfiguration("flowd.server.port")) void mgr.restart();

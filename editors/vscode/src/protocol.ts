@@ -8,11 +8,13 @@ export const Commands = {
   cancelEpic: "flow.cancelEpic",
   resumeEpic: "flow.resumeEpic",
   validatePlan: "flow.validatePlan",
+  answer: "flow.answer",
 } as const;
 export const LAUNCH_EPIC = "flow.launchEpic";
 export const CANCEL_EPIC = "flow.cancelEpic";
 export const RESUME_EPIC = "flow.resumeEpic";
 export const VALIDATE_PLAN = "flow.validatePlan";
+export const ANSWER = "flow.answer";
 
 export const Requests = {
   status: "flow/status",
@@ -39,8 +41,7 @@ export const COST = "flow/cost";
 export const ATTENTION = "flow/attention";
 
 /** Names reserved for pausing and answering, not served yet: clients may probe for them. */
-export const Reserved = ["flow.answer", "flow.addRevision"] as const;
-export const ANSWER_COMMAND = "flow.answer";
+export const Reserved = ["flow.addRevision"] as const;
 export const ADD_REVISION_COMMAND = "flow.addRevision";
 
 /** Outcomes a run ends with (RunEnded.outcome); any other run status means it is still going. */
@@ -57,6 +58,21 @@ export function isRunActive(status: string): boolean {
 export interface FlowServer {
   executeCommand<T>(command: string, arg: object): Promise<T>;
   request<T>(method: string, params: object): Promise<T>;
+}
+
+/** `flow.answer`: answer the pause of `story` (absent: the run's own, the budget). */
+export interface AnswerArgs {
+  workDoneToken?: number | string;
+  partialResultToken?: number | string;
+  runId: string;
+  story?: string;
+  answer: string;
+}
+
+export interface AnswerResult {
+  runId: string;
+  story?: string;
+  message: string;
 }
 
 /**
@@ -167,6 +183,7 @@ export interface LaunchArgs {
   concurrency?: number;
   failFast?: boolean;
   budgetUsd?: number;
+  pauseOn?: ("budget" | "blocked" | "noExecutor")[];
 }
 
 export interface LaunchResult {

@@ -3,6 +3,7 @@
 import * as vscode from "vscode";
 import { PaletteCommands } from "./commands";
 import { LanesModel } from "./lanesModel";
+import { AttentionTracker, attentionText } from "./attention";
 import { ServerState } from "./server";
 import { IDLE_TEXT, statusText, statusTooltip } from "./statusText";
 
@@ -14,11 +15,17 @@ export class FlowStatusBar implements vscode.Disposable {
   private serverState: ServerState = "starting";
   private detail = "";
 
-  constructor(private readonly model: LanesModel) {
+  private readonly unsubscribeAttention: () => void;
+
+  constructor(
+    private readonly model: LanesModel,
+    private readonly attention?: AttentionTracker,
+  ) {
     this.item = vscode.window.createStatusBarItem("flowd.status", vscode.StatusBarAlignment.Left, 50);
     this.item.name = "flowd";
     this.item.command = PaletteCommands.showLanes;
     this.unsubscribe = model.onDidChange(() => this.update());
+    this.unsubscribeAttention = attention?.onDidChange(() => this.update()) ?? (() => undefined);
     this.update();
     this.item.show();
   }
@@ -39,7 +46,9 @@ export class FlowStatusBar implements vscode.Disposable {
     }
     // Until the server answers, runs known so far still show; with none, say it is on its way.
     const text = statusText(this.model);
-    this.item.text = this.serverState === "starting" && text === IDLE_TEXT ? STARTING_TEXT : text;
+    // Stories waiting on a person count beside the runs (docs/editors.md).
+    const waiting = attentionText(this.attention?.count ?? 0);
+    this.item.text = (this.serverState === "starting" && text === IDLE_TEXT ? STARTING_TEXT : text) + waiting;
     this.item.tooltip = this.serverState === "starting" ? "The flowd language server is starting." : statusTooltip(this.model);
     this.item.backgroundColor = undefined;
     this.item.command = PaletteCommands.showLanes;
@@ -52,6 +61,7 @@ export class FlowStatusBar implements vscode.Disposable {
 
   dispose(): void {
     this.unsubscribe();
+    this.unsubscribeAttention();
     this.item.dispose();
   }
 }

@@ -109,6 +109,8 @@ afterEach(() => {
   fs.rmSync(workspace, { recursive: true, force: true });
 });
 
+const ALL_PAUSES = ["budget", "blocked", "noExecutor"];
+
 describe("Flow: Launch Epic", () => {
   test("quick pick of JSON and Markdown plans, then concurrency → flow.launchEpic {plan, concurrency}", async () => {
     write("auth.epic.json", '{"epicId": "auth", "stories": []}');
@@ -122,7 +124,7 @@ describe("Flow: Launch Epic", () => {
     const result = await launchEpic(context(server));
 
     assert.deepEqual(labels(), ["auth.epic.json", "billing.md", BROWSE_LABEL]);
-    assert.deepEqual(server.commands(), [{ name: "flow.launchEpic", arg: { plan: markdownPlan, concurrency: 2 } }]);
+    assert.deepEqual(server.commands(), [{ name: "flow.launchEpic", arg: { plan: markdownPlan, pauseOn: ALL_PAUSES, concurrency: 2 } }]);
     assert.deepEqual(result, { runId: "r1", epicId: "billing", epicBranch: "epic/billing" });
     assert.match(stub.recorded.messages[0].message, /epic billing launched \(run r1, branch epic\/billing\)/);
     assert.ok(stub.recorded.executed.some((e) => e.command === LANES_CONTAINER_COMMAND));
@@ -143,7 +145,17 @@ describe("Flow: Launch Epic", () => {
     assert.equal(box.validate?.("two"), "A whole number of stories, 1 or more, or empty.");
     assert.equal(box.validate?.("3"), undefined);
     assert.equal(box.validate?.(""), undefined);
-    assert.deepEqual(server.commands(), [{ name: "flow.launchEpic", arg: { plan } }]);
+    assert.deepEqual(server.commands(), [{ name: "flow.launchEpic", arg: { plan, pauseOn: ALL_PAUSES } }]);
+  });
+
+  test("runs launched from the editor pause and ask by default; flowd.pauseOn changes what on", async () => {
+    const plan = write("auth.epic.json", "{}");
+    stub.settings.set("flowd.pauseOn", ["budget"]);
+    const server = new RecordingServer({ "flow.launchEpic": { runId: "r1", epicId: "auth", epicBranch: "epic/auth" }, "flow/status": { runs: [] } });
+    pick("auth.epic.json");
+    stub.answers.inputBox.push("");
+    await launchEpic(context(server));
+    assert.deepEqual(server.commands(), [{ name: "flow.launchEpic", arg: { plan, pauseOn: ["budget"] } }]);
   });
 
   test("escaping the pick or the prompt launches nothing", async () => {
@@ -177,7 +189,7 @@ describe("Flow: Launch Epic", () => {
       stub.answers.inputBox.push("");
       await launchEpic(context(server));
       assert.equal(stub.recorded.openDialogs.length, 1);
-      assert.deepEqual(server.commands(), [{ name: "flow.launchEpic", arg: { plan: outside } }]);
+      assert.deepEqual(server.commands(), [{ name: "flow.launchEpic", arg: { plan: outside, pauseOn: ALL_PAUSES } }]);
       assert.ok(!stub.recorded.messages.some((m) => m.kind !== "info"), JSON.stringify(stub.recorded.messages));
     } finally {
       fs.rmSync(elsewhere, { recursive: true, force: true });

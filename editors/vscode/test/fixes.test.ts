@@ -9,6 +9,7 @@ import * as fs from "node:fs";
 import * as os from "node:os";
 import * as path from "node:path";
 import { after, afterEach, before, beforeEach, describe, test } from "node:test";
+import { attentionBadge, AttentionTracker, attentionText } from "../src/attention";
 import { clientLogChannel, clientLogLine } from "../src/clientLog";
 import { CommandContext, notifyRunEnded, OPEN_REPORT, resumeRun, resumeTarget, runEndedMessage, showAttention, showCostReport, showLaneDiff } from "../src/commands";
 import { diffCommand, mergeCommit } from "../src/laneActions";
@@ -292,10 +293,47 @@ describe("flow/attention in the editor", () => {
     stub.answers.message.push("raise 5");
     const ctx = context(server, new LanesModel());
     await showAttention(ctx, { runId: "r1", lane: "api", reason: "budget", message: "budget reached", actions: ["raise 5", "stop"] });
-    assert.deepEqual(stub.recorded.messages[0].items, ["raise 5", "stop", "Show Lanes"]);
+    assert.deepEqual(stub.recorded.messages[0].items, ["raise 5", "stop", "Answer…", "Show Lanes"]);
     assert.deepEqual(server.calls, [{ name: "flow.answer", arg: { runId: "r1", story: "api", answer: "raise 5" } }]);
     await showAttention(ctx, { runId: "r1", lane: "api", reason: "cleared", message: "answered" });
     assert.equal(stub.recorded.messages.length, 1);
+  });
+
+  test("Answer… takes free text in an input box and sends it as flow.answer; escaping sends nothing", async () => {
+    stub.reset([tmp]);
+    const server = new RecordingServer({ "flow.answer": {} });
+    const ctx = context(server, new LanesModel());
+    const blocked = { runId: "r1", lane: "api", reason: "blocked", message: "Story api is blocked on x. What should its coder know?", actions: ["stop"] };
+    stub.answers.message.push("Answer…");
+    stub.answers.inputBox.push("  the schema is in db/schema.sql ");
+    assert.equal(await showAttention(ctx, blocked), "the schema is in db/schema.sql");
+    assert.deepEqual(stub.recorded.messages[0].items, ["stop", "Answer…", "Show Lanes"]);
+    assert.deepEqual(server.calls, [{ name: "flow.answer", arg: { runId: "r1", story: "api", answer: "the schema is in db/schema.sql" } }]);
+    stub.answers.message.push("Answer…");
+    stub.answers.inputBox.push(undefined);
+    assert.equal(await showAttention(ctx, blocked), undefined);
+    assert.equal(server.calls.length, 1);
+    // A failed story has nothing to answer: no Answer… button.
+    await showAttention(ctx, { runId: "r1", lane: "ui", reason: "failed", message: "story ui failed", actions: [] });
+    assert.deepEqual(stub.recorded.messages.at(-1)?.items, ["Show Lanes"]);
+  });
+
+  test("the waiting count: pauses and failures open, cleared closes, repairs never count", () => {
+    const tracker = new AttentionTracker();
+    let changes = 0;
+    tracker.onDidChange(() => changes++);
+    tracker.apply({ runId: "r1", lane: "api", reason: "blocked", message: "m", actions: ["stop"] });
+    tracker.apply({ runId: "r1", reason: "budget", message: "m", actions: ["raise 5", "stop"] });
+    tracker.apply({ runId: "r1", lane: "ui", reason: "repaired", message: "m", actions: [] });
+    assert.equal(tracker.count, 2);
+    assert.equal(attentionText(tracker.count), " $(bell) 2");
+    assert.deepEqual(attentionBadge(tracker.count), { value: 2, tooltip: "2 stories wait on you" });
+    tracker.apply({ runId: "r1", lane: "api", reason: "cleared", message: "answered", actions: [] });
+    tracker.apply({ runId: "r1", reason: "cleared", message: "answered", actions: [] });
+    assert.equal(tracker.count, 0);
+    assert.equal(attentionText(0), "");
+    assert.equal(attentionBadge(0), undefined);
+    assert.equal(changes, 4);
   });
 });
 

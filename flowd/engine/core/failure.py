@@ -1,6 +1,8 @@
 """The story failure policy: how whatever stopped a story becomes its `StoryOutcome`.
 
-One table, first match wins (order matters: `NoExecutor` is a `FlowdError`). Three results:
+One table, first match wins (order matters: `NoExecutor` is a `FlowdError`, `BudgetHalt` a
+`Halt`). A reason in `pauseOn` (a `BLOCKED_ON`, a spent budget, no executor) makes the story
+`paused` instead: it waits on a person (engine/core/pause.py). Otherwise three results:
 `failed` (the story's fault; its dependents wait), `waiting` (not the story's fault; it resumes
 on the next run) and `waiting` with `halt` set (not the story's fault and the run stops
 launching). Cancellation is not in the table: a cancelled story task is the run's decision, not a
@@ -15,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from flowd.engine.core.outcome import StoryOutcome
-from flowd.engine.core.stops import Halt, StoryFailed, StoryWaiting
+from flowd.engine.core.stops import BudgetHalt, Halt, StoryFailed, StoryWaiting
 from flowd.errors import FlowdError, NoExecutor
 
 # A full disk, a quota, a file-size limit, a read-only file system: the machine's, not the story's.
@@ -29,6 +31,20 @@ class StoryFacts:
     story: str
     branch: str
     executors: list[str] = field(default_factory=list)
+    # Reasons that wait for a person instead (engine/core/pause.py, docs/answers.md).
+    pause_on: frozenset[str] = frozenset()
+
+
+def _paused(facts: StoryFacts, reason: str, detail: str, *, whole_run: bool = False) -> StoryOutcome:
+    return StoryOutcome(
+        facts.story,
+        "paused",
+        reason=detail,
+        branch=facts.branch,
+        executors=list(facts.executors),
+        pause=reason,
+        pause_run=whole_run,
+    )
 
 
 def _failed(facts: StoryFacts, reason: str) -> StoryOutcome:
@@ -38,9 +54,17 @@ def _failed(facts: StoryFacts, reason: str) -> StoryOutcome:
 
 
 def _waiting(exc: StoryWaiting, facts: StoryFacts) -> StoryOutcome:
+    if "blocked" in facts.pause_on:
+        return _paused(facts, "blocked", exc.reason)
     return StoryOutcome(
         facts.story, "waiting", reason=exc.reason, branch=facts.branch, executors=list(facts.executors)
     )
+
+
+def _budget(exc: BudgetHalt, facts: StoryFacts) -> StoryOutcome:
+    if "budget" in facts.pause_on:
+        return _paused(facts, "budget", exc.reason, whole_run=exc.whole_run)
+    return _halt(exc, facts)
 
 
 def _halt(exc: Halt, facts: StoryFacts) -> StoryOutcome:
@@ -50,6 +74,8 @@ def _halt(exc: Halt, facts: StoryFacts) -> StoryOutcome:
 
 
 def _no_executor(exc: NoExecutor, facts: StoryFacts) -> StoryOutcome:
+    if "noExecutor" in facts.pause_on:
+        return _paused(facts, "noExecutor", str(exc))
     # No branch: the story may not have one yet, and nothing of it is worth reporting.
     return StoryOutcome(facts.story, "waiting", reason=f"not finished: {exc}", halt=str(exc))
 
@@ -81,6 +107,7 @@ Rule = Callable[[Any, StoryFacts], StoryOutcome]
 
 POLICY: tuple[tuple[type[Exception], Rule], ...] = (
     (StoryWaiting, _waiting),
+    (BudgetHalt, _budget),
     (Halt, _halt),
     (NoExecutor, _no_executor),
     (StoryFailed, _story_failed),

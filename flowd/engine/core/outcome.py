@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-OutcomeStatus = Literal["done", "failed", "waiting", "cancelled"]
+OutcomeStatus = Literal["done", "failed", "waiting", "cancelled", "paused"]
 
 
 @dataclass
@@ -17,3 +17,5 @@ class StoryOutcome:
     note: str | None = None
     executors: list[str] = field(default_factory=list)
     halt: str | None = None
+    pause: str | None = None  # `paused`: why it waits on a person (engine/core/pause.py)
+    pause_run: bool = False  # the whole run waits with it (the epic budget)

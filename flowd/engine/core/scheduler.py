@@ -16,6 +16,10 @@ Rules (docs/architecture.md: one run):
 - A story's `halt` halts the run: running stories finish, nothing new starts, the rest wait.
 - A cancel stops every running story; the run ends `cancelled`, or `halted` when the cancel came
   from a broken trace.
+- Pauses (docs/answers.md, rules in engine/core/pause.py): a paused story is neither running nor
+  finished, so it holds no slot and its dependents simply are not ready; a paused run (the epic
+  budget, with `budget` in `pauseOn`) launches nothing. A run whose only stories left are paused
+  does not end: it waits for an `Answered` (or a cancel).
 """
 
 from __future__ import annotations
@@ -66,7 +70,29 @@ class Cancelled:
     broken: str | None = None
 
 
-Event = Poll | StoryFinished | StoryStopped | Cancelled
+@dataclass(frozen=True)
+class Paused:
+    """A story (or, with `story` None, the whole run) waits on a person for `reason`.
+
+    `stopped`: the running story task that ended because of it; `told`: already asked (a pause a
+    killed run left in the trace), so no `AskPerson`."""
+
+    reason: str
+    story: str | None = None
+    stopped: str | None = None
+    detail: str = ""
+    told: bool = False
+
+
+@dataclass(frozen=True)
+class Answered:
+    """The person answered the pause of `story` (None: the run's): go on, or stop."""
+
+    story: str | None
+    go_on: bool
+
+
+Event = Poll | StoryFinished | StoryStopped | Cancelled | Paused | Answered
 
 # -- instructions --------------------------------------------------------------------------------
 
@@ -103,7 +129,16 @@ class End:
     reason: str | None = None
 
 
-Instruction = Launch | MarkWaiting | Say | ReportBudget | StopAll | End
+@dataclass(frozen=True)
+class AskPerson:
+    """Record the pause (`StoryPaused`) with its question: `story` None is the whole run."""
+
+    story: str | None
+    reason: str
+    detail: str
+
+
+Instruction = Launch | MarkWaiting | Say | ReportBudget | StopAll | End | AskPerson
 
 
 @dataclass
@@ -112,6 +147,7 @@ class Scheduler:
     rank: Mapping[str, float]
     concurrency: int
     fail_fast: bool
+    pause_on: frozenset[str] = frozenset()
     statuses: dict[str, OutcomeStatus] = field(default_factory=dict)
     running: list[str] = field(default_factory=list)
     waiting: dict[str, str] = field(default_factory=dict)
@@ -121,6 +157,8 @@ class Scheduler:
     stopping: bool = False
     ended: End | None = None
     last_summary: str = ""
+    paused: dict[str, str] = field(default_factory=dict)  # story → why it waits on a person
+    run_paused: str | None = None  # why the whole run waits on a person (the epic budget)
 
     def handle(self, *events: Event) -> list[Instruction]:
         """Apply `events` in order; the instructions they call for, in order."""
@@ -132,6 +170,10 @@ class Scheduler:
                 out += self._finished(event)
             elif isinstance(event, StoryStopped):
                 out += self._stopped(event)
+            elif isinstance(event, Paused):
+                out += self._paused(event)
+            elif isinstance(event, Answered):
+                out += self._answered(event)
             else:
                 out += self._cancel(event)
         # After the whole batch: stories finishing together are all recorded before failFast stops
@@ -146,22 +188,24 @@ class Scheduler:
         if self.ended is not None or self.cancelled is not None:
             return []
         out: list[Instruction] = []
-        if poll.may_launch and self.halted is None and self.failed_fast is None:
+        if poll.may_launch and self.halted is None and self.failed_fast is None and self.run_paused is None:
             out += self._launch(poll)
-        if not self.running:
+        if not self.running and (self._stopping_for_good or not (self.paused or self.run_paused)):
             out += self._settle()
         return out
 
     def _launch(self, poll: Poll) -> list[Instruction]:
         done = {s for s, status in self.statuses.items() if status == "done"}
         not_done = set(self.statuses) - done
-        ready_ids = ready(self.plan, done, not_done, self.waiting, self.running)
+        ready_ids = ready(self.plan, done, not_done, {**self.waiting, **self.paused}, self.running)
         if not ready_ids:
             return []
         slots = min(self.concurrency, max(1, poll.coder_slots))
         free = max(0, slots - len(self.running))
         chosen = launch_order(self.plan, ready_ids, self.rank)[:free]
         if chosen and poll.budget_spent is not None:
+            if "budget" in self.pause_on:
+                return [ReportBudget(), *self._paused(Paused("budget", detail=poll.budget_spent))]
             self.halted = poll.budget_spent
             return [ReportBudget()]
         self.running += chosen
@@ -225,6 +269,52 @@ class Scheduler:
         if story in self.running:
             self.running.remove(story)
 
+    @property
+    def _stopping_for_good(self) -> bool:
+        """Halted or failed fast: the run ends once nothing runs, even with pauses unanswered
+        (they stay in the trace, and a resumed run asks again)."""
+        return self.halted is not None or self.failed_fast is not None
+
+    # -- waiting on a person (docs/answers.md) --------------------------------------------------
+    def _paused(self, event: Paused) -> list[Instruction]:
+        if event.stopped is not None:
+            self._forget(event.stopped)
+        if event.story is None:
+            if self.run_paused is not None:
+                return []  # one question for the run, however many stories ran into it
+            self.run_paused = event.reason
+        elif event.story in self.paused:
+            return []
+        else:
+            self.paused[event.story] = event.reason
+        if event.told:
+            return []
+        return [AskPerson(event.story, event.reason, event.detail)]
+
+    def _answered(self, event: Answered) -> list[Instruction]:
+        if event.story is None:
+            reason, self.run_paused = self.run_paused, None
+            if reason is not None and not event.go_on and self.halted is None:
+                self.halted = f"the {reason} pause was answered `stop`"
+            return []
+        reason = self.paused.pop(event.story, None)
+        if reason is None or event.go_on:
+            return []
+        # `stop`: what the story would have done without `pauseOn`.
+        self.statuses[event.story] = "waiting"
+        why = f"stopped by an answer to its {reason} pause"
+        out: list[Instruction] = [MarkWaiting(event.story, why)]
+        if reason != "blocked" and self.halted is None:
+            self.halted = f"story {event.story}: {why}"
+        for dependent in dependents_of(self.plan, event.story):
+            if (
+                dependent not in self.statuses
+                and dependent not in self.running
+                and dependent not in self.waiting
+            ):
+                out.append(self._hold(dependent, f"waiting for {event.story}"))
+        return out
+
     # -- the end --------------------------------------------------------------------------------
     def _hold(self, story: str, reason: str) -> MarkWaiting:
         self.waiting[story] = reason
@@ -234,7 +324,10 @@ class Scheduler:
         return [
             self._hold(s.id, reason)
             for s in self.plan.stories
-            if s.id not in self.statuses and s.id not in self.waiting and s.id not in self.running
+            if s.id not in self.statuses
+            and s.id not in self.waiting
+            and s.id not in self.running
+            and s.id not in self.paused
         ]
 
     def _end(self, outcome: RunOutcome, reason: str | None = None) -> list[Instruction]:

@@ -28,3 +28,12 @@ class StoryWaiting(Exception):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
+
+
+class BudgetHalt(Halt):
+    """A spent budget: the epic's (`whole_run`) or the story's own. With `budget` in `pauseOn` it
+    pauses instead of halting (engine/core/failure.py, docs/answers.md)."""
+
+    def __init__(self, reason: str, *, whole_run: bool) -> None:
+        super().__init__(reason)
+        self.whole_run = whole_run

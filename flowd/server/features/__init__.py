@@ -9,6 +9,8 @@
 | `progress.py` | one work-done progress (`$/progress`) per run |
 | `commands.py` | `flow.launchEpic`, `flow.cancelEpic`, `flow.resumeEpic`, `flow.validatePlan` |
 | `cost.py` | `flow/costReport` |
+| `attention.py` | `flow/attention` for stories waiting on a person (pauses, failures) and `cleared` |
+| `answers.py` | `flow.answer`: an answer to a pause, through the run's inbox |
 
 A feature reads and changes the shared state on `FlowServer` and hears the server's lifecycle
 and each run's life through the hooks below (all no-ops by default).

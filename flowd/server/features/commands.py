@@ -26,7 +26,10 @@ def launch_options(p: LaunchArgs | None) -> runctl.LaunchOptions:
 
     if p is None:
         return runctl.LaunchOptions()  # a resume keeps what the run was launched with
-    return runctl.LaunchOptions(concurrency=p.concurrency, fail_fast=p.fail_fast, budget_usd=p.budget_usd)
+    pause_on = None if p.pause_on is None else [str(reason) for reason in p.pause_on]
+    return runctl.LaunchOptions(
+        concurrency=p.concurrency, fail_fast=p.fail_fast, budget_usd=p.budget_usd, pause_on=pause_on
+    )
 
 
 class RunCommands(Feature):

@@ -22,7 +22,15 @@ M.config = {
   -- { port = P, host? = "127.0.0.1" }: connect to a running `flowd serve --tcp` instead of
   -- starting one, with the token it wrote for the user.
   tcp = nil,
+  -- What a run launched with :FlowLaunch waits for your answer on (:FlowAnswer) instead of
+  -- halting: `pauseOn` of flow.launchEpic (docs/answers.md). {} halts as `flowd run` does.
+  pause_on = { "budget", "blocked", "noExecutor" },
 }
+
+-- `flow/attention` reasons that mean a story waits on a person (`repaired` only informs).
+local WAITING = { paused = true, blocked = true, budget = true, failed = true }
+local PAUSED = { paused = true, blocked = true, budget = true }
+local OTHER = "other answer…"
 
 -- What the server has told us, per client id: runs[runId] = flow/run params (+ epicId),
 -- lanes[runId] = { order = {lane...}, by = {lane -> flow/lane params} }, cost[runId] = flow/cost.
@@ -31,7 +39,8 @@ local roots = {} -- directory -> main checkout root (or false: not in a git repo
 local lanes_bufs = {} -- client id -> lanes buffer
 
 local function st(client_id)
-  state[client_id] = state[client_id] or { runs = {}, lanes = {}, cost = {} }
+  -- attention[runId .. "\0" .. lane] = the open flow/attention params (lane "" for the run)
+  state[client_id] = state[client_id] or { runs = {}, lanes = {}, cost = {}, attention = {} }
   return state[client_id]
 end
 
@@ -170,9 +179,29 @@ handlers[N.cost] = function(_, p, ctx)
   redraw()
 end
 
-handlers[N.attention] = function(_, p)
+handlers[N.attention] = function(_, p, ctx)
+  local open = st(ctx.client_id).attention
+  local key = p.runId .. "\0" .. (p.lane or "")
+  if p.reason == "cleared" then
+    open[key] = nil
+  elseif WAITING[p.reason] then
+    open[key] = p
+  end
   local level = p.reason == "cleared" and vim.log.levels.INFO or vim.log.levels.WARN
-  notify(p.message, level)
+  local hint = PAUSED[p.reason] and " (:FlowAnswer)" or ""
+  -- A failed lane is already told by flow/lane; it still counts in the statusline.
+  if p.reason ~= "failed" then notify(p.message .. hint, level) end
+  redraw()
+end
+
+--- The open waits of every flowd client: { { client = id, params = flow/attention params } }.
+local function waiting()
+  local out = {}
+  for client_id, s in pairs(state) do
+    for _, p in pairs(s.attention or {}) do table.insert(out, { client = client_id, params = p }) end
+  end
+  table.sort(out, function(a, b) return (a.params.runId .. (a.params.lane or "")) < (b.params.runId .. (b.params.lane or "")) end)
+  return out
 end
 
 -- -- the client -----------------------------------------------------------------------------------
@@ -307,6 +336,9 @@ function M.statusline()
       end
     end
   end
+  -- Stories waiting on a person (docs/editors.md).
+  local count = #waiting()
+  if count > 0 then table.insert(parts, ("⚑ %d"):format(count)) end
   return table.concat(parts, " | ")
 end
 
@@ -403,7 +435,9 @@ end
 function M.launch(arg)
   local plan = plan_arg(arg or "")
   if not plan then return notify("give a plan: :FlowLaunch path/to/epic.json", vim.log.levels.ERROR) end
-  execute(C.launchEpic, { plan = plan }, function(res)
+  local args = { plan = plan }
+  if M.config.pause_on then args.pauseOn = M.config.pause_on end
+  execute(C.launchEpic, args, function(res)
     notify(("launched run %s (epic %s on %s)"):format(res.runId, res.epicId, res.epicBranch))
   end)
 end
@@ -475,15 +509,31 @@ function M.answer(arg)
     return notify("answering a paused run is not available yet: this flowd server has no " .. ANSWER,
       vim.log.levels.WARN)
   end
-  pick_run("", function(r) return ACTIVE[r.status] end, "answer", function(run_id)
+  local pauses = vim.tbl_filter(function(w) return PAUSED[w.params.reason] end, waiting())
+  if #pauses == 0 then return notify("nothing waits for an answer") end
+  local function answer(p)
     local function send(text)
-      if text and text ~= "" then
-        execute(ANSWER, { runId = run_id, answer = text }, function() notify("answered " .. run_id) end)
-      end
+      text = text and vim.trim(text) or ""
+      if text == "" then return end
+      local argument = { runId = p.runId, story = p.lane, answer = text }
+      execute(ANSWER, argument, function(res) notify(res.message) end)
     end
     if arg and arg ~= "" then return send(arg) end
-    vim.ui.input({ prompt = "flowd answer: " }, send)
-  end)
+    -- Its options, then free text (what a blocked coder needs, or `raise 7`).
+    local items = vim.list_extend(vim.deepcopy(p.actions or {}), { OTHER })
+    vim.ui.select(items, { prompt = p.message }, function(choice)
+      if choice == OTHER then
+        vim.ui.input({ prompt = "flowd answer: " }, send)
+      else
+        send(choice)
+      end
+    end)
+  end
+  if #pauses == 1 then return answer(pauses[1].params) end
+  vim.ui.select(pauses, {
+    prompt = "flowd: answer which?",
+    format_item = function(w) return ("%s %s: %s"):format(w.params.runId, w.params.lane or "(run)", w.params.message) end,
+  }, function(choice) if choice then answer(choice.params) end end)
 end
 
 local COMMANDS = {

@@ -7,6 +7,7 @@ return {
     cancelEpic = "flow.cancelEpic",
     resumeEpic = "flow.resumeEpic",
     validatePlan = "flow.validatePlan",
+    answer = "flow.answer",
   },
   requests = {
     status = "flow/status",
@@ -23,7 +24,6 @@ return {
   },
   -- Reserved for pausing and answering, not served yet: the plugin probes for them.
   reserved = {
-    answer = "flow.answer",
     addRevision = "flow.addRevision",
   },
   -- Outcomes a run ends with (RunEnded.outcome); any other status means it is still going.

@@ -1,0 +1,29 @@
+"""`flowd answer RUN_ID [--story ID] TEXT`: answer a paused story or run (docs/answers.md).
+
+The answer travels to the live run through its inbox (`flowd/inbox.py`); the run says what it
+made of it. Exit 0 when the run took it, 2 when there is nothing paused there or the answer does
+not fit the pause (one sentence, nothing changed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from flowd.errors import EXIT_BAD_INPUT, EXIT_OK, InputError
+from flowd.gitops import Repo
+from flowd.inbox import Answer, post
+
+
+def answer_command(args: argparse.Namespace) -> int:
+    repo = Repo.discover(Path.cwd())
+    text = " ".join(args.text).strip()
+    if not text:
+        raise InputError("the answer is empty; give `raise N`, `stop`, `wait` or the text the coder needs")
+    reply = post(repo.root, args.run_id, Answer(story=args.story, answer=text, by="cli"))
+    if not reply.ok:
+        print(f"flowd: {reply.message}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    print(reply.message)
+    return EXIT_OK

@@ -1,0 +1,152 @@
+"""The runner's live pauses (docs/answers.md): asking a person (`StoryPaused`), taking the answer
+that comes through the inbox (`StoryAnswered`), doing what it says, and waking the scheduler.
+
+The rules (what a pause asks, what an answer means) are engine/core/pause.py's; the scheduler
+decides what a pause and an answer do to the run (engine/core/scheduler.py). This module keeps
+which pauses are open in this process and carries out the answer's effect:
+
+- `raise N`: the budget grows by N (the fold adds every raise up, so a resumed run keeps it);
+- free text to a blocked story: kept in `.flow/epics/<epic>/stories/<id>.answers.md`, and the
+  story's coder prompts carry it from then on (in later runs too);
+- `wait`: executors excluded for the run are taken back, and the story tries again.
+
+A killed run resumes paused: the same run (`--run-id`) finds its unanswered pauses in its own
+trace; a new run of the epic (`flowd run` again, `flow.resumeEpic`) takes over the story pauses
+the epic's previous run left unanswered and asks them again in its own trace. A run-level budget
+pause is not taken over by a new run: its budget counts its own spending.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import cast
+
+from flowd.engine.context import RunContext
+from flowd.engine.core.pause import (
+    PAUSE_REASONS,
+    AnswerRefused,
+    PauseReason,
+    Raise,
+    Tell,
+    Wait,
+    goes_on,
+    question_for,
+    read_answer,
+)
+from flowd.engine.core.scheduler import Answered, Paused
+from flowd.engine.state import EpicPaths
+from flowd.events import StoryAnswered, StoryPaused
+from flowd.fsio import write_text_atomic
+from flowd.inbox import Answer, Reply
+from flowd.trace import fold_trace, list_runs, trace_path
+from flowd.view import PauseView, RunView, reported_cost
+
+
+def answers_file(paths: EpicPaths, story: str) -> Path:
+    return paths.checkpoint(story).with_name(f"{story}.answers.md")
+
+
+def told(paths: EpicPaths, story: str) -> list[str]:
+    """What people answered this story's BLOCKED_ON pauses, oldest first."""
+    try:
+        text = answers_file(paths, story).read_text(encoding="utf-8")
+    except OSError:
+        return []
+    return [line[2:] for line in text.splitlines() if line.startswith("- ")]
+
+
+def _keep_told(paths: EpicPaths, story: str, text: str) -> None:
+    lines = [*told(paths, story), " ".join(text.split())]
+    write_text_atomic(answers_file(paths, story), "".join(f"- {line}\n" for line in lines))
+
+
+def earlier_pauses(repo: Path, epic_id: str, run_id: str) -> tuple[dict[str, PauseView], list[str] | None]:
+    """The story pauses the epic's previous run left unanswered, and what it paused on."""
+    previous = next((r for r in list_runs(repo) if r.epic_id == epic_id and r.run_id != run_id), None)
+    if previous is None:
+        return {}, None
+    view = fold_trace(
+        trace_path(repo, previous.run_id), RunView(run_id=previous.run_id, pricer=reported_cost)
+    )
+    return {lane: p for lane, p in view.pauses.items() if lane is not None}, view.pause_on
+
+
+class PauseDesk:
+    def __init__(self, ctx: RunContext) -> None:
+        self.ctx = ctx
+        self.open: dict[str | None, PauseReason] = {}  # lane (None: the run) → reason
+        self._answered: list[Answered] = []
+        self.wake = asyncio.Event()
+
+    def restore(self, carried: dict[str, PauseView] | None = None) -> list[Paused]:
+        """The pauses a killed run left unanswered, as scheduler events: the run goes on paused.
+        Its own (this trace's) are not asked again; those `carried` over from the epic's previous
+        run are asked again in this trace. Only reasons this run pauses on are kept."""
+        ctx = self.ctx
+        events: list[Paused] = []
+        own = list(ctx.view.pauses.items())
+        theirs = [(lane, p) for lane, p in (carried or {}).items() if lane not in ctx.view.pauses]
+        for mine, (lane, pause) in [*((True, x) for x in own), *((False, x) for x in theirs)]:
+            reason = pause.reason
+            if reason not in PAUSE_REASONS or reason not in ctx.pause_on:
+                continue
+            if lane is not None and ctx.plan.story(lane) is None:
+                continue
+            if not mine:
+                ctx.emit(
+                    StoryPaused(lane=lane, reason=reason, question=pause.question, options=pause.options)
+                )
+            self.open[lane] = reason
+            events.append(Paused(reason, story=lane, told=True))
+        return events
+
+    def ask(self, story: str | None, reason: str, detail: str) -> None:
+        pause = cast(PauseReason, reason)
+        asked = question_for(pause, story, detail)
+        self.open[story] = pause
+        self.ctx.emit(StoryPaused(lane=story, reason=pause, question=asked.question, options=asked.options))
+
+    def take(self) -> list[Answered]:
+        """The answers taken since the last call, for the scheduler."""
+        out, self._answered = self._answered, []
+        self.wake.clear()
+        return out
+
+    async def answer(self, request: Answer) -> Reply:
+        ctx, key = self.ctx, request.story
+        refused = self._refusal(key)
+        if refused is not None:
+            return Reply(ok=False, message=refused)
+        reason = self.open[key]
+        try:
+            decision = read_answer(reason, request.answer)
+        except AnswerRefused as exc:
+            return Reply(ok=False, message=f"{str(exc)[:1].upper()}{str(exc)[1:]}; nothing was changed.")
+        # Recorded first: the fold it updates is what the budget and the coder's prompt read.
+        ctx.emit(StoryAnswered(lane=key, answer=request.answer.strip(), by=request.by))
+        if isinstance(decision, Tell) and key is not None:
+            _keep_told(ctx.paths, key, decision.text)
+        if isinstance(decision, Raise):
+            ctx.budget_raised(key)
+        elif isinstance(decision, Wait):
+            ctx.pool.readmit()
+        del self.open[key]
+        self._answered.append(Answered(key, goes_on(decision)))
+        self.wake.set()
+        what = "the run" if key is None else f"story {key}"
+        then = "goes on" if goes_on(decision) else "stops as it would without pauseOn"
+        return Reply(ok=True, message=f"Answered the {reason} pause of {what}: it {then}.")
+
+    def _refusal(self, key: str | None) -> str | None:
+        run_id = self.ctx.run_id
+        if key is not None and self.ctx.plan.story(key) is None:
+            return f"Run {run_id} has no story {key!r}; `flowd status` lists its stories."
+        if key in self.open:
+            return None
+        if not self.open:
+            return f"Run {run_id} has nothing paused."
+        waiting = ", ".join("the run (no --story)" if k is None else k for k in self.open)
+        if key is None:
+            return f"Run {run_id} itself is not paused; answer one of its paused stories with --story: {waiting}."
+        return f"Story {key} of run {run_id} is not paused; paused: {waiting}."
