@@ -65,10 +65,11 @@ CORE_MAY_IMPORT = (
     "flowd.events",
     "flowd.plan.model",
     "flowd.plan.graph",
+    "flowd.tasks.model",  # a story's task plan: plain models, like the story plan's
     "flowd.errors",
 )
 # What loading those brings along: the packages' own `__init__`s and the pure modules they load.
-CORE_MAY_LOAD = (*CORE_MAY_IMPORT, "flowd.wire", "flowd.paths", "flowd.plan", "flowd.engine")
+CORE_MAY_LOAD = (*CORE_MAY_IMPORT, "flowd.wire", "flowd.paths", "flowd.plan", "flowd.tasks", "flowd.engine")
 SHELL = (
     "flowd.engine.story",
     "flowd.engine.runner",
