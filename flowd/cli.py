@@ -31,6 +31,8 @@ EXIT_CODES = {
     "cost": "0 · 2 bad option or not a git repository",
     "check": "0 no violation · 1 some · 2 not a git repository",
     "cancel": "0 stopped or already ended · 2 unknown run",
+    "revise": "0 the story takes the revision · 2 bad PATH:LINE, unknown run, story, file or line, "
+    "or the story has merged (one sentence says which; nothing changed)",
     "clean": "0 · 2 not a git repository; with --epic: unknown or unfinished epic, or a run of it is alive",
     "demo": "as flowd run (0 when the sample epic is done)",
     "serve": "0 when the client shuts it down · 2 bad option",
@@ -49,6 +51,7 @@ EXAMPLES = {
     "cost": "flowd cost --since 2026-11-01 --until 2026-11-30 --tz Europe/Rome",
     "check": "flowd check",
     "cancel": "flowd cancel auth-20261129T140307-1a2b",
+    "revise": 'flowd revise auth-20261129T140307-1a2b api src/api/login.py:12 "return 401, not 500"',
     "clean": "flowd clean --epic auth --dry-run",
     "demo": "flowd demo --dir /tmp/calc",
     "serve": "flowd serve --tcp --port 2087",
@@ -191,6 +194,20 @@ def _build_parser() -> argparse.ArgumentParser:
         metavar="RUN_ID",
         help="the run to stop (`flowd run` prints it first; `flowd status` lists them)",
     )
+
+    p = command(
+        "revise",
+        "flowd.revise:revise_command",
+        "a review comment on a line of a story's change becomes a revision task for its coder",
+    )
+    p.add_argument("run_id", metavar="RUN_ID", help="the live run (`flowd status` lists them)")
+    p.add_argument("story", metavar="STORY", help="the story to revise (not merged yet)")
+    p.add_argument(
+        "location",
+        metavar="PATH:LINE",
+        help="the file, relative to the repository (or absolute, in the story's worktree), and its line from 1",
+    )
+    p.add_argument("text", metavar="TEXT", nargs="+", help="the comment: what the coder should change")
 
     p = command("clean", "flowd.engine.clean:clean_command", "remove merged and forgotten worktrees")
     p.add_argument("--dry-run", action="store_true", help="say what would be removed; change nothing")

@@ -245,6 +245,22 @@ class BudgetExceeded(WireModel):
     spent_usd: float
 
 
+class RevisionRequested(WireModel):
+    """A review comment on a line of a story's change that became a revision task (docs/answers.md).
+
+    `id` names the revision in its task (so a resumed run knows whether it was taken) and `quote`
+    is the line as it read when the comment was made; both optional for readers."""
+
+    type: Literal["RevisionRequested"] = "RevisionRequested"
+    lane: str
+    path: str
+    line: int
+    text: str
+    by: Literal["editor", "cli"]
+    id: str | None = None
+    quote: str | None = None
+
+
 class Info(WireModel):
     type: Literal["Info"] = "Info"
     lane: str | None = None
@@ -276,6 +292,7 @@ Event = Annotated[
     | MergeRolledBack
     | StoryJudged
     | BudgetExceeded
+    | RevisionRequested
     | Info,
     Field(discriminator="type"),
 ]
@@ -287,7 +304,7 @@ EVENT_CLASSES: dict[str, type[WireModel]] = {
         StageStarted, StageCompleted, StageFailed, ToolUse, AssistantMessage, TokensUsed,
         ExecutorLeased, ExecutorReleased, ExecutorExcluded, ExecutorResumed, ExecutorHandedOver,
         GateResult, PerimeterViolation, TaskOwnsViolation, StoryMerged, MergeRolledBack,
-        StoryJudged, BudgetExceeded, Info,
+        StoryJudged, BudgetExceeded, Info, RevisionRequested,
     )
 }  # fmt: skip
 EVENT_TYPES: frozenset[str] = frozenset(EVENT_CLASSES)

@@ -19,7 +19,7 @@ def test_every_contract_event_type_is_known() -> None:
         "StageStarted", "StageCompleted", "StageFailed", "ToolUse", "AssistantMessage", "TokensUsed",
         "ExecutorLeased", "ExecutorReleased", "ExecutorExcluded", "ExecutorResumed", "ExecutorHandedOver",
         "GateResult", "PerimeterViolation", "TaskOwnsViolation", "StoryMerged", "MergeRolledBack",
-        "StoryJudged", "BudgetExceeded", "Info",
+        "StoryJudged", "BudgetExceeded", "Info", "RevisionRequested",
     }  # fmt: skip
     assert contract == EVENT_TYPES
 

@@ -19,6 +19,7 @@ from flowd.agents.base import (
 )
 from flowd.config import Settings
 from flowd.engine.core.budget import BudgetLimits, budget_spent
+from flowd.engine.review import ReviewQueue
 from flowd.engine.state import EpicPaths
 from flowd.events import (
     AssistantMessage,
@@ -66,6 +67,7 @@ class RunContext:
     merge_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     halted: str | None = None
     holders: dict[str, HeldCoder] = field(default_factory=dict)  # lane → its held coder
+    reviews: ReviewQueue = field(default_factory=ReviewQueue)  # review comments due (engine/review.py)
     _budget_told: set[str] = field(default_factory=set)
 
     @property

@@ -98,9 +98,16 @@ class StoryRun:
         await loop.plan_tasks()
         await loop.run_tasks()
         note = await loop.judge()
-        async with ctx.merge_lock:
-            await asyncio.to_thread(self._catch_up)
-            repaired = await asyncio.to_thread(self._repair_perimeter)
+        while True:
+            async with ctx.merge_lock:
+                # Review comments that came while it was judged or waited its turn go first; once
+                # its merge begins, it takes no more (docs/answers.md: revisions).
+                if ctx.reviews.close_if_idle(story):
+                    await asyncio.to_thread(self._catch_up)
+                    repaired = await asyncio.to_thread(self._repair_perimeter)
+                    break
+            await loop.run_tasks()
+            note = await loop.judge() or note
         coder.release()
         commit = await self._merge()
         await asyncio.to_thread(self._clean_up)
