@@ -9,6 +9,7 @@
 | `progress.py` | one work-done progress (`$/progress`) per run |
 | `commands.py` | `flow.launchEpic`, `flow.cancelEpic`, `flow.resumeEpic`, `flow.validatePlan` |
 | `cost.py` | `flow/costReport` |
+| `review.py` | `flow.addRevision`: a review comment becomes a story's revision task |
 
 A feature reads and changes the shared state on `FlowServer` and hears the server's lifecycle
 and each run's life through the hooks below (all no-ops by default).
