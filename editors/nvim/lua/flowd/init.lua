@@ -261,6 +261,10 @@ local function execute(command, argument, on_result)
   request("workspace/executeCommand", { command = command, arguments = { argument } }, on_result)
 end
 
+-- For the plugin's other modules (flowd/revise.lua).
+M.execute = execute
+M.say = function(msg, level) notify(msg, level) end
+
 -- -- statusline and lanes --------------------------------------------------------------------------
 
 local function epic_cost(s, epic_id)
@@ -479,6 +483,7 @@ local COMMANDS = {
   FlowValidate = { function(o) M.validate(o.args) end, { nargs = "?", complete = "file" } },
   FlowLanes = { function() M.lanes() end, {} },
   FlowAnswer = { function(o) M.answer(o.args) end, { nargs = "?" } },
+  FlowRevise = { function(o) require("flowd.revise").revise(M, o.args) end, { nargs = "*" } },
 }
 
 function M.setup(opts)
