@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING
 from flowd.engine.core.revisions import Refusal, Requested, RevisionFacts, admit, marker, owed
 from flowd.engine.state import load_state
 from flowd.errors import FlowdError
-from flowd.events import Info, RevisionRequested
+from flowd.events import Info, RevisionRequested, parse_line
 from flowd.inbox import Reply, Revision
 from flowd.tasks.model import Task, TaskPlan
-from flowd.trace import read_trace, trace_path
+from flowd.trace import list_runs, trace_path
 
 if TYPE_CHECKING:  # the context holds the run's ReviewQueue
     from flowd.engine.context import RunContext
@@ -197,15 +197,9 @@ def _refusal_message(ctx: RunContext, request: Revision, refusal: Refusal, facts
 
 
 def carry_over(ctx: RunContext) -> list[Requested]:
-    """Queue again the comments this run's trace recorded that never became tasks (a killed runner)."""
-    requested: list[Requested] = []
-    with contextlib.suppress(OSError):
-        for envelope in read_trace(trace_path(ctx.repo.root, ctx.run_id)):
-            event = envelope.event
-            if isinstance(event, RevisionRequested) and event.id is not None:
-                requested.append(
-                    Requested(event.id, event.lane, event.path, event.line, event.text, event.quote)
-                )
+    """Queue again the comments recorded in this epic's runs (this one included: a resume may get a
+    new run id) that never became tasks, because a runner was killed or cancelled in between."""
+    requested = _recorded(ctx)
     lanes = {r.lane for r in requested if ctx.plan.story(r.lane) is not None}
     checkpoints = {lane: _read_text(ctx.paths.checkpoint(lane)) for lane in lanes}
     merged = {lane for lane in lanes if _merged(ctx, lane)}
@@ -219,6 +213,31 @@ def carry_over(ctx: RunContext) -> list[Requested]:
             )
         )
     return due
+
+
+def _recorded(ctx: RunContext) -> list[Requested]:
+    """Every `RevisionRequested` of the epic's runs, oldest run first, once per id. Only lines that
+    name the type are parsed: traces are long and these events few."""
+    runs = [r.run_id for r in reversed(list_runs(ctx.repo.root)) if r.epic_id == ctx.epic_id]
+    if ctx.run_id not in runs:
+        runs.append(ctx.run_id)
+    found: dict[str, Requested] = {}
+    for run_id in runs:
+        try:
+            with trace_path(ctx.repo.root, run_id).open("rb") as lines:
+                for line in lines:
+                    if b'"RevisionRequested"' not in line:
+                        continue
+                    envelope = parse_line(line)
+                    event = envelope.event if envelope is not None else None
+                    if isinstance(event, RevisionRequested) and event.id is not None:
+                        found.setdefault(
+                            event.id,
+                            Requested(event.id, event.lane, event.path, event.line, event.text, event.quote),
+                        )
+        except OSError:
+            continue
+    return list(found.values())
 
 
 def _read_text(path: Path) -> str:

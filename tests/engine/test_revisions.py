@@ -163,16 +163,19 @@ def test_a_revision_not_yet_taken_survives_a_killed_runner(tmp_path: Path, gates
 
     go_a.touch()
     go_b.touch()
-    again = scenario.spawn("--run-id", RUN_ID)
+    # Resumed as a new run (as the editor's resume does): the comment is still due there.
+    again = scenario.spawn("--run-id", "ep-again")
     try:
         assert again.wait(timeout=180) == 0, again.stderr.read() if again.stderr else ""
     finally:
         kill_group(again)
-    events = scenario.events(RUN_ID)
-    assert len(revisions(events)) == 1  # recorded once, taken once
+    assert len(revisions(scenario.events(RUN_ID))) == 1
+    events = scenario.events("ep-again")
+    assert revisions(events) == []  # recorded once, in the run that was asked
     assert any(
-        isinstance(e.event, Info) and "asked before the restart is still due" in e.event.message
-        for e in events
+        isinstance(e.event, Info) and "asked before the restart is still due" in e.event.message for e in events
     )
+    titles = [e.event.title for e in events if isinstance(e.event, TaskStarted) and e.event.lane == "a"]
+    assert titles[-1] == "Review comment 1: a.txt:1"
     assert "Review comment 1: a.txt:1" in checkpoint.read_text(encoding="utf-8")
     assert git(repo, "show", "epic/ep:a.txt") == "LOUD\n"
