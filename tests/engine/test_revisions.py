@@ -173,7 +173,8 @@ def test_a_revision_not_yet_taken_survives_a_killed_runner(tmp_path: Path, gates
     events = scenario.events("ep-again")
     assert revisions(events) == []  # recorded once, in the run that was asked
     assert any(
-        isinstance(e.event, Info) and "asked before the restart is still due" in e.event.message for e in events
+        isinstance(e.event, Info) and "asked before the restart is still due" in e.event.message
+        for e in events
     )
     titles = [e.event.title for e in events if isinstance(e.event, TaskStarted) and e.event.lane == "a"]
     assert titles[-1] == "Review comment 1: a.txt:1"
