@@ -96,7 +96,7 @@ def take_revision(ctx: RunContext, request: Revision) -> Reply:
     status = lane.status if lane is not None else "planned"
     lines: list[str] | None = None
     if path is not None and ctx.plan.story(story) is not None:
-        lines = _read_lines(_worktree_for(ctx, story) / path)
+        lines = _read_lines(_worktree_for(ctx, story), path)
     facts = RevisionFacts(
         known=ctx.plan.story(story) is not None,
         status=status,
@@ -146,10 +146,15 @@ def _worktree_for(ctx: RunContext, story: str) -> Path:
     return own if (own / ".git").exists() else ctx.epic_wt
 
 
-def _read_lines(file: Path) -> list[str] | None:
-    if ".git" in file.parts or not file.is_file():
-        return None
+def _read_lines(root: Path, path: str) -> list[str] | None:
+    """The file's lines; None when it is not a regular file inside `root` (a symlink out of the
+    worktree, or git's own files, name no line of the story's change)."""
+    file = root / path
     try:
+        if ".git" in PurePosixPath(path).parts or not file.resolve().is_relative_to(root.resolve()):
+            return None
+        if not file.is_file():
+            return None
         return file.read_text(encoding="utf-8", errors="replace").splitlines()
     except OSError:
         return None

@@ -115,6 +115,15 @@ def test_comments_become_revision_tasks_and_bad_ones_change_nothing(
             assert len(done.stderr.strip().splitlines()) == 1, (name, done.stderr)
             assert "Traceback" not in done.stderr
 
+        # A symlink out of the worktree names no line of the story's change.
+        link = scenario.worktree_root / "ep" / "a" / "link.txt"
+        (tmp_path / "outside.txt").write_text("secret\n", encoding="utf-8")
+        link.symlink_to(tmp_path / "outside.txt")
+        done = revise(repo, RUN_ID, "a", "link.txt:1", "x")
+        link.unlink()
+        assert done.returncode == 2
+        assert "There is no file link.txt in story a's worktree" in done.stderr
+
         go_a.touch()
         until(
             scenario,
