@@ -32,6 +32,8 @@ EXIT_CODES = {
     "check": "0 no violation · 1 some · 2 not a git repository",
     "cancel": "0 stopped or already ended · 2 unknown run",
     "answer": "0 answered · 2 nothing paused there, an answer that does not fit the pause, or a run not running",
+    "revise": "0 the story takes the revision · 2 bad PATH:LINE, unknown run, story, file or line, "
+    "or the story has merged (one sentence says which; nothing changed)",
     "clean": "0 · 2 not a git repository; with --epic: unknown or unfinished epic, or a run of it is alive",
     "demo": "as flowd run (0 when the sample epic is done)",
     "serve": "0 when the client shuts it down · 2 bad option",
@@ -51,6 +53,7 @@ EXAMPLES = {
     "check": "flowd check",
     "cancel": "flowd cancel auth-20261129T140307-1a2b",
     "answer": "flowd answer auth-20261129T140307-1a2b raise 5",
+    "revise": 'flowd revise auth-20261129T140307-1a2b api src/api/login.py:12 "return 401, not 500"',
     "clean": "flowd clean --epic auth --dry-run",
     "demo": "flowd demo --dir /tmp/calc",
     "serve": "flowd serve --tcp --port 2087",
@@ -218,6 +221,23 @@ def _add_answer(sub: Subparsers) -> None:
     )
 
 
+def _add_revise(sub: Subparsers) -> None:
+    p = _command(
+        sub,
+        "revise",
+        "flowd.revise:revise_command",
+        "a review comment on a line of a story's change becomes a revision task for its coder",
+    )
+    p.add_argument("run_id", metavar="RUN_ID", help="the live run (`flowd status` lists them)")
+    p.add_argument("story", metavar="STORY", help="the story to revise (not merged yet)")
+    p.add_argument(
+        "location",
+        metavar="PATH:LINE",
+        help="the file, relative to the repository (or absolute, in the story's worktree), and its line from 1",
+    )
+    p.add_argument("text", metavar="TEXT", nargs="+", help="the comment: what the coder should change")
+
+
 def _add_clean(sub: Subparsers) -> None:
     p = _command(sub, "clean", "flowd.engine.clean:clean_command", "remove merged and forgotten worktrees")
     p.add_argument("--dry-run", action="store_true", help="say what would be removed; change nothing")
@@ -290,6 +310,7 @@ SUBCOMMANDS: tuple[Callable[[Subparsers], None], ...] = (
     _add_check,
     _add_cancel,
     _add_answer,
+    _add_revise,
     _add_clean,
     _add_demo,
     _add_agent,

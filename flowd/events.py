@@ -296,6 +296,22 @@ class StoryAnswered(WireModel):
     by: Literal["editor", "cli"]
 
 
+class RevisionRequested(WireModel):
+    """A review comment on a line of a story's change that became a revision task (docs/answers.md).
+
+    `id` names the revision in its task (so a resumed run knows whether it was taken) and `quote`
+    is the line as it read when the comment was made; both optional for readers."""
+
+    type: Literal["RevisionRequested"] = "RevisionRequested"
+    lane: str
+    path: str
+    line: int
+    text: str
+    by: Literal["editor", "cli"]
+    id: str | None = None
+    quote: str | None = None
+
+
 class Info(WireModel):
     type: Literal["Info"] = "Info"
     lane: str | None = None
@@ -332,6 +348,7 @@ Event = Annotated[
     | MergeRevision
     | StoryPaused
     | StoryAnswered
+    | RevisionRequested
     | Info,
     Field(discriminator="type"),
 ]
@@ -344,7 +361,7 @@ EVENT_CLASSES: dict[str, type[WireModel]] = {
         ExecutorLeased, ExecutorReleased, ExecutorExcluded, ExecutorResumed, ExecutorHandedOver,
         GateResult, PerimeterViolation, TaskOwnsViolation, StoryMerged, MergeRolledBack,
         StoryJudged, BudgetExceeded, StoryPaused, StoryAnswered, Info,
-        WorktreePrepared, GateFlaky, MergeRevision,
+        WorktreePrepared, GateFlaky, MergeRevision, RevisionRequested,
     )
 }  # fmt: skip
 EVENT_TYPES: frozenset[str] = frozenset(EVENT_CLASSES)

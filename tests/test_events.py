@@ -20,7 +20,7 @@ def test_every_contract_event_type_is_known() -> None:
         "ExecutorLeased", "ExecutorReleased", "ExecutorExcluded", "ExecutorResumed", "ExecutorHandedOver",
         "GateResult", "PerimeterViolation", "TaskOwnsViolation", "StoryMerged", "MergeRolledBack",
         "StoryJudged", "BudgetExceeded", "StoryPaused", "StoryAnswered", "Info",
-        "WorktreePrepared", "GateFlaky", "MergeRevision",
+        "WorktreePrepared", "GateFlaky", "MergeRevision", "RevisionRequested",
     }  # fmt: skip
     assert contract == EVENT_TYPES
 

@@ -30,6 +30,7 @@ from flowd.events import (
     PerimeterPath,
     PerimeterViolation,
     PlannedTask,
+    RevisionRequested,
     RunEnded,
     RunStarted,
     StageCompleted,
@@ -93,6 +94,7 @@ def one_of_each() -> list[Event]:
         StoryPaused(lane="b", reason="blocked", question="what?", options=["stop"]),
         StoryPaused(reason="budget", question="raise?", options=["raise 5", "stop"]),
         StoryAnswered(lane="b", answer="use x.py", by="cli"),
+        RevisionRequested(lane="a", path="a.py", line=3, text="rename it", by="cli", id="r1", quote="x = 1"),
         Info(lane="a", message="note"),
         StoryStatusChanged(story="a", status="done"),
         RunEnded(outcome="done", done=1, failed=0, skipped=1, reason="ok"),
@@ -210,7 +212,7 @@ def test_types_outside_folded_types_never_change_a_view() -> None:
     assert {e.type for e in events} == set(EVENT_CLASSES)  # the sample covers every type
     view = fold(RUN, [Envelope(seq=n, at="t", run_id=RUN, event=e) for n, e in enumerate(events[:-1], 1)])
     skipped = [e for e in events if e.type not in FOLDED_TYPES]
-    assert len(skipped) == 14
+    assert len(skipped) == 15
     for event in skipped:
         before = state(view)
         view.apply_event(event, "2026-11-30T10:00:00.000Z")

@@ -23,6 +23,7 @@ from flowd.engine.core.budget import BudgetLimits, BudgetSpent, budget_spent
 from flowd.engine.core.ports import PortSlots
 from flowd.engine.core.stops import BudgetHalt
 from flowd.engine.gates import CommandRun, run_gates
+from flowd.engine.review import ReviewQueue
 from flowd.engine.state import EpicPaths
 from flowd.events import (
     AssistantMessage,
@@ -69,6 +70,7 @@ class RunContext:
     pause_on: frozenset[str] = frozenset()
     pauses: PauseDesk | None = None  # the runner's live pauses, once it schedules
     holders: dict[str, HeldCoder] = field(default_factory=dict)  # lane → its held coder
+    reviews: ReviewQueue = field(default_factory=ReviewQueue)  # review comments due (engine/review.py)
     _budget_told: set[str] = field(default_factory=set)
     # Running lanes' port ranges (docs/worktree-bootstrap.md), keyed by story id or `<story>#t<n>`.
     ports: PortSlots = field(init=False)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from flowd.engine.context import RunContext
+from flowd.engine.review import take_revision
 from flowd.inbox import Answer, Reply, Revision
 
 
@@ -27,4 +28,4 @@ class RequestDesk:
         return Reply(ok=False, message=f"Run {self.ctx.run_id} has nothing paused.")
 
     async def revise(self, request: Revision) -> Reply:
-        return Reply(ok=False, message=f"Run {self.ctx.run_id} does not take revisions yet.")
+        return take_revision(self.ctx, request)

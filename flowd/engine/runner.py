@@ -42,6 +42,7 @@ from flowd.engine.core.scheduler import Event as SchedulerEvent
 from flowd.engine.pauses import PauseDesk, earlier_pauses
 from flowd.engine.report import EpicReport, build_report, epic_history, write_report
 from flowd.engine.requests import RequestDesk
+from flowd.engine.review import carry_over
 from flowd.engine.state import EpicLock, EpicPaths, load_state
 from flowd.engine.story import StoryOutcome, StoryRun, undo_interrupted_merge
 from flowd.errors import EXIT_CANCELLED, EXIT_FAILED, EXIT_HALTED, EXIT_OK, FlowdError, InputError
@@ -442,6 +443,7 @@ class SchedulerShell:
         machine = self.machine
         cancel_wait = asyncio.create_task(self.cancel.wait(), name="cancel")
         # Answers and revisions from the CLI and the editor (docs/answers.md).
+        carry_over(self.ctx)  # review comments a killed runner recorded but never made tasks
         inbox = InboxReader(self.ctx.repo.root, self.ctx.run_id)
         desk = asyncio.create_task(inbox.serve(RequestDesk(self.ctx).handle), name="inbox")
         # An answer wakes the loop as a finished story does (docs/answers.md).

@@ -128,12 +128,20 @@ class StoryRun:
         self.rounds_before = rounds_not_counted(loop.plan, self.resumed_from)
         if (round_ := resuming_round(loop.plan)) is not None and self.resumed_from != "failed":
             self.info(f"resuming merge revision {round_}")
+        note: str | None = None
         while True:
             await loop.run_tasks()
-            note = await loop.judge()
-            async with ctx.merge_lock:
-                await asyncio.to_thread(self._catch_up)
-                repaired = await asyncio.to_thread(self._repair_perimeter)
+            note = await loop.judge() or note
+            while True:
+                async with ctx.merge_lock:
+                    # Review comments that came while it was judged or waited its turn go first;
+                    # once its merge begins, it takes no more (docs/answers.md: revisions).
+                    if ctx.reviews.close_if_idle(story):
+                        await asyncio.to_thread(self._catch_up)
+                        repaired = await asyncio.to_thread(self._repair_perimeter)
+                        break
+                await loop.run_tasks()
+                note = await loop.judge() or note
             coder.release()
             try:
                 commit = await self._merge()
@@ -172,6 +180,7 @@ class StoryRun:
             f"epic gates red after merging; merge undone, sending it back to catch up and fix "
             f"(merge revision {decision.round} of {limit})"
         )
+        ctx.reviews.reopen(story)  # not merged after all: review comments are welcome again
         coder = await self._lease_coder()
         loop.rebind(coder)
         async with ctx.merge_lock:

@@ -16,6 +16,7 @@ from flowd.engine.context import HeldCoder, RunContext
 from flowd.engine.core.revision import with_revision
 from flowd.engine.core.stops import StoryFailed, StoryWaiting
 from flowd.engine.reopen import revision_description
+from flowd.engine.review import append_revisions
 from flowd.engine.state import append_findings
 from flowd.engine.taskbody import Seat, TaskBody, clip, issues_text
 from flowd.events import (
@@ -141,16 +142,32 @@ class TaskLoop:
 
     # -- the loop ------------------------------------------------------------------------------
     async def run_tasks(self) -> None:
+        self.take_revisions()
         if self.ctx.settings.task_concurrency > 1 and has_parallel_tasks(self.plan):
             await TaskGraph(self).run()
             return
-        while (found := self.plan.next_incomplete()) is not None:
+        while (found := self._next_task()) is not None:
             stop = self.ctx.budget_halt(self.story_id)
             if stop is not None:
                 raise stop
             index, task = found
             await self.run_home(index, task)
             self.complete(index, task)
+
+    def _next_task(self) -> tuple[int, Task] | None:
+        """The next task, after review comments that came meanwhile became tasks (engine/review.py)."""
+        self.take_revisions()
+        return self.plan.next_incomplete()
+
+    def take_revisions(self) -> None:
+        taken = self.ctx.reviews.take(self.story_id)
+        if not taken:
+            return
+        self.plan = append_revisions(self.plan, taken)
+        self._save()  # before anything else: the checkpoint naming a comment marks it taken
+        self._announce()
+        where = ", ".join(f"{r.path}:{r.line}" for r in taken)
+        self.info(f"took {len(taken)} review comment(s) as revision task(s): {where}")
 
     async def run_home(self, index: int, task: Task, *, parallel: bool | None = None) -> None:
         """Task `index` in the story worktree on the held coder, to its commit."""

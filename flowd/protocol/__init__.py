@@ -64,6 +64,7 @@ CANCEL_EPIC = Method("flow.cancelEpic", "command", "CancelArgs", "CancelResult")
 RESUME_EPIC = Method("flow.resumeEpic", "command", "ResumeArgs", "LaunchResult")
 VALIDATE_PLAN = Method("flow.validatePlan", "command", "ValidateArgs", "ValidateResult")
 ANSWER = Method("flow.answer", "command", "AnswerArgs", "AnswerResult")
+ADD_REVISION = Method("flow.addRevision", "command", "AddRevisionArgs", "AddRevisionResult")
 
 # -- requests (client → server) ----------------------------------------------------------------
 STATUS = Method("flow/status", "request", "StatusParams", "StatusResult")
@@ -78,7 +79,7 @@ CLONE = Method("flow/clone", "notification", "CloneParams")
 COST = Method("flow/cost", "notification", "CostParams")
 ATTENTION = Method("flow/attention", "notification", "AttentionParams")
 
-COMMANDS = (LAUNCH_EPIC, CANCEL_EPIC, RESUME_EPIC, VALIDATE_PLAN, ANSWER)
+COMMANDS = (LAUNCH_EPIC, CANCEL_EPIC, RESUME_EPIC, VALIDATE_PLAN, ANSWER, ADD_REVISION)
 REQUESTS = (STATUS, COST_REPORT, PERIMETER)
 NOTIFICATIONS = (RUN, LANE, TASK, CLONE, COST, ATTENTION)
 METHODS = (*COMMANDS, *REQUESTS, *NOTIFICATIONS)
@@ -86,7 +87,7 @@ BY_NAME = {m.name: m for m in METHODS}
 
 # Names docs/protocol.md reserves for pausing and answering, which this server does not serve
 # yet: clients may probe for them (the Neovim plugin checks the server's command list first).
-RESERVED = ("flow.addRevision",)
+RESERVED: tuple[str, ...] = ()
 
 # The statuses a run ends with (`RunEnded.outcome`); any other run status means it is going on.
 RUN_OUTCOMES = ("done", "failed", "cancelled", "halted")

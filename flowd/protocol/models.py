@@ -102,6 +102,27 @@ class ValidateResult(Shape):
     violations: list[str]
 
 
+class AddRevisionArgs(Params):
+    """A review comment on `line` (from 1, as editors show it) of the file `uri` (a `file://` URI,
+    an absolute path, or a path relative to the repository) for story `story` of run `runId`."""
+
+    run_id: str = Field(min_length=1)
+    story: str = Field(min_length=1)
+    uri: str = Field(min_length=1)
+    line: int = Field(ge=1)
+    text: str = Field(min_length=1)
+
+
+class AddRevisionResult(Shape):
+    """The story took the comment: where it is, as the run recorded it, and when it runs."""
+
+    run_id: str
+    story: str
+    path: str
+    line: int
+    message: str
+
+
 # -- notifications -----------------------------------------------------------------------------
 class RunParams(Shape):
     run_id: str

@@ -25,6 +25,7 @@ from flowd.server.features.owned import OwnershipWarnings
 from flowd.server.features.perimeter import PerimeterDiagnostics
 from flowd.server.features.plans import PlanDiagnostics
 from flowd.server.features.progress import WorkDoneProgress
+from flowd.server.features.review import Revisions
 
 Handler = Callable[[Any], Awaitable[dict[str, Any]]]
 
@@ -41,7 +42,19 @@ def build_server() -> FlowServer:
     attention = Attention(server)
     answers = Answers(server)
     # Run hooks go in this order: a run's notifications before its progress, diagnostics after.
-    features: list[Feature] = [notes, attention, progress, perimeter, owned, plans, commands, cost, answers]
+    revisions = Revisions(server)
+    features: list[Feature] = [
+        notes,
+        attention,
+        progress,
+        perimeter,
+        owned,
+        plans,
+        commands,
+        cost,
+        answers,
+        revisions,
+    ]
     server.features.extend(features)
     _bind_lifecycle(server)
     _bind_documents(server, plans, owned)
@@ -55,6 +68,7 @@ def build_server() -> FlowServer:
     _bind_command(server, protocol.RESUME_EPIC, commands.resume_epic)
     _bind_command(server, protocol.VALIDATE_PLAN, commands.validate_plan)
     _bind_command(server, protocol.ANSWER, answers.answer)
+    _bind_command(server, protocol.ADD_REVISION, revisions.add_revision)
     _bind_request(server, protocol.STATUS, lambda p: _now(notes.status()))
     _bind_request(server, protocol.COST_REPORT, cost.report)
     _bind_request(

@@ -5,7 +5,8 @@ import { AttentionTracker, attentionBadge } from "./attention";
 import { CommandContext, LANES_VIEW, notifyRunEnded, registerCommands, showAttention } from "./commands";
 import { LanesModel } from "./lanesModel";
 import { LanesTreeProvider } from "./lanesView";
-import { ServerManager } from "./server";
+import { ADD_REVISION_COMMAND, ReviewComments } from "./reviewComments";
+import { ServerManager, serverRoot } from "./server";
 import { FlowStatusBar } from "./statusBar";
 
 export interface FlowdApi {
@@ -32,6 +33,7 @@ export function activate(context: vscode.ExtensionContext): FlowdApi {
     flowdPath: () => mgr.flowdPath(),
     refresh: () => mgr.refresh(),
   };
+  const review = new ReviewComments({ model, server: () => mgr.server(), repo: serverRoot });
   const stopEndNotices = model.onDidEndRun((run) => void notifyRunEnded(ctx, run));
   mgr.onAttention = (params) => {
     attention.apply(params);
@@ -49,6 +51,8 @@ export function activate(context: vscode.ExtensionContext): FlowdApi {
     statusBar,
     lanesView,
     ...registerCommands(ctx, { restart: () => mgr.restart() }),
+    review,
+    vscode.commands.registerCommand(ADD_REVISION_COMMAND, (reply: vscode.CommentReply) => review.submit(reply)),
     vscode.workspace.onDidChangeConfiguration((e) => {
       if (e.affectsConfiguration("flowd.path") || e.affectsConfiguration("flowd.server.port")) void mgr.restart();
     }),

@@ -9,12 +9,14 @@ export const Commands = {
   resumeEpic: "flow.resumeEpic",
   validatePlan: "flow.validatePlan",
   answer: "flow.answer",
+  addRevision: "flow.addRevision",
 } as const;
 export const LAUNCH_EPIC = "flow.launchEpic";
 export const CANCEL_EPIC = "flow.cancelEpic";
 export const RESUME_EPIC = "flow.resumeEpic";
 export const VALIDATE_PLAN = "flow.validatePlan";
 export const ANSWER = "flow.answer";
+export const ADD_REVISION = "flow.addRevision";
 
 export const Requests = {
   status: "flow/status",
@@ -41,8 +43,7 @@ export const COST = "flow/cost";
 export const ATTENTION = "flow/attention";
 
 /** Names reserved for pausing and answering, not served yet: clients may probe for them. */
-export const Reserved = ["flow.addRevision"] as const;
-export const ADD_REVISION_COMMAND = "flow.addRevision";
+export const Reserved = [] as const;
 
 /** Outcomes a run ends with (RunEnded.outcome); any other run status means it is still going. */
 export const RUN_OUTCOMES = ["done", "failed", "cancelled", "halted"] as const;
@@ -58,6 +59,29 @@ export function isRunActive(status: string): boolean {
 export interface FlowServer {
   executeCommand<T>(command: string, arg: object): Promise<T>;
   request<T>(method: string, params: object): Promise<T>;
+}
+
+/**
+ * A review comment on `line` (from 1, as editors show it) of the file `uri` (a `file://` URI,
+ * an absolute path, or a path relative to the repository) for story `story` of run `runId`.
+ */
+export interface AddRevisionArgs {
+  workDoneToken?: number | string;
+  partialResultToken?: number | string;
+  runId: string;
+  story: string;
+  uri: string;
+  line: number;
+  text: string;
+}
+
+/** The story took the comment: where it is, as the run recorded it, and when it runs. */
+export interface AddRevisionResult {
+  runId: string;
+  story: string;
+  path: string;
+  line: number;
+  message: string;
 }
 
 /** `flow.answer`: answer the pause of `story` (absent: the run's own, the budget). */

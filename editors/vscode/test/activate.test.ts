@@ -25,10 +25,14 @@ describe("activate", () => {
     const api = activate(context as never);
     assert.ok(api.model);
     const ids = await stub.commands.getCommands();
-    for (const id of ["flowd.launchEpic", "flowd.cancelRun", "flowd.resumeRun", "flowd.validatePlan", "flowd.showCostReport", "flowd.draftPlan"]) {
+    for (const id of ["flowd.launchEpic", "flowd.cancelRun", "flowd.resumeRun", "flowd.validatePlan", "flowd.showCostReport", "flowd.draftPlan", "flowd.addRevision"]) {
       assert.ok(ids.includes(id), id);
     }
     assert.ok(!ids.some((id) => id.startsWith("flow.")), "the server's own command ids are left to the language client");
+    assert.deepEqual(
+      stub.commentControllers.map((c) => c.id),
+      ["flowd.review"],
+    );
     const errors = stub.recorded.messages.filter((m) => m.kind === "error");
     assert.equal(errors.length, 1);
     assert.match(errors[0].message, /^The setting flowd.path points at .*no-such\/flowd, which is not an executable file/);

@@ -11,6 +11,7 @@
 | `cost.py` | `flow/costReport` |
 | `attention.py` | `flow/attention` for stories waiting on a person (pauses, failures) and `cleared` |
 | `answers.py` | `flow.answer`: an answer to a pause, through the run's inbox |
+| `review.py` | `flow.addRevision`: a review comment becomes a story's revision task |
 
 A feature reads and changes the shared state on `FlowServer` and hears the server's lifecycle
 and each run's life through the hooks below (all no-ops by default).

@@ -5,8 +5,8 @@ local M = {}
 -- Every method name comes from the generated protocol module (docs/protocol.md).
 local P = require("flowd.protocol")
 local N, R, C = P.notifications, P.requests, P.commands
--- `flow.answer` is reserved until a server serves it; then it is one of the commands.
-local ANSWER = C.answer or P.reserved.answer
+-- An older flowd server may lack `flow.answer`: the plugin checks its command list first.
+local ANSWER = C.answer
 
 local NAME = "flowd"
 local LANES_FT = "flowlanes"
@@ -304,6 +304,10 @@ local function execute(command, argument, on_result)
   request("workspace/executeCommand", { command = command, arguments = { argument } }, on_result)
 end
 
+-- For the plugin's other modules (flowd/revise.lua).
+M.execute = execute
+M.say = function(msg, level) notify(msg, level) end
+
 -- -- statusline and lanes --------------------------------------------------------------------------
 
 local function epic_cost(s, epic_id)
@@ -545,6 +549,7 @@ local COMMANDS = {
   FlowValidate = { function(o) M.validate(o.args) end, { nargs = "?", complete = "file" } },
   FlowLanes = { function() M.lanes() end, {} },
   FlowAnswer = { function(o) M.answer(o.args) end, { nargs = "?" } },
+  FlowRevise = { function(o) require("flowd.revise").revise(M, o.args) end, { nargs = "*" } },
 }
 
 function M.setup(opts)

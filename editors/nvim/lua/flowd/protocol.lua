@@ -8,6 +8,7 @@ return {
     resumeEpic = "flow.resumeEpic",
     validatePlan = "flow.validatePlan",
     answer = "flow.answer",
+    addRevision = "flow.addRevision",
   },
   requests = {
     status = "flow/status",
@@ -24,7 +25,6 @@ return {
   },
   -- Reserved for pausing and answering, not served yet: the plugin probes for them.
   reserved = {
-    addRevision = "flow.addRevision",
   },
   -- Outcomes a run ends with (RunEnded.outcome); any other status means it is still going.
   run_outcomes = { "done", "failed", "cancelled", "halted" },

@@ -371,3 +371,95 @@ export const commands = {
 };
 
 export const env = { appName: "stub", language: "en" };
+
+// ---------------------------------------------------------------------------- comments ---
+
+export class Position {
+  constructor(
+    readonly line: number,
+    readonly character: number,
+  ) {}
+}
+
+export class Range {
+  readonly start: Position;
+  readonly end: Position;
+  constructor(startLine: number, startCharacter: number, endLine: number, endCharacter: number) {
+    this.start = new Position(startLine, startCharacter);
+    this.end = new Position(endLine, endCharacter);
+  }
+}
+
+export enum CommentMode {
+  Editing = 0,
+  Preview = 1,
+}
+
+export enum CommentThreadCollapsibleState {
+  Collapsed = 0,
+  Expanded = 1,
+}
+
+export enum CommentThreadState {
+  Unresolved = 0,
+  Resolved = 1,
+}
+
+export interface StubComment {
+  body: string | { value: string };
+  mode: CommentMode;
+  author: { name: string };
+  contextValue?: string;
+}
+
+export interface StubCommentThread {
+  uri: Uri;
+  range: Range;
+  comments: StubComment[];
+  canReply: boolean;
+  label?: string;
+  contextValue?: string;
+  state?: CommentThreadState;
+  collapsibleState: CommentThreadCollapsibleState;
+  dispose(): void;
+}
+
+export interface StubCommentController {
+  id: string;
+  label: string;
+  options?: { prompt?: string; placeHolder?: string };
+  commentingRangeProvider?: { provideCommentingRanges(document: unknown, token?: unknown): unknown };
+  threads: StubCommentThread[];
+  createCommentThread(uri: Uri, range: Range, comments: StubComment[]): StubCommentThread;
+  dispose(): void;
+}
+
+export const commentControllers: StubCommentController[] = [];
+
+export const comments = {
+  createCommentController(id: string, label: string): StubCommentController {
+    const controller: StubCommentController = {
+      id,
+      label,
+      threads: [],
+      createCommentThread(uri, range, initial) {
+        const thread: StubCommentThread = {
+          uri,
+          range,
+          comments: initial,
+          canReply: true,
+          collapsibleState: CommentThreadCollapsibleState.Collapsed,
+          dispose: () => (controller.threads = controller.threads.filter((t) => t !== thread)),
+        };
+        controller.threads.push(thread);
+        return thread;
+      },
+      dispose: () => {
+        const at = commentControllers.indexOf(controller);
+        if (at >= 0) commentControllers.splice(at, 1);
+      },
+    };
+    commentControllers.push(controller);
+    return controller;
+  },
+};
