@@ -43,6 +43,7 @@ from flowd.events import (
     TokensUsed,
     ToolUse,
     Usage,
+    WorktreePrepared,
     dump_envelope,
     parse_line,
 )
@@ -83,6 +84,7 @@ def one_of_each() -> list[Event]:
         ExecutorResumed(executor="x", reason="over"),
         BudgetExceeded(scope="epic", limit_usd=3.0, spent_usd=3.5),
         Info(lane="a", message="note"),
+        WorktreePrepared(lane="a", copied=[".env"], port=41000, ports="41000-41009"),
         StoryStatusChanged(story="a", status="done"),
         RunEnded(outcome="done", done=1, failed=0, skipped=1, reason="ok"),
     ]  # fmt: skip
@@ -197,7 +199,7 @@ def test_types_outside_folded_types_never_change_a_view() -> None:
     assert {e.type for e in events} == set(EVENT_CLASSES)  # the sample covers every type
     view = fold(RUN, [Envelope(seq=n, at="t", run_id=RUN, event=e) for n, e in enumerate(events[:-1], 1)])
     skipped = [e for e in events if e.type not in FOLDED_TYPES]
-    assert len(skipped) == 13
+    assert len(skipped) == 14
     for event in skipped:
         before = state(view)
         view.apply_event(event, "2026-11-30T10:00:00.000Z")
