@@ -226,7 +226,9 @@ def test_the_fold_keeps_open_pauses_and_what_raise_added() -> None:
 
     view = RunView(run_id="r1")
     events = [
-        RunStarted(epic_id="ep", epic_branch="epic/ep", plan="p", stories=["a"], concurrency=1, budget_usd=1.0),
+        RunStarted(
+            epic_id="ep", epic_branch="epic/ep", plan="p", stories=["a"], concurrency=1, budget_usd=1.0
+        ),
         StoryPaused(reason="budget", question="raise?", options=["raise 5", "stop"]),
         StoryPaused(lane="a", reason="blocked", question="what?", options=["stop"]),
         StoryAnswered(answer="raise 2.5", by="editor"),
