@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from flowd.engine.core.pause import PAUSE_REASONS, AnswerRefused, Raise, Tell, read_answer
+from flowd.engine.core.pause import PAUSE_REASONS, AnswerRefused, Raise, read_answer
 from flowd.events import (
     BudgetExceeded,
     Envelope,
@@ -190,8 +190,7 @@ class RunView:
     # Pauses not yet answered, by lane (None: the run's); what a resumed run asks again.
     pauses: dict[str | None, PauseView] = field(default_factory=dict)
     pause_on: list[str] | None = None
-    # What answers changed: the coder's answers per lane (blocked), the USD added to budgets.
-    told: dict[str, list[str]] = field(default_factory=dict)
+    # What `raise N` answers added to the epic budget and to stories' own (docs/answers.md).
     raised_usd: float = 0.0
     lane_raised_usd: dict[str, float] = field(default_factory=dict)
     last_seq: int = 0
@@ -318,9 +317,7 @@ class RunView:
             decision = read_answer(pause.reason, event.answer)
         except AnswerRefused:
             return  # the runner records only answers it took
-        if isinstance(decision, Tell) and event.lane is not None:
-            self.told.setdefault(event.lane, []).append(decision.text)
-        elif isinstance(decision, Raise):
+        if isinstance(decision, Raise):
             if event.lane is None:
                 self.raised_usd += decision.usd
                 self.budget_exceeded = False

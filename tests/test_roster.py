@@ -360,6 +360,17 @@ async def test_auth_excludes_for_the_run_and_then_no_executor_can_serve(tmp_path
     assert (await h.pool.lease("reviewer")).executor_id == "b"
 
 
+async def test_an_answer_wait_takes_back_executors_out_for_the_run(tmp_path: Path) -> None:
+    h = make_pool(tmp_path, entry("a"))
+    h.plans["a"] = [AgentError("auth", "not logged in")]
+    with pytest.raises(NoExecutor):
+        await h.pool.run("coder", request(), label="s1")
+    assert h.pool.readmit() == ["a"]  # docs/answers.md: `wait` on a noExecutor pause
+    assert h.pool.can_ever_serve("coder")
+    assert (await h.pool.lease("coder")).executor_id == "a"
+    assert h.pool.readmit() == []
+
+
 async def test_a_role_nobody_takes_fails_at_once(tmp_path: Path) -> None:
     h = make_pool(tmp_path, entry("a", roles='"reviewer"'))
     with pytest.raises(NoExecutor, match="no executor in the roster takes the coder role"):

@@ -173,7 +173,7 @@ def state(view: RunView) -> dict[str, Any]:
         "lanes": copy.deepcopy(view.lanes),
         "clones": copy.deepcopy(view.clones),
         "pauses": copy.deepcopy(view.pauses),
-        "told": copy.deepcopy(view.told),
+        "raised": (view.raised_usd, dict(view.lane_raised_usd)),
     }
 
 

@@ -218,3 +218,22 @@ def test_plain_progress_says_what_a_pause_asks_and_how_to_answer_it() -> None:
         "a: paused (blocked): Story a is blocked on x. — answer: flowd answer r1 --story a <text | stop>",
         "a: answered (cli): use y",
     ]
+
+
+def test_the_fold_keeps_open_pauses_and_what_raise_added() -> None:
+    from flowd.events import Envelope, RunStarted, StoryAnswered, StoryPaused
+    from flowd.view import RunView
+
+    view = RunView(run_id="r1")
+    events = [
+        RunStarted(
+            epic_id="ep", epic_branch="epic/ep", plan="p", stories=["a"], concurrency=1, budget_usd=1.0
+        ),
+        StoryPaused(reason="budget", question="raise?", options=["raise 5", "stop"]),
+        StoryPaused(lane="a", reason="blocked", question="what?", options=["stop"]),
+        StoryAnswered(answer="raise 2.5", by="editor"),
+    ]
+    for seq, event in enumerate(events, 1):
+        view.apply(Envelope(seq=seq, at="2026-11-30T10:00:00.000Z", run_id="r1", event=event))
+    assert list(view.pauses) == ["a"] and view.raised_usd == 2.5 and view.budget_usd == 3.5
+    assert view.shown_status == "paused"  # alive, nothing running, a story waits
