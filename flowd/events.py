@@ -245,6 +245,15 @@ class BudgetExceeded(WireModel):
     spent_usd: float
 
 
+class LanePlaced(WireModel):
+    """Where a story lane runs: `engine` "local" or "ray", `node` the host (or Ray node) it was placed on."""
+
+    type: Literal["LanePlaced"] = "LanePlaced"
+    lane: str
+    engine: Literal["local", "ray"]
+    node: str
+
+
 class Info(WireModel):
     type: Literal["Info"] = "Info"
     lane: str | None = None
@@ -276,6 +285,7 @@ Event = Annotated[
     | MergeRolledBack
     | StoryJudged
     | BudgetExceeded
+    | LanePlaced
     | Info,
     Field(discriminator="type"),
 ]
@@ -287,7 +297,7 @@ EVENT_CLASSES: dict[str, type[WireModel]] = {
         StageStarted, StageCompleted, StageFailed, ToolUse, AssistantMessage, TokensUsed,
         ExecutorLeased, ExecutorReleased, ExecutorExcluded, ExecutorResumed, ExecutorHandedOver,
         GateResult, PerimeterViolation, TaskOwnsViolation, StoryMerged, MergeRolledBack,
-        StoryJudged, BudgetExceeded, Info,
+        StoryJudged, BudgetExceeded, LanePlaced, Info,
     )
 }  # fmt: skip
 EVENT_TYPES: frozenset[str] = frozenset(EVENT_CLASSES)

@@ -20,6 +20,7 @@ from flowd.events import (
     ExecutorLeased,
     ExecutorReleased,
     ExecutorResumed,
+    LanePlaced,
     RunEnded,
     RunStarted,
     StoryStatusChanged,
@@ -73,6 +74,7 @@ FOLDED_TYPES: frozenset[str] = frozenset(
     for cls in (
         RunStarted, RunEnded, StoryStatusChanged, TasksPlanned, TaskStarted, TaskCompleted, TokensUsed,
         ExecutorLeased, ExecutorReleased, ExecutorExcluded, ExecutorResumed, BudgetExceeded,
+        LanePlaced,
     )
 )  # fmt: skip
 
@@ -106,6 +108,7 @@ class LaneView:
     cost_usd: float | None = None
     estimated: bool = False
     task_count: int = 0  # from TasksPlanned and TaskStarted.count (a plan may grow by revisions)
+    node: str | None = None  # where the lane was last placed (LanePlaced; docs/scale-out.md)
 
     @property
     def count(self) -> int:
@@ -209,6 +212,8 @@ class RunView:
             lane.status, lane.reason = event.status, event.reason
             if event.status in ("done", "failed", "skipped", "waiting"):
                 lane.current = None
+        elif isinstance(event, LanePlaced):
+            self._lane(event.lane).node = event.node
         elif isinstance(event, TasksPlanned):
             lane = self._lane(event.lane)
             lane.task_count = len(event.tasks)
@@ -341,6 +346,7 @@ class RunView:
             cost_usd=round(lane.cost_usd, 6) if lane.cost_usd is not None else None,
             estimated=lane.estimated,
             reason=lane.reason or None,
+            node=lane.node,
         ).wire()
 
     def task_wire(self, lane: LaneView, task: TaskView) -> dict[str, Any]:

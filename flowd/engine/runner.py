@@ -22,6 +22,7 @@ from flowd.config import Roster, Settings, load_roster, load_settings
 from flowd.cost.prices import pricer
 from flowd.engine.context import RunContext
 from flowd.engine.core.budget import BudgetLimits, budget_spent
+from flowd.engine.lanes import Lanes, LocalLanes, open_lanes
 from flowd.engine.core.scheduler import (
     Cancelled,
     Instruction,
@@ -37,7 +38,7 @@ from flowd.engine.core.scheduler import (
 )
 from flowd.engine.report import EpicReport, build_report, epic_history, write_report
 from flowd.engine.state import EpicLock, EpicPaths, load_state
-from flowd.engine.story import StoryOutcome, StoryRun, undo_interrupted_merge
+from flowd.engine.story import StoryOutcome, undo_interrupted_merge
 from flowd.errors import EXIT_CANCELLED, EXIT_FAILED, EXIT_HALTED, EXIT_OK, FlowdError, InputError
 from flowd.events import (
     Envelope,
@@ -207,6 +208,7 @@ class _Session:
             self.writer.subscribe(options.on_event)
         self.outcomes: dict[str, StoryOutcome] = {}
         self.pool: RosterPool | None = None
+        self.lanes: Lanes | None = None
 
     def _trace_failed(self, exc: OSError) -> None:
         self.broken.append(
@@ -290,14 +292,24 @@ class _Session:
             budget_usd=setup.budget_usd,
             story_budget_usd=setup.settings.story_budget_usd,
         )
+        self.lanes = await open_lanes(ctx)
         shell = SchedulerShell(
-            ctx, setup.concurrency, setup.fail_fast, self.outcomes, stop=self.stop, broken=self.broken
+            ctx,
+            setup.concurrency,
+            setup.fail_fast,
+            self.outcomes,
+            stop=self.stop,
+            broken=self.broken,
+            lanes=self.lanes,
         )
         return await shell.run(self.options.handle_signals)
 
     async def _end(self, outcome: RunOutcome, reason: str | None) -> EpicReport:
         """Whatever happened: agents closed, `RunEnded`, the report, `run.json`, the lock released."""
         setup, repo, view, writer = self.setup, self.setup.repo, self.view, self.writer
+        if self.lanes is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self.lanes.aclose())
         if self.pool is not None:
             with contextlib.suppress(Exception):
                 await asyncio.shield(self.pool.aclose())
@@ -366,8 +378,10 @@ class SchedulerShell:
         *,
         stop: asyncio.Event | None = None,
         broken: list[str] | None = None,
+        lanes: Lanes | None = None,
     ) -> None:
         self.ctx = ctx
+        self.lanes = lanes or LocalLanes(ctx)
         self.outcomes = outcomes
         self.tasks: dict[str, asyncio.Task[StoryOutcome]] = {}
         # Longest expected chain of dependents first, by durations estimated from each story's size
@@ -432,7 +446,7 @@ class SchedulerShell:
         ctx = self.ctx
         for step in instructions:
             if isinstance(step, Launch):
-                run = StoryRun(ctx, ctx.plan.require(step.story)).run()
+                run = self.lanes.run(step.story)
                 self.tasks[step.story] = asyncio.create_task(run, name=f"story {step.story}")
             elif isinstance(step, MarkWaiting):
                 ctx.emit(StoryStatusChanged(story=step.story, status="waiting", reason=step.reason))

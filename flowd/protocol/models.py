@@ -115,6 +115,7 @@ class LaneParams(Shape):
     cost_usd: float | None = None
     estimated: bool
     reason: str | None = None
+    node: str | None = None  # where the lane runs when `[lanes] engine = "ray"` (docs/scale-out.md)
     # Not sent by this server; clients use them when a server does (docs/protocol.md).
     worktree: str | None = None
     branch: str | None = None
