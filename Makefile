@@ -63,7 +63,7 @@ test-e2e: $(STAMP)
 
 test: lint typecheck pytest test-ray vscode-test test-nvim test-agents test-e2e
 
-bench: $(STAMP)
+bench: $(RAY_STAMP)
 	for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
 clean-venv:

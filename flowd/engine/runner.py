@@ -22,7 +22,6 @@ from flowd.config import Roster, Settings, load_roster, load_settings
 from flowd.cost.prices import pricer
 from flowd.engine.context import RunContext
 from flowd.engine.core.budget import BudgetLimits, budget_spent
-from flowd.engine.lanes import Lanes, LocalLanes, open_lanes
 from flowd.engine.core.scheduler import (
     Cancelled,
     Instruction,
@@ -36,6 +35,7 @@ from flowd.engine.core.scheduler import (
     StoryFinished,
     StoryStopped,
 )
+from flowd.engine.lanes import Lanes, LocalLanes, open_lanes
 from flowd.engine.report import EpicReport, build_report, epic_history, write_report
 from flowd.engine.state import EpicLock, EpicPaths, load_state
 from flowd.engine.story import StoryOutcome, undo_interrupted_merge

@@ -29,8 +29,11 @@ SETTINGS = 'gates = ["test -f README.md"]\njudgeRounds = 0\n\n[lanes]\nengine = 
 
 def diamond_rules(delay: int = 0) -> list[dict[str, Any]]:
     return [
-        coder(s["id"], {s["owned"][0] if not s["owned"][0].endswith("/") else "docs/a.md": f"# {s['id']}\n"},
-              delayMs=delay)  # fmt: skip
+        coder(
+            s["id"],
+            {s["owned"][0] if not s["owned"][0].endswith("/") else "docs/a.md": f"# {s['id']}\n"},
+            delayMs=delay,
+        )
         for s in DIAMOND
     ]
 
@@ -63,7 +66,9 @@ def wait_for(process: subprocess.Popen[bytes], predicate: str) -> None:
     for line in process.stdout:
         if predicate in line.decode():
             return
-    raise AssertionError(f"the run ended before {predicate!r}: {process.stderr.read().decode() if process.stderr else ''}")
+    raise AssertionError(
+        f"the run ended before {predicate!r}: {process.stderr.read().decode() if process.stderr else ''}"
+    )
 
 
 def trace(sc: Scenario, run_id: str) -> list[dict[str, Any]]:
@@ -80,7 +85,9 @@ def no_lane_actors_left(cluster: Cluster) -> bool:
     return False
 
 
-def test_diamond_epic_runs_its_lanes_on_the_cluster_and_merges_each_once(tmp_path: Path, cluster: Cluster) -> None:
+def test_diamond_epic_runs_its_lanes_on_the_cluster_and_merges_each_once(
+    tmp_path: Path, cluster: Cluster
+) -> None:
     sc = on_ray(tmp_path, DIAMOND, diamond_rules())
     done = run(sc, cluster, "--run-id", "r1")
     assert done.returncode == 0, done.stderr
@@ -103,7 +110,9 @@ def test_diamond_epic_runs_its_lanes_on_the_cluster_and_merges_each_once(tmp_pat
     assert no_lane_actors_left(cluster)
 
 
-THREE_TASKS = json.dumps({"tasks": [{"title": f"step {n}", "description": f"Write {n}."} for n in ("one", "two", "three")]})
+THREE_TASKS = json.dumps(
+    {"tasks": [{"title": f"step {n}", "description": f"Write {n}."} for n in ("one", "two", "three")]}
+)
 
 
 def test_a_killed_worker_is_placed_again_and_resumes_from_its_last_pushed_commit(
@@ -135,7 +144,9 @@ def test_a_killed_worker_is_placed_again_and_resumes_from_its_last_pushed_commit
     assert no_lane_actors_left(cluster)
 
 
-def test_a_killed_runner_leaves_no_actor_and_a_rerun_merges_nothing_twice(tmp_path: Path, cluster: Cluster) -> None:
+def test_a_killed_runner_leaves_no_actor_and_a_rerun_merges_nothing_twice(
+    tmp_path: Path, cluster: Cluster
+) -> None:
     sc = on_ray(tmp_path, DIAMOND, diamond_rules(delay=1500))
     process = spawn(sc, cluster, "--run-id", "first")
     try:

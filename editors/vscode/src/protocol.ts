@@ -148,6 +148,7 @@ export interface LaneParams {
   costUsd?: number;
   estimated: boolean;
   reason?: string;
+  node?: string;
   worktree?: string;
   branch?: string;
 }

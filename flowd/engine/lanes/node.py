@@ -18,7 +18,7 @@ import os
 import shutil
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from flowd.config import Roster, Settings
@@ -27,7 +27,6 @@ from flowd.engine.context import Halt, RunContext
 from flowd.engine.core.outcome import StoryOutcome
 from flowd.engine.state import EpicPaths, StoryState, save_state
 from flowd.engine.story import StoryRun
-from flowd.errors import FlowdError
 from flowd.events import Event, TaskCompleted
 from flowd.fsio import write_text_atomic
 from flowd.gitops import GitError, Repo, _git
@@ -112,19 +111,21 @@ class NodeLane:
             # The truth is on the remote: a worktree an earlier placement left here is disposable.
             if (self.worktree / ".git").exists():
                 with contextlib.suppress(GitError):
-                    self._git("worktree", "remove", "--force", str(self.worktree), what="removing a stale worktree")
+                    self._git(
+                        "worktree", "remove", "--force", str(self.worktree), what="removing a stale worktree"
+                    )
             shutil.rmtree(self.worktree, ignore_errors=True)
             self._git("worktree", "prune", what="pruning worktrees")
             epic = f"epic/{self.epic}"
             self._git("fetch", "-q", remote, f"+refs/heads/{epic}:refs/heads/{epic}", what=f"fetching {epic}")
             pushed = self._git("ls-remote", "--heads", remote, self.branch, what="listing the remote").strip()
-            if not pushed:
-                self.spec.state = self.spec.checkpoint = None  # nothing was pushed: nothing to resume
             if pushed:
                 self._git("fetch", "-q", remote, f"+refs/heads/{self.branch}:refs/heads/{self.branch}",
                           what=f"fetching {self.branch}")  # fmt: skip
             else:
-                self._git("branch", "-D", self.branch, what="dropping a stale branch") if self._has_branch() else None
+                self.spec.state = self.spec.checkpoint = None  # nothing was pushed: nothing to resume
+                if self._has_branch():
+                    self._git("branch", "-D", self.branch, what="dropping a stale branch")
         Repo(self.clone).ensure_flow_excluded()
         self._write_story_files()
 
@@ -235,4 +236,4 @@ def _read(path: Path) -> str | None:
         return None
 
 
-__all__ = ["FlowdError", "LaneMessage", "LaneSpec", "NodeLane", "lane_cache"]
+__all__ = ["LaneMessage", "LaneSpec", "NodeLane", "lane_cache"]

@@ -14,11 +14,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-from pathlib import Path
 from typing import Any
 
 from flowd.config import load_roster
 from flowd.engine.context import Halt, RunContext
+from flowd.engine.core.failure import StoryFacts, outcome_of
 from flowd.engine.core.outcome import StoryOutcome
 from flowd.engine.lanes.node import LaneMessage, LaneSpec, NodeLane
 from flowd.engine.state import StoryState, load_state, save_state
@@ -87,7 +87,9 @@ class RayLanes:
             )
         remote_url = await asyncio.to_thread(resolve_remote, ctx.repo, ctx.settings.lanes.remote)
         await asyncio.to_thread(_init, ray, ctx.settings.lanes.address)
-        ctx.emit(Info(message=f"lanes on the Ray cluster at {ctx.settings.lanes.address}, remote {remote_url}"))
+        ctx.emit(
+            Info(message=f"lanes on the Ray cluster at {ctx.settings.lanes.address}, remote {remote_url}")
+        )
         return cls(ctx, ray, remote_url)
 
     async def aclose(self) -> None:
@@ -99,9 +101,25 @@ class RayLanes:
             await asyncio.to_thread(self.ray.shutdown)
 
     async def run(self, story: str) -> StoryOutcome:
+        try:
+            return await self._run(story)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            # The runner's own part failed (a remote refusing the epic, git): the failure policy says how.
+            outcome = outcome_of(exc, StoryFacts(story, self.ctx.story_branch(story), []))
+            shown = outcome.status if outcome.status != "cancelled" else "waiting"
+            self.ctx.emit(StoryStatusChanged(story=story, status=shown, reason=outcome.reason))
+            return outcome
+
+    async def _run(self, story: str) -> StoryOutcome:
         ctx = self.ctx
         state = load_state(ctx.paths, story)
-        if state is not None and state.status == "merged" and state.hash == story_hash(ctx.plan.require(story)):
+        if (
+            state is not None
+            and state.status == "merged"
+            and state.hash == story_hash(ctx.plan.require(story))
+        ):
             return await StoryRun(ctx, ctx.plan.require(story)).run()  # skipped (and cleaned up) here
         lost = ""
         for attempt in range(1, MAX_PLACEMENTS + 1):
@@ -111,7 +129,9 @@ class RayLanes:
                 outcome = await self._place(story)
             except LaneLost as exc:
                 lost = str(exc)
-                ctx.emit(Info(lane=story, message=f"lane lost ({lost}); placing it again (attempt {attempt + 1})"))
+                ctx.emit(
+                    Info(lane=story, message=f"lane lost ({lost}); placing it again (attempt {attempt + 1})")
+                )
                 continue
             if outcome.status != "done":
                 return outcome
@@ -184,7 +204,8 @@ class RayLanes:
 
     async def _merge(self, story: str, outcome: StoryOutcome) -> StoryOutcome:
         """The node pushed a finished story: fetch it and merge it here, behind the epic gates."""
-        ctx, branch = self.ctx, ctx_branch(self.ctx, story)
+        ctx = self.ctx
+        branch = ctx.story_branch(story)
         try:
             await asyncio.to_thread(
                 _git, ctx.repo.root, ["fetch", "-q", self.remote_url, f"+refs/heads/{branch}:refs/heads/{branch}"],
@@ -195,10 +216,6 @@ class RayLanes:
             ctx.emit(StoryStatusChanged(story=story, status="failed", reason=reason))
             return StoryOutcome(story, "failed", reason=reason, branch=branch)
         return await StoryRun(ctx, ctx.plan.require(story)).merge_pushed(outcome)
-
-
-def ctx_branch(ctx: RunContext, story: str) -> str:
-    return ctx.story_branch(story)
 
 
 def _event(body: object) -> Event:
@@ -247,4 +264,4 @@ class _Unreachable(FlowdError):
     exit_code = EXIT_HALTED
 
 
-__all__ = ["LaneActor", "Path", "RayLanes", "resolve_remote"]
+__all__ = ["LaneActor", "RayLanes", "resolve_remote"]
