@@ -20,6 +20,7 @@ def test_every_contract_event_type_is_known() -> None:
         "ExecutorLeased", "ExecutorReleased", "ExecutorExcluded", "ExecutorResumed", "ExecutorHandedOver",
         "GateResult", "PerimeterViolation", "TaskOwnsViolation", "StoryMerged", "MergeRolledBack",
         "StoryJudged", "BudgetExceeded", "Info",
+        "LanePlaced",  # docs/scale-out.md
     }  # fmt: skip
     assert contract == EVENT_TYPES
 

@@ -103,15 +103,23 @@ class Cluster:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
-def start_cluster() -> Cluster:
-    # Short paths: Ray's unix sockets live under the temp dir (108 bytes at most).
-    cluster = Cluster(Path(tempfile.mkdtemp(prefix="fray", dir="/tmp")))
-    try:
-        port = free_port()
-        cluster.start_node("head", "--head", "--port", str(port), "--include-dashboard=false")
-        cluster.address = f"127.0.0.1:{port}"
-        cluster.start_node("worker", "--address", cluster.address)
-    except BaseException:
-        cluster.stop()
-        raise
-    return cluster
+def start_cluster(attempts: int = 3) -> Cluster:
+    """A head and a worker node; on a loaded machine a raylet may miss Ray's fixed 30 s start-up
+    window, so the whole cluster is started again (after stopping what the failed try started)."""
+    for attempt in range(1, attempts + 1):
+        # Short paths: Ray's unix sockets live under the temp dir (108 bytes at most).
+        cluster = Cluster(Path(tempfile.mkdtemp(prefix="fray", dir="/tmp")))
+        try:
+            port = free_port()
+            cluster.start_node("head", "--head", "--port", str(port), "--include-dashboard=false")
+            cluster.address = f"127.0.0.1:{port}"
+            cluster.start_node("worker", "--address", cluster.address)
+            return cluster
+        except RuntimeError:
+            cluster.stop()
+            if attempt == attempts:
+                raise
+        except BaseException:
+            cluster.stop()
+            raise
+    raise AssertionError("unreachable")

@@ -79,7 +79,7 @@ def trace(sc: Scenario, run_id: str) -> list[dict[str, Any]]:
 def no_lane_actors_left(cluster: Cluster) -> bool:
     """Ray ends a dead driver's actors on its own schedule: wait for it (what is asserted is the end)."""
     for _ in range(120):
-        if not cluster.node_pids("ray::LaneActor"):
+        if not cluster.node_pids("ray::LaneHost"):
             return True
         time.sleep(0.5)
     return False
@@ -127,7 +127,7 @@ def test_a_killed_worker_is_placed_again_and_resumes_from_its_last_pushed_commit
     process = spawn(sc, cluster, "--run-id", "k1")
     try:
         wait_for(process, '"TaskCompleted"')
-        actors = cluster.node_pids("ray::LaneActor")
+        actors = cluster.node_pids("ray::LaneHost")
         assert actors, "the lane's actor process was not found on the cluster"
         for pid in actors:
             subprocess.run(["kill", "-9", str(pid)], check=True)

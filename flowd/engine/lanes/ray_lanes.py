@@ -1,9 +1,9 @@
 """Story lanes on a Ray cluster (docs/scale-out.md): `[lanes] engine = "ray"`.
 
-Per story: the runner pushes `epic/<id>` to the remote, places a `LaneActor` (one process on any
-node), and folds the messages it streams back: events into the run's trace (the runner is their
-only writer), the story's state and task checkpoint into the runner's `.flow` (the resume point),
-and finally the outcome. A story the node finished is fetched from the remote and merged here,
+Per story: the runner pushes `epic/<id>` to the remote, places the lane on the least loaded
+node's `LaneHost` (one actor process per node, started when first needed), and folds the messages
+it streams back: events into the run's trace (the runner is their only writer), the story's state
+and task checkpoint into the runner's `.flow` (the resume point), and finally the outcome. A story the node finished is fetched from the remote and merged here,
 behind the epic gates, like a local one. A lane whose worker or node dies is placed again and
 resumes from its last pushed commit. Actors are owned by this process: Ray ends them when the run
 ends, however it ends.
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import socket
 from typing import Any
 
@@ -33,10 +34,12 @@ from flowd.plan.hashing import story_hash
 MAX_PLACEMENTS = 3
 
 
-class LaneActor:
-    """The Ray actor of one lane placement: runs `NodeLane` and streams its messages."""
+class LaneHost:
+    """The Ray actor on one node that runs its lanes: each `run` call is one lane placement, run
+    concurrently with the others on its asyncio loop (as the local engine runs lanes), so a lane
+    costs no process start-up of its own (docs/scale-out.md: figures)."""
 
-    def node(self) -> str:
+    def ready(self) -> str:
         import ray
 
         node_id: str = ray.get_runtime_context().get_node_id()
@@ -73,8 +76,9 @@ class RayLanes:
     def __init__(self, ctx: RunContext, ray: Any, remote_url: str) -> None:
         self.ctx, self.ray, self.remote_url = ctx, ray, remote_url
         self.roster = load_roster(ctx.repo.root)  # the run's roster, as the runner validated it
-        self.actor_class = ray.remote(LaneActor)
-        self.actors: set[Any] = set()
+        self.host_class = ray.remote(LaneHost)
+        self.hosts: dict[str, Any] = {}  # Ray node id → its LaneHost
+        self.load: dict[str, int] = {}  # Ray node id → lanes placed there now
 
     @classmethod
     async def connect(cls, ctx: RunContext) -> RayLanes:
@@ -93,10 +97,10 @@ class RayLanes:
         return cls(ctx, ray, remote_url)
 
     async def aclose(self) -> None:
-        for actor in list(self.actors):
+        for host in list(self.hosts.values()):
             with contextlib.suppress(Exception):
-                self.ray.kill(actor)
-        self.actors.clear()
+                self.ray.kill(host)
+        self.hosts.clear()
         with contextlib.suppress(Exception):
             await asyncio.to_thread(self.ray.shutdown)
 
@@ -129,6 +133,7 @@ class RayLanes:
                 outcome = await self._place(story)
             except LaneLost as exc:
                 lost = str(exc)
+                await self._prune()
                 ctx.emit(
                     Info(lane=story, message=f"lane lost ({lost}); placing it again (attempt {attempt + 1})")
                 )
@@ -163,13 +168,47 @@ class RayLanes:
             story_budget_usd=ctx.story_budget_usd,
         )  # fmt: skip
 
+    async def _host(self) -> tuple[str, Any]:
+        """The least loaded live node's host; a host per live node, started when first needed."""
+        ray = self.ray
+        nodes = await asyncio.to_thread(ray.nodes)
+        alive = {n["NodeID"] for n in nodes if n.get("Alive")}
+        for gone in set(self.hosts) - alive:
+            self._drop(gone)
+        for node_id in alive - set(self.hosts):
+            strategy = ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(node_id, soft=False)
+            self.hosts[node_id] = self.host_class.options(
+                scheduling_strategy=strategy, num_cpus=0, max_restarts=0, max_concurrency=1000
+            ).remote()
+        if not self.hosts:
+            raise Halt("the Ray cluster has no live node to place lanes on; add one, then run again")
+        node_id = min(self.hosts, key=lambda n: (self.load.get(n, 0), n))
+        return node_id, self.hosts[node_id]
+
+    async def _prune(self) -> None:
+        """After a loss: forget every host that no longer answers (a killed worker, a dead node)."""
+        for node_id, host in list(self.hosts.items()):
+            try:
+                await asyncio.wait_for(host.ready.remote(), timeout=60)
+            except Exception:
+                self._drop(node_id, host)
+
+    def _drop(self, node_id: str, host: Any = None) -> None:
+        """Forget a host whose node left or whose process died (killed for good: it is ours)."""
+        if host is not None and self.hosts.get(node_id) is not host:
+            return
+        dead = self.hosts.pop(node_id, None)
+        if dead is not None:
+            with contextlib.suppress(Exception):
+                self.ray.kill(dead)
+
     async def _place(self, story: str) -> StoryOutcome:
         """One placement: the lane's stream until its outcome; LaneLost when its worker or node dies."""
         ray = self.ray
-        actor = self.actor_class.options(scheduling_strategy="SPREAD", num_cpus=0, max_restarts=0).remote()
-        self.actors.add(actor)
+        node_id, host = await self._host()
+        self.load[node_id] = self.load.get(node_id, 0) + 1
         try:
-            stream = actor.run.options(num_returns="streaming").remote(self._spec(story))
+            stream = host.run.options(num_returns="streaming").remote(self._spec(story))
             async for ref in stream:
                 kind, body = await ref
                 if kind == "outcome":
@@ -182,11 +221,10 @@ class RayLanes:
             self.ctx.emit(StoryStatusChanged(story=story, status="failed", reason=reason[:2000]))
             return StoryOutcome(story, "failed", reason=reason)
         except ray.exceptions.RayError as exc:
+            self._drop(node_id, host)
             raise LaneLost(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
         finally:
-            self.actors.discard(actor)
-            with contextlib.suppress(Exception):
-                ray.kill(actor)
+            self.load[node_id] -= 1
 
     def _take(self, story: str, kind: str, body: object) -> None:
         ctx = self.ctx
@@ -244,6 +282,9 @@ def resolve_remote(repo: Repo, remote: str) -> str:
 def _init(ray: Any, address: str) -> None:
     """Connect this process to the cluster as its driver; "auto" falls back to a local instance."""
     options: dict[str, Any] = {"namespace": "flowd", "log_to_driver": False, "configure_logging": False}
+    given = os.environ.get("RAY_ADDRESS") if address == "auto" else address
+    if given and "://" not in given:
+        _reachable(given)  # Ray itself retries a dead address for minutes
     try:
         if address == "auto":
             try:
@@ -260,8 +301,21 @@ def _init(ray: Any, address: str) -> None:
         )
 
 
+def _reachable(address: str) -> None:
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]") or "127.0.0.1", int(port)), timeout=10):
+            return
+    except (OSError, ValueError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise _Unreachable(
+            f"could not reach the Ray cluster at {address!r} ({why}); start it, or fix `[lanes] address` "
+            "in .flow/config.toml (or RAY_ADDRESS), then run again"
+        )
+
+
 class _Unreachable(FlowdError):
     exit_code = EXIT_HALTED
 
 
-__all__ = ["LaneActor", "RayLanes", "resolve_remote"]
+__all__ = ["LaneHost", "RayLanes", "resolve_remote"]
