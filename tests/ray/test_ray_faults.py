@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -40,12 +41,19 @@ def test_a_remote_refusing_the_push_halts_the_run(tmp_path: Path, cluster: Clust
     assert sc.merge_commits() == []
 
 
-def test_a_node_without_the_agent_program_halts_the_run(tmp_path: Path, cluster: Cluster) -> None:
+def test_a_node_without_the_agent_program_is_one_sentence_by_the_roster_rules(
+    tmp_path: Path, cluster: Cluster
+) -> None:
     sc = on_ray(tmp_path, ONE, RULES)
     sc.executors = [{"id": "ghost", "kind": "acp", "command": ["flowd-no-such-agent"], "slots": 1}]
     sc.write_roster()
     done = run(sc, cluster)
-    assert done.returncode == 3, done.stderr + done.stdout[-3000:]
-    assert "flowd-no-such-agent" in done.stdout
-    assert "Traceback" not in done.stderr
+    # As on one machine (docs/roster.md): excluded, tried again after its back-off, then the story
+    # fails naming the program; the run ends failed.
+    assert done.returncode == 1, done.stderr + done.stdout[-3000:]
+    failed = [json.loads(line)["event"] for line in done.stdout.splitlines() if '"failed"' in line]
+    assert any(
+        "cannot start flowd-no-such-agent: not found on PATH" in (e.get("reason") or "") for e in failed
+    )
+    assert done.stderr == ""
     assert sc.merge_commits() == []

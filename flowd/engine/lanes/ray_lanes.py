@@ -21,6 +21,7 @@ from flowd.config import load_roster
 from flowd.engine.context import Halt, RunContext
 from flowd.engine.core.failure import StoryFacts, outcome_of
 from flowd.engine.core.outcome import StoryOutcome
+from flowd.engine.core.placement import GiveUp, after_lost, least_loaded
 from flowd.engine.lanes.node import LaneMessage, LaneSpec, NodeLane
 from flowd.engine.state import StoryState, load_state, save_state
 from flowd.engine.story import StoryRun
@@ -29,9 +30,6 @@ from flowd.events import Event, Info, LanePlaced, StoryStatusChanged
 from flowd.fsio import write_text_atomic
 from flowd.gitops import GitError, Repo, _git
 from flowd.plan.hashing import story_hash
-
-# A lane lost this many times (its worker or node died each time) fails instead of looping.
-MAX_PLACEMENTS = 3
 
 
 class LaneHost:
@@ -90,7 +88,8 @@ class RayLanes:
                 "install it with `pip install 'flowd[ray]'`, or set `engine = \"local\"`"
             )
         remote_url = await asyncio.to_thread(resolve_remote, ctx.repo, ctx.settings.lanes.remote)
-        await asyncio.to_thread(_init, ray, ctx.settings.lanes.address)
+        # In the main thread: Ray installs its signal handlers there (nothing else runs yet).
+        _init(ray, ctx.settings.lanes.address)
         ctx.emit(
             Info(message=f"lanes on the Ray cluster at {ctx.settings.lanes.address}, remote {remote_url}")
         )
@@ -125,25 +124,26 @@ class RayLanes:
             and state.hash == story_hash(ctx.plan.require(story))
         ):
             return await StoryRun(ctx, ctx.plan.require(story)).run()  # skipped (and cleaned up) here
-        lost = ""
-        for attempt in range(1, MAX_PLACEMENTS + 1):
+        placements = 1
+        while True:
             async with ctx.merge_lock:  # the epic as the gates last passed it
                 await asyncio.to_thread(self._push_epic)
             try:
                 outcome = await self._place(story)
             except LaneLost as exc:
-                lost = str(exc)
                 await self._prune()
+                decision = after_lost(placements, str(exc))
+                if isinstance(decision, GiveUp):
+                    ctx.emit(StoryStatusChanged(story=story, status="failed", reason=decision.reason))
+                    return StoryOutcome(story, "failed", reason=decision.reason)
+                placements = decision.attempt
                 ctx.emit(
-                    Info(lane=story, message=f"lane lost ({lost}); placing it again (attempt {attempt + 1})")
+                    Info(lane=story, message=f"lane lost ({exc}); placing it again (placement {placements})")
                 )
                 continue
             if outcome.status != "done":
                 return outcome
             return await self._merge(story, outcome)
-        reason = f"its lane was lost {MAX_PLACEMENTS} times, last: {lost}"
-        ctx.emit(StoryStatusChanged(story=story, status="failed", reason=reason))
-        return StoryOutcome(story, "failed", reason=reason)
 
     def _push_epic(self) -> None:
         branch = self.ctx.epic_branch
@@ -180,9 +180,9 @@ class RayLanes:
             self.hosts[node_id] = self.host_class.options(
                 scheduling_strategy=strategy, num_cpus=0, max_restarts=0, max_concurrency=1000
             ).remote()
-        if not self.hosts:
+        node_id = least_loaded(self.load, sorted(self.hosts))
+        if node_id is None:
             raise Halt("the Ray cluster has no live node to place lanes on; add one, then run again")
-        node_id = min(self.hosts, key=lambda n: (self.load.get(n, 0), n))
         return node_id, self.hosts[node_id]
 
     async def _prune(self) -> None:
