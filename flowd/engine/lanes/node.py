@@ -190,10 +190,12 @@ class NodeLane:
                 loop.call_soon_threadsafe(emit, event)
                 return
             view.apply_event(event)
-            self.post(("event", event))
+            # What the event announces is durable first: a task's commit pushed and its checkpoint
+            # sent before the runner hears it completed (a lane lost right after resumes past it).
             if isinstance(event, TaskCompleted):
                 self.push()
             self.files()
+            self.post(("event", event))
 
         pool = RosterPool(self.roster(), state_path=self.clone / ".flow" / "roster-state.json",
                           emit=emit, log_dir=self.paths.agent_logs())  # fmt: skip
