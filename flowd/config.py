@@ -52,6 +52,15 @@ class WorktreeSettings(StrictWireModel):
         return value
 
 
+class LanesSettings(StrictWireModel):
+    """`[lanes]` of `.flow/config.toml`: where story lanes run (docs/scale-out.md)."""
+
+    engine: Literal["local", "ray"] = "local"
+    # "auto": RAY_ADDRESS or a running cluster, else a local instance; or "ray://host:10001", "host:port".
+    address: str = Field(default="auto", min_length=1)
+    remote: str = Field(default="origin", min_length=1)  # a git remote name or URL
+
+
 class Settings(StrictWireModel):
     """`.flow/config.toml` (docs/running.md). Every key is optional."""
 
@@ -77,6 +86,7 @@ class Settings(StrictWireModel):
     stall_timeout_s: float = Field(default=600.0, gt=0)
     gate_timeout_s: float = Field(default=1800.0, gt=0)
     worktree: WorktreeSettings = Field(default_factory=WorktreeSettings)
+    lanes: LanesSettings = Field(default_factory=LanesSettings)
 
     @field_validator("time_zone")
     @classmethod

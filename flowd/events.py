@@ -312,6 +312,15 @@ class RevisionRequested(WireModel):
     quote: str | None = None
 
 
+class LanePlaced(WireModel):
+    """Where a story lane runs: `engine` "local" or "ray", `node` the host (or Ray node) it was placed on."""
+
+    type: Literal["LanePlaced"] = "LanePlaced"
+    lane: str
+    engine: Literal["local", "ray"]
+    node: str
+
+
 class Info(WireModel):
     type: Literal["Info"] = "Info"
     lane: str | None = None
@@ -349,6 +358,7 @@ Event = Annotated[
     | StoryPaused
     | StoryAnswered
     | RevisionRequested
+    | LanePlaced
     | Info,
     Field(discriminator="type"),
 ]
@@ -361,7 +371,7 @@ EVENT_CLASSES: dict[str, type[WireModel]] = {
         ExecutorLeased, ExecutorReleased, ExecutorExcluded, ExecutorResumed, ExecutorHandedOver,
         GateResult, PerimeterViolation, TaskOwnsViolation, StoryMerged, MergeRolledBack,
         StoryJudged, BudgetExceeded, StoryPaused, StoryAnswered, Info,
-        WorktreePrepared, GateFlaky, MergeRevision, RevisionRequested,
+        WorktreePrepared, GateFlaky, MergeRevision, RevisionRequested, LanePlaced,
     )
 }  # fmt: skip
 EVENT_TYPES: frozenset[str] = frozenset(EVENT_CLASSES)

@@ -19,6 +19,7 @@ from flowd.events import (
     ExecutorResumed,
     GateFlaky,
     GateResult,
+    LanePlaced,
     MergeRevision,
     MergeRolledBack,
     PerimeterViolation,
@@ -60,6 +61,8 @@ def lane_row(view: RunView, lane: LaneView) -> list[Text | str]:
     executor = (
         f"{lane.executor}#{lane.clone}" if lane.executor and lane.clone is not None else (lane.executor or "")
     )
+    if lane.node:  # a lane placed on a cluster node (docs/scale-out.md)
+        executor = f"{executor} @ {lane.node}" if executor else f"@ {lane.node}"
     return [
         Text(lane.lane, style="bold"),
         Text(lane.status, style=STATUS_STYLE.get(lane.status, "")),
@@ -179,6 +182,8 @@ def _lane_line(view: RunView, event: object) -> str | None:
             + (f" ({who})" if who else "")
             + (" [parallel]" if event.parallel else "")
         )
+    if isinstance(event, LanePlaced):
+        return f"{event.lane}: placed on {event.node} ({event.engine})"
     if isinstance(event, TaskCompleted):
         return f"{event.lane}: task {event.index}/{event.count} completed: {_one_line(event.title)}"
     if isinstance(event, StoryMerged):

@@ -22,6 +22,7 @@ from flowd.events import (
     ExecutorReleased,
     ExecutorResumed,
     GateFlaky,
+    LanePlaced,
     MergeRevision,
     RunEnded,
     RunStarted,
@@ -80,6 +81,7 @@ FOLDED_TYPES: frozenset[str] = frozenset(
         ExecutorLeased, ExecutorReleased, ExecutorExcluded, ExecutorResumed, BudgetExceeded,
         GateFlaky, MergeRevision,
         StoryPaused, StoryAnswered,
+        LanePlaced,
     )
 )  # fmt: skip
 
@@ -115,6 +117,7 @@ class LaneView:
     task_count: int = 0  # from TasksPlanned and TaskStarted.count (a plan may grow by revisions)
     flaky: int = 0  # gates of this lane green only on a rerun (docs/revisions.md)
     merge_revision: int = 0  # the merge revision round the story is in (0: none)
+    node: str | None = None  # where the lane was last placed (LanePlaced; docs/scale-out.md)
 
     @property
     def count(self) -> int:
@@ -231,19 +234,7 @@ class RunView:
 
     def apply_event(self, event: Event, at: str | None = None) -> None:
         if isinstance(event, RunStarted):
-            self.epic_id, self.epic_branch, self.plan = event.epic_id, event.epic_branch, event.plan
-            self.concurrency = event.concurrency
-            self.status, self.ended_at, self.reason = "running", None, None
-            if event.budget_usd is not None:
-                self.budget_usd = event.budget_usd
-            if event.pause_on is not None:
-                self.pause_on = list(event.pause_on)
-            titles = event.titles or {}
-            for story in event.stories:
-                lane = self.lanes.setdefault(story, LaneView(lane=story, title=titles.get(story, story)))
-                lane.title = titles.get(story, lane.title)
-            # Leases do not survive a restart of the runner.
-            self.clones = {k: c for k, c in self.clones.items() if not c.held}
+            self._started(event)
         elif isinstance(event, RunEnded):
             self.status, self.ended_at, self.reason = event.outcome, at, event.reason
             for clone in self.clones.values():
@@ -253,19 +244,10 @@ class RunView:
             lane.status, lane.reason = event.status, event.reason
             if event.status in ("done", "failed", "skipped", "waiting"):
                 lane.current = None
+        elif isinstance(event, LanePlaced):
+            self._lane(event.lane).node = event.node
         elif isinstance(event, TasksPlanned):
-            lane = self._lane(event.lane)
-            lane.task_count = len(event.tasks)
-            old = {t.index: t for t in lane.tasks}
-            lane.tasks = []
-            for number, planned in enumerate(event.tasks, start=1):
-                previous = old.get(number)
-                state: TaskState = "completed" if planned.completed else "planned"
-                if previous is not None and previous.title == planned.title and previous.state == "started":
-                    state = "started"
-                lane.tasks.append(
-                    TaskView(index=number, title=planned.title, state=state, satisfies=planned.satisfies)
-                )
+            self._planned(event)
         elif isinstance(event, TaskStarted):
             lane = self._lane(event.lane)
             task = self._task(lane, event.index, event.title)
@@ -308,6 +290,35 @@ class RunView:
             self.pauses[event.lane] = PauseView(event.reason, event.question, list(event.options))
         elif isinstance(event, StoryAnswered):
             self._answered(event)
+
+    def _started(self, event: RunStarted) -> None:
+        self.epic_id, self.epic_branch, self.plan = event.epic_id, event.epic_branch, event.plan
+        self.concurrency = event.concurrency
+        self.status, self.ended_at, self.reason = "running", None, None
+        if event.budget_usd is not None:
+            self.budget_usd = event.budget_usd
+        if event.pause_on is not None:
+            self.pause_on = list(event.pause_on)
+        titles = event.titles or {}
+        for story in event.stories:
+            lane = self.lanes.setdefault(story, LaneView(lane=story, title=titles.get(story, story)))
+            lane.title = titles.get(story, lane.title)
+        # Leases do not survive a restart of the runner.
+        self.clones = {k: c for k, c in self.clones.items() if not c.held}
+
+    def _planned(self, event: TasksPlanned) -> None:
+        lane = self._lane(event.lane)
+        lane.task_count = len(event.tasks)
+        old = {t.index: t for t in lane.tasks}
+        lane.tasks = []
+        for number, planned in enumerate(event.tasks, start=1):
+            previous = old.get(number)
+            state: TaskState = "completed" if planned.completed else "planned"
+            if previous is not None and previous.title == planned.title and previous.state == "started":
+                state = "started"
+            lane.tasks.append(
+                TaskView(index=number, title=planned.title, state=state, satisfies=planned.satisfies)
+            )
 
     def _answered(self, event: StoryAnswered) -> None:
         pause = self.pauses.pop(event.lane, None)
@@ -414,6 +425,7 @@ class RunView:
             reason=lane.reason or None,
             flaky=lane.flaky or None,
             merge_revision=lane.merge_revision or None,
+            node=lane.node,
         ).wire()
 
     def task_wire(self, lane: LaneView, task: TaskView) -> dict[str, Any]:

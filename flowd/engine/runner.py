@@ -39,12 +39,13 @@ from flowd.engine.core.scheduler import (
     StoryStopped,
 )
 from flowd.engine.core.scheduler import Event as SchedulerEvent
+from flowd.engine.lanes import Lanes, LocalLanes, open_lanes
 from flowd.engine.pauses import PauseDesk, earlier_pauses
 from flowd.engine.report import EpicReport, build_report, epic_history, write_report
 from flowd.engine.requests import RequestDesk
 from flowd.engine.review import carry_over
 from flowd.engine.state import EpicLock, EpicPaths, load_state
-from flowd.engine.story import StoryOutcome, StoryRun, undo_interrupted_merge
+from flowd.engine.story import StoryOutcome, undo_interrupted_merge
 from flowd.errors import EXIT_CANCELLED, EXIT_FAILED, EXIT_HALTED, EXIT_OK, FlowdError, InputError
 from flowd.events import (
     Envelope,
@@ -234,6 +235,7 @@ class _Session:
             )
             if p is not None
         )
+        self.lanes: Lanes | None = None
 
     def _trace_failed(self, exc: OSError) -> None:
         self.broken.append(
@@ -322,11 +324,19 @@ class _Session:
             story_budget_usd=setup.settings.story_budget_usd,
             pause_on=frozenset(self.pause_on),
         )
-        # The first stories' agents start while their worktrees are prepared (docs/performance.md).
-        first = min(setup.concurrency, len(ready(setup.plan)))
-        self.pool.prestart({"coder": first, "planner": first}, setup.repo.root)
+        if setup.settings.lanes.engine == "local":
+            # The first stories' agents start while their worktrees are prepared (docs/performance.md).
+            first = min(setup.concurrency, len(ready(setup.plan)))
+            self.pool.prestart({"coder": first, "planner": first}, setup.repo.root)
+        self.lanes = await open_lanes(ctx)
         shell = SchedulerShell(
-            ctx, setup.concurrency, setup.fail_fast, self.outcomes, stop=self.stop, broken=self.broken
+            ctx,
+            setup.concurrency,
+            setup.fail_fast,
+            self.outcomes,
+            stop=self.stop,
+            broken=self.broken,
+            lanes=self.lanes,
         )
         shell.carried = self.carried
         return await shell.run(self.options.handle_signals)
@@ -334,6 +344,9 @@ class _Session:
     async def _end(self, outcome: RunOutcome, reason: str | None) -> EpicReport:
         """Whatever happened: agents closed, `RunEnded`, the report, `run.json`, the lock released."""
         setup, repo, view, writer = self.setup, self.setup.repo, self.view, self.writer
+        if self.lanes is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self.lanes.aclose())
         if self.pool is not None:
             with contextlib.suppress(Exception):
                 await asyncio.shield(self.pool.aclose())
@@ -402,8 +415,10 @@ class SchedulerShell:
         *,
         stop: asyncio.Event | None = None,
         broken: list[str] | None = None,
+        lanes: Lanes | None = None,
     ) -> None:
         self.ctx = ctx
+        self.lanes = lanes or LocalLanes(ctx)
         self.outcomes = outcomes
         self.tasks: dict[str, asyncio.Task[StoryOutcome]] = {}
         # Longest expected chain of dependents first, by durations estimated from each story's size
@@ -491,7 +506,7 @@ class SchedulerShell:
         ctx = self.ctx
         for step in instructions:
             if isinstance(step, Launch):
-                run = StoryRun(ctx, ctx.plan.require(step.story)).run()
+                run = self.lanes.run(step.story)
                 self.tasks[step.story] = asyncio.create_task(run, name=f"story {step.story}")
             elif isinstance(step, MarkWaiting):
                 ctx.emit(StoryStatusChanged(story=step.story, status="waiting", reason=step.reason))

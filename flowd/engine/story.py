@@ -188,6 +188,24 @@ class StoryRun:
         await self._setup()
         return coder
 
+    async def merge_pushed(self, pushed: StoryOutcome) -> StoryOutcome:
+        """The runner's half of a lane that ran elsewhere (docs/scale-out.md): its branch, fetched from
+        the remote, merges here behind the epic gates; the story's state is the lane's, mirrored."""
+        ctx, story = self.ctx, self.story.id
+        self.state = load_state(ctx.paths, story)
+        try:
+            if self.state is None:
+                raise StoryFailed(f"story '{story}' came back from its lane without a state; run again")
+            commit = await self._merge()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            return self._finish(outcome_of(exc, StoryFacts(story, self.branch, pushed.executors)))
+        note = pushed.note if pushed.note and "merged" in pushed.note else f"merged at {commit[:10]}"
+        return self._finish(
+            StoryOutcome(story, "done", branch=self.branch, note=note, executors=pushed.executors)
+        )
+
     async def _lease_coder(self) -> HeldCoder:
         """One coder clone for the whole story, preferring the executor that last held it."""
         ctx, story = self.ctx, self.story.id

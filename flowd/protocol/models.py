@@ -155,6 +155,7 @@ class LaneParams(Shape):
     # docs/revisions.md: gates green only on a rerun, and the merge revision round (absent: none).
     flaky: int | None = None
     merge_revision: int | None = None
+    node: str | None = None  # where the lane runs when `[lanes] engine = "ray"` (docs/scale-out.md)
     # Not sent by this server; clients use them when a server does (docs/protocol.md).
     worktree: str | None = None
     branch: str | None = None

@@ -161,6 +161,7 @@ def notes_for(view: RunView, event: Event) -> list[Note]:
         ExecutorReleased,
         ExecutorResumed,
         GateFlaky,
+        LanePlaced,
         MergeRevision,
         PerimeterViolation,
         RunEnded,
@@ -187,6 +188,8 @@ def notes_for(view: RunView, event: Event) -> list[Note]:
         return [*_task_notes(view, event.lane, [event.index]), *_lane(view, event.lane)]
     if isinstance(event, TokensUsed):
         return [*_lane(view, event.lane), cost_note(view)]
+    if isinstance(event, LanePlaced):  # the lane's `node` (docs/scale-out.md)
+        return _lane(view, event.lane)
     if isinstance(event, ExecutorLeased | ExecutorReleased):
         state = "leased" if isinstance(event, ExecutorLeased) else "released"
         note = Note(CLONE, _lease_params(view, event, state), (CLONE, view.run_id, event.executor), True)

@@ -67,8 +67,10 @@ def two_stories(root: Path, go_a: Path, go_b: Path) -> Scenario:
         coder_rule(
             "b", {"b.txt": "HEADER\nb\n"}, when={"role": "coder", "story": "b", "prompt": "add a header"}
         ),
-        coder_rule("a", {"a.txt": "quiet, v2\n"}, run=[wait_for(go_a)]),
-        coder_rule("b", {"b.txt": "b, v2\n"}, run=[wait_for(go_b)]),
+        # The first tasks write only after the test lets them go, so a comment made before quotes
+        # the line as the story began.
+        coder_rule("a", {}, run=[wait_for(go_a), "sh -c 'echo \"quiet, v2\" > a.txt'"]),
+        coder_rule("b", {}, run=[wait_for(go_b), "sh -c 'echo \"b, v2\" > b.txt'"]),
     ]
     return Scenario.create(
         root,

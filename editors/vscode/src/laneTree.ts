@@ -148,6 +148,8 @@ export function laneNode(run: RunEntry, lane: LaneEntry): TreeNode {
   const clones = [...lane.clones.values()].map((c) => cloneNode(run, c, lane.lane));
   const children = [...tasks, ...clones];
   const coder = lane.executor ? cloneName(lane.executor, lane.clone) : "";
+  // A lane on a cluster node (docs/scale-out.md) says where.
+  const node = lane.node ? `@ ${lane.node}` : "";
   const task = lane.task ? `task ${lane.task.index}/${lane.task.count}` : "";
   const tokens = lane.tokens > 0 ? `${formatTokens(lane.tokens)} tok` : "";
   const label = lane.title && lane.title !== lane.lane ? `${lane.lane} — ${lane.title}` : lane.lane;
@@ -157,6 +159,7 @@ export function laneNode(run: RunEntry, lane: LaneEntry): TreeNode {
     `${lane.lane}: ${lane.title}`,
     `Status: ${lane.status}${lane.reason ? ` (${lane.reason})` : ""}`,
     coder ? `Coder: ${coder}` : "",
+    lane.node ? `Node: ${lane.node}` : "",
     lane.task ? `Task ${lane.task.index}/${lane.task.count}: ${lane.task.title}` : "",
     `Tokens: ${lane.tokens}${lane.estimated ? " (estimated)" : ""}`,
     lane.costUsd !== undefined ? `Cost: ${laneCost(lane.costUsd, lane.estimated)}` : "",
@@ -167,7 +170,7 @@ export function laneNode(run: RunEntry, lane: LaneEntry): TreeNode {
     id: `lane:${run.runId}:${lane.lane}`,
     kind: "lane",
     label,
-    description: join(lane.status, coder, task, tokens, laneCost(lane.costUsd, lane.estimated), revision, flaky),
+    description: join(lane.status, coder, node, task, tokens, laneCost(lane.costUsd, lane.estimated), revision, flaky),
     tooltip: tooltip.join("\n"),
     icon: LANE_ICON[lane.status] ?? { id: "circle-outline" },
     contextValue: "lane",

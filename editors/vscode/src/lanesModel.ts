@@ -365,6 +365,7 @@ export class LanesModel {
     lane.mergeRevision = p.mergeRevision ?? undefined;
     lane.worktree = p.worktree ?? lane.worktree;
     lane.branch = p.branch ?? lane.branch;
+    lane.node = p.node ?? lane.node;
     if (p.task) {
       for (const t of lane.tasks.values()) t.count = p.task.count;
     }

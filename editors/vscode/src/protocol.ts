@@ -190,6 +190,7 @@ export interface LaneParams {
   reason?: string;
   flaky?: number;
   mergeRevision?: number;
+  node?: string;
   worktree?: string;
   branch?: string;
 }

@@ -370,6 +370,7 @@ function M.lane_lines(client_id)
     for _, name in ipairs(lanes.order) do
       local l = lanes.by[name]
       local who = l.executor and (l.executor .. (l.clone and ("#" .. l.clone) or "")) or "-"
+      if l.node then who = who .. " @" .. l.node end -- a lane on a cluster node (docs/scale-out.md)
       local task = l.task and ("task %d/%d %s"):format(l.task.index, l.task.count, l.task.title) or "-"
       local tokens = ("%s%d tok"):format(l.estimated and "~" or "", l.tokens or 0)
       local extra = (l.mergeRevision and ("  merge revision " .. l.mergeRevision) or "")

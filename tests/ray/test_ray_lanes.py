@@ -1,0 +1,163 @@
+"""Story lanes on a real local Ray cluster (docs/scale-out.md): a head and a worker node started with
+`ray start` on loopback, a bare repository as the remote, the scripted agent as the roster."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.engine.scenario import FLOWD, Scenario, coder, git, kill_group, story
+from tests.ray.cluster import Cluster, driver_env
+
+# Placing an actor and starting its agents takes seconds on a loaded machine.
+pytestmark = pytest.mark.timeout(600)
+
+DIAMOND = [
+    story("base", ["src/base.py"]),
+    story("left", ["src/left.py"], ["base"]),
+    story("right", ["src/right.py"], ["base"]),
+    story("top", ["src/top.py"], ["left", "right"]),
+    story("docs", ["docs/"]),
+]
+SETTINGS = 'gates = ["test -f README.md"]\njudgeRounds = 0\n\n[lanes]\nengine = "ray"\nremote = "origin"\n'
+
+
+def diamond_rules(delay: int = 0) -> list[dict[str, Any]]:
+    return [
+        coder(
+            s["id"],
+            {s["owned"][0] if not s["owned"][0].endswith("/") else "docs/a.md": f"# {s['id']}\n"},
+            delayMs=delay,
+        )
+        for s in DIAMOND
+    ]
+
+
+def on_ray(tmp_path: Path, stories: list[dict[str, Any]], rules: list[dict[str, Any]]) -> Scenario:
+    sc = Scenario.create(tmp_path, stories, rules, settings=SETTINGS)
+    bare = tmp_path / "remote.git"
+    git(tmp_path, "init", "-q", "--bare", str(bare))
+    git(sc.repo, "remote", "add", "origin", str(bare))
+    return sc
+
+
+def run(sc: Scenario, cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*FLOWD, "run", str(sc.plan_path), "--json", *args],
+        cwd=sc.repo, env=driver_env(cluster.address), capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+
+
+def spawn(sc: Scenario, cluster: Cluster, *args: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [*FLOWD, "run", str(sc.plan_path), "--json", *args],
+        cwd=sc.repo, env=driver_env(cluster.address), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        start_new_session=True,
+    )  # fmt: skip
+
+
+def wait_for(process: subprocess.Popen[bytes], predicate: str) -> None:
+    assert process.stdout is not None
+    for line in process.stdout:
+        if predicate in line.decode():
+            return
+    raise AssertionError(
+        f"the run ended before {predicate!r}: {process.stderr.read().decode() if process.stderr else ''}"
+    )
+
+
+def trace(sc: Scenario, run_id: str) -> list[dict[str, Any]]:
+    lines = (sc.repo / ".flow" / "runs" / run_id / "trace.jsonl").read_text(encoding="utf-8").splitlines()
+    return [json.loads(line)["event"] for line in lines]
+
+
+def no_lane_actors_left(cluster: Cluster) -> bool:
+    """Ray ends a dead driver's actors on its own schedule: wait for it (what is asserted is the end)."""
+    for _ in range(120):
+        if not cluster.node_pids("ray::LaneHost"):
+            return True
+        time.sleep(0.5)
+    return False
+
+
+def test_diamond_epic_runs_its_lanes_on_the_cluster_and_merges_each_once(
+    tmp_path: Path, cluster: Cluster
+) -> None:
+    sc = on_ray(tmp_path, DIAMOND, diamond_rules())
+    done = run(sc, cluster, "--run-id", "r1")
+    assert done.returncode == 0, done.stderr
+    assert sorted(sc.merge_commits()) == sorted(f"ep: merge story {s['id']}" for s in DIAMOND)
+    for path in ("src/base.py", "src/left.py", "src/right.py", "src/top.py", "docs/a.md"):
+        assert path in sc.epic_files()
+    events = trace(sc, "r1")
+    placed = {e["lane"]: e["node"] for e in events if e["type"] == "LanePlaced"}
+    assert sorted(placed) == sorted(s["id"] for s in DIAMOND)
+    assert all(e["engine"] == "ray" for e in events if e["type"] == "LanePlaced")
+    # The lanes' work came back through the remote: every story branch is there.
+    pushed = git(tmp_path / "remote.git", "branch", "--list", "story/ep/*").split()
+    assert sorted(pushed) == sorted(f"story/ep/{s['id']}" for s in DIAMOND)
+    # Nothing of a lane ran in the runner's checkout: no story worktree was made here.
+    assert not (sc.worktree_root / "ep" / "base").exists()
+    order = [e["lane"] for e in events if e["type"] == "StoryMerged"]
+    assert order.index("top") > max(order.index("left"), order.index("right")) > order.index("base")
+    status = subprocess.run([*FLOWD, "status"], cwd=sc.repo, capture_output=True, text=True, timeout=60)
+    assert status.returncode == 0 and placed["top"] in status.stdout, status.stdout
+    assert no_lane_actors_left(cluster)
+
+
+THREE_TASKS = json.dumps(
+    {"tasks": [{"title": f"step {n}", "description": f"Write {n}."} for n in ("one", "two", "three")]}
+)
+
+
+def test_a_killed_worker_is_placed_again_and_resumes_from_its_last_pushed_commit(
+    tmp_path: Path, cluster: Cluster
+) -> None:
+    rules = [
+        {"when": {"role": "planner", "story": "long"}, "reply": THREE_TASKS},
+        *[{"when": {"role": "coder", "story": "long", "task": f"step {n}"}, "writes": {f"long/{n}.txt": n},
+           "reply": "done", "delayMs": 2000} for n in ("one", "two", "three")],
+    ]  # fmt: skip
+    sc = on_ray(tmp_path, [story("long", ["long/"])], rules)
+    process = spawn(sc, cluster, "--run-id", "k1")
+    try:
+        wait_for(process, '"TaskCompleted"')
+        actors = cluster.node_pids("ray::LaneHost")
+        assert actors, "the lane's actor process was not found on the cluster"
+        for pid in actors:
+            subprocess.run(["kill", "-9", str(pid)], check=True)
+        assert process.wait(timeout=300) == 0, process.stderr.read().decode() if process.stderr else ""
+    finally:
+        kill_group(process)
+    events = trace(sc, "k1")
+    assert [e["lane"] for e in events if e["type"] == "LanePlaced"] == ["long", "long"]
+    # Task 1 was pushed before the kill: the second placement did not do it again.
+    firsts = [e for e in events if e["type"] == "TaskStarted" and e["lane"] == "long" and e["index"] == 1]
+    assert len(firsts) == 1
+    assert sc.merge_commits() == ["ep: merge story long"]
+    assert {"long/one.txt", "long/two.txt", "long/three.txt"} <= set(sc.epic_files())
+    assert no_lane_actors_left(cluster)
+
+
+def test_a_killed_runner_leaves_no_actor_and_a_rerun_merges_nothing_twice(
+    tmp_path: Path, cluster: Cluster
+) -> None:
+    sc = on_ray(tmp_path, DIAMOND, diamond_rules(delay=1500))
+    process = spawn(sc, cluster, "--run-id", "first")
+    try:
+        wait_for(process, '"StoryMerged"')
+    finally:
+        kill_group(process)
+    # The dead runner's actors end with it: nothing keeps working for a run that is gone.
+    assert no_lane_actors_left(cluster)
+    again = run(sc, cluster)
+    assert again.returncode == 0, again.stderr
+    assert sorted(sc.merge_commits()) == sorted(f"ep: merge story {s['id']}" for s in DIAMOND)
+    states = [json.loads(p.read_text()) for p in (sc.repo / ".flow/epics/ep/stories").glob("*.json")]
+    assert {s["status"] for s in states} == {"merged"}
+    assert no_lane_actors_left(cluster)
