@@ -123,8 +123,9 @@ async def test_a_missing_command_is_unavailable(tmp_path: Path) -> None:
 async def test_a_silent_agent_is_killed_as_a_stall(tmp_path: Path) -> None:
     record = tmp_path / "seen.json"
     executor = CliExecutor(spec("codex_success.jsonl", "--hang-after", "2", "--record", str(record)))
+    # Long enough for a loaded machine to start the agent and let it record its pid first.
     with pytest.raises(AgentError) as caught:
-        await executor.run_turn(turn(tmp_path, stall=0.5))
+        await executor.run_turn(turn(tmp_path, stall=3.0))
     assert caught.value.kind == "stall"
     assert not pid_alive(json.loads(record.read_text())["pid"])
 
