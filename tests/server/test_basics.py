@@ -19,6 +19,7 @@ async def test_commands_are_advertised(client: FlowClient) -> None:
         "flow.cancelEpic",
         "flow.resumeEpic",
         "flow.validatePlan",
+        "flow.answer",
         "flow.addRevision",
     }
     assert client.init_result.server_info.name == "flowd"  # type: ignore[attr-defined]
