@@ -198,3 +198,31 @@ def test_a_new_run_of_the_epic_takes_over_the_pause_its_killed_run_left(tmp_path
     assert "a.txt" in sc.epic_files()
     kept = sc.repo / ".flow/epics/ep/stories/a.answers.md"
     assert kept.read_text(encoding="utf-8") == "- say HOWDY\n"
+
+
+def test_no_executor_pauses_the_story_and_wait_takes_the_executor_back(tmp_path: Path) -> None:
+    # The roster's only executor fails to sign in once: it is out for the run, so no executor can
+    # serve story a's coder. `wait` takes it back and the story goes on.
+    sc = Scenario.create(
+        tmp_path,
+        [story("a", ["a.txt"])],
+        [{"when": {"role": "coder", "story": "a"}, "fail": "auth", "times": 1}, coder("a", {"a.txt": "a\n"})],
+    )
+    process = sc.spawn("--pause-on", "noExecutor", "--run-id", "r9")
+    seen: list[Event] = []
+    try:
+        paused = read_until(process, seen, "StoryPaused")
+        assert paused["lane"] == "a" and paused["reason"] == "noExecutor"
+        assert paused["options"] == ["wait", "stop"]
+        assert any(e["type"] == "ExecutorExcluded" and e["executor"] == "demo" for e in seen)
+        assert status_of(sc, "r9") == "paused"
+        ok = answer(sc, "r9", "--story", "a", "wait")
+        assert ok.returncode == 0, ok.stderr
+        assert finish(process, seen) == 0
+    finally:
+        kill_group(process)
+    assert [e for e in seen if e["type"] == "StoryAnswered"] == [
+        {"type": "StoryAnswered", "lane": "a", "answer": "wait", "by": "cli"}
+    ]
+    assert "a.txt" in sc.epic_files()
+    assert seen[-1]["type"] == "RunEnded" and seen[-1]["outcome"] == "done"
