@@ -59,7 +59,7 @@ def build(root: Path, count: int, lanes: int, think: float, engine: str) -> Scen
     return sc
 
 
-def run(sc: Scenario, env: dict[str, str]) -> tuple[float, list[dict[str, Any]]]:
+def run(sc: Scenario, env: dict[str, str], mode: str) -> tuple[float, list[dict[str, Any]]]:
     started = time.monotonic()
     done = subprocess.run(
         [*FLOWD, "run", str(sc.plan_path), "--run-id", "bench"],
@@ -67,7 +67,9 @@ def run(sc: Scenario, env: dict[str, str]) -> tuple[float, list[dict[str, Any]]]
     )  # fmt: skip
     elapsed = time.monotonic() - started
     if done.returncode != 0:
-        raise SystemExit(f"flowd run failed ({done.returncode}): {done.stderr[-2000:]}")
+        # The progress lines say which story failed and why; stderr is often empty.
+        tail = (done.stderr or done.stdout)[-2000:]
+        raise SystemExit(f"flowd run ({mode} lanes) failed ({done.returncode}):\n{tail}")
     lines = (sc.repo / ".flow/runs/bench/trace.jsonl").read_text(encoding="utf-8").splitlines()
     return elapsed, [json.loads(line) for line in lines]
 
@@ -111,10 +113,10 @@ def main() -> None:
     cluster = None
     try:
         local = build(root / "local", args.stories, args.lanes, args.think, "local")
-        local_s, local_trace = run(local, {**os.environ})
+        local_s, local_trace = run(local, {**os.environ}, "local")
         cluster = start_cluster()
         on_ray = build(root / "ray", args.stories, args.lanes, args.think, "ray")
-        ray_s, ray_trace = run(on_ray, driver_env(cluster.address))
+        ray_s, ray_trace = run(on_ray, driver_env(cluster.address), "ray")
     finally:
         if cluster is not None:
             cluster.stop()
