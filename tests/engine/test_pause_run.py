@@ -8,9 +8,18 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.engine.scenario import FLOWD, Scenario, coder, kill_group, story
 
 Event = dict[str, Any]
+
+
+@pytest.fixture(autouse=True)
+def own_script_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The scripted agent's `times` counts live in a state directory keyed by script path and run
+    id; pytest reuses temp paths across sessions, so each test counts in a directory of its own."""
+    monkeypatch.setenv("FLOWD_SCRIPT_STATE", str(tmp_path / "script-state"))
 
 
 def read_until(process: subprocess.Popen[bytes], seen: list[Event], wanted: str) -> Event:
