@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from flowd.errors import InputError
 from flowd.fsio import write_model_atomic, write_text_atomic
 from flowd.trace import pid_alive
-from flowd.wire import WireModel
+from flowd.wire import WireModel, describe_validation_error
 
 StoryStateStatus = Literal["started", "merged", "failed"]
 
@@ -105,8 +105,18 @@ def load_intent(paths: EpicPaths) -> MergeIntent | None:
         return None
     except (OSError, ValidationError, ValueError) as exc:
         raise InputError(
-            f"{paths.merging}: unreadable ({exc}); check the epic branch's last merge, then delete the file"
+            f"{paths.merging}: unreadable ({_reason(exc)}); check the epic branch's last merge, then delete the file"
         )
+
+
+def _reason(exc: Exception) -> str:
+    """Why a state file could not be read, in a few words: the first field pydantic rejected (not
+    its multi-line report with links), or the OS's or JSON parser's one-line message."""
+    if isinstance(exc, ValidationError):
+        problems = describe_validation_error(exc)
+        more = f" and {len(problems) - 1} more" if len(problems) > 1 else ""
+        return f"{problems[0]}{more}" if problems else "not a state file"
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
 
 
 def clear_intent(paths: EpicPaths) -> None:
@@ -121,7 +131,9 @@ def load_state(paths: EpicPaths, story_id: str) -> StoryState | None:
     except FileNotFoundError:
         return None
     except (OSError, ValidationError, ValueError) as exc:
-        raise InputError(f"{path}: unreadable story state ({exc}); delete it to start the story over")
+        raise InputError(
+            f"{path}: unreadable story state ({_reason(exc)}); delete it to start the story over"
+        )
 
 
 def save_state(paths: EpicPaths, state: StoryState) -> None:
