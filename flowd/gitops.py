@@ -131,6 +131,60 @@ def _not_flow(paths: list[str]) -> list[str]:
     return [p for p in paths if not (p + "/").startswith(FLOW_DIR)]
 
 
+# The files worktree bootstrap copied into a worktree (docs/worktree-bootstrap.md) are the user's
+# (`.env`, keys): listed in the worktree's private git dir, out of the agents' reach, so that no
+# flowd commit, diff or perimeter listing takes them even after a story's `.gitignore` stops
+# ignoring them.
+_BOOTSTRAPPED = "flowd-bootstrapped"
+
+
+def _private_git_dir(wt: Path) -> Path | None:
+    dotgit = Path(wt) / ".git"
+    if dotgit.is_dir():
+        return dotgit
+    try:
+        line = dotgit.read_text(encoding="utf-8").strip()
+    except OSError:
+        return None
+    if not line.startswith("gitdir:"):
+        return None
+    gitdir = Path(line.removeprefix("gitdir:").strip())
+    return gitdir if gitdir.is_absolute() else Path(wt) / gitdir
+
+
+def mark_bootstrapped(wt: Path, paths: Sequence[str]) -> None:
+    """Remember `paths` (repository-relative) as copied into `wt` by worktree bootstrap."""
+    private = _private_git_dir(wt)
+    if private is None:
+        return
+    listed = bootstrapped(wt) | set(paths)
+    target = private / _BOOTSTRAPPED
+    tmp = target.with_name(f".{_BOOTSTRAPPED}.{os.getpid()}.tmp")
+    tmp.write_text("".join(f"{p}\0" for p in sorted(listed)), encoding="utf-8", errors="surrogateescape")
+    os.replace(tmp, target)
+
+
+def bootstrapped(wt: Path) -> frozenset[str]:
+    """The paths worktree bootstrap copied into `wt` (empty when it copied none)."""
+    private = _private_git_dir(wt)
+    if private is None:
+        return frozenset()
+    try:
+        text = (private / _BOOTSTRAPPED).read_text(encoding="utf-8", errors="surrogateescape")
+    except OSError:
+        return frozenset()
+    return frozenset(_split_z(text))
+
+
+def _unstage_bootstrapped(wt: Path, what: str, env: dict[str, str] | None = None) -> None:
+    private = _private_git_dir(wt)
+    listing = private / _BOOTSTRAPPED if private is not None else None
+    if listing is None or not listing.is_file() or listing.stat().st_size == 0:
+        return
+    literal = {**(env or {}), "GIT_LITERAL_PATHSPECS": "1"}
+    _git(wt, ["reset", "-q", f"--pathspec-from-file={listing}", "--pathspec-file-nul"], what, env=literal)
+
+
 def _check_rel(wt: Path, path: str) -> Path:
     """A repository-relative path that stays inside the worktree, or InputError."""
     p = Path(path)
@@ -524,7 +578,8 @@ class Repo:
             ["status", "--porcelain", "-z", "--no-renames", "--untracked-files=all"],
             f"could not read the status of the worktree {wt}",
         ).stdout
-        return sorted(set(_not_flow([entry[3:] for entry in _split_z(out)])))
+        copied = bootstrapped(wt)
+        return sorted(set(_not_flow([entry[3:] for entry in _split_z(out) if entry[3:] not in copied])))
 
     def is_dirty(self, wt: Path) -> bool:
         return bool(self.status_paths(wt))
@@ -534,6 +589,7 @@ class Repo:
         wt = self._owned_worktree(wt, "commit")
         what = f"could not commit in the worktree {wt}"
         _git(wt, ["add", "-A", "--", ".", f":(exclude){FLOW_DIR}"], what)
+        _unstage_bootstrapped(wt, what)
         proc = _git(
             wt,
             [*self._commit_args(), "commit", "-q", "--no-verify", "-m", message],
@@ -555,7 +611,14 @@ class Repo:
         what = f"could not list the files changed in the worktree {wt} since {base!r}"
         tracked = _git(wt, ["diff", "--name-only", "-z", "--no-renames", "--merge-base", base, "--"], what)
         untracked = _git(wt, ["ls-files", "-z", "--others", "--exclude-standard"], what)
-        return sorted(set(_not_flow(_split_z(tracked.stdout) + _split_z(untracked.stdout))))
+        copied = bootstrapped(wt)
+        return sorted(
+            set(
+                _not_flow(
+                    _split_z(tracked.stdout) + [p for p in _split_z(untracked.stdout) if p not in copied]
+                )
+            )
+        )
 
     def diff(self, wt: Path, base: str) -> str:
         """The patch from the merge-base of `base` and HEAD to the files in `wt`, new files included.
@@ -574,6 +637,7 @@ class Repo:
                 shutil.copyfile(index, tmp_index)
             env = {"GIT_INDEX_FILE": str(tmp_index)}
             _git(wt, ["add", "-A", "--", ".", f":(exclude){FLOW_DIR}"], what, env=env)
+            _unstage_bootstrapped(wt, what, env)
             return _git(wt, ["diff", "--cached", "--merge-base", base, "--"], what, env=env).stdout
 
     def merge(self, wt: Path, branch: str, message: str, *, prefer_incoming: bool = False) -> MergeResult:

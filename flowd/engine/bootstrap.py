@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from flowd.config import Settings
 from flowd.engine.core.ports import LanePorts, ceiling_problem
 from flowd.errors import InputError
-from flowd.gitops import Repo
+from flowd.gitops import Repo, mark_bootstrapped
 from flowd.worktreeinclude import describe, escapes
 
 if TYPE_CHECKING:
@@ -100,6 +100,7 @@ def bootstrap_files(repo: Repo, settings: Settings, worktree: Path) -> Copied:
             out.copied.append(rel)
         else:
             out.skipped.append((rel, why))
+    mark_bootstrapped(worktree, out.copied)
     return out
 
 

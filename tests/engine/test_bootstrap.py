@@ -354,3 +354,35 @@ def test_copies_are_invisible_to_commits_and_the_perimeter_and_only_ignored_file
     assert perimeter_now(repo, plan, "api", worktree) == []
     assert repo.status_paths(worktree) == []
     assert repo.commit_all(worktree, "api: nothing to commit") is None
+
+
+def test_copies_stay_out_of_commits_even_when_the_story_stops_ignoring_them(tmp_path: Path) -> None:
+    sc = Scenario.create(
+        tmp_path,
+        [story("api", ["src/", ".gitignore"])],
+        [],
+        files={".gitignore": ".env\n", ".worktreeinclude": ".env\n"},
+    )
+    (sc.repo / ".env").write_text("TOKEN=users-secret\n", encoding="utf-8")
+    repo = Repo(sc.repo)
+    worktree = tmp_path / "wt"
+    repo.create_branch("epic/ep", "main")
+    repo.worktree_add(worktree, "story/ep/api", start="epic/ep")
+    assert bootstrap_files(repo, Settings(), worktree).copied == [".env"]
+    # The story's agent rewrites .gitignore so that .env is no longer ignored, and adds a file.
+    (worktree / ".gitignore").write_text("*.log\n", encoding="utf-8")
+    (worktree / "src").mkdir()
+    (worktree / "src" / "api.py").write_text("x = 1\n", encoding="utf-8")
+    plan = load_plan(sc.plan_path)
+    assert perimeter_now(repo, plan, "api", worktree) == []  # .env is not the story's, yet no violation
+    assert repo.status_paths(worktree) == [".gitignore", "src/api.py"]
+    assert ".env" not in repo.changed_files(worktree, "epic/ep")
+    assert "users-secret" not in repo.diff(worktree, "epic/ep")
+    assert repo.commit_all(worktree, "api: work") is not None
+    committed = git(worktree, "show", "--name-only", "--format=", "HEAD").split()
+    assert committed == [".gitignore", "src/api.py"]
+    assert (worktree / ".env").read_text(encoding="utf-8") == "TOKEN=users-secret\n"
+    # A second commit in the same worktree leaves it out too.
+    (worktree / "src" / "api.py").write_text("x = 2\n", encoding="utf-8")
+    repo.commit_all(worktree, "api: more")
+    assert ".env" not in git(worktree, "log", "--name-only", "--format=", "epic/ep..HEAD").split()
