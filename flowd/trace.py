@@ -28,7 +28,7 @@ from flowd.fsio import write_model_atomic
 from flowd.timeutil import iso, parse_iso
 from flowd.tracefold import fold_lines
 from flowd.view import RunView
-from flowd.viewcheckpoint import CHECKPOINT_BYTES, Checkpoints, restore
+from flowd.viewcheckpoint import Checkpoints, restore
 from flowd.wire import WireModel
 
 # Bytes read per step: bounds a reader's memory whatever the trace's length.
@@ -153,12 +153,13 @@ class TraceWriter:
         self._view: RunView | None = None
         self.checkpoints: Checkpoints | None = None
 
-    def fold_into(self, view: RunView, checkpoint_every: int = CHECKPOINT_BYTES) -> None:
+    def fold_into(self, view: RunView, checkpoint_every: int | None = None) -> None:
         """Fold every event into `view` as it is written, and checkpoint that view next to the trace
-        every `checkpoint_every` bytes and at `close` (flowd/viewcheckpoint.py). `view` must be the
-        fold of the trace as it is now (`fold_trace`). The fold runs under the writer's lock, so
-        the view is always the fold of exactly the lines written, in their order, when a
-        checkpoint is taken; subscribers hear the event after it is folded."""
+        every `checkpoint_every` bytes (default: `checkpoint_bytes()`, 4 MB) and at `close`
+        (flowd/viewcheckpoint.py). `view` must be the fold of the trace as it is now
+        (`fold_trace`). The fold runs under the writer's lock, so the view is always the fold of
+        exactly the lines written, in their order, when a checkpoint is taken; subscribers hear
+        the event after it is folded."""
         self._view = view
         self.checkpoints = Checkpoints(self.path, view, checkpoint_every)
 

@@ -45,6 +45,8 @@ FORMAT = 1
 # Trace bytes between two checkpoints: a reader folds at most this much (about 16 k events) besides
 # the checkpoint, whatever the trace's length. Writing one costs a few ms of the runner's time.
 CHECKPOINT_BYTES = 4 << 20
+# Overrides CHECKPOINT_BYTES (tests checkpoint after every line; docs/trace.md).
+ENV_BYTES = "FLOWD_CHECKPOINT_BYTES"
 # A checkpoint is a view (a few KB per lane); anything bigger than this is not one of ours.
 MAX_CHECKPOINT_BYTES = 64 << 20
 # The modules whose code decides what a fold gives: a checkpoint written by other code is stale.
@@ -55,6 +57,13 @@ _REPORTED = "reported"
 
 def checkpoint_path(trace: Path) -> Path:
     return trace.with_name(FILE_NAME)
+
+
+def checkpoint_bytes() -> int:
+    """Trace bytes between two checkpoints: `FLOWD_CHECKPOINT_BYTES` when it is a positive
+    integer, else `CHECKPOINT_BYTES`."""
+    value = os.environ.get(ENV_BYTES, "")
+    return int(value) if value.isdigit() and int(value) > 0 else CHECKPOINT_BYTES
 
 
 # -- pricing: a checkpoint's costs hold only for the prices it was folded with -----------------
@@ -142,21 +151,75 @@ def _load(cls: type, state: Any, **own: Any) -> Any:
     if type(state) is not dict:
         raise TypeError(f"{cls.__name__}: not an object")
     nested = _NESTED.get(cls, {})
-    names = {f.name for f in dataclasses.fields(cls)} - _SKIPPED
-    if state.keys() != names:
-        raise KeyError(f"{cls.__name__}: fields {sorted(state.keys() ^ names)}")
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.name not in _SKIPPED}
+    if state.keys() != fields.keys():
+        raise KeyError(f"{cls.__name__}: fields {sorted(state.keys() ^ fields.keys())}")
     args = dict(state)
-    for name, (shape, inner) in nested.items():
+    for name, f in fields.items():
         value = args[name]
-        if shape == "dict":
-            args[name] = {str(k): _load(inner, v) for k, v in value.items()}
-        elif shape == "pairs":
-            args[name] = {k: _load(inner, v) for k, v in value}
-        elif shape == "list":
-            args[name] = [_load(inner, v) for v in value]
+        shape = nested.get(name)
+        if shape is None:
+            if not _matches(value, str(f.type)):
+                raise TypeError(f"{cls.__name__}.{name}: not a {f.type}")
+        elif shape[0] == "dict":
+            args[name] = {str(k): _load(shape[1], v) for k, v in value.items()}
+        elif shape[0] == "pairs":
+            args[name] = {_key(k): _load(shape[1], v) for k, v in value}
+        elif shape[0] == "list":
+            args[name] = [_load(shape[1], v) for v in value]
         else:
-            args[name] = _load(inner, value)
+            args[name] = _load(shape[1], value)
     return cls(**args, **own)
+
+
+def _key(key: Any) -> str | None:
+    if key is not None and type(key) is not str:
+        raise TypeError("a pause's lane: not a string")
+    return key
+
+
+# Names in the view's annotations that stand for plain JSON types.
+_ALIASES = {"TaskState": "str"}
+
+
+def _matches(value: Any, annotation: str) -> bool:
+    """Whether JSON data fits a field's annotation (`int`, `str | None`, `list[int] | None`,
+    `dict[str, dict[str, str | None]]`…): what a corrupt checkpoint must not get past."""
+    for alternative in _split(annotation, "|"):
+        name, _, rest = alternative.partition("[")
+        name = _ALIASES.get(name, name)
+        if name == "None":
+            ok = value is None
+        elif name in _PLAIN:
+            ok = type(value) in _PLAIN[name]
+        elif name == "list" and rest:
+            ok = type(value) is list and all(_matches(v, rest[:-1]) for v in value)
+        elif name == "dict" and rest:
+            key, item = _split(rest[:-1], ",")
+            ok = type(value) is dict and all(_matches(k, key) and _matches(v, item) for k, v in value.items())
+        else:
+            raise TypeError(f"no check for the annotation {annotation!r}")
+        if ok:
+            return True
+    return False
+
+
+_PLAIN: dict[str, tuple[type, ...]] = {"int": (int,), "float": (float, int), "str": (str,), "bool": (bool,)}
+
+
+def _split(text: str, sep: str) -> list[str]:
+    """`text` cut at `sep` outside brackets, each part stripped."""
+    parts, depth, start = [], 0, 0
+    for i, char in enumerate(text):
+        if char == "[":
+            depth += 1
+        elif char == "]":
+            depth -= 1
+        elif char == sep and depth == 0:
+            parts.append(text[start:i].strip())
+            start = i + 1
+    parts.append(text[start:].strip())
+    return parts
 
 
 # -- writing ---------------------------------------------------------------------------------
@@ -282,10 +345,10 @@ def _line_matches(trace: Path, start: int, end: int, digest: Any) -> bool:
 class Checkpoints:
     """When a writer's view is checkpointed: every `every` bytes of trace, and at the end."""
 
-    def __init__(self, trace: Path, view: RunView, every: int = CHECKPOINT_BYTES) -> None:
+    def __init__(self, trace: Path, view: RunView, every: int | None = None) -> None:
         self.trace = trace
         self.view = view
-        self.every = every
+        self.every = every if every is not None else checkpoint_bytes()
         self.saved = 0  # the offset of the last checkpoint written (0: none yet)
         self.written: Callable[[int], None] | None = None  # tests: hears each checkpoint's offset
 
