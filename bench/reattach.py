@@ -9,8 +9,9 @@ starts and kills), so the server treats the run as active.
 A live runner checkpoints its folded view next to the trace every 4 MB (docs/trace.md, "View
 checkpoint"); the script writes the checkpoint the runner would have written last, at the worst
 moment: a full 4 MB (about 16 k events) before the end, so readers fold the checkpoint and a 4 MB
-tail. Each reader is measured twice in the same run: from that checkpoint, and with it moved aside
-(the whole trace folded, as before checkpoints and as any reader does with a missing or stale one).
+tail. Each reader is measured twice in the same run: from that checkpoint, and with it removed
+(the whole trace folded, as before checkpoints and as any reader does with a missing or stale one;
+such a reader leaves a checkpoint for the next one, which the script removes).
 
 For each size it measures, each in a fresh subprocess:
 
@@ -339,13 +340,16 @@ def write_checkpoint(trace: Path) -> int:
     return offset
 
 
-def reattach(repo: Path, label: str) -> tuple[float, float, float, float]:
-    """(status wall, status CPU, serve wall, serve CPU), printed with their peak RSS."""
+def reattach(repo: Path, label: str, before: Any) -> tuple[float, float, float, float]:
+    """(status wall, status CPU, serve wall, serve CPU), printed with their peak RSS; `before()`
+    runs before each reader."""
     flowd = str(Path(sys.executable).with_name("flowd"))
+    before()
     status_s, status_cpu, status_mb = measured([flowd, "status", "--json"], repo)
     print(
         f"flowd status --json, {label}: {status_s:.2f} s (CPU {status_cpu:.2f} s), peak RSS {status_mb:.0f} MB"
     )
+    before()
     shown_s, serve_cpu, serve_mb, follow_s = asyncio.run(serve(repo))
     print(
         f"flowd serve re-attach, {label}: shown after {shown_s:.2f} s (server CPU {serve_cpu:.2f} s), "
@@ -373,10 +377,17 @@ def bench_size(events: int, anchor: bool) -> None:
             print(
                 f"view checkpoint at {offset / 1e6:.1f} MB: {(size - offset) / 1e6:.1f} MB of trace after it"
             )
-            fast = reattach(repo, "from the checkpoint")
             ckpt = trace.with_name("view-checkpoint.json")
-            ckpt.rename(ckpt.with_name("aside.json"))
-            slow = reattach(repo, "whole trace (no checkpoint)")
+            runners = ckpt.read_bytes()
+
+            def put_back() -> None:  # each reader finds the runner's checkpoint
+                ckpt.write_bytes(runners)
+
+            def take_away() -> None:  # a reader without one leaves one for the next: remove it
+                ckpt.unlink(missing_ok=True)
+
+            fast = reattach(repo, "from the checkpoint", put_back)
+            slow = reattach(repo, "whole trace (no checkpoint)", take_away)
             print(
                 f"from the checkpoint against the whole trace, CPU: status {slow[1] / fast[1]:.1f}x less, "
                 f"serve {slow[3] / fast[3]:.1f}x less"

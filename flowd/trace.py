@@ -28,7 +28,7 @@ from flowd.fsio import write_model_atomic
 from flowd.timeutil import iso, parse_iso
 from flowd.tracefold import fold_lines
 from flowd.view import RunView
-from flowd.viewcheckpoint import Checkpoints, restore
+from flowd.viewcheckpoint import Checkpoints, capture, checkpoint_bytes, restore, save
 from flowd.wire import WireModel
 
 # Bytes read per step: bounds a reader's memory whatever the trace's length.
@@ -225,8 +225,10 @@ def fold_trace(path: Path, view: RunView) -> RunView:
     """Fold a whole trace into `view` (empty), streaming, from the trace's view checkpoint when it
     has a valid one (the same result as applying `read_trace`)."""
     follower = TraceFollower(path)
-    follower.restore(view)
+    restored = follower.restore(view)
     follower.fold_into(view, to_end=True)
+    if not restored:
+        follower.checkpoint(view)
     return view
 
 
@@ -245,6 +247,8 @@ class TraceFollower:
         self._max_line = max_line_bytes
         self._partial = b""
         self._dropping = False  # inside an over-long line: skip to its newline
+        self._torn = False  # a last line without its newline was folded (`to_end`)
+        self._last_line = b""  # the last whole line read, newline included
 
     def restore(self, view: RunView) -> bool:
         """Before the first read: load the trace's view checkpoint into `view` (empty) and go on
@@ -291,6 +295,7 @@ class TraceFollower:
                     return
                 if not data:
                     if to_end and self._partial and not self._dropping:
+                        self._torn = True
                         yield self._partial + b"\n"
                     return
                 self.offset += len(data)
@@ -311,7 +316,20 @@ class TraceFollower:
         self._partial = data[cut:]
         if len(self._partial) > self._max_line:
             self._partial, self._dropping = b"", True
+        if cut:
+            self._last_line = data[data.rfind(b"\n", 0, cut - 1) + 1 : cut]
         return data[:cut]
+
+    def checkpoint(self, view: RunView) -> bool:
+        """After folding a trace from its start into `view` (no valid checkpoint was found: a run
+        killed before its first one, or checkpointed with other prices or another flowd): leave
+        one at the last whole line folded, for the next reader, when the trace is long enough
+        for it to matter. Never after folding a torn last line (it is not in the trace whole)."""
+        end = self.offset - len(self._partial)
+        if self._dropping or self._torn or not self._last_line or end < checkpoint_bytes():
+            return False
+        data = capture(view, end, self._last_line)
+        return data is not None and save(self.path, data)
 
 
 # Lines that start or finish a story, found by their marks before anything is parsed.

@@ -30,6 +30,7 @@ from flowd.view import (
     reported_cost,
 )
 from flowd.viewcheckpoint import (
+    ENV_BYTES,
     FILE_NAME,
     capture,
     checkpoint_path,
@@ -358,3 +359,35 @@ def test_the_file_sits_next_to_the_trace(tmp_path: Path) -> None:
     writer.close()
     assert restored_offset(path) == path.stat().st_size
     assert sorted(p.name for p in path.parent.iterdir()) == sorted(["trace.jsonl", FILE_NAME])  # no temp
+
+
+def test_a_reader_that_folded_a_long_trace_leaves_a_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(ENV_BYTES, "500")
+    path = tmp_path / "trace.jsonl"
+    data = write(path, trace_lines())
+    full = fold_trace(path, RunView(run_id=RUN, pricer=price))  # none yet: the whole trace
+    assert restored_offset(path) == len(data)  # … and one left for the next reader
+    assert fold_trace(path, RunView(run_id=RUN, pricer=price)) == full == full_fold(path)
+
+    checkpoint_path(path).unlink()  # a live follower leaves one at its last whole line
+    torn = line(900, TaskCompleted(lane="a", index=2, count=2, title="two"))[:50]
+    with path.open("ab") as handle:
+        handle.write(torn)
+    follower = TraceFollower(path)
+    view = RunView(run_id=RUN, pricer=price)
+    assert not follower.restore(view)
+    follower.fold_into(view)
+    assert follower.checkpoint(view) and restored_offset(path) == len(data)
+
+    checkpoint_path(path).unlink()  # a one-shot reader folded the torn line: it leaves none
+    assert fold_trace(path, RunView(run_id=RUN, pricer=price)) == full_fold(path)
+    assert not checkpoint_path(path).exists()
+
+
+def test_a_short_trace_gets_no_checkpoint_from_a_reader(tmp_path: Path) -> None:
+    path = tmp_path / "trace.jsonl"
+    write(path, trace_lines())
+    fold_trace(path, RunView(run_id=RUN, pricer=price))
+    assert not checkpoint_path(path).exists()  # under 4 MB: folding it all is cheap enough

@@ -72,8 +72,10 @@ class RunHooks:
 
 
 def _fold_past(follower: TraceFollower, view: RunView) -> None:
-    follower.restore(view)
+    restored = follower.restore(view)
     follower.fold_into(view)
+    if not restored:
+        follower.checkpoint(view)  # none was valid: the next re-attach starts from this one
 
 
 class RunManager:
