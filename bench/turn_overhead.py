@@ -99,7 +99,7 @@ def flowd_side(repo: Path, script: Path) -> tuple[RunContext, TraceWriter, Roste
     run_id = "bench-turns"
     view = RunView(run_id=run_id)
     writer = TraceWriter(repo / ".flow" / "runs" / run_id / "trace.jsonl", run_id)
-    writer.subscribe(view.apply)
+    writer.fold_into(view)  # as the runner: folded under the lock, checkpointed every 4 MB
 
     def emit(event: Event) -> None:
         writer.emit(event)

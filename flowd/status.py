@@ -7,13 +7,10 @@ import json
 import sys
 from pathlib import Path
 
-from rich.console import Console
-
 from flowd.config import load_settings
 from flowd.cost.prices import pricer
 from flowd.errors import FlowdError
 from flowd.gitops import Repo
-from flowd.progress import plain_run, render_run
 from flowd.trace import fold_trace, is_active, list_runs, trace_path
 from flowd.view import RunView
 
@@ -44,6 +41,11 @@ def status_command(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"runs": [v.status_wire() for v in views]}, indent=2))
         return 0
+    # rich only for people: `--json` (scripts, the benchmarks) does without it (docs/performance.md).
+    from rich.console import Console
+
+    from flowd.progress import plain_run, render_run
+
     if not views:
         print("No runs yet. Start one with `flowd run PLAN` (or `flowd demo`).")
         return 0

@@ -2,9 +2,10 @@
 `run.json`. One writer per run (the `flowd run` process); readers are tolerant and streaming.
 
 Readers never hold a whole trace: `TraceFollower` reads new bytes in bounded chunks. Folding a
-long trace into a view (re-attach, `flowd status`, a resumed run) goes through `fold_lines`, which
-skips the lines no view folds without parsing them and folds the rest from orjson dicts, building
-no pydantic object for the common `TokensUsed` line (docs/performance.md).
+long trace into a view (re-attach, `flowd status`, a resumed run) starts from the view checkpoint
+the writer keeps next to the trace (flowd/viewcheckpoint.py) and goes through `fold_lines` for the
+rest, which skips the lines no view folds without parsing them and folds the others from orjson
+dicts, building no pydantic object for the common `TokensUsed` line (docs/performance.md).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from flowd.fsio import write_model_atomic
 from flowd.timeutil import iso, parse_iso
 from flowd.tracefold import fold_lines
 from flowd.view import RunView
+from flowd.viewcheckpoint import Checkpoints, capture, checkpoint_bytes, restore, save
 from flowd.wire import WireModel
 
 # Bytes read per step: bounds a reader's memory whatever the trace's length.
@@ -145,7 +147,21 @@ class TraceWriter:
                 reader.seek(-1, os.SEEK_END)
                 if reader.read(1) != b"\n":
                     self._handle.write(b"\n")
+        self._end = self._handle.tell()  # the trace's length once every written line is flushed
+        self._last_line: bytes | None = None  # the last line written by this writer
         self._subscribers: list[Callable[[Envelope], None]] = []
+        self._view: RunView | None = None
+        self.checkpoints: Checkpoints | None = None
+
+    def fold_into(self, view: RunView, checkpoint_every: int | None = None) -> None:
+        """Fold every event into `view` as it is written, and checkpoint that view next to the trace
+        every `checkpoint_every` bytes (default: `checkpoint_bytes()`, 4 MB) and at `close`
+        (flowd/viewcheckpoint.py). `view` must be the fold of the trace as it is now
+        (`fold_trace`). The fold runs under the writer's lock, so the view is always the fold of
+        exactly the lines written, in their order, when a checkpoint is taken; subscribers hear
+        the event after it is folded."""
+        self._view = view
+        self.checkpoints = Checkpoints(self.path, view, checkpoint_every)
 
     def subscribe(self, callback: Callable[[Envelope], None]) -> None:
         self._subscribers.append(callback)
@@ -163,20 +179,37 @@ class TraceWriter:
                 )
                 return envelope
             if self.error is None:
+                line = dump_envelope(envelope) + b"\n"
                 try:
-                    self._handle.write(dump_envelope(envelope) + b"\n")
+                    self._handle.write(line)
                     self._handle.flush()
                 except OSError as exc:
                     self.error = failed = exc
+                else:
+                    self._end += len(line)
+                    self._last_line = line
+            if self._view is not None:
+                # Folded even when the trace can no longer be written: budgets still count.
+                self._view.apply(envelope)
+                self._checkpoint(at_close=False)
         if failed is not None and self._on_error is not None:
             self._on_error(failed)
         for callback in list(self._subscribers):
             callback(envelope)
         return envelope
 
+    def _checkpoint(self, *, at_close: bool) -> None:
+        """Under the lock: checkpoint the view when due (or at close), while the trace is whole."""
+        checkpoints, line = self.checkpoints, self._last_line
+        if checkpoints is None or line is None or self.error is not None:
+            return
+        if at_close or checkpoints.due(self._end):
+            checkpoints.write(self._end, line)
+
     def close(self) -> None:
         with self._lock:
             if not self._handle.closed:
+                self._checkpoint(at_close=True)  # a finished run is read from here on
                 try:
                     self._handle.close()
                 except OSError:  # the buffered tail of a failed write: already reported
@@ -189,8 +222,13 @@ def read_trace(path: Path) -> Iterator[Envelope]:
 
 
 def fold_trace(path: Path, view: RunView) -> RunView:
-    """Fold a whole trace into `view`, streaming (the same result as applying `read_trace`)."""
-    TraceFollower(path).fold_into(view, to_end=True)
+    """Fold a whole trace into `view` (empty), streaming, from the trace's view checkpoint when it
+    has a valid one (the same result as applying `read_trace`)."""
+    follower = TraceFollower(path)
+    restored = follower.restore(view)
+    follower.fold_into(view, to_end=True)
+    if not restored:
+        follower.checkpoint(view)
     return view
 
 
@@ -209,6 +247,18 @@ class TraceFollower:
         self._max_line = max_line_bytes
         self._partial = b""
         self._dropping = False  # inside an over-long line: skip to its newline
+        self._torn = False  # a last line without its newline was folded (`to_end`)
+        self._last_line = b""  # the last whole line read, newline included
+
+    def restore(self, view: RunView) -> bool:
+        """Before the first read: load the trace's view checkpoint into `view` (empty) and go on
+        from the offset it covers; False (nothing changed) when there is no valid one
+        (flowd/viewcheckpoint.py). The lines after it are then folded as usual."""
+        if self.offset or self._partial or self._dropping:
+            return False
+        offset = restore(self.path, view)
+        self.offset = offset
+        return offset > 0
 
     def poll(self) -> list[Envelope]:
         return list(self.events())
@@ -245,6 +295,7 @@ class TraceFollower:
                     return
                 if not data:
                     if to_end and self._partial and not self._dropping:
+                        self._torn = True
                         yield self._partial + b"\n"
                     return
                 self.offset += len(data)
@@ -265,7 +316,20 @@ class TraceFollower:
         self._partial = data[cut:]
         if len(self._partial) > self._max_line:
             self._partial, self._dropping = b"", True
+        if cut:
+            self._last_line = data[data.rfind(b"\n", 0, cut - 1) + 1 : cut]
         return data[:cut]
+
+    def checkpoint(self, view: RunView) -> bool:
+        """After folding a trace from its start into `view` (no valid checkpoint was found: a run
+        killed before its first one, or checkpointed with other prices or another flowd): leave
+        one at the last whole line folded, for the next reader, when the trace is long enough
+        for it to matter. Never after folding a torn last line (it is not in the trace whole)."""
+        end = self.offset - len(self._partial)
+        if self._dropping or self._torn or not self._last_line or end < checkpoint_bytes():
+            return False
+        data = capture(view, end, self._last_line)
+        return data is not None and save(self.path, data)
 
 
 # Lines that start or finish a story, found by their marks before anything is parsed.

@@ -13,7 +13,10 @@ samples price in well under a second, and tests check the result against `calc_p
 
 from __future__ import annotations
 
+import hashlib
+import importlib.util
 import logging
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -24,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from flowd.config import PriceOverride, Settings
 from flowd.view import Pricer, UsageLike
+from flowd.viewcheckpoint import with_pricing_key
 
 if TYPE_CHECKING:
     from flowd.cost.samples import Sample
@@ -248,7 +252,26 @@ class Prices:
                 return self.price_usage(model, usage)
             return rates.cost(usage.input, usage.output, usage.cached_read or 0, usage.cache_write or 0)
 
-        return priced
+        return with_pricing_key(priced, self.pricing_key())
+
+    def pricing_key(self) -> str:
+        """What this pricer's figures depend on: the package data and the overrides (a view
+        checkpoint folded with other prices is not used, flowd/viewcheckpoint.py)."""
+        overrides = hashlib.sha256(repr(sorted(self._overrides.items())).encode()).hexdigest()[:16]
+        return f"genai-prices {_data_identity()}; overrides {overrides}"
+
+
+@cache
+def _data_identity() -> str:
+    # The bundled data file's size and time, found without importing the package (0.3-0.6 s).
+    try:
+        spec = importlib.util.find_spec("genai_prices")
+        if spec is None or spec.origin is None:
+            return "missing"
+        stat = os.stat(os.path.join(os.path.dirname(spec.origin), "data.py"))
+    except (ImportError, OSError, ValueError):
+        return "unknown"
+    return f"{stat.st_size}-{stat.st_mtime_ns}"
 
 
 def _find_model(model: str) -> Any:

@@ -40,7 +40,7 @@ from flowd.events import StoryAnswered, StoryPaused
 from flowd.fsio import write_text_atomic
 from flowd.inbox import Answer, Reply
 from flowd.trace import fold_trace, list_runs, trace_path
-from flowd.view import PauseView, RunView, reported_cost
+from flowd.view import PauseView, Pricer, RunView, reported_cost
 
 
 def answers_file(paths: EpicPaths, story: str) -> Path:
@@ -61,14 +61,15 @@ def _keep_told(paths: EpicPaths, story: str, text: str) -> None:
     write_text_atomic(answers_file(paths, story), "".join(f"- {line}\n" for line in lines))
 
 
-def earlier_pauses(repo: Path, epic_id: str, run_id: str) -> tuple[dict[str, PauseView], list[str] | None]:
-    """The story pauses the epic's previous run left unanswered, and what it paused on."""
+def earlier_pauses(
+    repo: Path, epic_id: str, run_id: str, price: Pricer = reported_cost
+) -> tuple[dict[str, PauseView], list[str] | None]:
+    """The story pauses the epic's previous run left unanswered, and what it paused on. `price`:
+    the run's own pricer, so that the previous run's view checkpoint (priced so) is used."""
     previous = next((r for r in list_runs(repo) if r.epic_id == epic_id and r.run_id != run_id), None)
     if previous is None:
         return {}, None
-    view = fold_trace(
-        trace_path(repo, previous.run_id), RunView(run_id=previous.run_id, pricer=reported_cost)
-    )
+    view = fold_trace(trace_path(repo, previous.run_id), RunView(run_id=previous.run_id, pricer=price))
     return {lane: p for lane, p in view.pauses.items() if lane is not None}, view.pause_on
 
 

@@ -214,7 +214,8 @@ class _Session:
         self.writer = TraceWriter(trace_path(repo.root, run_id), run_id, on_error=self._trace_failed)
         # A continued run counts what it already did.
         self.view = fold_trace(self.writer.path, RunView(run_id=run_id, pricer=pricer(setup.settings)))
-        self.writer.subscribe(self.view.apply)
+        # Folded under the writer's lock and checkpointed next to the trace (docs/trace.md).
+        self.writer.fold_into(self.view)
         if options.on_event is not None:
             self.writer.subscribe(options.on_event)
         self.outcomes: dict[str, StoryOutcome] = {}
@@ -224,7 +225,9 @@ class _Session:
         self.carried: dict[str, PauseView] = {}
         earlier_pause_on = None
         if self.view.last_seq == 0:
-            self.carried, earlier_pause_on = earlier_pauses(repo.root, setup.plan.epic_id, run_id)
+            self.carried, earlier_pause_on = earlier_pauses(
+                repo.root, setup.plan.epic_id, run_id, self.view.pricer
+            )
         self.pause_on: list[str] = next(
             p
             for p in (

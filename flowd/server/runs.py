@@ -71,6 +71,13 @@ class RunHooks:
         """The run is over (RunEnded, run.json closed, or its process died)."""
 
 
+def _fold_past(follower: TraceFollower, view: RunView) -> None:
+    restored = follower.restore(view)
+    follower.fold_into(view)
+    if not restored:
+        follower.checkpoint(view)  # none was valid: the next re-attach starts from this one
+
+
 class RunManager:
     def __init__(self, repo: Path, hooks: RunHooks, pricer: Pricer | None = None) -> None:
         from flowd.view import reported_cost
@@ -182,12 +189,15 @@ class RunManager:
         from flowd.trace import TraceFollower, is_active, trace_path
         from flowd.view import RunView
 
-        view = RunView(run_id=record.run_id, epic_id=record.epic_id, plan=record.plan, pricer=self.pricer)
-        view.epic_branch = f"epic/{record.epic_id}"
-        view.started_at = record.started_at
+        view = RunView(run_id=record.run_id, pricer=self.pricer)
         run = Tracked(record, view, TraceFollower(trace_path(self.repo, record.run_id)))
-        # The past is folded streaming, skipping what no view needs (flowd.tracefold).
-        await asyncio.to_thread(run.follower.fold_into, view)
+        # The past: from the view checkpoint the runner keeps next to the trace, then the lines
+        # after it, streaming and skipping what no view needs (flowd.viewcheckpoint, flowd.tracefold).
+        await asyncio.to_thread(_fold_past, run.follower, view)
+        view.epic_id = view.epic_id or record.epic_id
+        view.plan = view.plan or record.plan
+        view.epic_branch = view.epic_branch or f"epic/{record.epic_id}"
+        view.started_at = record.started_at
         self.runs[record.run_id] = run
         run.ready = True
         if is_active(record):

@@ -1,0 +1,367 @@
+"""Checkpoints of a run's folded view: re-attaching to a long trace folds only its tail.
+
+`flowd run` folds its own trace into a `RunView` as it writes it (`TraceWriter.fold_into`). Every
+`CHECKPOINT_BYTES` of trace, and when the trace closes, it writes that view next to the trace as
+`view-checkpoint.json` (temp file + rename), with the byte offset of the trace it covers and what
+it takes to check that it still matches the trace. Every reader that folds a trace from its start
+(`flowd status`, the server's re-attach, a resumed run, reports, earlier pauses) starts from a
+valid checkpoint and folds only the lines after its offset; anything that does not check out
+(no file, a torn or corrupt one, another format or fold version, other prices, a trace that no
+longer holds the line the checkpoint ends on) is ignored and the whole trace is folded, as before.
+The format and the rules are documented in docs/trace.md ("View checkpoint").
+
+A checkpoint is the same fold, cut at a line boundary: folding from it and then the tail gives
+exactly the view of the full fold (tests/test_view_checkpoint.py checks it at every offset).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import os
+import tempfile
+from collections.abc import Callable
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from flowd.view import (
+    CloneView,
+    FlakyGate,
+    LaneView,
+    PauseView,
+    Pricer,
+    RunView,
+    TaskView,
+    Totals,
+    reported_cost,
+)
+
+FILE_NAME = "view-checkpoint.json"
+FORMAT = 1
+# Trace bytes between two checkpoints: a reader folds at most this much (about 16 k events) besides
+# the checkpoint, whatever the trace's length. Writing one costs a few ms of the runner's time.
+CHECKPOINT_BYTES = 4 << 20
+# Overrides CHECKPOINT_BYTES (tests checkpoint after every line; docs/trace.md).
+ENV_BYTES = "FLOWD_CHECKPOINT_BYTES"
+# A checkpoint is a view (a few KB per lane); anything bigger than this is not one of ours.
+MAX_CHECKPOINT_BYTES = 64 << 20
+# The modules whose code decides what a fold gives: a checkpoint written by other code is stale.
+_FOLD_MODULES = ("flowd.view", "flowd.tracefold", "flowd.events", "flowd.engine.core.pause", __name__)
+_PRICING_ATTR = "flowd_pricing_key"
+_REPORTED = "reported"
+
+
+def checkpoint_path(trace: Path) -> Path:
+    return trace.with_name(FILE_NAME)
+
+
+def checkpoint_bytes() -> int:
+    """Trace bytes between two checkpoints: `FLOWD_CHECKPOINT_BYTES` when it is a positive
+    integer, else `CHECKPOINT_BYTES`."""
+    value = os.environ.get(ENV_BYTES, "")
+    return int(value) if value.isdigit() and int(value) > 0 else CHECKPOINT_BYTES
+
+
+# -- pricing: a checkpoint's costs hold only for the prices it was folded with -----------------
+def with_pricing_key(pricer: Pricer, key: str) -> Pricer:
+    """Mark a pricer with what its prices depend on (checkpoints are used only with equal keys)."""
+    setattr(pricer, _PRICING_ATTR, key)
+    return pricer
+
+
+def pricing_key(pricer: Pricer) -> str | None:
+    """What a pricer's prices depend on; None for a pricer nobody described (no checkpoints)."""
+    if pricer is reported_cost:
+        return _REPORTED
+    key = getattr(pricer, _PRICING_ATTR, None)
+    return key if isinstance(key, str) else None
+
+
+@cache
+def fold_version() -> str:
+    """A digest of the fold's code: a flowd whose fold differs never takes another's checkpoint."""
+    import sys
+
+    digest = hashlib.sha256()
+    for name in _FOLD_MODULES:
+        module = sys.modules.get(name)
+        if module is None:
+            __import__(name)
+            module = sys.modules[name]
+        digest.update(name.encode() + b"\0" + Path(str(module.__file__)).read_bytes() + b"\0")
+    return digest.hexdigest()[:32]
+
+
+# -- the view as JSON ----------------------------------------------------------------------------
+# Fields holding dataclasses, per class: everything else is plain JSON (str, int, float, bool,
+# None, lists and str-keyed dicts of those). A test pins every class's fields, so a new field is
+# looked at here before it ships.
+_NESTED: dict[type, dict[str, tuple[str, type]]] = {
+    RunView: {
+        "lanes": ("dict", LaneView),
+        "clones": ("dict", CloneView),
+        "totals": ("one", Totals),
+        "flaky_gates": ("list", FlakyGate),
+        "pauses": ("pairs", PauseView),  # keyed by lane or None (the run's own pause)
+    },
+    LaneView: {"tasks": ("list", TaskView)},
+}
+_SKIPPED = frozenset({"pricer", "run_id"})  # the reader's own
+
+
+def view_state(view: RunView) -> dict[str, Any]:
+    """The view as plain JSON data (what `load_view` takes back)."""
+    return _dump(view)
+
+
+def _dump(obj: Any) -> dict[str, Any]:
+    nested = _NESTED.get(type(obj), {})
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(obj):
+        if f.name in _SKIPPED:
+            continue
+        value = getattr(obj, f.name)
+        shape = nested.get(f.name)
+        if shape is None:
+            out[f.name] = value
+        elif shape[0] == "dict":
+            out[f.name] = {k: _dump(v) for k, v in value.items()}
+        elif shape[0] == "pairs":
+            out[f.name] = [[k, _dump(v)] for k, v in value.items()]
+        elif shape[0] == "list":
+            out[f.name] = [_dump(v) for v in value]
+        else:
+            out[f.name] = _dump(value)
+    return out
+
+
+def load_view(state: dict[str, Any], view: RunView) -> None:
+    """Set `view`'s folded fields from `view_state` data (its run id and pricer stay its own).
+    Raises (TypeError, KeyError, ValueError) on data that is not a view's."""
+    fresh = _load(RunView, state, run_id=view.run_id, pricer=view.pricer)
+    for f in dataclasses.fields(RunView):
+        setattr(view, f.name, getattr(fresh, f.name))
+
+
+def _load(cls: type, state: Any, **own: Any) -> Any:
+    if type(state) is not dict:
+        raise TypeError(f"{cls.__name__}: not an object")
+    nested = _NESTED.get(cls, {})
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.name not in _SKIPPED}
+    if state.keys() != fields.keys():
+        raise KeyError(f"{cls.__name__}: fields {sorted(state.keys() ^ fields.keys())}")
+    args = dict(state)
+    for name, f in fields.items():
+        value = args[name]
+        shape = nested.get(name)
+        if shape is None:
+            if not _matches(value, str(f.type)):
+                raise TypeError(f"{cls.__name__}.{name}: not a {f.type}")
+        elif shape[0] == "dict":
+            args[name] = {str(k): _load(shape[1], v) for k, v in value.items()}
+        elif shape[0] == "pairs":
+            args[name] = {_key(k): _load(shape[1], v) for k, v in value}
+        elif shape[0] == "list":
+            args[name] = [_load(shape[1], v) for v in value]
+        else:
+            args[name] = _load(shape[1], value)
+    return cls(**args, **own)
+
+
+def _key(key: Any) -> str | None:
+    if key is not None and type(key) is not str:
+        raise TypeError("a pause's lane: not a string")
+    return key
+
+
+# Names in the view's annotations that stand for plain JSON types.
+_ALIASES = {"TaskState": "str"}
+
+
+def _matches(value: Any, annotation: str) -> bool:
+    """Whether JSON data fits a field's annotation (`int`, `str | None`, `list[int] | None`,
+    `dict[str, dict[str, str | None]]`…): what a corrupt checkpoint must not get past."""
+    for alternative in _split(annotation, "|"):
+        name, _, rest = alternative.partition("[")
+        name = _ALIASES.get(name, name)
+        if name == "None":
+            ok = value is None
+        elif name in _PLAIN:
+            ok = type(value) in _PLAIN[name]
+        elif name == "list" and rest:
+            ok = type(value) is list and all(_matches(v, rest[:-1]) for v in value)
+        elif name == "dict" and rest:
+            key, item = _split(rest[:-1], ",")
+            ok = type(value) is dict and all(_matches(k, key) and _matches(v, item) for k, v in value.items())
+        else:
+            raise TypeError(f"no check for the annotation {annotation!r}")
+        if ok:
+            return True
+    return False
+
+
+_PLAIN: dict[str, tuple[type, ...]] = {"int": (int,), "float": (float, int), "str": (str,), "bool": (bool,)}
+
+
+def _split(text: str, sep: str) -> list[str]:
+    """`text` cut at `sep` outside brackets, each part stripped."""
+    parts, depth, start = [], 0, 0
+    for i, char in enumerate(text):
+        if char == "[":
+            depth += 1
+        elif char == "]":
+            depth -= 1
+        elif char == sep and depth == 0:
+            parts.append(text[start:i].strip())
+            start = i + 1
+    parts.append(text[start:].strip())
+    return parts
+
+
+# -- writing ---------------------------------------------------------------------------------
+def capture(view: RunView, offset: int, last_line: bytes) -> bytes | None:
+    """The checkpoint file of `view`, the fold of the trace's first `offset` bytes, whose last line
+    (newline included) is `last_line`; None when the view's prices are not described."""
+    key = pricing_key(view.pricer)
+    if key is None or not last_line.endswith(b"\n") or view.last_seq == 0:
+        return None
+    body = orjson.dumps(view_state(view))
+    header = {
+        "v": FORMAT,
+        "fold": fold_version(),
+        "pricing": key,
+        "runId": view.run_id,
+        "offset": offset,
+        "seq": view.last_seq,
+        "lineStart": offset - len(last_line),
+        "lineSha256": hashlib.sha256(last_line).hexdigest(),
+        "viewSha256": hashlib.sha256(body).hexdigest(),
+    }
+    return orjson.dumps(header) + b"\n" + body + b"\n"
+
+
+def save(trace: Path, data: bytes) -> bool:
+    """Write a captured checkpoint next to `trace` (temp + rename: a reader sees the old one or the
+    new one, whole). A checkpoint is only a shortcut, so a failed write just leaves none (no
+    fsync either: a file torn by a crash fails its check and the trace is folded in full)."""
+    path = checkpoint_path(trace)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{FILE_NAME}.", suffix=".tmp", dir=path.parent)
+    except OSError:
+        return False
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.replace(tmp, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        return False
+    return True
+
+
+# -- reading ---------------------------------------------------------------------------------
+def restore(trace: Path, view: RunView) -> int:
+    """Load the trace's checkpoint into `view`, an empty view of that run; the trace offset the
+    loaded fold reaches (fold from there on), or 0 when there is no valid checkpoint (fold it all).
+    `view` is left as it was unless the checkpoint is valid."""
+    if view.last_seq or view.lanes or view.started_at is not None:
+        return 0  # only an empty view can take a fold's state
+    key = pricing_key(view.pricer)
+    if key is None:
+        return 0
+    try:
+        with checkpoint_path(trace).open("rb") as handle:
+            data = handle.read(MAX_CHECKPOINT_BYTES + 1)
+    except OSError:
+        return 0
+    found = _checked(data, trace, view.run_id, key)
+    if found is None:
+        return 0
+    offset, state = found
+    try:
+        load_view(state, view)
+    except (TypeError, KeyError, ValueError, AttributeError):
+        return 0
+    return offset
+
+
+def _checked(data: bytes, trace: Path, run_id: str, key: str) -> tuple[int, dict[str, Any]] | None:
+    """(offset, view state) of a checkpoint that is ours and matches the trace as it is now."""
+    if len(data) > MAX_CHECKPOINT_BYTES:
+        return None
+    head, _, body = data.partition(b"\n")
+    try:
+        header = orjson.loads(head)
+    except orjson.JSONDecodeError:
+        return None
+    if type(header) is not dict:
+        return None
+    offset, start, seq = header.get("offset"), header.get("lineStart"), header.get("seq")
+    if not (
+        header.get("v") == FORMAT
+        and header.get("fold") == fold_version()
+        and header.get("pricing") == key
+        and header.get("runId") == run_id
+        and type(offset) is int
+        and type(start) is int
+        and type(seq) is int
+        and 0 <= start < offset
+        and body.endswith(b"\n")
+        and hashlib.sha256(body[:-1]).hexdigest() == header.get("viewSha256")
+        and _line_matches(trace, start, offset, header.get("lineSha256"))
+    ):
+        return None
+    try:
+        state = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    if type(state) is not dict or state.get("last_seq") != seq:
+        return None
+    return offset, state
+
+
+def _line_matches(trace: Path, start: int, end: int, digest: Any) -> bool:
+    """Whether the trace still holds, at [start, end), the line the checkpoint ends on."""
+    if end - start > 64 << 20:
+        return False
+    try:
+        with trace.open("rb") as handle:
+            if start > 0:
+                handle.seek(start - 1)
+                if handle.read(1) != b"\n":
+                    return False  # the line must start a line
+            line = handle.read(end - start)
+    except OSError:
+        return False
+    return line.endswith(b"\n") and hashlib.sha256(line).hexdigest() == digest
+
+
+# -- the writer's side -------------------------------------------------------------------------
+class Checkpoints:
+    """When a writer's view is checkpointed: every `every` bytes of trace, and at the end."""
+
+    def __init__(self, trace: Path, view: RunView, every: int | None = None) -> None:
+        self.trace = trace
+        self.view = view
+        self.every = every if every is not None else checkpoint_bytes()
+        self.saved = 0  # the offset of the last checkpoint written (0: none yet)
+        self.written: Callable[[int], None] | None = None  # tests: hears each checkpoint's offset
+
+    def due(self, offset: int) -> bool:
+        return offset - self.saved >= self.every
+
+    def write(self, offset: int, last_line: bytes) -> None:
+        """Checkpoint the view, the fold of the trace's first `offset` bytes (call it where no
+        other line can be written or folded meanwhile: the writer's lock)."""
+        if offset <= self.saved:
+            return
+        data = capture(self.view, offset, last_line)
+        if data is not None and save(self.trace, data):
+            self.saved = offset
+            if self.written is not None:
+                self.written(offset)
