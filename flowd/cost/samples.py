@@ -199,14 +199,14 @@ def read_samples(path: Path, stats: ScanStats, run_hint: str = "") -> Iterator[S
                     else:
                         yield sample
                 elif _STARTED_MARK in line:
-                    _note_run_started(line, stats)
+                    note_run_started(line, stats)
         except OSError as exc:  # e.g. EISDIR on the first read, or an I/O error mid-file
             stats.skipped_files += 1
             stats.problems.append(f"skipped {path}: {exc.strerror or exc}")
             log.warning("cost: skipped %s: %s", path, exc)
 
 
-def _note_run_started(line: bytes, stats: ScanStats) -> None:
+def note_run_started(line: bytes, stats: ScanStats) -> None:
     try:
         raw = orjson.loads(line)
     except orjson.JSONDecodeError:
