@@ -20,11 +20,10 @@ from flowd.config import Settings, load_settings
 from flowd.cost.hidden import hidden_requests
 from flowd.cost.render import render
 from flowd.cost.report import CostReport, report_from_fold
-from flowd.cost.samples import ScanStats, trace_files
+from flowd.cost.samples import ScanStats, runs_dir, trace_files
 from flowd.errors import EXIT_OK, InputError
 from flowd.gitops import toplevel
 from flowd.timeutil import iso
-from flowd.trace import runs_dir
 
 FORMATS = {"json": "json", "text": "text", "markdown": "md", "md": "md"}
 

@@ -24,10 +24,10 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
 from flowd.config import PriceOverride, Settings
-from flowd.view import Pricer, UsageLike
 
 if TYPE_CHECKING:
     from flowd.cost.samples import Sample
+    from flowd.view import Pricer, UsageLike
 
 log = logging.getLogger(__name__)
 
