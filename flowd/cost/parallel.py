@@ -1,9 +1,9 @@
 """`flowd cost` over big histories on several cores (docs/performance.md: cost).
 
 The report is a fold of independent traces, so the trace files are split into contiguous groups of
-about equal size, each group is folded in a forked worker process (`flowd.cost.aggregate`), and
-the folds and scan statistics are merged in file order: the same tables, the same skipped
-files and problems in the same order. Small histories (under `BYTES_PER_WORKER` per extra worker)
+about equal size, the first group is folded in this process and each other one in a forked worker
+(`flowd.cost.aggregate` either way), and the folds and scan statistics are merged in file order:
+the same tables, the same skipped files and problems in the same order. Small histories (under `BYTES_PER_WORKER` per extra worker)
 and single files are read in this process: starting a worker costs more than it saves there.
 """
 
@@ -93,9 +93,11 @@ def fold_files(
         return folded
     groups = split(files, workers)
     # fork: the workers inherit the imported modules and price data instead of importing them again.
-    with ProcessPoolExecutor(len(groups), mp_context=multiprocessing.get_context("fork")) as pool:
-        futures = [pool.submit(_fold_group, g, settings, zone, since, until, run_id) for g in groups]
-        results = [f.result() for f in futures]
+    # This process folds the first group itself while the workers fold the others.
+    with ProcessPoolExecutor(len(groups) - 1, mp_context=multiprocessing.get_context("fork")) as pool:
+        futures = [pool.submit(_fold_group, g, settings, zone, since, until, run_id) for g in groups[1:]]
+        results = [_fold_group(groups[0], settings, zone, since, until, run_id)]
+        results += [f.result() for f in futures]
     total = UsageFold()
     for folded, own in results:
         total.merge(folded)
