@@ -18,14 +18,12 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from flowd.config import Settings, load_settings
 from flowd.cost.hidden import hidden_requests
-from flowd.cost.prices import Prices
 from flowd.cost.render import render
-from flowd.cost.report import CostReport, build_report, report_from_fold
-from flowd.cost.samples import ScanStats, scan, trace_files
+from flowd.cost.report import CostReport, report_from_fold
+from flowd.cost.samples import ScanStats, runs_dir, trace_files
 from flowd.errors import EXIT_OK, InputError
 from flowd.gitops import toplevel
 from flowd.timeutil import iso
-from flowd.trace import runs_dir
 
 FORMATS = {"json": "json", "text": "text", "markdown": "md", "md": "md"}
 
@@ -138,23 +136,13 @@ def _report(
     *,
     parallel: bool,
 ) -> CostReport:
-    """The report over the repository's traces, folded here or in worker processes."""
+    """The report over the repository's traces, folded here or in worker processes (the same
+    reader either way: `flowd.cost.aggregate`)."""
+    from flowd.cost.parallel import fold_files, workers_for
+
     stats = ScanStats()
     files = trace_files(repo, run_id)
     lower, upper = bounds
-    if not parallel:
-        return build_report(
-            scan(files, stats, run_id),
-            prices=Prices.from_settings(settings),
-            tz=zone,
-            since=lower,
-            until=upper,
-            runs_per_day=runs_per_day,
-            stats=stats,
-            run_id=run_id,
-        )
-    from flowd.cost.parallel import fold_files, workers_for
-
     folded = fold_files(
         files,
         stats,
@@ -163,7 +151,7 @@ def _report(
         since=lower,
         until=upper,
         run_id=run_id,
-        workers=workers_for(files),
+        workers=workers_for(files) if parallel else 1,
     )
     return report_from_fold(folded, tz=zone, runs_per_day=runs_per_day, stats=stats, run_id=run_id)
 

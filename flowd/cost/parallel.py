@@ -1,9 +1,9 @@
 """`flowd cost` over big histories on several cores (docs/performance.md: cost).
 
 The report is a fold of independent traces, so the trace files are split into contiguous groups of
-about equal size, each group is folded in a forked worker process (`fold_usage` over its samples),
-and the folds and scan statistics are merged in file order: the same tables, the same skipped
-files and problems in the same order. Small histories (under `BYTES_PER_WORKER` per extra worker)
+about equal size, the first group is folded in this process and each other one in a forked worker
+(`flowd.cost.aggregate` either way), and the folds and scan statistics are merged in file order:
+the same tables, the same skipped files and problems in the same order. Small histories (under `BYTES_PER_WORKER` per extra worker)
 and single files are read in this process: starting a worker costs more than it saves there.
 """
 
@@ -16,9 +16,10 @@ from datetime import tzinfo
 from pathlib import Path
 
 from flowd.config import Settings
+from flowd.cost.aggregate import Aggregator
 from flowd.cost.prices import Prices
-from flowd.cost.report import UsageFold, fold_usage
-from flowd.cost.samples import ScanStats, scan
+from flowd.cost.report import UsageFold
+from flowd.cost.samples import ScanStats
 
 BYTES_PER_WORKER = 64 << 20
 
@@ -68,9 +69,9 @@ def _fold_group(
     run_id: str | None,
 ) -> tuple[UsageFold, ScanStats]:
     stats = ScanStats()
-    prices = Prices.from_settings(settings)
-    folded = fold_usage(scan(files, stats, run_id), prices=prices, tz=zone, since=since, until=until)
-    return folded, stats
+    aggregator = Aggregator(Prices.from_settings(settings), zone, since, until, run_id)
+    aggregator.read(files, stats)
+    return aggregator.fold(), stats
 
 
 def fold_files(
@@ -85,16 +86,18 @@ def fold_files(
     workers: int,
 ) -> UsageFold:
     """The fold of every sample of `files` (filtered by `run_id`, `since`, `until`); `stats` gets
-    the merged scan statistics."""
+    the merged scan statistics. `workers` 1 reads in this process (the language server's way)."""
     if workers <= 1 or len(files) <= 1:
         folded, own = _fold_group(files, settings, zone, since, until, run_id)
         _add_stats(stats, own)
         return folded
     groups = split(files, workers)
     # fork: the workers inherit the imported modules and price data instead of importing them again.
-    with ProcessPoolExecutor(len(groups), mp_context=multiprocessing.get_context("fork")) as pool:
-        futures = [pool.submit(_fold_group, g, settings, zone, since, until, run_id) for g in groups]
-        results = [f.result() for f in futures]
+    # This process folds the first group itself while the workers fold the others.
+    with ProcessPoolExecutor(len(groups) - 1, mp_context=multiprocessing.get_context("fork")) as pool:
+        futures = [pool.submit(_fold_group, g, settings, zone, since, until, run_id) for g in groups[1:]]
+        results = [_fold_group(groups[0], settings, zone, since, until, run_id)]
+        results += [f.result() for f in futures]
     total = UsageFold()
     for folded, own in results:
         total.merge(folded)

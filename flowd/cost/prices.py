@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import logging
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -26,11 +27,10 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
 from flowd.config import PriceOverride, Settings
-from flowd.view import Pricer, UsageLike
-from flowd.viewcheckpoint import with_pricing_key
 
 if TYPE_CHECKING:
     from flowd.cost.samples import Sample
+    from flowd.view import Pricer, UsageLike
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +69,98 @@ class Rates:
             _at(out, input_) if out[1] else out[0]
         ) * output
         return total / _PER + self.per_request
+
+    def exact(self) -> ExactRates:
+        """These rates in integers, for the cost report's exact sums."""
+        return _exact(self)
+
+
+# The cost report sums costs as integers of 1e-15 USD (rates as integers of 1e-9 USD per million
+# tokens), so a sum does not depend on the order or grouping of its terms: the report summed turn
+# by turn, by group, or in several processes is the same (docs/performance.md: cost).
+UNITS_PER_USD = 10**15
+_UNITS_PER_MTOK_RATE = 10**9
+IntRate = tuple[int, tuple[tuple[int, int], ...]]
+
+
+def to_units(usd: float) -> int:
+    return round(usd * UNITS_PER_USD)
+
+
+def usd_of(units: int) -> float:
+    """A sum in USD rounded half up to 6 decimals (the report's precision)."""
+    return ((units + UNITS_PER_USD // 2_000_000) // (UNITS_PER_USD // 1_000_000)) / 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class ExactRates:
+    """`Rates` in integers: `units` is `Rates.cost` in 1e-15 USD."""
+
+    input: IntRate
+    output: IntRate
+    cached_read: IntRate | None
+    cache_write: IntRate | None
+    per_request: int
+    linear_limit: int | float  # the largest input priced at the base rates (no tier below it)
+
+    def units(self, input_: int, output: int, cached_read: int, cache_write: int) -> int:
+        uncached = input_
+        total = 0
+        rate = self.cached_read
+        if rate is not None:
+            uncached -= cached_read
+            total += _int_at(rate, input_) * cached_read
+        rate = self.cache_write
+        if rate is not None:
+            uncached -= cache_write
+            total += _int_at(rate, input_) * cache_write
+        total += _int_at(self.input, input_) * max(0, uncached) + _int_at(self.output, input_) * output
+        return total + self.per_request
+
+    def units_of_many(self, turns: int, input_: int, output: int, cached_read: int, cache_write: int) -> int:
+        """The sum of `units` over `turns` turns, from their summed tokens: equal for turns whose
+        input is within `linear_limit` and covers their cache counts (the cost is linear there)."""
+        uncached = input_
+        total = 0
+        if self.cached_read is not None:
+            uncached -= cached_read
+            total += self.cached_read[0] * cached_read
+        if self.cache_write is not None:
+            uncached -= cache_write
+            total += self.cache_write[0] * cache_write
+        total += self.input[0] * uncached + self.output[0] * output
+        return total + self.per_request * turns
+
+
+def _int_rate(rate: Rate) -> IntRate:
+    scale = _UNITS_PER_MTOK_RATE
+    return (round(rate[0] * scale), tuple((start, round(price * scale)) for start, price in rate[1]))
+
+
+def _int_at(rate: IntRate, total_input: int) -> int:
+    for start, price in rate[1]:
+        if total_input > start:
+            return price
+    return rate[0]
+
+
+@cache
+def _exact(rates: Rates) -> ExactRates:
+    # Cliff tiers apply once the input passes their start: below the lowest start, every rate is
+    # its base rate.
+    starts = [
+        rate[1][-1][0]
+        for rate in (rates.input, rates.output, rates.cached_read, rates.cache_write)
+        if rate is not None and rate[1]
+    ]
+    return ExactRates(
+        input=_int_rate(rates.input),
+        output=_int_rate(rates.output),
+        cached_read=_int_rate(rates.cached_read) if rates.cached_read is not None else None,
+        cache_write=_int_rate(rates.cache_write) if rates.cache_write is not None else None,
+        per_request=to_units(rates.per_request),
+        linear_limit=min(starts) if starts else math.inf,
+    )
 
 
 def _at(rate: Rate, total_input: int) -> float:
@@ -251,6 +343,8 @@ class Prices:
             if rates is None:
                 return self.price_usage(model, usage)
             return rates.cost(usage.input, usage.output, usage.cached_read or 0, usage.cache_write or 0)
+
+        from flowd.viewcheckpoint import with_pricing_key  # not needed by `flowd cost`'s reader
 
         return with_pricing_key(priced, self.pricing_key())
 

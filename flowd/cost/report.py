@@ -19,7 +19,7 @@ from zoneinfo import ZoneInfo
 
 from pydantic import Field, PrivateAttr
 
-from flowd.cost.prices import Prices, prices_as_of
+from flowd.cost.prices import UNITS_PER_USD, Prices, prices_as_of, to_units, usd_of
 from flowd.cost.samples import UNKNOWN_MODEL, Sample, ScanStats
 from flowd.wire import WireModel
 
@@ -180,7 +180,8 @@ class CostReport(WireModel):
 
 # -- aggregation ------------------------------------------------------------------------------------
 class _Acc:
-    """Running sums; `cost` counts only priced usage, `unpriced_*` the rest."""
+    """Running sums; `cost` (in 1e-15 USD, `prices.UNITS_PER_USD`: integer sums are exact in any
+    order) counts only priced usage, `unpriced_*` the rest."""
 
     __slots__ = (
         "cache_write",
@@ -197,7 +198,7 @@ class _Acc:
     def __init__(self) -> None:
         self.requests = self.input = self.output = self.cached_read = self.cache_write = 0
         self.priced = self.unpriced_requests = self.unpriced_tokens = 0
-        self.cost = 0.0
+        self.cost = 0
 
     def merge(self, other: _Acc) -> None:
         self.requests += other.requests
@@ -222,7 +223,7 @@ class _Acc:
             total=self.input + self.output,
             cached_read=self.cached_read,
             cache_write=self.cache_write,
-            cost_usd=round(self.cost, 6) if self.priced else None,
+            cost_usd=usd_of(self.cost) if self.priced else None,
         )
 
 
@@ -326,68 +327,85 @@ def _fold(
     samples: Iterable[Sample], prices: Prices, zone: tzinfo, since: str | None, until: str | None
 ) -> UsageFold:
     """The samples within [since, until) summed into the two tables, with the first and last time."""
-    when: dict[_WhenKey, _Acc] = {}
-    who: dict[_WhoKey, _Acc] = {}
-    hours: dict[str, str] = {}
-    first: str | None = None
-    last: str | None = None
-    price = prices.price
-    resolved = prices.resolved()
-
+    folder = Folder(prices, zone, since, until)
+    add = folder.add
     for s in samples:
-        at = s.at
+        add(s)
+    return folder.fold()
+
+
+class Folder:
+    """The exact per-sample fold: each sample filtered, bucketed and priced on its own. The
+    reference the aggregated reader (`flowd.cost.aggregate`) must equal, and its path for the odd
+    lines it does not sum by group; `add_group` takes what that reader summed."""
+
+    def __init__(self, prices: Prices, zone: tzinfo, since: str | None, until: str | None) -> None:
+        self.prices, self.zone, self.since, self.until = prices, zone, since, until
+        self.when: dict[_WhenKey, _Acc] = {}
+        self.who: dict[_WhoKey, _Acc] = {}
+        self.first: str | None = None
+        self.last: str | None = None
+        self._hours: dict[str, str] = {}
+        self._resolved = prices.resolved()
+
+    def fold(self) -> UsageFold:
+        return UsageFold(self.when, self.who, self.first, self.last)
+
+    def add(self, s: Sample) -> None:
+        at, since, until = s.at, self.since, self.until
         if (since is not None and at < since) or (until is not None and at >= until):
-            continue
+            return
         minute = at[:16]
-        hour = hours.get(minute)
+        hour = self._hours.get(minute)
         if hour is None:
-            hour = hours[minute] = _local_hour(minute, zone)
+            hour = self._hours[minute] = local_hour(minute, self.zone)
         if not hour:
-            continue  # a time we cannot place (only samples built by hand can have one)
-        if first is None or at < first:
-            first = at
-        if last is None or at > last:
-            last = at
-        input_, output, cached_read, cache_write = s.input, s.output, s.cached_read, s.cache_write
-        # `price(s)` spelled out for a model already resolved (the same arithmetic, fewer calls).
-        cost = s.cost_usd
-        if cost is None:
-            rates = resolved.get(s.model) if s.model is not None else None
-            cost = rates.cost(input_, output, cached_read, cache_write) if rates is not None else price(s)
-        # The two updates are spelled out, not a shared helper: this loop runs once per usage line
-        # (docs/performance.md).
-        key1 = (s.run_id, hour, s.model, s.estimated)
-        acc = when.get(key1)
-        if acc is None:
-            acc = when[key1] = _Acc()
-        acc.requests += 1
-        acc.input += input_
-        acc.output += output
-        acc.cached_read += cached_read
-        acc.cache_write += cache_write
-        key2 = (s.agent, s.executor, s.clone, s.lane)
-        acc2 = who.get(key2)
-        if acc2 is None:
-            acc2 = who[key2] = _Acc()
-        acc2.requests += 1
-        acc2.input += input_
-        acc2.output += output
-        acc2.cached_read += cached_read
-        acc2.cache_write += cache_write
-        if cost is None:
-            acc.unpriced_requests += 1
-            acc.unpriced_tokens += input_ + output
-            acc2.unpriced_requests += 1
-            acc2.unpriced_tokens += input_ + output
+            return  # a time we cannot place (only samples built by hand can have one)
+        self.span(at, at)
+        cost: int | None = None
+        if s.cost_usd is not None:
+            cost = to_units(s.cost_usd)
         else:
-            acc.cost += cost
-            acc.priced += 1
-            acc2.cost += cost
-            acc2.priced += 1
-    return UsageFold(when, who, first, last)
+            rates = self._resolved.get(s.model) if s.model is not None else None
+            if rates is None:
+                rates = self.prices.rates(s.model, at)
+            if rates is not None:
+                cost = rates.exact().units(s.input, s.output, s.cached_read, s.cache_write)
+        self.add_group(
+            (s.run_id, hour, s.model, s.estimated),
+            (s.agent, s.executor, s.clone, s.lane),
+            (1, s.input, s.output, s.cached_read, s.cache_write),
+            cost,
+        )
+
+    def span(self, first: str, last: str) -> None:
+        """Widen [first, last] to take in times already inside [since, until)."""
+        if self.first is None or first < self.first:
+            self.first = first
+        if self.last is None or last > self.last:
+            self.last = last
+
+    def add_group(
+        self, when: _WhenKey, who: _WhoKey, counts: tuple[int, int, int, int, int], cost: int | None
+    ) -> None:
+        """Add `requests, input, output, cachedRead, cacheWrite` summed over turns that share both
+        keys, and their summed cost in `UNITS_PER_USD` (None: unpriced)."""
+        requests, input_, output, cached_read, cache_write = counts
+        for acc in (_row(self.when, when), _row(self.who, who)):
+            acc.requests += requests
+            acc.input += input_
+            acc.output += output
+            acc.cached_read += cached_read
+            acc.cache_write += cache_write
+            if cost is None:
+                acc.unpriced_requests += requests
+                acc.unpriced_tokens += input_ + output
+            else:
+                acc.cost += cost
+                acc.priced += requests
 
 
-def _local_hour(minute: str, zone: tzinfo) -> str:
+def local_hour(minute: str, zone: tzinfo) -> str:
     # Once per distinct minute of the usage: the fields are read in place (strptime is ~10x slower),
     # and anything but `YYYY-MM-DDTHH:MM` is a time we cannot place.
     if len(minute) != 16 or minute[4] != "-" or minute[7] != "-" or minute[10] != "T" or minute[13] != ":":
@@ -483,11 +501,15 @@ def _roll_up(
     return report
 
 
-def _into(table: dict[Any, _Acc], key: Any, acc: _Acc) -> None:
+def _row(table: dict[Any, _Acc], key: Any) -> _Acc:
     row = table.get(key)
     if row is None:
         row = table[key] = _Acc()
-    row.merge(acc)
+    return row
+
+
+def _into(table: dict[Any, _Acc], key: Any, acc: _Acc) -> None:
+    _row(table, key).merge(acc)
 
 
 def _buckets(table: dict[str, tuple[_Acc, _Acc, set[str]]]) -> list[Bucket]:
@@ -588,20 +610,21 @@ def _projection(runs_per_day: float, runs: int, tokens: int, cost: float | None)
 
 
 def _budgets(when: dict[_WhenKey, _Acc], stats: ScanStats, run_id: str | None) -> list[BudgetRow]:
-    spent: dict[str, float] = {}
+    spent: dict[str, int] = {}
     for key, acc in when.items():
-        spent[key[0]] = spent.get(key[0], 0.0) + acc.cost
+        spent[key[0]] = spent.get(key[0], 0) + acc.cost
     rows: list[BudgetRow] = []
     for run, budget in sorted(stats.budgets.items()):
         if run not in spent and run != run_id:
             continue
-        used = spent.get(run, 0.0)
+        units = spent.get(run, 0)
+        used = units / UNITS_PER_USD
         rows.append(
             BudgetRow(
                 run_id=run,
                 epic_id=stats.epics.get(run),
                 budget_usd=budget,
-                spent_usd=round(used, 6),
+                spent_usd=usd_of(units),
                 remaining_usd=round(max(0.0, budget - used), 6),
                 exceeded=used >= budget,
             )

@@ -12,13 +12,15 @@ import logging
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from flowd.events import TokensUsed
+from flowd.config import flow_dir
 from flowd.timeutil import iso, parse_iso
-from flowd.trace import runs_dir
+
+if TYPE_CHECKING:
+    from flowd.events import TokensUsed
 
 log = logging.getLogger(__name__)
 
@@ -199,14 +201,14 @@ def read_samples(path: Path, stats: ScanStats, run_hint: str = "") -> Iterator[S
                     else:
                         yield sample
                 elif _STARTED_MARK in line:
-                    _note_run_started(line, stats)
+                    note_run_started(line, stats)
         except OSError as exc:  # e.g. EISDIR on the first read, or an I/O error mid-file
             stats.skipped_files += 1
             stats.problems.append(f"skipped {path}: {exc.strerror or exc}")
             log.warning("cost: skipped %s: %s", path, exc)
 
 
-def _note_run_started(line: bytes, stats: ScanStats) -> None:
+def note_run_started(line: bytes, stats: ScanStats) -> None:
     try:
         raw = orjson.loads(line)
     except orjson.JSONDecodeError:
@@ -222,6 +224,12 @@ def _note_run_started(line: bytes, stats: ScanStats) -> None:
     epic = event.get("epicId")
     if isinstance(epic, str):
         stats.epics[run_id] = epic
+
+
+def runs_dir(repo: Path) -> Path:
+    """`flowd.trace.runs_dir`, without importing the trace machinery (and the engine's models)
+    into `flowd cost` (docs/performance.md: cost)."""
+    return flow_dir(repo) / "runs"
 
 
 def trace_files(repo: Path, run_id: str | None = None) -> list[tuple[str, Path]]:

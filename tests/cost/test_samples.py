@@ -4,7 +4,16 @@ from pathlib import Path
 
 import orjson
 
-from flowd.cost.samples import Sample, ScanStats, read_samples, sample_from_dict, scan, trace_files
+from flowd import trace
+from flowd.cost.samples import (
+    Sample,
+    ScanStats,
+    read_samples,
+    runs_dir,
+    sample_from_dict,
+    scan,
+    trace_files,
+)
 from flowd.trace import TraceWriter, trace_path
 
 from .traces import started, used, write_trace
@@ -110,3 +119,8 @@ def test_sample_from_event_matches_the_reader() -> None:
     assert Sample.from_event(event, run_id="r", at=AT) == sample_from_dict(
         {"v": 1, "seq": 1, "at": AT, "runId": "r", "event": event.wire()}
     )
+
+
+def test_runs_dir_is_the_traces_own(tmp_path: Path) -> None:
+    # flowd.cost keeps its own copy so that `flowd cost` does not import the trace machinery.
+    assert runs_dir(tmp_path) == trace.runs_dir(tmp_path)
