@@ -35,7 +35,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 import orjson
 
-from flowd.cost.prices import Prices, to_units
+from flowd.cost.prices import ExactRates, Prices, to_units
 from flowd.cost.report import Folder, UsageFold, local_hour
 from flowd.cost.samples import ScanStats, note_run_started, sample_from_dict
 
@@ -110,6 +110,8 @@ class Aggregator:
         self._hours: dict[str, tuple[str, bool]] = {}  # UTC hour → (local hour, all its minutes in it)
         self._slots: dict[str, str] = {}  # minute → its slot: the UTC hour, or hour + local hour
         self._slot_hours: dict[str, tuple[str, str]] = {}  # slot → (UTC hour, local hour)
+        self._limits: dict[tuple[str, str | None, bool], int | float] = {}
+        self._exact_rates: dict[tuple[str | None, str], ExactRates | None] = {}
         self._first = "\x7f"  # summed turns' times start with a digit: any is below this
         self._last = ""
 
@@ -135,27 +137,33 @@ class Aggregator:
             try:
                 tail = b""
                 while block := handle.read(BLOCK):
-                    data = tail + block if tail else block
-                    end = data.rfind(b"\n") + 1
-                    tail = data[end:]
-                    if end:
-                        self._lines(data, end, stats, hint)
+                    end = block.rfind(b"\n") + 1
+                    if not end:
+                        tail += block
+                        continue
+                    begin = 0
+                    if tail:  # the line cut by the last block, joined alone (not the whole block)
+                        begin = block.find(b"\n") + 1
+                        head = tail + block[:begin]
+                        self._lines(head, 0, len(head), stats, hint)
+                    self._lines(block, begin, end, stats, hint)
+                    tail = block[end:]
                 if tail:  # a last line without its newline (a run still writing, or torn)
-                    self._lines(tail, len(tail), stats, hint)
+                    self._lines(tail, 0, len(tail), stats, hint)
             except OSError as exc:  # e.g. EISDIR on the first read, or an I/O error mid-file
                 _skip_file(stats, path, exc)
 
-    def _lines(self, data: bytes, end: int, stats: ScanStats, hint: str) -> None:
-        """The usage lines of `data[:end]` (whole lines), summed into their groups."""
-        self._run_started(data, end, stats)
+    def _lines(self, data: bytes, begin: int, end: int, stats: ScanStats, hint: str) -> None:
+        """The usage lines of `data[begin:end]` (whole lines), summed into their groups."""
+        self._run_started(data, begin, end, stats)
         # The loop body runs once per usage line: locals only, no calls but the decoder's
         # (docs/performance.md: cost).
         decode, groups, slots = _DECODE, self._groups, self._slots
         find, rfind = data.find, data.rfind
         first, last = self._first, self._last
-        pos = find(_TOKENS_MARK, 0, end)
+        pos = find(_TOKENS_MARK, begin, end)
         while pos >= 0:
-            start = rfind(b"\n", 0, pos) + 1
+            start = rfind(b"\n", begin, pos) + 1 or begin
             stop = find(b"\n", pos, end)
             if stop < 0:
                 stop = end
@@ -212,11 +220,11 @@ class Aggregator:
                 last = at
         self._first, self._last = first, last
 
-    def _run_started(self, data: bytes, end: int, stats: ScanStats) -> None:
-        """Budgets and epics from the `RunStarted` lines of `data[:end]` (a usage line is not one)."""
-        pos = data.find(_STARTED_MARK, 0, end)
+    def _run_started(self, data: bytes, begin: int, end: int, stats: ScanStats) -> None:
+        """Budgets and epics from the `RunStarted` lines of `data[begin:end]` (a usage line is not one)."""
+        pos = data.find(_STARTED_MARK, begin, end)
         while pos >= 0:
-            start = data.rfind(b"\n", 0, pos) + 1
+            start = data.rfind(b"\n", begin, pos) + 1 or begin
             stop = data.find(b"\n", pos, end)
             if stop < 0:
                 stop = end
@@ -247,19 +255,34 @@ class Aggregator:
 
     def _limit(self, key: _Key) -> int | float:
         """The largest input a turn of this group may have to be summed (see the module doc)."""
-        slot, run, model, unreported = key[0], key[1], key[2], key[8]
-        hour = self._slot_hours[slot][0]
+        run = key[1]
         if not run:
             return SLOW  # the run id comes from the file's directory: the exact path has it
         if self._run_id is not None and run != self._run_id:
             return DROP
+        # The rest depends on the time, the model and the reported cost only: once per such triple.
+        found = self._limits.get((key[0], key[2], key[8]))
+        if found is None:
+            found = self._limits[(key[0], key[2], key[8])] = self._time_limit(key[0], key[2], key[8])
+        return found
+
+    def _time_limit(self, slot: str, model: str | None, unreported: bool) -> int | float:
+        hour = self._slot_hours[slot][0]
         bounds = self._bounds(hour)
         if bounds != 0:
             return bounds
         if not unreported:
             return math.inf
-        rates = self._prices.rates(model or None, hour)
-        return rates.exact().linear_limit if rates is not None else math.inf
+        rates = self._rates(model, hour)
+        return rates.linear_limit if rates is not None else math.inf
+
+    def _rates(self, model: str | None, hour: str) -> ExactRates | None:
+        """The model's rates in that UTC hour (some prices change over time), once per pair."""
+        key = (model or None, hour)
+        if key not in self._exact_rates:
+            rates = self._prices.rates(key[0], hour)
+            self._exact_rates[key] = rates.exact() if rates is not None else None
+        return self._exact_rates[key]
 
     def _bounds(self, hour: str) -> int:
         """0 when every time of this UTC hour is in [since, until), DROP when none is, else SLOW.
@@ -307,7 +330,6 @@ class Aggregator:
 
     def _flush(self) -> None:
         """Price each open group once and add it to the tables."""
-        prices = self._prices
         for key, acc in self._groups.items():
             requests = acc[0]
             if not requests:
@@ -317,8 +339,8 @@ class Aggregator:
             counts = (requests, acc[1], acc[2], acc[3], acc[4])
             cost: int | None = acc[6]
             if unreported:
-                rates = prices.rates(model or None, hour)
-                cost = rates.exact().units_of_many(*counts) if rates is not None else None
+                rates = self._rates(model, hour)
+                cost = rates.units_of_many(*counts) if rates is not None else None
             self._exact.add_group(
                 (run, local, model or None, estimated),
                 (agent, executor or None, clone, lane or None),
