@@ -324,11 +324,12 @@ class _Session:
             story_budget_usd=setup.settings.story_budget_usd,
             pause_on=frozenset(self.pause_on),
         )
+        # The first stories' agents start while their worktrees are prepared (docs/performance.md),
+        # here or on the lanes' nodes (docs/scale-out.md).
+        first = min(setup.concurrency, len(ready(setup.plan)))
         if setup.settings.lanes.engine == "local":
-            # The first stories' agents start while their worktrees are prepared (docs/performance.md).
-            first = min(setup.concurrency, len(ready(setup.plan)))
             self.pool.prestart({"coder": first, "planner": first}, setup.repo.root)
-        self.lanes = await open_lanes(ctx)
+        self.lanes = await open_lanes(ctx, first)
         shell = SchedulerShell(
             ctx,
             setup.concurrency,

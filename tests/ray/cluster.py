@@ -85,7 +85,7 @@ class Cluster:
                 found.append(pid)
         return found
 
-    def stop(self) -> None:
+    def stop(self, keep_files: bool = False) -> None:
         for _ in range(3):
             for sid in self.sids:
                 try:
@@ -100,7 +100,8 @@ class Cluster:
             if not _sessions_alive(self.sids):
                 break
             time.sleep(0.5)
-        shutil.rmtree(self.root, ignore_errors=True)
+        if not keep_files:
+            shutil.rmtree(self.root, ignore_errors=True)
 
 
 def start_cluster(attempts: int = 3) -> Cluster:

@@ -38,10 +38,11 @@ class LocalLanes:
         return None
 
 
-async def open_lanes(ctx: RunContext) -> Lanes:
-    """The engine `[lanes] engine` names; a cluster that cannot be reached halts the run here."""
+async def open_lanes(ctx: RunContext, prestart: int = 0) -> Lanes:
+    """The engine `[lanes] engine` names; a cluster that cannot be reached halts the run here.
+    `prestart`: how many lanes start at once first (a Ray cluster warms that many agent clones)."""
     if ctx.settings.lanes.engine == "ray":
         from flowd.engine.lanes.ray_lanes import RayLanes
 
-        return await RayLanes.connect(ctx)
+        return await RayLanes.connect(ctx, prestart)
     return LocalLanes(ctx)
