@@ -1,9 +1,16 @@
 """`flowd agent script --script FILE`: a real ACP agent process that follows a script (docs/scripted-agent.md).
 
-It speaks ACP over stdio through the `acp` SDK exactly like a model-backed agent would: live
-`agent_message_chunk` and `tool_call` updates, permission requests before touching files or
-running commands, per-turn `PromptResponse.usage` reported the way claude-agent-acp does (input
-without the cache, cache apart) and the dollar cost as a cumulative `usage_update` per session.
+It speaks ACP's JSON-RPC 2.0 over stdio (one JSON object per line) itself, without the `acp`
+SDK or pydantic: the SDK's import alone cost a second of CPU per clone, and a run starts a
+clone per lane at once (docs/scripted-agent.md "Wire"). What it sends is what the SDK sent for
+it — same methods, camelCase fields, absent fields left out — and flowd's client, which does use
+the SDK, validates every message: live `agent_message_chunk` and `tool_call` updates,
+permission requests before touching files or running commands, per-turn `usage` reported the way
+claude-agent-acp does (input without the cache, cache apart) and the dollar cost as a
+cumulative `usage_update` per session.
+
+Requests are answered in the reader thread, except `session/prompt`, which runs in a thread of
+its own so that `session/cancel` and the answers to its permission requests get through.
 
 `times` counts prompts per run across every process of the agent (clones, restarts, sessions),
 so counts live in a small file guarded by `fcntl.flock`: in `$FLOWD_SCRIPT_STATE` when set, else
@@ -13,26 +20,159 @@ in a per-script directory under the system temp dir keyed by the script's path a
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import fcntl
 import hashlib
 import json
-import logging
 import os
 import sys
-import tempfile
-import uuid
+import threading
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, BinaryIO
 
-from flowd.agents.script_model import Rule, Script, ScriptUsage, load_script, pick_rule
-
-log = logging.getLogger("flowd.agent.script")
+from flowd.agents.script_rules import Rule, Script, ScriptUsage, pick_rule, read_script
 
 STATE_ENV = "FLOWD_SCRIPT_STATE"
 _KEPT_RUNS = 50  # counts of older runs are dropped so the state file stays small
+_CONTEXT_SIZE = 200_000  # the `size` of `usage_update`, as claude-agent-acp reports it
+_PERMISSION_OPTIONS = [
+    {"optionId": "allow", "name": "Allow", "kind": "allow_once"},
+    {"optionId": "reject", "name": "Reject", "kind": "reject_once"},
+]
+
+Json = dict[str, Any]
+
+
+def warn(message: str) -> None:
+    """One line on stderr (the client's log of the agent); stdout is the ACP channel."""
+    with contextlib.suppress(OSError, ValueError):
+        sys.stderr.write(f"flowd-script: {message}\n")
+        sys.stderr.flush()
+
+
+class RequestError(Exception):
+    """A JSON-RPC error answer: `code`, `message` and `data` as the SDK's `RequestError` words them."""
+
+    def __init__(self, code: int, message: str, data: Any = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.data = data
+
+    @classmethod
+    def invalid_params(cls, data: Any) -> RequestError:
+        return cls(-32602, "Invalid params", data)
+
+    @classmethod
+    def method_not_found(cls, method: str) -> RequestError:
+        return cls(-32601, "Method not found", {"method": method})
+
+    def wire(self) -> Json:
+        return {"code": self.code, "message": self.message, "data": self.data}
+
+
+class Wire:
+    """Newline-delimited JSON-RPC 2.0 on the agent's side: one writer lock, and the requests the
+    agent sent (numbered from 0, as the SDK does) waiting for the client's answer."""
+
+    def __init__(self, out: BinaryIO) -> None:
+        self._out = out
+        self._lock = threading.Lock()
+        self._next_id = 0
+        self._pending: dict[int, tuple[threading.Event, list[Json]]] = {}
+        self.closed = False
+
+    def send(self, message: Json) -> None:
+        data = (json.dumps(message, separators=(",", ":")) + "\n").encode("utf-8")
+        with self._lock:
+            if self.closed:
+                return  # the client is gone: nobody reads an answer any more
+            try:
+                self._out.write(data)
+                self._out.flush()
+            except (OSError, ValueError):
+                self.closed = True
+
+    def notify(self, method: str, params: Json) -> None:
+        self.send({"jsonrpc": "2.0", "method": method, "params": params})
+
+    def request(self, method: str, params: Json) -> Any:
+        """Send a request and wait for its answer: the result, or the client's error raised."""
+        done = threading.Event()
+        slot: list[Json] = []
+        with self._lock:
+            request_id = self._next_id
+            self._next_id += 1
+            self._pending[request_id] = (done, slot)
+        self.send({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
+        done.wait()
+        if not slot:
+            raise ConnectionError("Connection closed")
+        answer = slot[0]
+        if "result" in answer:
+            return answer["result"]
+        if "error" in answer:
+            error = answer.get("error") or {}
+            raise RequestError(error.get("code", -32603), error.get("message", "Error"), error.get("data"))
+        return None
+
+    def answered(self, message: Json) -> None:
+        with self._lock:
+            waiter = self._pending.pop(message["id"], None) if isinstance(message["id"], int) else None
+        if waiter is not None:
+            waiter[1].append(message)
+            waiter[0].set()
+
+    def close(self) -> None:
+        with self._lock:
+            self.closed = True
+            pending, self._pending = list(self._pending.values()), {}
+        for done, _slot in pending:
+            done.set()
+
+
+def _field_errors(params: Any, fields: dict[str, type]) -> list[Json]:
+    """Required fields missing or of the wrong JSON type, itemised like pydantic's errors (the
+    SDK answered bad params with them under `data.errors`)."""
+    if not isinstance(params, dict):
+        return [
+            {"type": "model_type", "loc": [], "msg": "Input should be a valid dictionary", "input": params}
+        ]
+    errors: list[Json] = []
+    for name, kind in fields.items():
+        if name not in params:
+            errors.append({"type": "missing", "loc": [name], "msg": "Field required", "input": params})
+        elif not isinstance(params[name], kind):
+            label = "string" if kind is str else "list"
+            errors.append(_error(name, f"{label}_type", f"Input should be a valid {label}", params[name]))
+    return errors
+
+
+def _error(name: str, kind: str, message: str, value: Any) -> Json:
+    return {"type": kind, "loc": [name], "msg": message, "input": value}
+
+
+def _invalid(name: str, kind: str, message: str, value: Any) -> RequestError:
+    return RequestError.invalid_params({"errors": [_error(name, kind, message, value)]})
+
+
+def _protocol_version(value: Any) -> int:
+    """Like the SDK: a number as given; a legacy date string (Zed's) as a number, or else 1."""
+    if isinstance(value, int):
+        return value
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return 1
+
+
+def _checked(params: Any, fields: dict[str, type]) -> Json:
+    errors = _field_errors(params, fields)
+    if errors:
+        raise RequestError.invalid_params({"errors": errors})
+    return dict(params)
 
 
 class RunCounts:
@@ -44,7 +184,12 @@ class RunCounts:
 
     def __init__(self, script_path: Path, script_text: bytes) -> None:
         configured = os.environ.get(STATE_ENV)
-        base = Path(configured) if configured else Path(tempfile.gettempdir()) / "flowd-script-state"
+        if configured:
+            base = Path(configured)
+        else:
+            import tempfile  # only without $FLOWD_SCRIPT_STATE: it is one of the slower imports
+
+            base = Path(tempfile.gettempdir()) / "flowd-script-state"
         key = hashlib.sha256(str(script_path.resolve()).encode() + b"\0" + script_text).hexdigest()[:16]
         self.path = base / f"{script_path.name}-{key}.json"
 
@@ -107,73 +252,74 @@ def failure_message(mode: str, reply: str | None, now: datetime | None = None) -
 
 
 class ScriptAgent:
-    """The ACP `Agent` implementation: one per process, many sessions."""
+    """The agent: one per process, many sessions; each handler takes the request's params and
+    returns its result (or raises `RequestError`)."""
 
-    def __init__(self, script: Script, counts: RunCounts) -> None:
+    def __init__(self, script: Script, counts: RunCounts, wire: Wire) -> None:
         self._script = script
         self._counts = counts
-        self._conn: Any = None
+        self._wire = wire
         self._sessions: dict[str, Path] = {}
         self._cost: dict[str, float] = {}  # cumulative per session, as claude-agent-acp reports it
         self._calls = 0
-        self._cancelled: dict[str, asyncio.Event] = {}
+        self._calls_lock = threading.Lock()
+        self._cancelled: dict[str, threading.Event] = {}
 
-    def on_connect(self, conn: Any) -> None:
-        self._conn = conn
+    def initialize(self, params: Any) -> Json:
+        version = _protocol_version(_checked(params, {"protocolVersion": object})["protocolVersion"])
+        if not 0 <= version <= 65535:
+            raise _invalid("protocolVersion", "range", "Input should be within 0-65535", version)
+        return {
+            "protocolVersion": version,
+            "agentCapabilities": {"loadSession": False},
+            "agentInfo": {"name": "flowd-script", "title": "flowd scripted agent", "version": "1"},
+        }
 
-    async def initialize(self, protocol_version: int, **_: Any) -> Any:
-        from acp import InitializeResponse
-        from acp.schema import AgentCapabilities, Implementation
+    def new_session(self, params: Any) -> Json:
+        checked = _checked(params, {"cwd": str, "mcpServers": list})
+        session_id = f"script-{os.urandom(6).hex()}"
+        self._sessions[session_id] = Path(checked["cwd"])
+        return {"sessionId": session_id}
 
-        return InitializeResponse(
-            protocol_version=protocol_version,
-            agent_capabilities=AgentCapabilities(load_session=False),
-            agent_info=Implementation(name="flowd-script", title="flowd scripted agent", version="1"),
-        )
-
-    async def new_session(self, cwd: str, **_: Any) -> Any:
-        from acp import NewSessionResponse
-
-        session_id = f"script-{uuid.uuid4().hex[:12]}"
-        self._sessions[session_id] = Path(cwd)
-        return NewSessionResponse(session_id=session_id)
-
-    async def cancel(self, session_id: str, **_: Any) -> None:
+    def cancel(self, params: Any) -> None:
         # Honoured during `delayMs`, as ACP asks (reply `cancelled`); a `hang` rule ignores it.
-        self._cancelled.setdefault(session_id, asyncio.Event()).set()
+        checked = _checked(params, {"sessionId": str})
+        self._cancelled.setdefault(checked["sessionId"], threading.Event()).set()
 
-    async def prompt(self, prompt: list[Any], session_id: str, **meta: Any) -> Any:
-        from acp import PromptResponse, RequestError
-        from acp.schema import Usage
-
+    def prompt(self, params: Any) -> Json:
+        checked = _checked(params, {"sessionId": str, "prompt": list})
+        session_id: str = checked["sessionId"]
         cwd = self._sessions.get(session_id)
         if cwd is None:
             raise RequestError.invalid_params({"sessionId": session_id, "reason": "unknown session"})
-        raw_meta = meta.get("flowd")
-        flowd: dict[str, Any] = raw_meta if isinstance(raw_meta, dict) else {}
+        meta = checked.get("_meta")
+        raw_flowd = meta.get("flowd") if isinstance(meta, dict) else None
+        flowd: Json = raw_flowd if isinstance(raw_flowd, dict) else {}
         role, story, task = flowd.get("role"), flowd.get("story"), flowd.get("task")
         run_id = str(flowd.get("runId") or "no-run")
-        text = "\n".join(getattr(block, "text", "") or "" for block in prompt)
+        text = "\n".join(_block_text(block) for block in checked["prompt"])
 
         def choose(counts: dict[int, int]) -> int | None:
             return pick_rule(self._script, counts, role=role, story=story, task=task, prompt=text)
 
-        cancelled = self._cancelled[session_id] = asyncio.Event()
-        index = await asyncio.to_thread(self._counts.take, run_id, choose)
+        cancelled = self._cancelled[session_id] = threading.Event()
+        index = self._counts.take(run_id, choose)
         rule = self._script.rules[index] if index is not None else Rule()
-        if rule.delay_ms:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(cancelled.wait(), rule.delay_ms / 1000)
-            if cancelled.is_set():
-                return PromptResponse(stop_reason="cancelled")
-        await self._think(session_id, f"Working as {role or 'agent'}" + (f" on {task}" if task else "") + ".")
+        if rule.delay_ms and cancelled.wait(rule.delay_ms / 1000):
+            return {"stopReason": "cancelled"}
+        self._update(
+            session_id,
+            _chunk(
+                "agent_thought_chunk", f"Working as {role or 'agent'}" + (f" on {task}" if task else "") + "."
+            ),
+        )
         raw_env = flowd.get("env")
         lane_env = {str(k): str(v) for k, v in raw_env.items()} if isinstance(raw_env, dict) else {}
-        refused = await self._act(session_id, cwd, rule, lane_env)
+        refused = self._act(session_id, cwd, rule, lane_env)
         if rule.fail == "crash":
             os._exit(3)
         if rule.fail == "hang":
-            await asyncio.Event().wait()
+            threading.Event().wait()
         if rule.fail is not None:
             code, message, details = failure_message(rule.fail, rule.reply)
             raise RequestError(code, message, {"details": details})
@@ -184,23 +330,23 @@ class ScriptAgent:
         half = len(reply) // 2
         for piece in (reply[:half], reply[half:]):
             if piece:
-                await self._say(session_id, piece)
+                self._update(session_id, _chunk("agent_message_chunk", piece))
         usage = rule.usage
         if usage is not None and usage.cost_usd is not None:
-            await self._report_cost(session_id, usage)
-        return PromptResponse(
-            stop_reason="end_turn",
-            usage=_wire_usage(usage, Usage) if usage is not None else None,
-            field_meta={"model": self._script.model},
-        )
+            self._report_cost(session_id, usage)
+        result: Json = {"stopReason": "end_turn"}
+        if usage is not None:
+            result["usage"] = wire_usage(usage)
+        result["_meta"] = {"model": self._script.model}
+        return result
 
-    async def _act(self, session_id: str, cwd: Path, rule: Rule, env: dict[str, str]) -> list[str]:
+    def _update(self, session_id: str, update: Json) -> None:
+        self._wire.notify("session/update", {"sessionId": session_id, "update": update})
+
+    def _act(self, session_id: str, cwd: Path, rule: Rule, env: dict[str, str]) -> list[str]:
         """Writes, deletes and commands, each announced as a tool call and asked permission for.
         Commands run with the lane's `_meta.flowd.env` (FLOWD_PORT…) set, as a real agent's shell
         would once it read them from its prompt."""
-        from acp import start_tool_call, update_tool_call
-        from acp.schema import ToolCallLocation
-
         refused: list[str] = []
         steps: list[tuple[str, str, str, str | None]] = [
             ("edit", f"Write {path}", path, content) for path, content in rule.writes.items()
@@ -208,90 +354,141 @@ class ScriptAgent:
         steps += [("delete", f"Delete {path}", path, None) for path in rule.deletes]
         steps += [("execute", f"Run {command}", command, None) for command in rule.run]
         for kind, title, target, content in steps:
-            self._calls += 1
-            call_id = f"call_{self._calls}"
+            with self._calls_lock:
+                self._calls += 1
+                call_id = f"call_{self._calls}"
             where = str(cwd) if kind == "execute" else os.path.normpath(os.path.join(cwd, target))
             raw = {"command": target, "cwd": str(cwd)} if kind == "execute" else {"path": where}
-            await self._conn.session_update(
+            call = {"toolCallId": call_id, "title": title, "kind": kind}
+            locations = [{"path": where}]
+            self._update(
                 session_id,
-                start_tool_call(
-                    call_id,
-                    title,
-                    kind=kind,  # type: ignore[arg-type]
-                    status="pending",
-                    locations=[ToolCallLocation(path=where)],
-                    raw_input=raw,
-                ),
+                {
+                    **call,
+                    "status": "pending",
+                    "locations": locations,
+                    "rawInput": raw,
+                    "sessionUpdate": "tool_call",
+                },
             )
-            if not await self._allowed(session_id, call_id, title, kind, where, raw):
+            if not self._allowed(session_id, {**call, "locations": locations, "rawInput": raw}):
                 refused.append(title)
-                await self._conn.session_update(session_id, update_tool_call(call_id, status="failed"))
+                self._update(session_id, _progress(call_id, "failed"))
                 continue
-            ok = await asyncio.to_thread(_perform, kind, cwd, where, target, content, env)
-            await self._conn.session_update(
-                session_id, update_tool_call(call_id, status="completed" if ok else "failed")
-            )
+            ok = _perform(kind, cwd, where, target, content, env)
+            self._update(session_id, _progress(call_id, "completed" if ok else "failed"))
         return refused
 
-    async def _allowed(
-        self, session_id: str, call_id: str, title: str, kind: str, where: str, raw: dict[str, str]
-    ) -> bool:
-        from acp.schema import PermissionOption, ToolCallLocation, ToolCallUpdate
-
-        options = [
-            PermissionOption(option_id="allow", name="Allow", kind="allow_once"),
-            PermissionOption(option_id="reject", name="Reject", kind="reject_once"),
-        ]
-        response = await self._conn.request_permission(
-            session_id=session_id,
-            tool_call=ToolCallUpdate(
-                tool_call_id=call_id,
-                title=title,
-                kind=kind,  # type: ignore[arg-type]
-                locations=[ToolCallLocation(path=where)],
-                raw_input=raw,
-            ),
-            options=options,
+    def _allowed(self, session_id: str, tool_call: Json) -> bool:
+        # The SDK's field order: toolCallId, kind, title, locations, rawInput.
+        ordered = {key: tool_call[key] for key in ("toolCallId", "kind", "title", "locations", "rawInput")}
+        answer = self._wire.request(
+            "session/request_permission",
+            {"sessionId": session_id, "toolCall": ordered, "options": _PERMISSION_OPTIONS},
         )
-        outcome = response.outcome
-        return getattr(outcome, "outcome", "") == "selected" and getattr(outcome, "option_id", "") == "allow"
+        outcome = answer.get("outcome") if isinstance(answer, dict) else None
+        if not isinstance(outcome, dict) or outcome.get("outcome") not in ("selected", "cancelled"):
+            raise _invalid("outcome", "union_tag_invalid", "Input should be a permission outcome", answer)
+        return outcome.get("outcome") == "selected" and outcome.get("optionId") == "allow"
 
-    async def _say(self, session_id: str, text: str) -> None:
-        from acp import update_agent_message_text
-
-        await self._conn.session_update(session_id, update_agent_message_text(text))
-
-    async def _think(self, session_id: str, text: str) -> None:
-        from acp import update_agent_thought_text
-
-        await self._conn.session_update(session_id, update_agent_thought_text(text))
-
-    async def _report_cost(self, session_id: str, usage: ScriptUsage) -> None:
-        from acp.schema import Cost, UsageUpdate
-
+    def _report_cost(self, session_id: str, usage: ScriptUsage) -> None:
         total = self._cost.get(session_id, 0.0) + float(usage.cost_usd or 0.0)
         self._cost[session_id] = total
-        await self._conn.session_update(
+        self._update(
             session_id,
-            UsageUpdate(
-                session_update="usage_update",
-                used=usage.input + usage.output,
-                size=200_000,
-                cost=Cost(amount=total, currency="USD"),
-            ),
+            {
+                "used": usage.input + usage.output,
+                "size": _CONTEXT_SIZE,
+                "cost": {"amount": total, "currency": "USD"},
+                "sessionUpdate": "usage_update",
+            },
         )
 
 
-def _wire_usage(usage: ScriptUsage, usage_type: Any) -> Any:
-    # Like claude-agent-acp: inputTokens without the cache, the cache apart, total over all four.
-    uncached = usage.input - usage.cached_read - usage.cache_write
-    return usage_type(
-        input_tokens=uncached,
-        output_tokens=usage.output,
-        cached_read_tokens=usage.cached_read,
-        cached_write_tokens=usage.cache_write,
-        total_tokens=usage.input + usage.output,
-    )
+def _block_text(block: Any) -> str:
+    """A prompt block's text; other kinds of block (images, resources) count as empty lines."""
+    if isinstance(block, dict) and block.get("type") == "text" and isinstance(block.get("text"), str):
+        return str(block["text"])
+    return ""
+
+
+def _chunk(kind: str, text: str) -> Json:
+    return {"content": {"text": text, "type": "text"}, "sessionUpdate": kind}
+
+
+def _progress(call_id: str, status: str) -> Json:
+    return {"toolCallId": call_id, "status": status, "sessionUpdate": "tool_call_update"}
+
+
+def wire_usage(usage: ScriptUsage) -> Json:
+    """Like claude-agent-acp: inputTokens without the cache, the cache apart, total over all four."""
+    return {
+        "totalTokens": usage.input + usage.output,
+        "inputTokens": usage.input - usage.cached_read - usage.cache_write,
+        "outputTokens": usage.output,
+        "cachedReadTokens": usage.cached_read,
+        "cachedWriteTokens": usage.cache_write,
+    }
+
+
+def serve(agent: ScriptAgent, wire: Wire, lines: BinaryIO) -> None:
+    """Read requests, notifications and answers until the client closes stdin."""
+    inline: dict[str, Callable[[Any], Json]] = {
+        "initialize": agent.initialize,
+        "session/new": agent.new_session,
+    }
+    for line in lines:
+        if not line.strip():
+            continue
+        try:
+            message = json.loads(line)
+        except ValueError:
+            warn(f"not a JSON-RPC message: {line[:200]!r}")
+            continue
+        if not isinstance(message, dict):
+            continue
+        method = message.get("method")
+        if method is None:
+            if "id" in message:
+                wire.answered(message)
+        elif "id" not in message:
+            _notified(agent, method, message.get("params"))
+        elif method == "session/prompt":
+            threading.Thread(target=_answer, args=(wire, message, agent.prompt), daemon=True).start()
+        else:
+            _answer(wire, message, inline.get(method))
+    wire.close()
+
+
+def _notified(agent: ScriptAgent, method: Any, params: Any) -> None:
+    if method == "session/cancel":
+        try:
+            agent.cancel(params)
+        except RequestError as exc:
+            warn(f"session/cancel: {exc.data}")
+    elif not (isinstance(method, str) and method.startswith("_")):  # extensions are ignored quietly
+        warn(f"notification {method!r} is not handled (method not found)")
+
+
+def _answer(wire: Wire, message: Json, handler: Callable[[Any], Json] | None) -> None:
+    reply: Json = {"jsonrpc": "2.0", "id": message["id"]}
+    method = message["method"]
+    try:
+        if handler is None:
+            raise RequestError.method_not_found(str(method))
+        reply["result"] = handler(message.get("params"))
+    except RequestError as exc:
+        reply["error"] = exc.wire()
+    except Exception as exc:
+        import traceback
+
+        warn(f"unhandled error while handling request method={method}\n{traceback.format_exc()}")
+        try:
+            data = json.loads(str(exc))
+        except ValueError:
+            data = {"details": str(exc)}
+        reply["error"] = {"code": -32603, "message": "Internal error", "data": data}
+    wire.send(reply)
 
 
 def _perform(
@@ -326,18 +523,30 @@ def _perform(
             )
             return done.returncode == 0
     except OSError as exc:
-        log.warning("%s %s failed: %s", kind, target, exc)
+        warn(f"{kind} {target} failed: {exc}")
         return False
     return True
+
+
+def load(path: Path) -> Script:
+    """The script, read without pydantic when it is plainly valid (`script_rules.read_script`);
+    anything else goes through `script_model.load_script`, which reports it as `flowd` does."""
+    try:
+        script = read_script(json.loads(path.read_bytes()))
+    except (OSError, ValueError):
+        script = None
+    if script is not None:
+        return script
+    from flowd.agents.script_model import load_script, plain
+
+    return plain(load_script(path))
 
 
 def agent_command(args: argparse.Namespace) -> int:
     """Serve the script over stdio until the client closes stdin."""
     path = Path(args.script)
-    script = load_script(path)
+    script = load(path)
     counts = RunCounts(path, path.read_bytes())
-    logging.basicConfig(level=logging.WARNING, format="flowd-script: %(message)s")
-    import acp
-
-    asyncio.run(acp.run_agent(cast(acp.Agent, ScriptAgent(script, counts))))
+    wire = Wire(sys.stdout.buffer)
+    serve(ScriptAgent(script, counts, wire), wire, sys.stdin.buffer)
     return 0

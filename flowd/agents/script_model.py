@@ -1,8 +1,9 @@
 """The scripted agent's script file (docs/scripted-agent.md): models, loading and rule matching.
 
-Pure: nothing here touches processes. `flowd schema script` prints `Script`'s JSON Schema, and
-the agent process (`script_agent.py`) loads a file with `load_script` and picks answers with
-`matches`.
+Pure: nothing here touches processes. `flowd schema script` prints `Script`'s JSON Schema and
+`load_script` validates a file, reporting every problem by field. The agent process reads its
+script with the pydantic-free `script_rules.read_script` and comes here only for a script that
+is not plainly valid, so both accept the same files and word the same errors.
 """
 
 from __future__ import annotations
@@ -14,6 +15,9 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
+from flowd.agents import script_rules
+from flowd.agents.script_rules import matches as matches
+from flowd.agents.script_rules import pick_rule as pick_rule
 from flowd.errors import FileProblems
 from flowd.fsio import read_user_text
 from flowd.wire import StrictWireModel, describe_validation_error
@@ -97,31 +101,9 @@ def load_script(path: Path) -> Script:
         raise FileProblems(str(path), describe_validation_error(exc))
 
 
-def matches(rule: Rule, *, role: str | None, story: str | None, task: str | None, prompt: str) -> bool:
-    """`role` and `story` match exactly; `task` and `prompt` are regexes searched in the text."""
-    when = rule.when
-    if when.role is not None and when.role != role:
-        return False
-    if when.story is not None and when.story != story:
-        return False
-    if when.task is not None and (task is None or re.search(when.task, task) is None):
-        return False
-    return not (when.prompt is not None and re.search(when.prompt, prompt) is None)
-
-
-def pick_rule(
-    script: Script,
-    counts: dict[int, int],
-    *,
-    role: str | None,
-    story: str | None,
-    task: str | None,
-    prompt: str,
-) -> int | None:
-    """The index of the first matching rule whose `times` is not used up, given this run's counts."""
-    for index, rule in enumerate(script.rules):
-        if rule.times is not None and counts.get(index, 0) >= rule.times:
-            continue
-        if matches(rule, role=role, story=story, task=task, prompt=prompt):
-            return index
-    return None
+def plain(script: Script) -> script_rules.Script:
+    """A validated script as the agent process's plain data (`script_rules`)."""
+    converted = script_rules.read_script(script.model_dump(by_alias=True))
+    if converted is None:  # every validated script reads back: a mismatch is a bug in script_rules
+        raise AssertionError("script_rules.read_script refused a validated script")
+    return converted
