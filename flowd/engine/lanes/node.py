@@ -38,7 +38,7 @@ from flowd.engine.core.ports import PortSlots
 from flowd.engine.core.stops import Halt
 from flowd.engine.state import EpicPaths, StoryState, save_state
 from flowd.engine.story import StoryRun
-from flowd.events import Event, StoryStatusChanged, TaskCompleted
+from flowd.events import Event, Info, StoryStatusChanged, TaskCompleted
 from flowd.fsio import write_text_atomic
 from flowd.gitops import GitError, Repo, _git
 from flowd.plan.model import Story, StoryPlan
@@ -85,6 +85,7 @@ class Mirror:
 # ("timing", {phase: seconds}) | ("outcome", StoryOutcome); the runner measures the stream's
 # latency from the third field (docs/scale-out.md: figures).
 LaneMessage = tuple[str, object, float]
+PUSH_TRIES = 3
 _PUSH = "push"  # a marker in the lane's queue: push the story branch before what follows goes out
 
 
@@ -255,6 +256,7 @@ class NodeHost:
                         out = []
                     try:
                         await asyncio.to_thread(lane.push)
+                        out.extend(("event", note, time.time()) for note in lane.retry_notes())
                     except Halt as refused:
                         task.cancel()
                         with contextlib.suppress(BaseException):
@@ -312,6 +314,7 @@ class NodeLane:
         self.mirror = Mirror()
         self.timing = LaneTiming()
         self.pushed: str | None = None  # the commit the remote has for the story branch
+        self.retried: list[str] = []  # why a push had to be tried again
         self._push_lock = threading.Lock()
 
     def post(self, kind: str, body: object) -> None:
@@ -386,14 +389,28 @@ class NodeLane:
             if not head or head == self.pushed:
                 return
             started = time.monotonic()
-            try:
-                _git(self.clone, ["push", "-q", "--force", self.spec.remote, f"{head}:refs/heads/{self.branch}"],
-                     f"pushing {self.branch}")  # fmt: skip
-            except GitError as exc:
-                raise Halt(f"the remote {self.spec.remote} refused the push of {self.branch} ({exc}); "
-                           "let the runner's machine and every node push there, then run again")  # fmt: skip
+            args = ["push", "-q", "--force", self.spec.remote, f"{head}:refs/heads/{self.branch}"]
+            for attempt in range(PUSH_TRIES):
+                try:
+                    _git(self.clone, args, f"pushing {self.branch}")
+                    break
+                except GitError as exc:
+                    detail = " / ".join(exc.detail.splitlines()[-4:]) or str(exc)
+                    if attempt + 1 < PUSH_TRIES:
+                        # A refusal (a hook, permissions) is refused again; anything else may pass.
+                        self.retried.append(detail)
+                        time.sleep(0.2 * (attempt + 1))
+                        continue
+                    raise Halt(f"the remote {self.spec.remote} refused the push of {self.branch} ({detail}); "
+                               "let the runner's machine and every node push there, then run again")  # fmt: skip
             self.timing.pushes.append(time.monotonic() - started)
             self.pushed = head
+
+    def retry_notes(self) -> list[Info]:
+        """What made a push go through only when tried again (said once, then forgotten)."""
+        notes, self.retried = self.retried, []
+        return [Info(lane=self.spec.story, message=f"pushing {self.branch} failed and was tried again: {why}")
+                for why in notes]  # fmt: skip
 
     def halted(self, refused: Halt) -> list[LaneMessage]:
         """The last messages of a lane whose push was refused: the story waits, the run halts."""
@@ -456,6 +473,8 @@ class _PushingStoryRun(StoryRun):
 
     async def _merge(self) -> str:
         await asyncio.to_thread(self.lane.push)
+        for note in self.lane.retry_notes():
+            self.ctx.emit(note)
         return await asyncio.to_thread(self.ctx.repo.head, self.branch)
 
     def _finish(self, outcome: StoryOutcome) -> StoryOutcome:

@@ -112,10 +112,10 @@ class RayLanes:
         # runner pushes the epic: a lane placed on a warm node starts no process.
         nodes = await lanes._nodes()
         lanes.prestart = -(-prestart // max(1, len(nodes)))
-        with contextlib.suppress(Halt):  # a refusing remote is said by the first story, which waits
-            await asyncio.to_thread(lanes._push_epic)
         for node_id in nodes:
             lanes._start_host(node_id)
+        with contextlib.suppress(Halt):  # a refusing remote is said by the first story, which waits
+            await asyncio.to_thread(lanes._push_epic)
         return lanes
 
     async def aclose(self) -> None:
