@@ -24,7 +24,7 @@ from flowd.engine import prompts
 from flowd.engine.context import RunContext
 from flowd.engine.core.failure import StoryFacts, outcome_of
 from flowd.engine.core.outcome import StoryOutcome
-from flowd.engine.core.placement import GiveUp, after_lost, least_loaded
+from flowd.engine.core.placement import GiveUp, Node, after_lost, lane_nodes, least_loaded, trusted
 from flowd.engine.core.revision import MERGE_SUBJECT, after_red_merge, merge_rounds_done
 from flowd.engine.core.revision import GiveUp as GiveUpRevising
 from flowd.engine.core.stops import Halt, StoryFailed
@@ -72,11 +72,6 @@ class LaneHost:
 
 class LaneLost(Exception):
     """The worker or node running a lane died (or could not be reached) mid-story."""
-
-
-# A node whose lane was lost gets no new lane for this long while another node can take it: a dead
-# node stays "alive" in Ray's view until its health checks time out.
-LOST_NODE_S = 60.0
 
 
 class RayLanes:
@@ -230,11 +225,9 @@ class RayLanes:
         )  # fmt: skip
 
     async def _nodes(self) -> list[str]:
-        """The live nodes lanes may go to: those offering CPUs (a head started with `--num-cpus 0`,
-        as Ray advises for a big cluster, gets none), or every live node when none does."""
+        """The live nodes lanes may go to (engine/core/placement.py)."""
         nodes = [n for n in await asyncio.to_thread(self.ray.nodes) if n.get("Alive")]
-        working = [n for n in nodes if (n.get("Resources") or {}).get("CPU", 0) > 0]
-        return sorted(n["NodeID"] for n in (working or nodes))
+        return lane_nodes([Node(n["NodeID"], float((n.get("Resources") or {}).get("CPU", 0))) for n in nodes])
 
     def _start_host(self, node_id: str) -> None:
         ray = self.ray
@@ -250,11 +243,10 @@ class RayLanes:
         alive = await self._nodes()
         for gone in set(self.hosts) - set(alive):
             self._drop(gone)
-        now = time.monotonic()
-        trusted = [n for n in alive if now - self.lost.get(n, -LOST_NODE_S) >= LOST_NODE_S] or alive
-        for missing in set(trusted) - set(self.hosts):
+        candidates = trusted(alive, self.lost, time.monotonic())
+        for missing in set(candidates) - set(self.hosts):
             self._start_host(missing)
-        node_id = least_loaded(self.load, trusted)
+        node_id = least_loaded(self.load, candidates)
         if node_id is None:
             raise Halt("the Ray cluster has no live node to place lanes on; add one, then run again")
         return node_id, self.hosts[node_id]
