@@ -19,12 +19,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -59,19 +62,94 @@ def build(root: Path, count: int, lanes: int, think: float, engine: str) -> Scen
     return sc
 
 
-def run(sc: Scenario, env: dict[str, str], mode: str) -> tuple[float, list[dict[str, Any]]]:
+class CpuSampler:
+    """CPU seconds (user + system) of a process tree and of given sessions, sampled every 0.2 s:
+    the run's own process, its agents, and (on Ray) every process of the cluster's nodes. A process
+    that ends between two samples loses at most its last 0.2 s."""
+
+    def __init__(self, root: int, sessions: list[int]) -> None:
+        self.root, self.sessions = root, set(sessions)
+        self.seen: dict[int, float] = {}
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+        self.tick = os.sysconf("SC_CLK_TCK")
+
+    def _sample(self) -> None:
+        parents: dict[int, int] = {}
+        cpu: dict[int, float] = {}
+        sids: dict[int, int] = {}
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            pid = int(entry)
+            parents[pid], sids[pid] = int(fields[1]), int(fields[3])
+            cpu[pid] = (int(fields[11]) + int(fields[12])) / self.tick
+        for pid, seconds in cpu.items():
+            ancestor, hops = pid, 0
+            while ancestor not in (0, 1, self.root) and hops < 50:
+                ancestor, hops = parents.get(ancestor, 0), hops + 1
+            if ancestor == self.root or pid == self.root or sids[pid] in self.sessions:
+                self.seen[pid] = max(self.seen.get(pid, 0.0), seconds)
+
+    def _loop(self) -> None:
+        while not self.stop.is_set():
+            self._sample()
+            self.stop.wait(0.2)
+
+    def __enter__(self) -> CpuSampler:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join()
+
+    def seconds(self) -> float:
+        return sum(self.seen.values())
+
+
+@dataclass
+class Measured:
+    wall: float
+    cpu: float
+    load: float
+    trace: list[dict[str, Any]]
+
+
+def run(sc: Scenario, env: dict[str, str], mode: str, sessions: list[int]) -> Measured:
+    load = os.getloadavg()[0]
     started = time.monotonic()
-    done = subprocess.run(
+    process = subprocess.Popen(
         [*FLOWD, "run", str(sc.plan_path), "--run-id", "bench"],
-        cwd=sc.repo, env=env, capture_output=True, text=True, timeout=1800,
+        cwd=sc.repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
+    with CpuSampler(process.pid, sessions) as sampler:
+        stdout, stderr = process.communicate(timeout=1800)
+    done = subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
     elapsed = time.monotonic() - started
+    trace_file = sc.repo / ".flow/runs/bench/trace.jsonl"
+    lines = trace_file.read_text(encoding="utf-8").splitlines() if trace_file.is_file() else []
+    trace = [json.loads(line) for line in lines]
     if done.returncode != 0:
-        # The progress lines say which story failed and why; stderr is often empty.
-        tail = (done.stderr or done.stdout)[-2000:]
-        raise SystemExit(f"flowd run ({mode} lanes) failed ({done.returncode}):\n{tail}")
-    lines = (sc.repo / ".flow/runs/bench/trace.jsonl").read_text(encoding="utf-8").splitlines()
-    return elapsed, [json.loads(line) for line in lines]
+        # Why each story failed is in the trace; the progress tail and stderr say the rest.
+        failed = [
+            f"{e['event']['story']}: {e['event'].get('reason')}"
+            for e in trace
+            if e["event"]["type"] == "StoryStatusChanged" and e["event"]["status"] == "failed"
+        ]
+        tail = done.stdout[-1500:] + "\n" + done.stderr[-1500:]
+        raise BenchFailed(
+            f"flowd run ({mode} lanes) failed ({done.returncode}):\n" + "\n".join(failed) + "\n" + tail
+        )
+    return Measured(elapsed, sampler.seconds(), load, trace)
+
+
+class BenchFailed(Exception):
+    pass
 
 
 def _at(line: dict[str, Any]) -> float:
@@ -91,6 +169,99 @@ def story_seconds(trace: list[dict[str, Any]]) -> list[float]:
     return spans
 
 
+# A story's life in the runner's trace, phase by phase (the first event of each kind per story):
+# active → WorktreePrepared (worktree, coder lease) → first TaskStarted (catch-up, planner turn and
+# the agent clones' start) → first TaskCompleted (coder turn, task gates, reviewer, commit) → merge
+# stage (judge, perimeter; on Ray the push, the stream and the runner's fetch) → done (the merge
+# lock, the merge, the epic gates).
+PHASES = [
+    ("worktree", "active", "WorktreePrepared"),
+    ("planner turn + agents", "WorktreePrepared", "TaskStarted"),
+    ("task (coder turn 3 s)", "TaskStarted", "TaskCompleted"),
+    ("to the merge", "TaskCompleted", "merge"),
+    ("merge", "merge", "done"),
+]
+
+
+def _marks(trace: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    marks: dict[str, dict[str, float]] = {}
+    for line in trace:
+        event = line["event"]
+        kind = event["type"]
+        story_id = event.get("story") or event.get("lane")
+        if kind == "StoryStatusChanged" and event["status"] in ("active", "done"):
+            kind = event["status"]
+        elif kind == "StageStarted" and str(event["stage"]).endswith(": merge"):
+            kind = "merge"
+        if story_id:
+            marks.setdefault(str(story_id), {}).setdefault(kind, _at(line))
+    return marks
+
+
+def phase_medians(trace: list[dict[str, Any]]) -> dict[str, float]:
+    marks = _marks(trace)
+    out: dict[str, float] = {}
+    for name, start, end in PHASES:
+        spans = [m[end] - m[start] for m in marks.values() if start in m and end in m]
+        out[name] = statistics.median(spans) if spans else float("nan")
+    return out
+
+
+TIMING = re.compile(r"(\w+)=([0-9.]+)")
+
+
+def lane_timings(trace: list[dict[str, Any]]) -> dict[str, float]:
+    """Medians of the runner's `lane timing` lines (one per placement, docs/scale-out.md)."""
+    values: dict[str, list[float]] = {}
+    for line in trace:
+        event = line["event"]
+        if event["type"] == "Info" and str(event.get("message", "")).startswith("lane timing"):
+            for key, value in TIMING.findall(event["message"]):
+                values.setdefault(key, []).append(float(value))
+    return {key: statistics.median(v) for key, v in values.items()}
+
+
+def settle(cluster: Any) -> float:
+    """One driver joins and leaves the new cluster before the run: the first driver of a cluster
+    just started waits for it to finish starting (seconds), which a long-lived cluster, the case
+    this bench models, has done long before a run joins it. Its seconds are shown, not counted."""
+    code = "import ray; ray.init(address='auto', log_to_driver=False); ray.shutdown()"
+    started = time.monotonic()
+    subprocess.run(
+        [sys.executable, "-c", code], env=driver_env(cluster.address), check=True, capture_output=True
+    )
+    return time.monotonic() - started
+
+
+def run_steps(measured: Measured) -> dict[str, float]:
+    """The makespan outside the stories: the process before `RunStarted`, the start until the first
+    story is active (on Ray: joining the cluster, the first pushes and placements), the end."""
+    trace = measured.trace
+    at = {line["event"]["type"]: _at(line) for line in reversed(trace)}  # the first of each type
+    active = [
+        _at(x)
+        for x in trace
+        if x["event"]["type"] == "StoryStatusChanged" and x["event"]["status"] == "active"
+    ]
+    done = [
+        _at(x) for x in trace if x["event"]["type"] == "StoryStatusChanged" and x["event"]["status"] == "done"
+    ]
+    ended = _at(trace[-1])
+    span = ended - at["RunStarted"]
+    joined = next(
+        (_at(x) for x in trace if "lanes on the Ray cluster" in str(x["event"].get("message"))), None
+    )
+    placed = at.get("LanePlaced")
+    return {
+        "process start and exit": measured.wall - span,
+        "RunStarted to first active": min(active) - at["RunStarted"],
+        "  of which joining the cluster": (joined - at["RunStarted"]) if joined else 0.0,
+        "  of which to the first placed": (placed - (joined or placed)) if placed else 0.0,
+        "first active to last done": max(done) - min(active),
+        "last done to RunEnded": ended - max(done),
+    }
+
+
 def merge_seconds(trace: list[dict[str, Any]]) -> list[float]:
     began: dict[str, float] = {}
     spans: list[float] = []
@@ -108,32 +279,86 @@ def main() -> None:
     parser.add_argument("--stories", type=int, default=20)
     parser.add_argument("--lanes", type=int, default=8)
     parser.add_argument("--think", type=float, default=3.0)
+    parser.add_argument(
+        "--keep", action="store_true", help="keep the repositories and the nodes' files of a failed run"
+    )
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="flowd-bench-ray-"))
     cluster = None
+    keep = False
+    settled = 0.0
     try:
         local = build(root / "local", args.stories, args.lanes, args.think, "local")
-        local_s, local_trace = run(local, {**os.environ}, "local")
+        on_local = run(local, {**os.environ}, "local", [])
         cluster = start_cluster()
-        on_ray = build(root / "ray", args.stories, args.lanes, args.think, "ray")
-        ray_s, ray_trace = run(on_ray, driver_env(cluster.address), "ray")
+        settled = settle(cluster)
+        on_ray_sc = build(root / "ray", args.stories, args.lanes, args.think, "ray")
+        on_ray = run(on_ray_sc, driver_env(cluster.address), "ray", cluster.sids)
+    except BenchFailed as failed:
+        keep = args.keep
+        where = f"\n(kept {root})" if keep else ""
+        raise SystemExit(f"{failed}{where}")
     finally:
         if cluster is not None:
-            cluster.stop()
-        shutil.rmtree(root, ignore_errors=True)
-    local_story, ray_story = (
-        statistics.median(story_seconds(local_trace)),
-        statistics.median(story_seconds(ray_trace)),
-    )
-    nodes = {e["event"]["node"] for e in ray_trace if e["event"]["type"] == "LanePlaced"}
+            cluster.stop(keep_files=keep)
+        if not keep:
+            shutil.rmtree(root, ignore_errors=True)
+    report(args, on_local, on_ray)
+    print(f"\n(not counted: a first driver joining the new cluster took {settled:.1f} s)")
+
+
+def report(args: argparse.Namespace, local: Measured, ray: Measured) -> None:
+    local_story = statistics.median(story_seconds(local.trace))
+    ray_story = statistics.median(story_seconds(ray.trace))
+    timing = lane_timings(ray.trace)
+    # On Ray a lane's time before `active`: the epic push, the placement, the node's git work.
+    before = sum(timing.get(k, 0.0) for k in ("epicPushWait", "epicPush", "place", "nodeLockWait", "nodeGit"))
+    nodes = {e["event"]["node"] for e in ray.trace if e["event"]["type"] == "LanePlaced"}
     print(f"{args.stories} stories, {args.lanes} lanes, coder turn {args.think:.1f} s, cpus {os.cpu_count()}")
-    print(f"local makespan      {local_s:7.1f} s")
-    print(f"ray makespan        {ray_s:7.1f} s   ({len(nodes)} nodes)")
-    print(f"ratio ray/local     {ray_s / local_s:7.2f}   (goal <= 1.20)")
-    print(f"story median        local {local_story:5.1f} s   ray {ray_story:5.1f} s   "
-          f"per-lane overhead {ray_story - local_story:5.1f} s")  # fmt: skip
-    print(f"merge median        local {statistics.median(merge_seconds(local_trace)):5.2f} s   "
-          f"ray {statistics.median(merge_seconds(ray_trace)):5.2f} s")  # fmt: skip
+    print(f"local makespan      {local.wall:7.1f} s   cpu {local.cpu:6.1f} s   load before {local.load:.1f}")
+    print(
+        f"ray makespan        {ray.wall:7.1f} s   cpu {ray.cpu:6.1f} s   load before {ray.load:.1f}   ({len(nodes)} nodes)"
+    )
+    print(
+        f"ratio ray/local     {ray.wall / local.wall:7.2f}   (goal <= 1.20)   cpu ratio {ray.cpu / local.cpu:.2f}"
+    )
+    print(f"story median        local {local_story:5.1f} s   ray {ray_story:5.1f} s (+{before:.2f} s before active)   "
+          f"per-lane overhead {ray_story + before - local_story:5.1f} s")  # fmt: skip
+    print(f"merge median        local {statistics.median(merge_seconds(local.trace)):5.2f} s   "
+          f"ray {statistics.median(merge_seconds(ray.trace)):5.2f} s")  # fmt: skip
+    print("\nthe run's own steps (s)                local      ray    ray - local")
+    lr, rr = run_steps(local), run_steps(ray)
+    for name in lr:
+        print(f"  {name:32s} {lr[name]:8.2f} {rr[name]:8.2f} {rr[name] - lr[name]:+10.2f}")
+    print("\nper-story phases (medians, s)        local      ray    ray - local")
+    lp, rp = phase_medians(local.trace), phase_medians(ray.trace)
+    for name, _, _ in PHASES:
+        print(f"  {name:32s} {lp[name]:8.2f} {rp[name]:8.2f} {rp[name] - lp[name]:+10.2f}")
+    print("\na Ray lane's own steps (medians of the runner's `lane timing` lines, s)")
+    labels = {
+        "epicPushWait": "merge lock wait before the epic push",
+        "epicPush": "epic push (0 when the remote has it)",
+        "place": "placement: node pick + actor call to its first message",
+        "nodeLockWait": "node lock wait (node)",
+        "nodeGit": "node clone/fetch under the node lock (node)",
+        "pipeline": "the story pipeline on the node",
+        "pushes": "pushes of the story branch (count)",
+        "pushMedian": "one push (node)",
+        "streamMedian": "event stream latency, median",
+        "streamMax": "event stream latency, max",
+        "messages": "messages streamed (count)",
+        "batches": "batches on the wire (count)",
+        "fetch": "runner's fetch of the story branch",
+        "merge": "runner's merge (lock wait, merge, epic gates)",
+    }
+    for key, label in labels.items():
+        if key in timing:
+            print(f"  {label:56s} {timing[key]:8.3f}")
+    retried = [
+        str(e["event"]["message"]) for e in ray.trace if "was tried again" in str(e["event"].get("message"))
+    ]
+    for message in retried:
+        print(f"  retried: {message}")
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ import subprocess
 import tempfile
 import threading
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -211,7 +212,9 @@ class Repo:
         self._identity: list[str] | None = None
         key = str(self.common_dir)
         with _STRUCT_LOCKS_GUARD:
-            self._lock = _STRUCT_LOCKS.setdefault(key, threading.Lock())
+            # Worktree changes take turns per repository (a clone on a lane node swaps in its
+            # node-wide lock: flowd/engine/lanes/node.py).
+            self._lock: AbstractContextManager[object] = _STRUCT_LOCKS.setdefault(key, threading.Lock())
 
     def __repr__(self) -> str:
         return f"Repo({str(self.root)!r})"

@@ -39,7 +39,7 @@ from flowd.engine.core.scheduler import (
     StoryStopped,
 )
 from flowd.engine.core.scheduler import Event as SchedulerEvent
-from flowd.engine.lanes import Lanes, LocalLanes, open_lanes
+from flowd.engine.lanes import Lanes, LocalLanes, open_lanes, preload
 from flowd.engine.pauses import PauseDesk, earlier_pauses
 from flowd.engine.report import EpicReport, build_report, epic_history, write_report
 from flowd.engine.requests import RequestDesk
@@ -128,6 +128,7 @@ class _Setup:
 
 async def run_epic(options: RunOptions) -> RunResult:
     setup = _validate(options)
+    preload(setup.settings)
     lock = EpicLock(setup.paths)
     lock.acquire(setup.run_id)
     try:
@@ -327,11 +328,12 @@ class _Session:
             story_budget_usd=setup.settings.story_budget_usd,
             pause_on=frozenset(self.pause_on),
         )
+        # The first stories' agents start while their worktrees are prepared (docs/performance.md),
+        # here or on the lanes' nodes (docs/scale-out.md).
+        first = min(setup.concurrency, len(ready(setup.plan)))
         if setup.settings.lanes.engine == "local":
-            # The first stories' agents start while their worktrees are prepared (docs/performance.md).
-            first = min(setup.concurrency, len(ready(setup.plan)))
             self.pool.prestart({"coder": first, "planner": first}, setup.repo.root)
-        self.lanes = await open_lanes(ctx)
+        self.lanes = await open_lanes(ctx, first)
         shell = SchedulerShell(
             ctx,
             setup.concurrency,

@@ -166,20 +166,7 @@ class StoryRun:
         lead = prompts.MERGE_REVISION_LEAD.format(round=decision.round, limit=limit, red=red.output)
         # The task is in the checkpoint before the event: a run killed from here on resumes it.
         loop.append_revision(MERGE_SUBJECT, lead, "- the epic gates above")
-        ctx.emit(
-            MergeRevision(lane=story, round=decision.round, gate=red.gate, output=red.output[:OUTPUT_CHARS])
-        )
-        with contextlib.suppress(OSError):
-            append_findings(
-                ctx.paths,
-                story,
-                f"## Epic gates after merging — red, merge undone; revising "
-                f"(merge revision {decision.round} of {limit})\n\n{red.output}",
-            )
-        self.info(
-            f"epic gates red after merging; merge undone, sending it back to catch up and fix "
-            f"(merge revision {decision.round} of {limit})"
-        )
+        self.announce_revision(red, decision.round, "sending it back to catch up and fix")
         ctx.reviews.reopen(story)  # not merged after all: review comments are welcome again
         coder = await self._lease_coder()
         loop.rebind(coder)
@@ -188,9 +175,23 @@ class StoryRun:
         await self._setup()
         return coder
 
-    async def merge_pushed(self, pushed: StoryOutcome) -> StoryOutcome:
+    def announce_revision(self, red: RedMerge, round_: int, then: str) -> None:
+        """A merge revision begins (its task is in the checkpoint): the event, the findings, a line."""
+        ctx, story, limit = self.ctx, self.story.id, self.ctx.settings.merge_revision_rounds
+        ctx.emit(MergeRevision(lane=story, round=round_, gate=red.gate, output=red.output[:OUTPUT_CHARS]))
+        with contextlib.suppress(OSError):
+            append_findings(
+                ctx.paths,
+                story,
+                f"## Epic gates after merging — red, merge undone; revising "
+                f"(merge revision {round_} of {limit})\n\n{red.output}",
+            )
+        self.info(f"epic gates red after merging; merge undone, {then} (merge revision {round_} of {limit})")
+
+    async def merge_pushed(self, pushed: StoryOutcome, *, revisable: bool = False) -> StoryOutcome:
         """The runner's half of a lane that ran elsewhere (docs/scale-out.md): its branch, fetched from
-        the remote, merges here behind the epic gates; the story's state is the lane's, mirrored."""
+        the remote, merges here behind the epic gates; the story's state is the lane's, mirrored.
+        `revisable`: a red merge (undone) is raised as `RedMerge`, for the caller to revise."""
         ctx, story = self.ctx, self.story.id
         self.state = load_state(ctx.paths, story)
         try:
@@ -199,12 +200,20 @@ class StoryRun:
             commit = await self._merge()
         except asyncio.CancelledError:
             raise
+        except RedMerge as red:
+            if revisable:
+                raise
+            return self.stopped_by(red, pushed.executors)
         except Exception as exc:
-            return self._finish(outcome_of(exc, StoryFacts(story, self.branch, pushed.executors)))
+            return self.stopped_by(exc, pushed.executors)
         note = pushed.note if pushed.note and "merged" in pushed.note else f"merged at {commit[:10]}"
         return self._finish(
             StoryOutcome(story, "done", branch=self.branch, note=note, executors=pushed.executors)
         )
+
+    def stopped_by(self, exc: Exception, executors: list[str]) -> StoryOutcome:
+        """The outcome of the story stopped by `exc` (the failure policy), saved and said."""
+        return self._finish(outcome_of(exc, StoryFacts(self.story.id, self.branch, executors)))
 
     async def _lease_coder(self) -> HeldCoder:
         """One coder clone for the whole story, preferring the executor that last held it."""

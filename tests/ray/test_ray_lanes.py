@@ -161,3 +161,67 @@ def test_a_killed_runner_leaves_no_actor_and_a_rerun_merges_nothing_twice(
     states = [json.loads(p.read_text()) for p in (sc.repo / ".flow/epics/ep/stories").glob("*.json")]
     assert {s["status"] for s in states} == {"merged"}
     assert no_lane_actors_left(cluster)
+
+
+# Green in a story worktree, red on the runner's epic worktree (`_epic`) until a/fixed.txt is there.
+ON_EPIC = 'test "$(basename "$(pwd)")" != _epic'
+NEEDS_FIX = (
+    f"sh -c '{ON_EPIC} || test -f a/fixed.txt || {{ echo \"epic check: a/fixed.txt missing\"; exit 1; }}'"
+)
+
+
+def test_a_red_merge_of_a_ray_lane_is_revised_on_a_lane_placed_again(
+    tmp_path: Path, cluster: Cluster
+) -> None:
+    fix = coder("a", {"a/fixed.txt": "fixed\n"})
+    fix["when"]["prompt"] = "epic check: a/fixed.txt missing"  # the revision task carries the gate's output
+    sc = on_ray(tmp_path, [story("a", ["a/"])], [fix, coder("a", {"a/x.txt": "x\n"})])
+    config = sc.repo / ".flow" / "config.toml"
+    config.write_text(
+        config.read_text(encoding="utf-8").replace(
+            'gates = ["test -f README.md"]', f"gates = [{json.dumps(NEEDS_FIX)}]"
+        ),
+        encoding="utf-8",
+    )
+    done = run(sc, cluster, "--run-id", "rv")
+    assert done.returncode == 0, done.stderr + done.stdout[-3000:]
+    assert sc.merge_commits() == ["ep: merge story a"]  # the red merge was undone, not kept
+    assert {"a/x.txt", "a/fixed.txt"} <= set(sc.epic_files())
+    events = trace(sc, "rv")
+    kinds = [e["type"] for e in events]
+    assert kinds.count("MergeRolledBack") == 1 and kinds.count("MergeRevision") == 1
+    assert kinds.count("LanePlaced") == 2  # the revision ran on a lane placed again
+    assert kinds.index("MergeRolledBack") < kinds.index("MergeRevision") < kinds.index("StoryMerged")
+    revision = next(e for e in events if e["type"] == "MergeRevision")
+    assert (revision["lane"], revision["round"]) == ("a", 1) and "a/fixed.txt missing" in revision["output"]
+    checkpoint = (sc.repo / ".flow/epics/ep/stories/a.plan.md").read_text(encoding="utf-8")
+    assert "Revision 1: make the epic gates green after merging" in checkpoint
+    assert no_lane_actors_left(cluster)
+
+
+def test_red_forever_on_a_ray_lane_fails_after_its_merge_revision_rounds(
+    tmp_path: Path, cluster: Cluster
+) -> None:
+    never = f"sh -c '{ON_EPIC} || {{ echo \"epic check: never green\"; exit 1; }}'"
+    # Each revision must change something, or the task loop stops it first: a new line each time.
+    revise = coder("a", run=["sh -c 'date +%s%N >> a/x.txt'"])
+    revise["when"]["task"] = "Revision"
+    sc = on_ray(tmp_path, [story("a", ["a/"])], [revise, coder("a", {"a/y.txt": "y\n"})])
+    config = sc.repo / ".flow" / "config.toml"
+    config.write_text(
+        config.read_text(encoding="utf-8").replace(
+            'gates = ["test -f README.md"]', f"gates = [{json.dumps(never)}]"
+        ),
+        encoding="utf-8",
+    )
+    done = run(sc, cluster, "--run-id", "rf")
+    assert done.returncode == 1, done.stderr + done.stdout[-3000:]
+    events = trace(sc, "rf")
+    failed = [e for e in events if e["type"] == "StoryStatusChanged" and e["status"] == "failed"]
+    assert len(failed) == 1
+    assert failed[0]["reason"].startswith(
+        "epic gates failed after merging (after 1 merge revision); merge undone"
+    )
+    assert [e["type"] for e in events].count("MergeRevision") == 1
+    assert sc.merge_commits() == []
+    assert no_lane_actors_left(cluster)

@@ -32,3 +32,29 @@ def least_loaded(load: Mapping[str, int], nodes: list[str]) -> str | None:
     if not nodes:
         return None
     return min(nodes, key=lambda node: (load.get(node, 0), node))
+
+
+# A node whose lane was lost gets no new lane for this long while another node can take it: a dead
+# node stays "alive" in Ray's view until its health checks time out.
+LOST_NODE_S = 60.0
+
+
+@dataclass(frozen=True)
+class Node:
+    id: str
+    cpus: float
+
+
+def lane_nodes(nodes: list[Node]) -> list[str]:
+    """The live nodes lanes may go to: those offering CPUs (a head started with `--num-cpus 0`, as
+    Ray advises for a big cluster, gets none), or every live node when none offers any."""
+    working = [n for n in nodes if n.cpus > 0]
+    return sorted(n.id for n in (working or nodes))
+
+
+def trusted(
+    nodes: list[str], lost_at: Mapping[str, float], now: float, window: float = LOST_NODE_S
+) -> list[str]:
+    """`nodes` without those that lost a lane in the last `window` seconds, unless that leaves none."""
+    kept = [n for n in nodes if n not in lost_at or now - lost_at[n] >= window]
+    return kept or list(nodes)

@@ -8,8 +8,11 @@ each lane on a Ray cluster and merges what it pushed.
 
 from __future__ import annotations
 
+import contextlib
+import threading
 from typing import Protocol
 
+from flowd.config import Settings
 from flowd.engine.context import RunContext
 from flowd.engine.core.outcome import StoryOutcome
 from flowd.engine.story import StoryRun
@@ -38,10 +41,24 @@ class LocalLanes:
         return None
 
 
-async def open_lanes(ctx: RunContext) -> Lanes:
-    """The engine `[lanes] engine` names; a cluster that cannot be reached halts the run here."""
+def preload(settings: Settings) -> None:
+    """Import the lane engine's library in the background while the runner recovers and prepares
+    the epic: Ray takes about a second of CPU to import, on the way to a run's first lane
+    (docs/scale-out.md: figures). `open_lanes` imports it again, which then costs nothing."""
+    if settings.lanes.engine == "ray":
+        threading.Thread(target=_import_ray, name="import ray", daemon=True).start()
+
+
+def _import_ray() -> None:
+    with contextlib.suppress(Exception):  # not installed: `open_lanes` says so in one sentence
+        import ray  # noqa: F401
+
+
+async def open_lanes(ctx: RunContext, prestart: int = 0) -> Lanes:
+    """The engine `[lanes] engine` names; a cluster that cannot be reached halts the run here.
+    `prestart`: how many lanes start at once first (a Ray cluster warms that many agent clones)."""
     if ctx.settings.lanes.engine == "ray":
         from flowd.engine.lanes.ray_lanes import RayLanes
 
-        return await RayLanes.connect(ctx)
+        return await RayLanes.connect(ctx, prestart)
     return LocalLanes(ctx)

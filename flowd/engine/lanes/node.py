@@ -1,4 +1,4 @@
-"""A story lane on a cluster node (docs/scale-out.md): clone the remote (cached per node), make the
+"""Story lanes on a cluster node (docs/scale-out.md): clone the remote (cached per node), make the
 story worktree, run the story pipeline there with the roster's agents and the gates, push the
 story branch after every task, and hand every event back to the runner.
 
@@ -6,6 +6,10 @@ This module runs inside a Ray actor on any node; it imports nothing of Ray, so t
 plain flowd (the actor wrapper is `flowd/engine/lanes/ray_lanes.py`'s). The runner stays the only
 writer of the trace and the only merger: a lane stops where a local story would merge, with its
 branch pushed to the remote.
+
+`NodeHost` is what a node keeps across the lanes of one run, as the runner does for local lanes:
+the clone, one roster pool whose agent clones stay warm from lane to lane (started ahead with
+`RosterPool.prestart`), and the lanes' port ranges. `NodeLane` is one placement of one story.
 """
 
 from __future__ import annotations
@@ -16,24 +20,43 @@ import fcntl
 import hashlib
 import os
 import shutil
+import statistics
 import threading
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
 from pathlib import Path
+from types import TracebackType
+from typing import IO
 
 from flowd.config import Roster, Settings
 from flowd.cost.prices import pricer
 from flowd.engine.context import RunContext
+from flowd.engine.core.failure import StoryFacts, outcome_of
 from flowd.engine.core.outcome import StoryOutcome
+from flowd.engine.core.ports import PortSlots
 from flowd.engine.core.stops import Halt
 from flowd.engine.state import EpicPaths, StoryState, save_state
 from flowd.engine.story import StoryRun
-from flowd.events import Event, TaskCompleted
+from flowd.events import Event, Info, StoryStatusChanged, TaskCompleted
 from flowd.fsio import write_text_atomic
 from flowd.gitops import GitError, Repo, _git
 from flowd.plan.model import Story, StoryPlan
 from flowd.roster import RosterPool
 from flowd.view import RunView
+
+
+@dataclass
+class HostSpec:
+    """What every lane of one run on one node shares: sent once, when the node's host starts."""
+
+    run_id: str
+    epic: str
+    remote: str  # a URL every node can reach
+    roster: Roster
+    scripts: dict[str, tuple[str, str]]  # executor id → (file name, text) of its script
+    settings: Settings
+    prestart: int = 0  # agent clones per role (coder, planner) to start before the first lane
 
 
 @dataclass
@@ -44,8 +67,6 @@ class LaneSpec:
     plan: StoryPlan
     story: str
     settings: Settings
-    roster: Roster
-    scripts: dict[str, tuple[str, str]]  # executor id → (file name, text) of its script
     remote: str  # a URL every node can reach
     state: StoryState | None = None  # the runner's copy: the resume point
     checkpoint: str | None = None  # the task checkpoint the runner holds
@@ -60,7 +81,12 @@ class Mirror:
     checkpoint: str | None = None
 
 
-LaneMessage = tuple[str, object]  # ("event", Event) | ("files", {name: text}) | ("outcome", StoryOutcome)
+# (kind, body, time.time() when the node posted it): ("event", Event) | ("files", {name: text}) |
+# ("timing", {phase: seconds}) | ("outcome", StoryOutcome); the runner measures the stream's
+# latency from the third field (docs/scale-out.md: figures).
+LaneMessage = tuple[str, object, float]
+PUSH_TRIES = 3
+_PUSH = "push"  # a marker in the lane's queue: push the story branch before what follows goes out
 
 
 def lane_cache(node_id: str, remote: str) -> Path:
@@ -72,43 +98,240 @@ def lane_cache(node_id: str, remote: str) -> Path:
     return Path(base) / node_id[:16] / key
 
 
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    """Lanes on one node share its clone: fetches and worktree changes take turns."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+_THREAD_LOCKS: dict[str, threading.Lock] = {}
+_THREAD_LOCKS_GUARD = threading.Lock()
+
+
+class NodeLock:
+    """The node's clone is shared by its lanes (and by other runs' hosts on the node): fetches and
+    worktree changes take turns — a thread lock in this process, a file lock across processes.
+
+    A fetch must never overlap a `git worktree add`: git gives a new worktree a placeholder HEAD
+    (the null id) for a moment, and a fetch's connectivity check (`rev-list --all`) that reads it
+    dies with "bad object worktrees/…/HEAD", reported as "<remote> did not send all necessary
+    objects" (docs/scale-out.md: the bench's one failure). Not re-entrant."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        with _THREAD_LOCKS_GUARD:
+            self._thread = _THREAD_LOCKS.setdefault(str(path), threading.Lock())
+        self._held = threading.local()
+
+    def __enter__(self) -> None:
+        self._thread.acquire()
         try:
-            yield
-        finally:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            handle = self.path.open("a")
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        except BaseException:
+            self._thread.release()
+            raise
+        self._held.handle = handle
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        handle: IO[str] = self._held.handle
+        try:
             fcntl.flock(handle, fcntl.LOCK_UN)
+            handle.close()
+        finally:
+            self._thread.release()
+
+
+class NodeRepo(Repo):
+    """The node's clone: its worktree changes take the node's lock (`NodeLock`)."""
+
+    def __init__(self, root: Path, lock: NodeLock) -> None:
+        super().__init__(root)
+        self._lock = lock
+
+
+class NodeHost:
+    """A run's lanes on one node: the clone, one roster pool kept warm across lanes, the ports.
+
+    Agent clones outlive lanes here as they do in a local run (docs/scale-out.md: what happens),
+    so a lane placed on a warm node starts no agent process; an executor's `slots` limit the
+    calls on this node at once. Pool events (leases) reach the runner through the stream of the
+    lane they belong to (their `label`), else of any lane running here, else the next one."""
+
+    def __init__(self, spec: HostSpec, node_id: str) -> None:
+        self.spec = spec
+        self.cache = lane_cache(node_id, spec.remote)
+        self.clone = self.cache / "repo"
+        self.lock = NodeLock(self.cache / "lock")
+        self.paths = EpicPaths(self.clone, spec.epic)
+        worktree = spec.settings.worktree
+        self.ports = PortSlots(worktree.port_base, worktree.ports_per_lane)
+        self.lanes: dict[str, Callable[[Event], None]] = {}
+        self.unrouted: list[Event] = []
+        self._repo: NodeRepo | None = None
+        self._pool: RosterPool | None = None
+
+    def ensure_clone(self) -> NodeRepo:
+        """The node's clone of the remote (made on first use; lanes fetch what they need)."""
+        if self._repo is None:
+            with self.lock:
+                if not (self.clone / ".git").exists():
+                    shutil.rmtree(self.clone, ignore_errors=True)
+                    self.clone.parent.mkdir(parents=True, exist_ok=True)
+                    _git(self.clone.parent, ["clone", "-q", "--no-checkout", self.spec.remote, str(self.clone)],
+                         f"cloning {self.spec.remote} on this node")  # fmt: skip
+            repo = NodeRepo(self.clone, self.lock)
+            repo.ensure_flow_excluded()
+            self._repo = repo
+        return self._repo
+
+    def pool(self) -> RosterPool:
+        if self._pool is None:
+            self._pool = RosterPool(
+                self._roster(),
+                state_path=self.clone / ".flow" / "roster-state.json",
+                emit=self._route,
+                log_dir=self.paths.agent_logs(),
+            )
+        return self._pool
+
+    def _roster(self) -> Roster:
+        """The runner's roster, with each scripted executor's script written on this node."""
+        roster = self.spec.roster.model_copy(deep=True)
+        where = self.cache / "scripts" / self.spec.run_id
+        for entry in roster.executors:
+            shipped = self.spec.scripts.get(entry.id)
+            if shipped is not None:
+                path = where / f"{entry.id}-{shipped[0]}"
+                path.parent.mkdir(parents=True, exist_ok=True)
+                write_text_atomic(path, shipped[1])
+                entry._script_path = path
+        return roster
+
+    async def warm(self) -> None:
+        """Clone the remote and start the first lanes' agent clones before any lane is placed."""
+        await asyncio.to_thread(self.ensure_clone)
+        count = self.spec.prestart
+        if count > 0:
+            self.pool().prestart({"coder": count, "planner": count}, self.clone)
+
+    def _route(self, event: Event) -> None:
+        label = getattr(event, "label", None)
+        target = self.lanes.get(label.split("#t")[0]) if isinstance(label, str) else None
+        if target is None and self.lanes:
+            target = next(iter(self.lanes.values()))
+        if target is None:
+            self.unrouted.append(event)
+            return
+        target(event)
+
+    def attach(self, story: str, emit: Callable[[Event], None]) -> None:
+        self.lanes[story] = emit
+        waiting, self.unrouted = self.unrouted, []
+        for event in waiting:
+            emit(event)
+
+    def detach(self, story: str) -> None:
+        self.lanes.pop(story, None)
+
+    async def stream(self, spec: LaneSpec) -> AsyncIterator[list[LaneMessage]]:
+        """One placement: its messages in batches (each batch one message on the wire), the
+        outcome last; a push marker is carried out before anything after it goes out."""
+        queue: asyncio.Queue[LaneMessage] = asyncio.Queue()
+        lane = NodeLane(self, spec, queue.put_nowait)
+        task = asyncio.create_task(lane.run())
+        try:
+            while True:
+                getter = asyncio.create_task(queue.get())
+                done, _ = await asyncio.wait({getter, task}, return_when=asyncio.FIRST_COMPLETED)
+                batch = [getter.result()] if getter in done else []
+                if getter not in done:
+                    getter.cancel()
+                while not queue.empty():
+                    batch.append(queue.get_nowait())
+                out: list[LaneMessage] = []
+                for message in batch:
+                    if message[0] != _PUSH:
+                        out.append(message)
+                        continue
+                    if out:
+                        yield out
+                        out = []
+                    try:
+                        await asyncio.to_thread(lane.push)
+                        out.extend(("event", note, time.time()) for note in lane.retry_notes())
+                    except Halt as refused:
+                        task.cancel()
+                        with contextlib.suppress(BaseException):
+                            await task
+                        yield lane.halted(refused)
+                        return
+                if out:
+                    yield out
+                if task.done() and queue.empty():
+                    now = time.time()
+                    yield [("timing", lane.timing.summary(), now), ("outcome", task.result(), now)]
+                    return
+        finally:
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(BaseException):
+                    await task
+
+    async def aclose(self) -> None:
+        if self._pool is not None:
+            await self._pool.aclose()
+
+
+@dataclass
+class LaneTiming:
+    """Where a placement's time went on the node (docs/scale-out.md: figures)."""
+
+    lock_wait: float = 0.0
+    git: float = 0.0
+    pipeline: float = 0.0
+    pushes: list[float] = field(default_factory=list)
+
+    def summary(self) -> dict[str, float]:
+        return {
+            "nodeLockWait": self.lock_wait,
+            "nodeGit": self.git,
+            "pipeline": self.pipeline,
+            "pushes": float(len(self.pushes)),
+            "pushTime": sum(self.pushes),
+            "pushMedian": statistics.median(self.pushes) if self.pushes else 0.0,
+        }
 
 
 class NodeLane:
     """One placement of one story on this node; `post` hands a message to the runner's stream."""
 
-    def __init__(self, spec: LaneSpec, node_id: str, post: Callable[[LaneMessage], None]) -> None:
-        self.spec, self.post = spec, post
-        self.cache = lane_cache(node_id, spec.remote)
-        self.clone = self.cache / "repo"
+    def __init__(self, host: NodeHost, spec: LaneSpec, post: Callable[[LaneMessage], None]) -> None:
+        self.host, self.spec = host, spec
+        self._post = post
+        self.clone = host.clone
         self.epic = spec.plan.epic_id
         self.branch = f"story/{self.epic}/{spec.story}"
-        self.worktree = self.cache / "wt" / self.epic / spec.story
-        self.paths = EpicPaths(self.clone, self.epic)
+        self.worktree = host.cache / "wt" / self.epic / spec.story
+        self.paths = host.paths
         self.mirror = Mirror()
+        self.timing = LaneTiming()
+        self.pushed: str | None = None  # the commit the remote has for the story branch
+        self.retried: list[str] = []  # why a push had to be tried again
+        self._push_lock = threading.Lock()
+
+    def post(self, kind: str, body: object) -> None:
+        self._post((kind, body, time.time()))
 
     def _git(self, *args: str, what: str) -> str:
         return _git(self.clone, args, what).stdout
 
     def prepare(self) -> None:
-        """Clone or refresh the node's copy; the story's branch and files as the runner knows them."""
+        """Refresh the node's copy: the epic and the story's pushed branch, in one fetch; the
+        story's files as the runner knows them."""
         remote = self.spec.remote
-        with _locked(self.cache / "lock"):
-            if not (self.clone / ".git").exists():
-                shutil.rmtree(self.clone, ignore_errors=True)
-                self.clone.parent.mkdir(parents=True, exist_ok=True)
-                _git(self.clone.parent, ["clone", "-q", "--no-checkout", remote, str(self.clone)],
-                     f"cloning {remote} on this node")  # fmt: skip
+        self.host.ensure_clone()
+        asked = time.monotonic()
+        with self.host.lock:
+            got = time.monotonic()
+            self.timing.lock_wait = got - asked
             # The truth is on the remote: a worktree an earlier placement left here is disposable.
             if (self.worktree / ".git").exists():
                 with contextlib.suppress(GitError):
@@ -118,16 +341,24 @@ class NodeLane:
             shutil.rmtree(self.worktree, ignore_errors=True)
             self._git("worktree", "prune", what="pruning worktrees")
             epic = f"epic/{self.epic}"
-            self._git("fetch", "-q", remote, f"+refs/heads/{epic}:refs/heads/{epic}", what=f"fetching {epic}")
-            pushed = self._git("ls-remote", "--heads", remote, self.branch, what="listing the remote").strip()
+            # The story branch through a pattern (which may match nothing) into a namespace no
+            # worktree has checked out; the exact name is picked from it below.
+            pushed_ref = f"refs/flowd-lanes/{self.branch}"
+            self._git("fetch", "-q", "--no-tags", remote, f"+refs/heads/{epic}:refs/heads/{epic}",
+                      f"+refs/heads/{self.branch}*:refs/flowd-lanes/{self.branch}*",
+                      what=f"fetching {epic} and {self.branch}")  # fmt: skip
+            pushed = _git(
+                self.clone, ["rev-parse", "-q", "--verify", pushed_ref], "", ok_codes=(0, 1)
+            ).stdout.strip()
             if pushed:
-                self._git("fetch", "-q", remote, f"+refs/heads/{self.branch}:refs/heads/{self.branch}",
-                          what=f"fetching {self.branch}")  # fmt: skip
+                self._git("update-ref", f"refs/heads/{self.branch}", pushed, what=f"updating {self.branch}")
+                self._git("update-ref", "-d", pushed_ref, what="tidying the fetched refs")
+                self.pushed = pushed
             else:
                 self.spec.state = self.spec.checkpoint = None  # nothing was pushed: nothing to resume
                 if self._has_branch():
                     self._git("branch", "-D", self.branch, what="dropping a stale branch")
-        Repo(self.clone).ensure_flow_excluded()
+            self.timing.git = time.monotonic() - got
         self._write_story_files()
 
     def _has_branch(self) -> bool:
@@ -149,27 +380,44 @@ class NodeLane:
                 checkpoint.unlink()
         self.mirror = Mirror(state_file.read_text(encoding="utf-8"), spec.checkpoint)
 
-    def roster(self) -> Roster:
-        """The runner's roster, with each scripted executor's script written on this node."""
-        roster = self.spec.roster.model_copy(deep=True)
-        where = self.cache / "scripts" / self.spec.run_id
-        for entry in roster.executors:
-            shipped = self.spec.scripts.get(entry.id)
-            if shipped is not None:
-                path = where / f"{entry.id}-{shipped[0]}"
-                path.parent.mkdir(parents=True, exist_ok=True)
-                write_text_atomic(path, shipped[1])
-                entry._script_path = path
-        return roster
-
     def push(self) -> None:
-        """The story branch to the remote: the point a lane placed again resumes from."""
-        try:
-            _git(self.clone, ["push", "-q", "--force", self.spec.remote, f"{self.branch}:refs/heads/{self.branch}"],
-                 f"pushing {self.branch}")  # fmt: skip
-        except GitError as exc:
-            raise Halt(f"the remote {self.spec.remote} refused the push of {self.branch} ({exc}); "
-                       "let the runner's machine and every node push there, then run again")  # fmt: skip
+        """The story branch to the remote (the point a lane placed again resumes from), unless the
+        remote has its head already."""
+        with self._push_lock:
+            head = _git(self.clone, ["rev-parse", "-q", "--verify", f"refs/heads/{self.branch}"], "",
+                        ok_codes=(0, 1)).stdout.strip()  # fmt: skip
+            if not head or head == self.pushed:
+                return
+            started = time.monotonic()
+            args = ["push", "-q", "--force", self.spec.remote, f"{head}:refs/heads/{self.branch}"]
+            for attempt in range(PUSH_TRIES):
+                try:
+                    _git(self.clone, args, f"pushing {self.branch}")
+                    break
+                except GitError as exc:
+                    detail = " / ".join(exc.detail.splitlines()[-4:]) or str(exc)
+                    if attempt + 1 < PUSH_TRIES:
+                        # A refusal (a hook, permissions) is refused again; anything else may pass.
+                        self.retried.append(detail)
+                        time.sleep(0.2 * (attempt + 1))
+                        continue
+                    raise Halt(f"the remote {self.spec.remote} refused the push of {self.branch} ({detail}); "
+                               "let the runner's machine and every node push there, then run again")  # fmt: skip
+            self.timing.pushes.append(time.monotonic() - started)
+            self.pushed = head
+
+    def retry_notes(self) -> list[Info]:
+        """What made a push go through only when tried again (said once, then forgotten)."""
+        notes, self.retried = self.retried, []
+        return [Info(lane=self.spec.story, message=f"pushing {self.branch} failed and was tried again: {why}")
+                for why in notes]  # fmt: skip
+
+    def halted(self, refused: Halt) -> list[LaneMessage]:
+        """The last messages of a lane whose push was refused: the story waits, the run halts."""
+        outcome = outcome_of(refused, StoryFacts(self.spec.story, self.branch, []))
+        now = time.time()
+        event = StoryStatusChanged(story=self.spec.story, status="waiting", reason=outcome.reason)
+        return [("event", event, now), ("timing", self.timing.summary(), now), ("outcome", outcome, now)]
 
     def files(self) -> None:
         """Send the story's state and checkpoint when they changed (the runner resumes from its copy)."""
@@ -178,12 +426,13 @@ class NodeLane:
         changed = {k: v for k, v in vars(now).items() if v is not None and v != getattr(self.mirror, k)}
         if changed:
             self.mirror = now
-            self.post(("files", changed))
+            self.post("files", changed)
 
     async def run(self) -> StoryOutcome:
-        spec, loop = self.spec, asyncio.get_running_loop()
+        spec, host, loop = self.spec, self.host, asyncio.get_running_loop()
         home = threading.get_ident()
         await asyncio.to_thread(self.prepare)
+        started = time.monotonic()
         view = RunView(run_id=spec.run_id, pricer=pricer(spec.settings))
 
         def emit(event: Event) -> None:
@@ -191,25 +440,26 @@ class NodeLane:
                 loop.call_soon_threadsafe(emit, event)
                 return
             view.apply_event(event)
-            # What the event announces is durable first: a task's commit pushed and its checkpoint
-            # sent before the runner hears it completed (a lane lost right after resumes past it).
+            # What the event announces is durable first: a task's commit is pushed (by the
+            # stream, off this loop) before its checkpoint and the event go out (a lane lost
+            # right after resumes past it).
             if isinstance(event, TaskCompleted):
-                self.push()
+                self._post((_PUSH, None, time.time()))
             self.files()
-            self.post(("event", event))
+            self.post("event", event)
 
-        pool = RosterPool(self.roster(), state_path=self.clone / ".flow" / "roster-state.json",
-                          emit=emit, log_dir=self.paths.agent_logs())  # fmt: skip
         ctx = RunContext(
-            repo=Repo(self.clone), plan=spec.plan, plan_path=self.clone / ".flow" / "plan.json",
-            settings=spec.settings, run_id=spec.run_id, epic_wt=self.clone, worktree_root=self.cache / "wt",
-            paths=self.paths, pool=pool, emit=emit, view=view, story_budget_usd=spec.story_budget_usd,
+            repo=host.ensure_clone(), plan=spec.plan, plan_path=self.clone / ".flow" / "plan.json",
+            settings=spec.settings, run_id=spec.run_id, epic_wt=self.clone, worktree_root=host.cache / "wt",
+            paths=self.paths, pool=host.pool(), emit=emit, view=view, story_budget_usd=spec.story_budget_usd,
         )  # fmt: skip
+        ctx.ports = host.ports  # lanes side by side on this node get distinct port ranges
+        host.attach(spec.story, emit)
         try:
             outcome = await _PushingStoryRun(ctx, spec.plan.require(spec.story), self).run()
         finally:
-            with contextlib.suppress(Exception):
-                await asyncio.shield(pool.aclose())
+            host.detach(spec.story)
+        self.timing.pipeline = time.monotonic() - started
         self.files()
         return outcome
 
@@ -223,6 +473,8 @@ class _PushingStoryRun(StoryRun):
 
     async def _merge(self) -> str:
         await asyncio.to_thread(self.lane.push)
+        for note in self.lane.retry_notes():
+            self.ctx.emit(note)
         return await asyncio.to_thread(self.ctx.repo.head, self.branch)
 
     def _finish(self, outcome: StoryOutcome) -> StoryOutcome:
@@ -239,4 +491,4 @@ def _read(path: Path) -> str | None:
         return None
 
 
-__all__ = ["LaneMessage", "LaneSpec", "NodeLane", "lane_cache"]
+__all__ = ["HostSpec", "LaneMessage", "LaneSpec", "NodeHost", "NodeLane", "lane_cache"]

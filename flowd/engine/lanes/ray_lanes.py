@@ -15,54 +15,59 @@ import asyncio
 import contextlib
 import os
 import socket
+import statistics
+import time
 from typing import Any
 
 from flowd.config import load_roster
+from flowd.engine import prompts
 from flowd.engine.context import RunContext
 from flowd.engine.core.failure import StoryFacts, outcome_of
 from flowd.engine.core.outcome import StoryOutcome
-from flowd.engine.core.placement import GiveUp, after_lost, least_loaded
-from flowd.engine.core.stops import Halt
-from flowd.engine.lanes.node import LaneMessage, LaneSpec, NodeLane
+from flowd.engine.core.placement import GiveUp, Node, after_lost, lane_nodes, least_loaded, trusted
+from flowd.engine.core.revision import MERGE_SUBJECT, after_red_merge, merge_rounds_done
+from flowd.engine.core.revision import GiveUp as GiveUpRevising
+from flowd.engine.core.stops import Halt, StoryFailed
+from flowd.engine.lanes.node import HostSpec, LaneSpec, NodeHost
+from flowd.engine.reopen import reopen_with_revision
 from flowd.engine.state import StoryState, load_state, save_state
-from flowd.engine.story import StoryRun
+from flowd.engine.story import RedMerge, StoryRun
 from flowd.errors import EXIT_HALTED, FlowdError, InputError
 from flowd.events import Event, Info, LanePlaced, StoryStatusChanged
 from flowd.fsio import write_text_atomic
 from flowd.gitops import GitError, Repo, _git
 from flowd.plan.hashing import story_hash
+from flowd.tasks.checkpoint import parse_checkpoint
+from flowd.tasks.model import TaskPlan
 
 
 class LaneHost:
-    """The Ray actor on one node that runs its lanes: each `run` call is one lane placement, run
-    concurrently with the others on its asyncio loop (as the local engine runs lanes), so a lane
-    costs no process start-up of its own (docs/scale-out.md: figures)."""
+    """The Ray actor on one node that runs a run's lanes there: each `run` call is one lane
+    placement, run concurrently with the others on its asyncio loop (as the local engine runs
+    lanes), so a lane costs no process start-up of its own; its `NodeHost` keeps the clone and one
+    roster pool whose agents stay warm across lanes (docs/scale-out.md)."""
+
+    def __init__(self, spec: HostSpec) -> None:
+        import ray
+
+        self.node_id: str = ray.get_runtime_context().get_node_id()
+        self.node = NodeHost(spec, self.node_id)
 
     def ready(self) -> str:
-        import ray
+        return self.node_id
 
-        node_id: str = ray.get_runtime_context().get_node_id()
-        return node_id
+    async def warm(self) -> None:
+        await self.node.warm()
 
     async def run(self, spec: LaneSpec) -> Any:
-        """An async generator of `LaneMessage`s: ("placed", node name) first, ("outcome", ...) last."""
-        import ray
+        """An async generator of batches of `LaneMessage`s: ("placed", node name) first, ("outcome", ...) last."""
+        yield [("placed", f"{socket.gethostname()}/{self.node_id[:8]}", time.time())]
+        async for batch in self.node.stream(spec):
+            yield batch
 
-        node_id = ray.get_runtime_context().get_node_id()
-        queue: asyncio.Queue[LaneMessage] = asyncio.Queue()
-        yield ("placed", f"{socket.gethostname()}/{node_id[:8]}")
-        task = asyncio.create_task(NodeLane(spec, node_id, queue.put_nowait).run())
-        while True:
-            getter = asyncio.create_task(queue.get())
-            done, _ = await asyncio.wait({getter, task}, return_when=asyncio.FIRST_COMPLETED)
-            if getter in done:
-                yield getter.result()
-                continue
-            getter.cancel()
-            while not queue.empty():
-                yield queue.get_nowait()
-            yield ("outcome", task.result())
-            return
+    async def close(self) -> None:
+        """Close the node's agents (the runner kills the actor right after)."""
+        await self.node.aclose()
 
 
 class LaneLost(Exception):
@@ -72,15 +77,18 @@ class LaneLost(Exception):
 class RayLanes:
     """The runner's side of lanes on Ray: placement, the event stream, re-placement, the merge."""
 
-    def __init__(self, ctx: RunContext, ray: Any, remote_url: str) -> None:
+    def __init__(self, ctx: RunContext, ray: Any, remote_url: str, prestart: int = 0) -> None:
         self.ctx, self.ray, self.remote_url = ctx, ray, remote_url
         self.roster = load_roster(ctx.repo.root)  # the run's roster, as the runner validated it
         self.host_class = ray.remote(LaneHost)
         self.hosts: dict[str, Any] = {}  # Ray node id → its LaneHost
         self.load: dict[str, int] = {}  # Ray node id → lanes placed there now
+        self.lost: dict[str, float] = {}  # Ray node id → when a lane placed there was lost
+        self.prestart = prestart  # agent clones each node starts before its first lane
+        self.epic_pushed: str | None = None  # the epic commit the remote has (pushed by this run)
 
     @classmethod
-    async def connect(cls, ctx: RunContext) -> RayLanes:
+    async def connect(cls, ctx: RunContext, prestart: int = 0) -> RayLanes:
         try:
             import ray
         except ImportError:
@@ -94,13 +102,27 @@ class RayLanes:
         ctx.emit(
             Info(message=f"lanes on the Ray cluster at {ctx.settings.lanes.address}, remote {remote_url}")
         )
-        return cls(ctx, ray, remote_url)
+        lanes = cls(ctx, ray, remote_url)
+        # Every node's host starts now, cloning and starting the first lanes' agents while the
+        # runner pushes the epic: a lane placed on a warm node starts no process.
+        nodes = await lanes._nodes()
+        lanes.prestart = -(-prestart // max(1, len(nodes)))
+        for node_id in nodes:
+            lanes._start_host(node_id)
+        with contextlib.suppress(Halt):  # a refusing remote is said by the first story, which waits
+            await asyncio.to_thread(lanes._push_epic)
+        return lanes
 
     async def aclose(self) -> None:
-        for host in list(self.hosts.values()):
+        hosts = list(self.hosts.values())
+        self.hosts.clear()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(
+                asyncio.gather(*(h.close.remote() for h in hosts), return_exceptions=True), 10
+            )
+        for host in hosts:
             with contextlib.suppress(Exception):
                 self.ray.kill(host)
-        self.hosts.clear()
         with contextlib.suppress(Exception):
             await asyncio.to_thread(self.ray.shutdown)
 
@@ -125,12 +147,19 @@ class RayLanes:
             and state.hash == story_hash(ctx.plan.require(story))
         ):
             return await StoryRun(ctx, ctx.plan.require(story)).run()  # skipped (and cleaned up) here
+        # A story that failed before gets a fresh allowance of merge revisions (engine/core/revision.py).
+        rounds_before = (
+            merge_rounds_done(self._plan(story)) if state is not None and state.status == "failed" else 0
+        )
         placements = 1
         while True:
+            timing: dict[str, float] = {}
+            asked = time.monotonic()
             async with ctx.merge_lock:  # the epic as the gates last passed it
-                await asyncio.to_thread(self._push_epic)
+                timing["epicPushWait"] = time.monotonic() - asked
+                timing["epicPush"] = await asyncio.to_thread(self._push_epic)
             try:
-                outcome = await self._place(story)
+                outcome = await self._place(story, timing)
             except LaneLost as exc:
                 await self._prune()
                 decision = after_lost(placements, str(exc))
@@ -143,45 +172,81 @@ class RayLanes:
                 )
                 continue
             if outcome.status != "done":
+                self._say_timing(story, timing)
                 return outcome
-            return await self._merge(story, outcome)
+            merged = await self._merge(story, outcome, rounds_before, timing)
+            self._say_timing(story, timing)
+            if merged is not None:
+                return merged
+            # A red merge reopened the story with a merge revision task: its lane goes out again.
 
-    def _push_epic(self) -> None:
+    def _plan(self, story: str) -> TaskPlan:
+        path = self.ctx.paths.checkpoint(story)
+        try:
+            return parse_checkpoint(path.read_text(encoding="utf-8"), str(path))
+        except (OSError, ValueError):
+            return TaskPlan(story_id=story)
+
+    def _push_epic(self) -> float:
+        """Push the epic (call under the merge lock) unless the remote has it from this run; its seconds."""
         branch = self.ctx.epic_branch
+        head = self.ctx.repo.rev_parse(branch)
+        if head is not None and head == self.epic_pushed:
+            return 0.0
+        started = time.monotonic()
         try:
             _git(self.ctx.repo.root, ["push", "-q", "--force", self.remote_url, f"{branch}:refs/heads/{branch}"],
                  f"pushing {branch}")  # fmt: skip
         except GitError as exc:
             raise Halt(f"the remote {self.remote_url} refused the push of {branch} ({exc}); "
                        "fix `[lanes] remote` in .flow/config.toml or the remote's permissions, then run again")  # fmt: skip
+        self.epic_pushed = head
+        return time.monotonic() - started
 
     def _spec(self, story: str) -> LaneSpec:
         ctx = self.ctx
-        scripts: dict[str, tuple[str, str]] = {}
-        for entry in self.roster.executors:
-            if entry.script_path is not None and entry.script_path.is_file():
-                scripts[entry.id] = (entry.script_path.name, entry.script_path.read_text(encoding="utf-8"))
         checkpoint = ctx.paths.checkpoint(story)
         return LaneSpec(
-            run_id=ctx.run_id, plan=ctx.plan, story=story, settings=ctx.settings, roster=self.roster,
-            scripts=scripts, remote=self.remote_url, state=load_state(ctx.paths, story),
+            run_id=ctx.run_id, plan=ctx.plan, story=story, settings=ctx.settings, remote=self.remote_url,
+            state=load_state(ctx.paths, story),
             checkpoint=checkpoint.read_text(encoding="utf-8") if checkpoint.is_file() else None,
             story_budget_usd=ctx.story_budget_usd,
         )  # fmt: skip
 
+    def _host_spec(self) -> HostSpec:
+        scripts: dict[str, tuple[str, str]] = {}
+        for entry in self.roster.executors:
+            if entry.script_path is not None and entry.script_path.is_file():
+                scripts[entry.id] = (entry.script_path.name, entry.script_path.read_text(encoding="utf-8"))
+        ctx = self.ctx
+        return HostSpec(
+            run_id=ctx.run_id, epic=ctx.epic_id, remote=self.remote_url, roster=self.roster, scripts=scripts,
+            settings=ctx.settings, prestart=self.prestart,
+        )  # fmt: skip
+
+    async def _nodes(self) -> list[str]:
+        """The live nodes lanes may go to (engine/core/placement.py)."""
+        nodes = [n for n in await asyncio.to_thread(self.ray.nodes) if n.get("Alive")]
+        return lane_nodes([Node(n["NodeID"], float((n.get("Resources") or {}).get("CPU", 0))) for n in nodes])
+
+    def _start_host(self, node_id: str) -> None:
+        ray = self.ray
+        strategy = ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(node_id, soft=False)
+        host = self.host_class.options(
+            scheduling_strategy=strategy, num_cpus=0, max_restarts=0, max_concurrency=1000
+        ).remote(self._host_spec())
+        host.warm.remote()  # its failure shows in the first lane placed there
+        self.hosts[node_id] = host
+
     async def _host(self) -> tuple[str, Any]:
         """The least loaded live node's host; a host per live node, started when first needed."""
-        ray = self.ray
-        nodes = await asyncio.to_thread(ray.nodes)
-        alive = {n["NodeID"] for n in nodes if n.get("Alive")}
-        for gone in set(self.hosts) - alive:
+        alive = await self._nodes()
+        for gone in set(self.hosts) - set(alive):
             self._drop(gone)
-        for node_id in alive - set(self.hosts):
-            strategy = ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(node_id, soft=False)
-            self.hosts[node_id] = self.host_class.options(
-                scheduling_strategy=strategy, num_cpus=0, max_restarts=0, max_concurrency=1000
-            ).remote()
-        node_id = least_loaded(self.load, sorted(self.hosts))
+        candidates = trusted(alive, self.lost, time.monotonic())
+        for missing in set(candidates) - set(self.hosts):
+            self._start_host(missing)
+        node_id = least_loaded(self.load, candidates)
         if node_id is None:
             raise Halt("the Ray cluster has no live node to place lanes on; add one, then run again")
         return node_id, self.hosts[node_id]
@@ -203,19 +268,28 @@ class RayLanes:
             with contextlib.suppress(Exception):
                 self.ray.kill(dead)
 
-    async def _place(self, story: str) -> StoryOutcome:
+    async def _place(self, story: str, timing: dict[str, float]) -> StoryOutcome:
         """One placement: the lane's stream until its outcome; LaneLost when its worker or node dies."""
         ray = self.ray
+        asked = time.monotonic()
         node_id, host = await self._host()
         self.load[node_id] = self.load.get(node_id, 0) + 1
+        latencies: list[float] = []
+        batches = 0
         try:
             stream = host.run.options(num_returns="streaming").remote(self._spec(story))
             async for ref in stream:
-                kind, body = await ref
-                if kind == "outcome":
-                    assert isinstance(body, StoryOutcome)
-                    return body
-                self._take(story, kind, body)
+                batch = await ref
+                batches += 1
+                for kind, body, sent in batch:
+                    latencies.append(time.time() - sent)
+                    if kind == "placed":
+                        timing["place"] = time.monotonic() - asked
+                    if kind == "outcome":
+                        assert isinstance(body, StoryOutcome)
+                        timing.update(_stream_timing(latencies, batches))
+                        return body
+                    self._take(story, kind, body, timing)
             raise LaneLost("the lane ended without an outcome")
         except ray.exceptions.RayTaskError as exc:  # flowd's own error on the node: the story's outcome
             reason = f"its lane failed on the node: {exc.cause if exc.cause is not None else exc}"
@@ -223,16 +297,19 @@ class RayLanes:
             return StoryOutcome(story, "failed", reason=reason)
         except ray.exceptions.RayError as exc:
             self._drop(node_id, host)
+            self.lost[node_id] = time.monotonic()
             raise LaneLost(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
         finally:
             self.load[node_id] -= 1
 
-    def _take(self, story: str, kind: str, body: object) -> None:
+    def _take(self, story: str, kind: str, body: object, timing: dict[str, float]) -> None:
         ctx = self.ctx
         if kind == "placed":
             ctx.emit(LanePlaced(lane=story, engine="ray", node=str(body)))
         elif kind == "event":
             ctx.emit(_event(body))
+        elif kind == "timing" and isinstance(body, dict):
+            timing.update(body)
         elif kind == "files" and isinstance(body, dict):
             if isinstance(body.get("state"), str):
                 state = StoryState.model_validate_json(body["state"])
@@ -241,10 +318,14 @@ class RayLanes:
             if isinstance(body.get("checkpoint"), str):
                 write_text_atomic(ctx.paths.checkpoint(story), body["checkpoint"])
 
-    async def _merge(self, story: str, outcome: StoryOutcome) -> StoryOutcome:
-        """The node pushed a finished story: fetch it and merge it here, behind the epic gates."""
+    async def _merge(
+        self, story: str, outcome: StoryOutcome, rounds_before: int, timing: dict[str, float]
+    ) -> StoryOutcome | None:
+        """The node pushed a finished story: fetch it and merge it here, behind the epic gates.
+        None: the merge was red and undone, and the story is reopened with a merge revision task."""
         ctx = self.ctx
         branch = ctx.story_branch(story)
+        started = time.monotonic()
         try:
             await asyncio.to_thread(
                 _git, ctx.repo.root, ["fetch", "-q", self.remote_url, f"+refs/heads/{branch}:refs/heads/{branch}"],
@@ -254,7 +335,40 @@ class RayLanes:
             reason = f"could not fetch {branch} from {self.remote_url}: {exc}"
             ctx.emit(StoryStatusChanged(story=story, status="failed", reason=reason))
             return StoryOutcome(story, "failed", reason=reason, branch=branch)
-        return await StoryRun(ctx, ctx.plan.require(story)).merge_pushed(outcome)
+        timing["fetch"] = time.monotonic() - started
+        run = StoryRun(ctx, ctx.plan.require(story))
+        started = time.monotonic()
+        try:
+            return await run.merge_pushed(outcome, revisable=True)
+        except RedMerge as red:
+            limit = ctx.settings.merge_revision_rounds
+            decision = after_red_merge(
+                merge_rounds_done(self._plan(story)) - rounds_before, limit, red.output
+            )
+            if isinstance(decision, GiveUpRevising):
+                return run.stopped_by(StoryFailed(decision.reason), outcome.executors)
+            lead = prompts.MERGE_REVISION_LEAD.format(round=decision.round, limit=limit, red=red.output)
+            # The task is in the runner's checkpoint copy (the next placement's) before the event.
+            if reopen_with_revision(ctx.paths, story, MERGE_SUBJECT, lead, "- the epic gates above") is None:
+                return run.stopped_by(red, outcome.executors)
+            run.announce_revision(red, decision.round, "placing its lane again to catch up and fix")
+            return None
+        finally:
+            timing["merge"] = time.monotonic() - started
+
+    def _say_timing(self, story: str, timing: dict[str, float]) -> None:
+        """Where the placement's time went (docs/scale-out.md: figures): one line, seconds."""
+        shown = " ".join(f"{key}={value:.3f}" for key, value in timing.items())
+        self.ctx.emit(Info(lane=story, message=f"lane timing (s): {shown}"))
+
+
+def _stream_timing(latencies: list[float], batches: int) -> dict[str, float]:
+    return {
+        "streamMedian": statistics.median(latencies) if latencies else 0.0,
+        "streamMax": max(latencies, default=0.0),
+        "messages": float(len(latencies)),
+        "batches": float(batches),
+    }
 
 
 def _event(body: object) -> Event:
