@@ -24,8 +24,12 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 # tests/nvim needs Neovim: `make test-nvim` runs it (installing Neovim on first use).
+# The tests mostly wait (git, agent processes, servers), so more workers than cores pay off;
+# `worksteal` hands a long test's neighbours to idle workers. PYTEST_WORKERS=0 runs them serially.
+PYTEST_WORKERS ?= 4
+XDIST = $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist worksteal)
 pytest: $(STAMP)
-	$(BIN)/python -m pytest --ignore=tests/nvim
+	$(BIN)/python -m pytest $(XDIST) --ignore=tests/nvim
 
 # Story lanes on a real local Ray cluster (docs/scale-out.md): a head and a worker node started with
 # `ray start` on loopback; Ray comes from the `ray` extra, installed into .venv on first use.

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import socket
 import subprocess
 from pathlib import Path
@@ -156,8 +157,13 @@ def test_an_absolute_path_outside_is_refused_by_flowd_run(tmp_path: Path) -> Non
 
 
 def _free_base(count: int) -> int:
-    """A port base with `count` consecutive ports free on 127.0.0.1 right now (others use this machine)."""
-    for base in range(42000, 60000, 500):
+    """A port base with `count` consecutive ports free on 127.0.0.1 right now (others use this machine).
+
+    The search starts at a random base, so two runs of these tests at once (pytest-xdist workers,
+    other checkouts on the machine) rarely pick the same range between the check and the bind."""
+    bases = list(range(42000, 60000, 500))
+    shift = random.randrange(len(bases))
+    for base in bases[shift:] + bases[:shift]:
         held = []
         try:
             for port in range(base, base + count):
