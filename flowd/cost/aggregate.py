@@ -156,8 +156,9 @@ class Aggregator:
     def _lines(self, data: bytes, begin: int, end: int, stats: ScanStats, hint: str) -> None:
         """The usage lines of `data[begin:end]` (whole lines), summed into their groups."""
         self._run_started(data, begin, end, stats)
-        # The loop body runs once per usage line: locals only, no calls but the decoder's
-        # (docs/performance.md: cost).
+        # The loop body runs once per usage line: locals and builtins only; Python methods are
+        # called on the rare paths (a new group or minute, a line for the exact path).
+        # docs/performance.md: cost.
         decode, groups, slots = _DECODE, self._groups, self._slots
         find, rfind = data.find, data.rfind
         first, last = self._first, self._last

@@ -4,6 +4,8 @@ The reader is built for volume (a busy repository holds millions of trace lines)
 the `"TokensUsed"` marker in the raw bytes before parsing anything, parses only those lines with
 orjson, and builds samples from the dicts tolerantly instead of validating each line with pydantic.
 Files and lines it cannot read are skipped and counted in `ScanStats`, never fatal.
+`flowd cost` itself reads with `flowd.cost.aggregate`, which sums lines by group and falls back to
+`sample_from_dict` for the lines it cannot sum; `scan` is the per-sample reference it must equal.
 """
 
 from __future__ import annotations
