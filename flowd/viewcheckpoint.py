@@ -20,6 +20,7 @@ import contextlib
 import dataclasses
 import hashlib
 import os
+import sys
 import tempfile
 from collections.abc import Callable
 from functools import cache
@@ -84,8 +85,6 @@ def pricing_key(pricer: Pricer) -> str | None:
 @cache
 def fold_version() -> str:
     """A digest of the fold's code: a flowd whose fold differs never takes another's checkpoint."""
-    import sys
-
     digest = hashlib.sha256()
     for name in _FOLD_MODULES:
         module = sys.modules.get(name)
@@ -229,7 +228,10 @@ def capture(view: RunView, offset: int, last_line: bytes) -> bytes | None:
     key = pricing_key(view.pricer)
     if key is None or not last_line.endswith(b"\n") or view.last_seq == 0:
         return None
-    body = orjson.dumps(view_state(view))
+    try:
+        body = orjson.dumps(view_state(view))
+    except TypeError:  # orjson.JSONEncodeError: e.g. an integer past 64 bits; the run goes on
+        return None
     header = {
         "v": FORMAT,
         "fold": fold_version(),

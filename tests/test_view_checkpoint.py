@@ -391,3 +391,17 @@ def test_a_short_trace_gets_no_checkpoint_from_a_reader(tmp_path: Path) -> None:
     write(path, trace_lines())
     fold_trace(path, RunView(run_id=RUN, pricer=price))
     assert not checkpoint_path(path).exists()  # under 4 MB: folding it all is cheap enough
+
+
+def test_a_view_json_cannot_hold_is_not_checkpointed_and_the_run_goes_on(tmp_path: Path) -> None:
+    path = tmp_path / "run" / "trace.jsonl"
+    writer = TraceWriter(path, RUN)
+    view = RunView(run_id=RUN, pricer=price)
+    writer.fold_into(view, checkpoint_every=1)
+    writer.emit(one_of_each()[0])
+    assert restored_offset(path) == path.stat().st_size
+    view.totals.tokens = 2**70  # past what JSON numbers hold here
+    writer.emit(Info(message="still written"))
+    writer.close()
+    assert restored_offset(path) < path.stat().st_size  # the older checkpoint stays
+    assert b"still written" in path.read_bytes()
