@@ -285,6 +285,7 @@ def main() -> None:
     parser.add_argument("--stories", type=int, default=20)
     parser.add_argument("--lanes", type=int, default=8)
     parser.add_argument("--think", type=float, default=3.0)
+    parser.add_argument("--traces", help="a folder to write both runs' traces to")
     parser.add_argument(
         "--keep", action="store_true", help="keep the repositories and the nodes' files of a failed run"
     )
@@ -312,6 +313,12 @@ def main() -> None:
             cluster.stop(keep_files=keep)
         if not keep:
             shutil.rmtree(root, ignore_errors=True)
+    if args.traces:
+        out = Path(args.traces)
+        out.mkdir(parents=True, exist_ok=True)
+        for name, measured in (("local", on_local), ("ray", on_ray)):
+            lines = "".join(json.dumps(line) + "\n" for line in measured.trace)
+            (out / f"{name}.trace.jsonl").write_text(lines, encoding="utf-8")
     report(args, on_local, on_ray)
     print(f"\n(not counted: a first driver joining the new cluster took {settled:.1f} s)")
     print(f"(the idle cluster's processes used {idle_cpu / 5.0:.2f} s of CPU per second before the run)")
