@@ -63,18 +63,20 @@ def build(root: Path, count: int, lanes: int, think: float, engine: str) -> Scen
 
 
 class CpuSampler:
-    """CPU seconds (user + system) of a process tree and of given sessions, sampled every 0.2 s:
-    the run's own process, its agents, and (on Ray) every process of the cluster's nodes. A process
-    that ends between two samples loses at most its last 0.2 s."""
+    """CPU seconds (user + system) used while it runs by a process tree and by given sessions: the
+    run's own process, its agents, and (on Ray) every process of the cluster's nodes. Sampled every
+    0.2 s; what a process had used before is not counted, and a process that ends between two
+    samples loses at most its last 0.2 s."""
 
     def __init__(self, root: int, sessions: list[int]) -> None:
         self.root, self.sessions = root, set(sessions)
         self.seen: dict[int, float] = {}
+        self.before: dict[int, float] = {}
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._loop, daemon=True)
         self.tick = os.sysconf("SC_CLK_TCK")
 
-    def _sample(self) -> None:
+    def _sample(self, baseline: bool = False) -> None:
         parents: dict[int, int] = {}
         cpu: dict[int, float] = {}
         sids: dict[int, int] = {}
@@ -88,12 +90,15 @@ class CpuSampler:
             pid = int(entry)
             parents[pid], sids[pid] = int(fields[1]), int(fields[3])
             cpu[pid] = (int(fields[11]) + int(fields[12])) / self.tick
+        if baseline:  # what ran before the sampler started is not counted
+            self.before = cpu
+            return
         for pid, seconds in cpu.items():
             ancestor, hops = pid, 0
             while ancestor not in (0, 1, self.root) and hops < 50:
                 ancestor, hops = parents.get(ancestor, 0), hops + 1
             if ancestor == self.root or pid == self.root or sids[pid] in self.sessions:
-                self.seen[pid] = max(self.seen.get(pid, 0.0), seconds)
+                self.seen[pid] = max(self.seen.get(pid, 0.0), seconds - self.before.get(pid, 0.0))
 
     def _loop(self) -> None:
         while not self.stop.is_set():
@@ -101,6 +106,7 @@ class CpuSampler:
             self.stop.wait(0.2)
 
     def __enter__(self) -> CpuSampler:
+        self._sample(baseline=True)
         self.thread.start()
         return self
 
@@ -279,6 +285,7 @@ def main() -> None:
     parser.add_argument("--stories", type=int, default=20)
     parser.add_argument("--lanes", type=int, default=8)
     parser.add_argument("--think", type=float, default=3.0)
+    parser.add_argument("--traces", help="a folder to write both runs' traces to")
     parser.add_argument(
         "--keep", action="store_true", help="keep the repositories and the nodes' files of a failed run"
     )
@@ -286,12 +293,15 @@ def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="flowd-bench-ray-"))
     cluster = None
     keep = False
-    settled = 0.0
+    settled = idle_cpu = 0.0
     try:
         local = build(root / "local", args.stories, args.lanes, args.think, "local")
         on_local = run(local, {**os.environ}, "local", [])
         cluster = start_cluster()
         settled = settle(cluster)
+        with CpuSampler(-1, cluster.sids) as idle:  # the cluster's own CPU with nothing to do
+            time.sleep(5.0)
+        idle_cpu = idle.seconds()
         on_ray_sc = build(root / "ray", args.stories, args.lanes, args.think, "ray")
         on_ray = run(on_ray_sc, driver_env(cluster.address), "ray", cluster.sids)
     except BenchFailed as failed:
@@ -303,8 +313,15 @@ def main() -> None:
             cluster.stop(keep_files=keep)
         if not keep:
             shutil.rmtree(root, ignore_errors=True)
+    if args.traces:
+        out = Path(args.traces)
+        out.mkdir(parents=True, exist_ok=True)
+        for name, measured in (("local", on_local), ("ray", on_ray)):
+            lines = "".join(json.dumps(line) + "\n" for line in measured.trace)
+            (out / f"{name}.trace.jsonl").write_text(lines, encoding="utf-8")
     report(args, on_local, on_ray)
     print(f"\n(not counted: a first driver joining the new cluster took {settled:.1f} s)")
+    print(f"(the idle cluster's processes used {idle_cpu / 5.0:.2f} s of CPU per second before the run)")
 
 
 def report(args: argparse.Namespace, local: Measured, ray: Measured) -> None:

@@ -39,7 +39,7 @@ from flowd.engine.core.scheduler import (
     StoryStopped,
 )
 from flowd.engine.core.scheduler import Event as SchedulerEvent
-from flowd.engine.lanes import Lanes, LocalLanes, open_lanes, preload
+from flowd.engine.lanes import Lanes, LocalLanes, open_lanes
 from flowd.engine.pauses import PauseDesk, earlier_pauses
 from flowd.engine.report import EpicReport, build_report, epic_history, write_report
 from flowd.engine.requests import RequestDesk
@@ -128,7 +128,6 @@ class _Setup:
 
 async def run_epic(options: RunOptions) -> RunResult:
     setup = _validate(options)
-    preload(setup.settings)
     lock = EpicLock(setup.paths)
     lock.acquire(setup.run_id)
     try:

@@ -8,11 +8,8 @@ each lane on a Ray cluster and merges what it pushed.
 
 from __future__ import annotations
 
-import contextlib
-import threading
 from typing import Protocol
 
-from flowd.config import Settings
 from flowd.engine.context import RunContext
 from flowd.engine.core.outcome import StoryOutcome
 from flowd.engine.story import StoryRun
@@ -39,19 +36,6 @@ class LocalLanes:
 
     async def aclose(self) -> None:
         return None
-
-
-def preload(settings: Settings) -> None:
-    """Import the lane engine's library in the background while the runner recovers and prepares
-    the epic: Ray takes about a second of CPU to import, on the way to a run's first lane
-    (docs/scale-out.md: figures). `open_lanes` imports it again, which then costs nothing."""
-    if settings.lanes.engine == "ray":
-        threading.Thread(target=_import_ray, name="import ray", daemon=True).start()
-
-
-def _import_ray() -> None:
-    with contextlib.suppress(Exception):  # not installed: `open_lanes` says so in one sentence
-        import ray  # noqa: F401
 
 
 async def open_lanes(ctx: RunContext, prestart: int = 0) -> Lanes:
