@@ -1,5 +1,5 @@
 """Isolation every test gets, so the suite can run in parallel (`make pytest` uses pytest-xdist,
-docs/testing.md) and next to other checkouts' runs on the same machine."""
+see README.md, "Quick start") and next to other checkouts' runs on the same machine."""
 
 from __future__ import annotations
 

@@ -217,7 +217,9 @@ def test_sigkill_mid_run_then_rerun_finishes_with_no_duplicate_merge(tmp_path: P
 
 
 def test_second_launch_is_refused_and_sigterm_cancels_resumably(tmp_path: Path) -> None:
-    sc = Scenario.create(tmp_path, [story("slow", ["s.txt"])], [coder("slow", {"s.txt": "s"}, delayMs=20000)])
+    # The coder's turn outlasts any load on the machine: the test cancels it, never waits it out.
+    slow = coder("slow", {"s.txt": "s"}, delayMs=300_000)
+    sc = Scenario.create(tmp_path, [story("slow", ["s.txt"])], [slow])
     process = sc.spawn("--run-id", "one")
     try:
         _wait_for(process, '"TaskStarted"')
