@@ -24,10 +24,11 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 # tests/nvim needs Neovim: `make test-nvim` runs it (installing Neovim on first use).
-# The tests mostly wait (git, agent processes, servers), so more workers than cores pay off;
-# `worksteal` hands a long test's neighbours to idle workers. PYTEST_WORKERS=0 runs them serially.
+# The tests mostly wait (git, agent processes, servers), so more workers than cores pay off.
+# `load` deals the first tests round-robin and the rest to whichever worker is free; the tests
+# marked `slow` are collected first (tests/conftest.py). PYTEST_WORKERS=0 runs them serially.
 PYTEST_WORKERS ?= 4
-XDIST = $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist worksteal)
+XDIST = $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist load)
 pytest: $(STAMP)
 	$(BIN)/python -m pytest $(XDIST) --ignore=tests/nvim
 

@@ -43,3 +43,10 @@ def _script_state_per_test(
     often a repository that must stay clean). Tests that set the variable themselves still win."""
     monkeypatch.setenv(STATE_ENV, str(tmp_path_factory.mktemp("script-state")))
     yield
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked `slow` (tens of seconds each) go first, the rest keep their order. xdist's
+    `load` scheduling deals the first tests round-robin, so the long ones start at once on
+    different workers rather than one of them starting last and ending the run alone."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)

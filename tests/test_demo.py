@@ -6,7 +6,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 
+
+@pytest.mark.slow
 def test_demo_runs_the_sample_epic_to_done_and_prints_report_and_cost(tmp_path: Path) -> None:
     target = tmp_path / "calc"
     proc = subprocess.run(

@@ -26,6 +26,7 @@ def _sources(dest: Path) -> Path:
     return dest
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_pip_install_puts_flowd_on_path_and_the_demo_runs(tmp_path: Path) -> None:
     src = _sources(tmp_path / "src")

@@ -113,6 +113,7 @@ async def test_prestarted_clones_run_their_first_turn_on_the_started_process_and
     assert not any(pid_alive(pid) for pid in pids.values() if pid is not None)
 
 
+@pytest.mark.slow
 async def test_a_clone_that_fails_to_prestart_reports_at_its_first_turn_as_before(
     tmp_path: Path, worktree: Path
 ) -> None:

@@ -192,6 +192,7 @@ s.close()
 """
 
 
+@pytest.mark.slow
 def test_eight_parallel_stories_whose_gate_binds_its_port_never_collide(tmp_path: Path) -> None:
     ids = [f"s{n}" for n in range(8)]
     base = _free_base(80)

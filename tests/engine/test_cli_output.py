@@ -12,6 +12,8 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.engine.scenario import FLOWD, Scenario, coder, kill_group, story
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -94,6 +96,7 @@ def test_piped_run_prints_its_id_first_then_one_plain_line_per_change(tmp_path: 
     assert row.split()[1] == "done"  # the id, its status and figures on one line: no wrapping
 
 
+@pytest.mark.slow
 def test_run_on_a_terminal_shows_its_id_first_and_a_live_table(tmp_path: Path) -> None:
     sc = _scenario(tmp_path)
     code, out = run_in_pty([*FLOWD, "run", str(sc.plan_path)], cwd=sc.repo)

@@ -209,6 +209,7 @@ def test_a_new_run_of_the_epic_takes_over_the_pause_its_killed_run_left(tmp_path
     assert kept.read_text(encoding="utf-8") == "- say HOWDY\n"
 
 
+@pytest.mark.slow
 def test_no_executor_pauses_the_story_and_wait_takes_the_executor_back(tmp_path: Path) -> None:
     # The roster's only executor fails to sign in once: it is out for the run, so no executor can
     # serve story a's coder. `wait` takes it back and the story goes on.

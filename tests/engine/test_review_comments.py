@@ -80,6 +80,7 @@ def two_stories(root: Path, go_a: Path, go_b: Path) -> Scenario:
     )
 
 
+@pytest.mark.slow
 def test_comments_become_revision_tasks_and_bad_ones_change_nothing(
     tmp_path: Path, gates: tuple[Path, Path]
 ) -> None:
@@ -158,6 +159,7 @@ def test_comments_become_revision_tasks_and_bad_ones_change_nothing(
     assert git(repo, "show", "epic/ep:b.txt") == "HEADER\nb\n"
 
 
+@pytest.mark.slow
 def test_a_revision_not_yet_taken_survives_a_killed_runner(tmp_path: Path, gates: tuple[Path, Path]) -> None:
     go_a, go_b = gates
     scenario = two_stories(tmp_path, go_a, go_b)

@@ -127,6 +127,7 @@ def test_merge_revision_rounds_zero_fails_at_the_first_red_merge(tmp_path: Path)
     assert "MergeRevision" not in list(types(sc.events(result.run_id)))
 
 
+@pytest.mark.slow
 def test_a_run_killed_mid_revision_resumes_the_revision(tmp_path: Path) -> None:
     # The first answer to the revision task hangs; the run is killed in it. `times` counts per run
     # id, so the resumed run (same id) gets the second, quick answer.

@@ -6,9 +6,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from bench.kill_resume import campaign
 
 
+@pytest.mark.slow
 def test_three_kills_on_a_four_story_epic_lose_nothing_and_double_nothing(tmp_path: Path) -> None:
     log: list[str] = []
     report = campaign(

@@ -165,7 +165,8 @@ def cleared(client: LanguageClient, uri: str) -> bool:
 async def stop_client(client: LanguageClient) -> None:
     """Stop a client started by hand; kill its server if it does not exit."""
     try:
-        await asyncio.wait_for(client.stop(), 10)
+        # A bound for a loaded machine (parallel workers, other checkouts), not a speed check.
+        await asyncio.wait_for(client.stop(), 30)
     except TimeoutError:
         server = getattr(client, "_server", None)
         if server is not None and server.returncode is None:

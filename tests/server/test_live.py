@@ -50,6 +50,7 @@ async def _exists(path: Path, timeout: float = 30) -> None:
     await asyncio.wait_for(loop(), timeout)
 
 
+@pytest.mark.slow
 async def test_a_stray_write_in_a_first_attempt_is_flagged_live_and_its_repair_said(
     live: FlowClient, held_repo: Path
 ) -> None:
@@ -116,6 +117,7 @@ async def test_bad_input_gets_one_message_and_the_run_goes_on(live: FlowClient, 
     assert (await request(client, "flow/status", [])).runs[0].status == run_status(client, run_id)
 
 
+@pytest.mark.slow
 async def test_a_client_that_disconnects_mid_run_leaves_the_run_going(held_repo: Path) -> None:
     first = await CONFIG.start()
     assert isinstance(first, FlowClient)

@@ -149,6 +149,7 @@ def lane_status(client: FlowClient, run_id: str, story: str) -> str | None:
     return lanes[-1]["status"] if lanes else None
 
 
+@pytest.mark.slow
 async def test_cancel_then_resume(vsc: FlowClient, slow_repo: Path) -> None:
     client = vsc
     run_id = (await command(client, "flow.launchEpic", {"plan": str(slow_repo / "calc.epic.json")}))["runId"]
