@@ -377,7 +377,7 @@ def bench_size(events: int, anchor: bool) -> None:
             print(
                 f"view checkpoint at {offset / 1e6:.1f} MB: {(size - offset) / 1e6:.1f} MB of trace after it"
             )
-            ckpt = trace.with_name("view-checkpoint.json")
+            ckpt = trace.with_name("view-checkpoint.jsonl")
             runners = ckpt.read_bytes()
 
             def put_back() -> None:  # each reader finds the runner's checkpoint

@@ -2,7 +2,7 @@
 
 `flowd run` folds its own trace into a `RunView` as it writes it (`TraceWriter.fold_into`). Every
 `CHECKPOINT_BYTES` of trace, and when the trace closes, it writes that view next to the trace as
-`view-checkpoint.json` (temp file + rename), with the byte offset of the trace it covers and what
+`view-checkpoint.jsonl` (temp file + rename), with the byte offset of the trace it covers and what
 it takes to check that it still matches the trace. Every reader that folds a trace from its start
 (`flowd status`, the server's re-attach, a resumed run, reports, earlier pauses) starts from a
 valid checkpoint and folds only the lines after its offset; anything that does not check out
@@ -23,7 +23,6 @@ import os
 import sys
 import tempfile
 from collections.abc import Callable
-from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +40,7 @@ from flowd.view import (
     reported_cost,
 )
 
-FILE_NAME = "view-checkpoint.json"
+FILE_NAME = "view-checkpoint.jsonl"
 FORMAT = 1
 # Trace bytes between two checkpoints: a reader folds at most this much (about 16 k events) besides
 # the checkpoint, whatever the trace's length. Writing one costs a few ms of the runner's time.
@@ -82,9 +81,14 @@ def pricing_key(pricer: Pricer) -> str | None:
     return key if isinstance(key, str) else None
 
 
-@cache
 def fold_version() -> str:
     """A digest of the fold's code: a flowd whose fold differs never takes another's checkpoint."""
+    return _FOLD_VERSION
+
+
+def _digest_fold_code() -> str:
+    # At import, next to the fold's own imports: the digest is of the code this process runs even
+    # when the files are replaced (flowd upgraded) while it runs.
     digest = hashlib.sha256()
     for name in _FOLD_MODULES:
         module = sys.modules.get(name)
@@ -367,3 +371,6 @@ class Checkpoints:
             self.saved = offset
             if self.written is not None:
                 self.written(offset)
+
+
+_FOLD_VERSION = _digest_fold_code()
