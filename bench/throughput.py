@@ -9,8 +9,11 @@ through the DAG, or the total coder time over 8 lanes if that is longer.
 
 Prints the makespan, its ratio to the lower bound (target <= 1.15) and, from the trace's
 timestamps, where each story's time went besides its coder turn (median over the stories and the
-sum over the critical path): start (worktree, catch-up, planner turn) → coder turn → review
-(gates, reviewer turn, commit) → merge (judge, perimeter, merge, epic gates).
+sum over the critical path): launch (from the run's start or its last dependency's merge to the
+story's start: the dependency's clean-up, the scheduler, waiting for a lane) → start (worktree,
+catch-up, planner turn) → coder turn → review (gates, reviewer turn, commit) → merge (judge,
+perimeter, merge, epic gates); then the run's end (the last merge to `RunEnded`). On the critical
+chain these add up to the makespan.
 
     .venv/bin/python bench/throughput.py [--seed 3] [--stories 20] [--lanes 8]
 """
@@ -36,7 +39,7 @@ from flowd.events import StoryMerged, StoryStatusChanged, TaskCompleted, TaskSta
 from flowd.timeutil import parse_iso  # noqa: E402
 from tests.engine.scenario import Scenario, story  # noqa: E402
 
-PHASES = ("start", "coder", "turn overhead", "review", "merge")
+PHASES = ("launch", "start", "coder", "turn overhead", "review", "merge")
 
 
 def build(
@@ -76,7 +79,7 @@ def lower_bound(delays: dict[str, float], deps: dict[str, list[str]], lanes: int
     return max(chain_s, sum(delays.values()) / lanes), chain
 
 
-def phases(events: list[Any]) -> dict[str, dict[str, float]]:
+def phases(events: list[Any], deps: dict[str, list[str]]) -> dict[str, dict[str, float]]:
     """Per story, seconds in each phase, from the trace's timestamps."""
     marks: dict[str, dict[str, datetime]] = {}
     for envelope in events:
@@ -91,10 +94,16 @@ def phases(events: list[Any]) -> dict[str, dict[str, float]]:
             marks.setdefault(event.lane, {})["completed"] = at
         elif isinstance(event, StoryMerged):
             marks.setdefault(event.lane, {})["merged"] = at
+    run_start = parse_iso(events[0].at)
     out: dict[str, dict[str, float]] = {}
     for sid, m in marks.items():
         if {"active", "task", "coded", "completed", "merged"} <= m.keys():
+            ready = max(
+                (marks[d]["merged"] for d in deps.get(sid, []) if "merged" in marks.get(d, {})),
+                default=run_start,
+            )
             out[sid] = {
+                "launch": (m["active"] - ready).total_seconds(),
                 "start": (m["task"] - m["active"]).total_seconds(),
                 "coder": (m["coded"] - m["task"]).total_seconds(),
                 "review": (m["completed"] - m["coded"]).total_seconds(),
@@ -124,6 +133,16 @@ def timeline(events: list[Any], sid: str) -> None:
         print(f"  {(at - start).total_seconds():7.2f}s {event.type:<20} {detail}")
 
 
+def run_start(events: list[Any]) -> None:
+    start = parse_iso(events[0].at)
+    for envelope in events:
+        event = envelope.event
+        note = getattr(event, "message", None) or getattr(event, "stage", None) or ""
+        print(f"  {(parse_iso(envelope.at) - start).total_seconds():7.2f}s {event.type:<20} {note}")
+        if isinstance(event, StoryStatusChanged) and event.status == "active":
+            return
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -143,7 +162,7 @@ def main() -> None:
     if result.outcome != "done":
         raise SystemExit(f"the run ended {result.outcome}: see the trace")
     makespan = (parse_iso(events[-1].at) - parse_iso(events[0].at)).total_seconds()
-    times = phases(events)
+    times = phases(events, deps)
     for sid, t in times.items():
         t["turn overhead"] = t["coder"] - delays[sid]  # the ACP round trip around the model's time
     print(
@@ -158,7 +177,23 @@ def main() -> None:
         median = statistics.median(t[phase] for t in times.values())
         on_chain = sum(times[s][phase] for s in chain if s in times)
         print(f"{phase:>14} {median:>12.2f}s {on_chain:>25.2f}s")
+    print("on the critical chain, story by story:")
+    for sid in chain:
+        if sid in times:
+            print(f"{sid:>14} " + "  ".join(f"{p} {times[sid][p]:.2f}s" for p in PHASES))
+    last_merge = max(parse_iso(e.at) for e in events if isinstance(e.event, StoryMerged))
+    run_end = (parse_iso(events[-1].at) - last_merge).total_seconds()
+    print(f"{'run end':>14} {'':>13} {run_end:>25.2f}s   (the last merge to RunEnded)")
+    accounted = run_end + sum(
+        times[s][p] for s in chain if s in times for p in PHASES if p != "turn overhead"
+    )
+    print(
+        f"{'all phases':>14} {'':>13} {accounted:>25.2f}s   (the makespan along the chain: {makespan:.2f}s)"
+    )
     if args.timeline:
+        print("the run's start, to its first story's start:")
+        run_start(events)
+        print(f"story {args.timeline}:")
         timeline(events, args.timeline)
     overhead = [t["start"] + t["turn overhead"] + t["review"] + t["merge"] for t in times.values()]
     print(f"flowd's own time per story (all but the coder turn): median {statistics.median(overhead):.2f} s")

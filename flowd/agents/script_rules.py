@@ -15,22 +15,21 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 FAIL_MODES = frozenset({"rate_limit", "usage_limit", "auth", "crash", "hang", "error"})
 
 
-@dataclass(frozen=True)
-class When:
+# Named tuples, not dataclasses: `dataclasses` (and the `inspect` it imports) cost a clone more
+# CPU than the rest of this module. Read-only, so the shared empty defaults are never changed.
+class When(NamedTuple):
     role: str | None = None
     story: str | None = None
     task: str | None = None
     prompt: str | None = None
 
 
-@dataclass(frozen=True)
-class ScriptUsage:
+class ScriptUsage(NamedTuple):
     input: int = 0
     output: int = 0
     cached_read: int = 0
@@ -38,23 +37,21 @@ class ScriptUsage:
     cost_usd: float | None = None
 
 
-@dataclass(frozen=True)
-class Rule:
-    when: When = field(default_factory=When)
+class Rule(NamedTuple):
+    when: When = When()
     times: int | None = None
     delay_ms: int = 0
-    writes: dict[str, str] = field(default_factory=dict)
-    deletes: list[str] = field(default_factory=list)
-    run: list[str] = field(default_factory=list)
+    writes: dict[str, str] = {}
+    deletes: list[str] = []
+    run: list[str] = []
     reply: str | None = None
     usage: ScriptUsage | None = None
     fail: str | None = None
 
 
-@dataclass(frozen=True)
-class Script:
+class Script(NamedTuple):
     model: str = "scripted"
-    rules: list[Rule] = field(default_factory=list)
+    rules: list[Rule] = []
 
 
 class _Unsure(Exception):

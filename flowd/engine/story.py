@@ -78,15 +78,21 @@ class RedMerge(StoryFailed):
 
 
 class StoryRun:
-    def __init__(self, ctx: RunContext, story: Story) -> None:
+    def __init__(
+        self, ctx: RunContext, story: Story, *, later: Callable[[Callable[[], None]], None] | None = None
+    ) -> None:
         self.ctx = ctx
         self.story = story
+        # Where a merged story's worktree removal goes: handed to `later` (the lanes engine runs it
+        # and waits for it before the run ends) so its dependents start at once; else done here.
+        self.later = later
         self.branch = ctx.story_branch(story.id)
         self.worktree = ctx.story_worktree(story.id)
         self.state: StoryState | None = None
         self.coder: HeldCoder | None = None
         self.resumed_from: str | None = None  # the saved state's status when the story resumed
         self.rounds_before = 0  # merge revisions of an earlier, failed attempt (not counted)
+        self.made_at: int | None = None  # `ctx.epic_moves` when its branch was made at the epic head
 
     def info(self, message: str) -> None:
         self.ctx.emit(Info(lane=self.story.id, message=message))
@@ -119,8 +125,9 @@ class StoryRun:
             self.info("already merged; skipping")
             return StoryOutcome(story, "done", branch=self.branch, note=merged_before)
         coder = await self._lease_coder()
-        async with ctx.merge_lock:
-            await asyncio.to_thread(self._catch_up)
+        if self.made_at != ctx.epic_moves:  # else its branch is still at the epic head: no lock wait
+            async with ctx.merge_lock:
+                await asyncio.to_thread(self._catch_up)
         await self._bootstrap()
         await self._setup()
         loop = TaskLoop(ctx, self.story, self.worktree, coder)
@@ -132,24 +139,32 @@ class StoryRun:
         while True:
             await loop.run_tasks()
             note = await loop.judge() or note
+            red: RedMerge | None = None
             while True:
+                # Catch-up, perimeter repair and merge in one hold of the merge lock: one wait in
+                # its queue per story, not two.
                 async with ctx.merge_lock:
                     # Review comments that came while it was judged or waited its turn go first;
                     # once its merge begins, it takes no more (docs/answers.md: revisions).
                     if ctx.reviews.close_if_idle(story):
                         await asyncio.to_thread(self._catch_up)
                         repaired = await asyncio.to_thread(self._repair_perimeter)
+                        coder.release()
+                        try:
+                            commit = await self._merge_locked()
+                        except RedMerge as undone:
+                            red = undone
                         break
                 await loop.run_tasks()
                 note = await loop.judge() or note
-            coder.release()
-            try:
-                commit = await self._merge()
-            except RedMerge as red:
+            if red is not None:
                 coder = await self._revise(loop, red)
                 continue
             break
-        await asyncio.to_thread(self._clean_up)
+        if self.later is not None:
+            self.later(self._clean_up)
+        else:
+            await asyncio.to_thread(self._clean_up)
         # A repair changed the story's work behind everyone's back: the report says so first.
         note = "; ".join(filter(None, [repaired, note or f"merged at {commit[:10]}"]))
         return StoryOutcome(story, "done", branch=self.branch, note=note, executors=coder.chain)
@@ -298,6 +313,7 @@ class StoryRun:
             repo.worktree_add(self.worktree, self.branch)
         else:
             repo.worktree_add(self.worktree, self.branch, start=ctx.epic_branch)
+            self.made_at = ctx.epic_moves
         self.state = StoryState(
             id=self.story.id,
             hash=digest,
@@ -429,35 +445,40 @@ class StoryRun:
         return done
 
     async def _merge(self) -> str:
+        async with self.ctx.merge_lock:
+            return await self._merge_locked()
+
+    async def _merge_locked(self) -> str:
+        """Merge into the epic behind its gates; the caller holds the merge lock."""
         ctx, repo, story = self.ctx, self.ctx.repo, self.story.id
-        async with ctx.merge_lock:
-            dirty = await asyncio.to_thread(repo.status_paths, ctx.epic_wt)
-            if dirty:
-                raise Halt(
-                    f"the epic worktree {ctx.epic_wt} has uncommitted changes (found after story '{story}' "
-                    f"finished): {', '.join(dirty[:5])}; move or discard them, then run again"
-                )
-            checkpoint = await asyncio.to_thread(repo.head_of, ctx.epic_wt)
-            stage = f"story {story}: merge"
-            ctx.emit(StageStarted(stage=stage, lane=story))
-            # Until the gates pass, the merge is provisional; a run killed meanwhile leaves this
-            # behind and the next run undoes the merge (`undo_interrupted_merge`).
-            save_intent(ctx.paths, MergeIntent(story=story, branch=self.branch, checkpoint=checkpoint))
-            try:
-                commit = await self._merge_verified(stage, checkpoint)
-            except (StoryFailed, asyncio.CancelledError):
-                raise
-            except Exception:
-                # Whatever broke (git, a gate that could not start), the epic keeps only verified merges.
-                recorded = self.state is not None and self.state.status == "merged"
-                with contextlib.suppress(Exception):
-                    if not recorded and await asyncio.to_thread(repo.head_of, ctx.epic_wt) != checkpoint:
-                        await asyncio.to_thread(repo.reset_hard, ctx.epic_wt, checkpoint)
-                    clear_intent(ctx.paths)
-                raise
-            ctx.emit(StoryMerged(lane=story, branch=self.branch, commit=commit))
-            ctx.emit(StageCompleted(stage=stage, lane=story))
-            return commit
+        ctx.epic_moves += 1  # from here on the epic head may move: stories made before catch up
+        dirty = await asyncio.to_thread(repo.status_paths, ctx.epic_wt)
+        if dirty:
+            raise Halt(
+                f"the epic worktree {ctx.epic_wt} has uncommitted changes (found after story '{story}' "
+                f"finished): {', '.join(dirty[:5])}; move or discard them, then run again"
+            )
+        checkpoint = await asyncio.to_thread(repo.head_of, ctx.epic_wt)
+        stage = f"story {story}: merge"
+        ctx.emit(StageStarted(stage=stage, lane=story))
+        # Until the gates pass, the merge is provisional; a run killed meanwhile leaves this
+        # behind and the next run undoes the merge (`undo_interrupted_merge`).
+        save_intent(ctx.paths, MergeIntent(story=story, branch=self.branch, checkpoint=checkpoint))
+        try:
+            commit = await self._merge_verified(stage, checkpoint)
+        except (StoryFailed, asyncio.CancelledError):
+            raise
+        except Exception:
+            # Whatever broke (git, a gate that could not start), the epic keeps only verified merges.
+            recorded = self.state is not None and self.state.status == "merged"
+            with contextlib.suppress(Exception):
+                if not recorded and await asyncio.to_thread(repo.head_of, ctx.epic_wt) != checkpoint:
+                    await asyncio.to_thread(repo.reset_hard, ctx.epic_wt, checkpoint)
+                clear_intent(ctx.paths)
+            raise
+        ctx.emit(StoryMerged(lane=story, branch=self.branch, commit=commit))
+        ctx.emit(StageCompleted(stage=stage, lane=story))
+        return commit
 
     async def _merge_verified(self, stage: str, checkpoint: str) -> str:
         """Merge, run the epic gates, and record the story merged (or undo the merge)."""

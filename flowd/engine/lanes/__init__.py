@@ -8,11 +8,14 @@ each lane on a Ray cluster and merges what it pushed.
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
 from typing import Protocol
 
 from flowd.engine.context import RunContext
 from flowd.engine.core.outcome import StoryOutcome
 from flowd.engine.story import StoryRun
+from flowd.events import Info
 
 
 class Lanes(Protocol):
@@ -30,12 +33,25 @@ class LocalLanes:
 
     def __init__(self, ctx: RunContext) -> None:
         self.ctx = ctx
+        self._later: set[asyncio.Future[None]] = set()
 
     async def run(self, story: str) -> StoryOutcome:
-        return await StoryRun(self.ctx, self.ctx.plan.require(story)).run()
+        return await StoryRun(self.ctx, self.ctx.plan.require(story), later=self._run_later).run()
+
+    def _run_later(self, work: Callable[[], None]) -> None:
+        """A merged story's clean-up, off its dependents' way (docs/performance.md: throughput)."""
+        task = asyncio.ensure_future(asyncio.to_thread(work))
+        self._later.add(task)
+        task.add_done_callback(self._done_later)
+
+    def _done_later(self, task: asyncio.Future[None]) -> None:
+        self._later.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            self.ctx.emit(Info(message=f"a merged story's clean-up failed: {task.exception()}"))
 
     async def aclose(self) -> None:
-        return None
+        if self._later:
+            await asyncio.gather(*list(self._later), return_exceptions=True)
 
 
 async def open_lanes(ctx: RunContext, prestart: int = 0) -> Lanes:
