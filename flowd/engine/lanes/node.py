@@ -472,6 +472,10 @@ class _PushingStoryRun(StoryRun):
         self.lane = lane
 
     async def _merge(self) -> str:
+        return await self._merge_locked()
+
+    async def _merge_locked(self) -> str:
+        # Where the pipeline merges (with the merge lock held, or taking it): never on a node.
         await asyncio.to_thread(self.lane.push)
         for note in self.lane.retry_notes():
             self.ctx.emit(note)
