@@ -118,6 +118,7 @@ async def test_bad_input_gets_one_message_and_the_run_goes_on(live: FlowClient, 
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(300)  # its own waits (30 s + 90 s + the exits' 30 s each) decide, not the default 120 s
 async def test_a_client_that_disconnects_mid_run_leaves_the_run_going(held_repo: Path) -> None:
     first = await CONFIG.start()
     assert isinstance(first, FlowClient)
