@@ -65,9 +65,6 @@ class RunContext:
     budget_usd: float | None = None
     story_budget_usd: float | None = None
     merge_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    # Merges tried into the epic so far (counted under the merge lock): a story whose branch was
-    # made at the epic head at the same count has nothing to catch up with (engine/story.py).
-    epic_moves: int = 0
     halted: str | None = None
     # What waits for an answer instead of halting (docs/answers.md).
     pause_on: frozenset[str] = frozenset()

@@ -92,7 +92,6 @@ class StoryRun:
         self.coder: HeldCoder | None = None
         self.resumed_from: str | None = None  # the saved state's status when the story resumed
         self.rounds_before = 0  # merge revisions of an earlier, failed attempt (not counted)
-        self.made_at: int | None = None  # `ctx.epic_moves` when its branch was made at the epic head
 
     def info(self, message: str) -> None:
         self.ctx.emit(Info(lane=self.story.id, message=message))
@@ -125,9 +124,8 @@ class StoryRun:
             self.info("already merged; skipping")
             return StoryOutcome(story, "done", branch=self.branch, note=merged_before)
         coder = await self._lease_coder()
-        if self.made_at != ctx.epic_moves:  # else its branch is still at the epic head: no lock wait
-            async with ctx.merge_lock:
-                await asyncio.to_thread(self._catch_up)
+        async with ctx.merge_lock:
+            await asyncio.to_thread(self._catch_up)
         await self._bootstrap()
         await self._setup()
         loop = TaskLoop(ctx, self.story, self.worktree, coder)
@@ -313,7 +311,6 @@ class StoryRun:
             repo.worktree_add(self.worktree, self.branch)
         else:
             repo.worktree_add(self.worktree, self.branch, start=ctx.epic_branch)
-            self.made_at = ctx.epic_moves
         self.state = StoryState(
             id=self.story.id,
             hash=digest,
@@ -451,7 +448,6 @@ class StoryRun:
     async def _merge_locked(self) -> str:
         """Merge into the epic behind its gates; the caller holds the merge lock."""
         ctx, repo, story = self.ctx, self.ctx.repo, self.story.id
-        ctx.epic_moves += 1  # from here on the epic head may move: stories made before catch up
         dirty = await asyncio.to_thread(repo.status_paths, ctx.epic_wt)
         if dirty:
             raise Halt(
