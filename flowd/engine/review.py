@@ -18,19 +18,19 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
+from flowd.engine.core.revision import REVIEW_COMMENT, with_task
 from flowd.engine.core.revisions import Refusal, Requested, RevisionFacts, admit, marker, owed
 from flowd.engine.state import load_state
 from flowd.errors import FlowdError
 from flowd.events import Info, RevisionRequested, parse_line
 from flowd.inbox import Reply, Revision
-from flowd.tasks.model import Task, TaskPlan
+from flowd.tasks.model import TaskPlan
 from flowd.trace import list_runs, trace_path
 
 if TYPE_CHECKING:  # the context holds the run's ReviewQueue
     from flowd.engine.context import RunContext
 
 QUOTE_CHARS = 300
-TITLE_PREFIX = "Review comment "
 
 REVISION_TASK = """A reviewer commented on line {line} of `{path}` in this story's change.
 {quote}
@@ -69,9 +69,7 @@ class ReviewQueue:
 def append_revisions(plan: TaskPlan, taken: list[Requested]) -> TaskPlan:
     """`plan` with one `Review comment <k>: <path>:<line>` task per comment, in order. No
     `Depends on:` line: with parallel tasks it waits for every task and runs at home."""
-    number = sum(1 for t in plan.tasks if t.title.startswith(TITLE_PREFIX))
     for revision in taken:
-        number += 1
         quote = f"\nThe line read then:\n    {revision.quote}\n" if revision.quote is not None else ""
         body = REVISION_TASK.format(
             line=revision.line,
@@ -80,8 +78,7 @@ def append_revisions(plan: TaskPlan, taken: list[Requested]) -> TaskPlan:
             text=revision.text,
             marker=marker(revision.id),
         )
-        title = f"{TITLE_PREFIX}{number}: {revision.path}:{revision.line}"
-        plan = plan.appending(Task(title=title, description=body))
+        plan = with_task(plan, REVIEW_COMMENT, f"{revision.path}:{revision.line}", body)
     return plan
 
 

@@ -7,6 +7,8 @@ import pytest
 
 from flowd.engine.core.revision import (
     MERGE_SUBJECT,
+    REVIEW_COMMENT,
+    REVISION,
     GiveUp,
     Revise,
     after_red_merge,
@@ -14,7 +16,9 @@ from flowd.engine.core.revision import (
     resuming_round,
     revision_number,
     rounds_not_counted,
+    task_number,
     with_revision,
+    with_task,
 )
 from flowd.tasks.model import Task, TaskPlan
 
@@ -40,6 +44,24 @@ def plan(*titles: str, done: int = 0) -> TaskPlan:
 )
 def test_revision_number(titles: tuple[str, ...], expected: int) -> None:
     assert revision_number(plan(*titles)) == expected
+
+
+@pytest.mark.parametrize(
+    ("titles", "kind", "expected"),
+    [
+        ((), REVIEW_COMMENT, 1),
+        (("Revision 1: x", "Revision 2: y"), REVIEW_COMMENT, 1),  # each kind counts on its own
+        (("Review comment 1: a.py:3", "Revision 1: x"), REVIEW_COMMENT, 2),
+        (("Review comment 1: a.py:3", "Revision 1: x"), REVISION, 2),
+        (("Review comment 3: a.py:3",), REVIEW_COMMENT, 4),
+        (("Review comments 1: a.py",), REVIEW_COMMENT, 1),  # not that kind's title
+    ],
+)
+def test_task_number_counts_each_kind_apart(titles: tuple[str, ...], kind: str, expected: int) -> None:
+    assert task_number(plan(*titles), kind) == expected
+    appended = with_task(plan(*titles), kind, "subject", "body")
+    assert appended.tasks[-1].title == f"{kind} {expected}: subject"
+    assert not appended.tasks[-1].completed
 
 
 def test_with_revision_appends_an_unchecked_task_and_keeps_the_rest() -> None:

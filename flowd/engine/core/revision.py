@@ -3,7 +3,8 @@
 A *revision task* is appended to a story's task plan (its checkpoint) as `Revision <k>: <subject>`;
 it has no `Depends on:`, so it waits for every earlier task and runs in the story worktree on the
 story's coder, through the task loop's review and gates like any task. The judge's findings, a
-red epic gate after a merge and a review comment from the editor all reopen a story this way.
+red epic gate after a merge reopen a story this way; a review comment from the editor appends a
+`Review comment <k>: <path>:<line>` task the same way (`with_task`).
 
 A *merge revision*: the story merged, the epic gates went red, the merge was undone. Up to
 `mergeRevisionRounds` times the story reopens with the revision task `make the epic gates green
@@ -24,17 +25,34 @@ MERGE_SUBJECT = "make the epic gates green after merging"
 REVISION_TITLE = re.compile(r"^Revision (\d+): (.*)$")
 OUTPUT_CHARS = 2000  # of the gate output kept in `MergeRevision` (the task carries all of it)
 
+# The kinds of task appended to a story's plan after it was planned, each numbered on its own:
+# `Revision <k>` (judge findings, red epic gates, a merge revision) and `Review comment <k>` (a
+# comment the user left in the editor, docs/answers.md).
+REVISION = "Revision"
+REVIEW_COMMENT = "Review comment"
+
+
+def task_number(plan: TaskPlan, kind: str) -> int:
+    """The number the next appended task of `kind` in `plan` gets (1 for the first)."""
+    title = re.compile(rf"^{re.escape(kind)} (\d+): ")
+    numbers = [int(m[1]) for t in plan.tasks if (m := title.match(t.title))]
+    return max(numbers, default=0) + 1
+
+
+def with_task(plan: TaskPlan, kind: str, subject: str, description: str) -> TaskPlan:
+    """`plan` with the unchecked task `<kind> <k>: <subject>` appended."""
+    title = f"{kind} {task_number(plan, kind)}: {subject}"
+    return plan.appending(Task(title=title, description=description))
+
 
 def revision_number(plan: TaskPlan) -> int:
     """The number the next revision task of `plan` gets (1 for the first)."""
-    numbers = [int(m[1]) for t in plan.tasks if (m := REVISION_TITLE.match(t.title))]
-    return max(numbers, default=0) + 1
+    return task_number(plan, REVISION)
 
 
 def with_revision(plan: TaskPlan, subject: str, description: str) -> TaskPlan:
     """`plan` with the task `Revision <k>: <subject>` appended, unchecked."""
-    title = f"Revision {revision_number(plan)}: {subject}"
-    return plan.appending(Task(title=title, description=description))
+    return with_task(plan, REVISION, subject, description)
 
 
 def is_merge_revision(task: Task) -> bool:
