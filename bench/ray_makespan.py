@@ -290,6 +290,12 @@ def main() -> None:
         "--keep", action="store_true", help="keep the repositories and the nodes' files of a failed run"
     )
     args = parser.parse_args()
+    try:
+        import ray  # noqa: F401  (the nodes run this interpreter's Ray)
+    except ImportError:
+        sys.exit(
+            "Ray is not installed in this environment; run `make bench` or `make .venv/.installed-ray` first."
+        )
     root = Path(tempfile.mkdtemp(prefix="flowd-bench-ray-"))
     cluster = None
     keep = False
