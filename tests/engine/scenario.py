@@ -37,6 +37,28 @@ def coder(sid: str, writes: dict[str, str] | None = None, **extra: Any) -> dict[
     return rule
 
 
+# The five-story diamond epic the end-to-end tests run (locally and on Ray lanes).
+DIAMOND = [
+    story("base", ["src/base.py"]),
+    story("left", ["src/left.py"], ["base"]),
+    story("right", ["src/right.py"], ["base"]),
+    story("top", ["src/top.py"], ["left", "right"]),
+    story("docs", ["docs/"]),
+]
+
+
+def diamond_rules(delay: int = 0) -> list[dict[str, Any]]:
+    """A coder rule per diamond story writing its one owned file (`docs/a.md` for the folder)."""
+    return [
+        coder(
+            s["id"],
+            {s["owned"][0] if not s["owned"][0].endswith("/") else "docs/a.md": f"# {s['id']}\n"},
+            delayMs=delay,
+        )
+        for s in DIAMOND
+    ]
+
+
 def git(repo: Path, *args: str) -> str:
     return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True).stdout
 

@@ -11,26 +11,17 @@ import pytest
 
 from flowd.errors import InputError
 from flowd.events import PerimeterViolation, StoryStatusChanged
-from tests.engine.scenario import FLOWD, Scenario, coder, git, kill_group, story, types
-
-DIAMOND = [
-    story("base", ["src/base.py"]),
-    story("left", ["src/left.py"], ["base"]),
-    story("right", ["src/right.py"], ["base"]),
-    story("top", ["src/top.py"], ["left", "right"]),
-    story("docs", ["docs/"]),
-]
-
-
-def diamond_rules(delay: int = 0) -> list[dict[str, object]]:
-    return [
-        coder(
-            s["id"],
-            {s["owned"][0] if not s["owned"][0].endswith("/") else "docs/a.md": f"# {s['id']}\n"},
-            delayMs=delay,
-        )
-        for s in DIAMOND
-    ]
+from tests.engine.scenario import (
+    DIAMOND,
+    FLOWD,
+    Scenario,
+    coder,
+    diamond_rules,
+    git,
+    kill_group,
+    story,
+    types,
+)
 
 
 def test_diamond_epic_merges_every_story_once_and_leaves_the_users_checkout_alone(tmp_path: Path) -> None:

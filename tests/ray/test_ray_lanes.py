@@ -11,31 +11,23 @@ from typing import Any
 
 import pytest
 
-from tests.engine.scenario import FLOWD, Scenario, coder, git, kill_group, story
+from tests.engine.scenario import DIAMOND, FLOWD, Scenario, coder, diamond_rules, git, kill_group, story
 from tests.ray.cluster import Cluster, driver_env
 
 # Placing an actor and starting its agents takes seconds on a loaded machine.
 pytestmark = pytest.mark.timeout(600)
 
-DIAMOND = [
-    story("base", ["src/base.py"]),
-    story("left", ["src/left.py"], ["base"]),
-    story("right", ["src/right.py"], ["base"]),
-    story("top", ["src/top.py"], ["left", "right"]),
-    story("docs", ["docs/"]),
-]
 SETTINGS = 'gates = ["test -f README.md"]\njudgeRounds = 0\n\n[lanes]\nengine = "ray"\nremote = "origin"\n'
 
 
-def diamond_rules(delay: int = 0) -> list[dict[str, Any]]:
+def long_story_rules() -> list[dict[str, Any]]:
+    """Story `long`: three tasks of 2 s each, each writing its own file (so a resumed lane shows
+    which tasks it did not redo)."""
     return [
-        coder(
-            s["id"],
-            {s["owned"][0] if not s["owned"][0].endswith("/") else "docs/a.md": f"# {s['id']}\n"},
-            delayMs=delay,
-        )
-        for s in DIAMOND
-    ]
+        {"when": {"role": "planner", "story": "long"}, "reply": THREE_TASKS},
+        *[{"when": {"role": "coder", "story": "long", "task": f"step {n}"}, "writes": {f"long/{n}.txt": n},
+           "reply": "done", "delayMs": 2000} for n in ("one", "two", "three")],
+    ]  # fmt: skip
 
 
 def on_ray(tmp_path: Path, stories: list[dict[str, Any]], rules: list[dict[str, Any]]) -> Scenario:
@@ -118,12 +110,7 @@ THREE_TASKS = json.dumps(
 def test_a_killed_worker_is_placed_again_and_resumes_from_its_last_pushed_commit(
     tmp_path: Path, cluster: Cluster
 ) -> None:
-    rules = [
-        {"when": {"role": "planner", "story": "long"}, "reply": THREE_TASKS},
-        *[{"when": {"role": "coder", "story": "long", "task": f"step {n}"}, "writes": {f"long/{n}.txt": n},
-           "reply": "done", "delayMs": 2000} for n in ("one", "two", "three")],
-    ]  # fmt: skip
-    sc = on_ray(tmp_path, [story("long", ["long/"])], rules)
+    sc = on_ray(tmp_path, [story("long", ["long/"])], long_story_rules())
     process = spawn(sc, cluster, "--run-id", "k1")
     try:
         wait_for(process, '"TaskCompleted"')

@@ -16,7 +16,7 @@ import pytest
 
 from tests.engine.scenario import kill_group, story
 from tests.ray.cluster import Cluster, start_cluster
-from tests.ray.test_ray_lanes import THREE_TASKS, no_lane_actors_left, on_ray, spawn, trace, wait_for
+from tests.ray.test_ray_lanes import long_story_rules, no_lane_actors_left, on_ray, spawn, trace, wait_for
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -34,12 +34,7 @@ def test_a_dead_node_is_left_and_its_lane_resumes_on_the_other_from_its_last_pus
     tmp_path: Path, two_workers: Cluster
 ) -> None:
     cluster = two_workers
-    rules = [
-        {"when": {"role": "planner", "story": "long"}, "reply": THREE_TASKS},
-        *[{"when": {"role": "coder", "story": "long", "task": f"step {n}"}, "writes": {f"long/{n}.txt": n},
-           "reply": "done", "delayMs": 2000} for n in ("one", "two", "three")],
-    ]  # fmt: skip
-    sc = on_ray(tmp_path, [story("long", ["long/"])], rules)
+    sc = on_ray(tmp_path, [story("long", ["long/"])], long_story_rules())
     process = spawn(sc, cluster, "--run-id", "n1")
     try:
         wait_for(process, '"TaskCompleted"')
