@@ -66,6 +66,8 @@ CORE_MAY_IMPORT = (
     "flowd.plan.model",
     "flowd.plan.graph",
     "flowd.tasks.model",  # a story's task plan: plain models, like the story plan's
+    "flowd.tasks.parsing",  # what a task description's last lines say: pure text rules
+    "flowd.perimeter",  # which paths a story may touch: pure rules over the plan (stray tasks)
     "flowd.errors",
 )
 # What loading those brings along: the packages' own `__init__`s and the pure modules they load.
