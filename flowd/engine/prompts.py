@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from flowd.perimeter import StrayTask, owner_of_path
 from flowd.plan.graph import dependencies_of, dependents_of
 from flowd.plan.model import Story, StoryPlan
+from flowd.plan.perimeter import StrayTask, owner_of_path
 
 PERIMETER_RULES = """You implement ONE story of the epic "{epic}": {title} ({story_id}).
 

@@ -3,7 +3,7 @@ the tasks of the second plan that still name another story's paths are dropped
 (docs/plan-format.md "Stray tasks").
 
 A *stray* task is an incomplete task whose title or description names a path outside the story's
-owned and shared read-only paths (`flowd.perimeter.stray_tasks`: naming a folder that holds an
+owned and shared read-only paths (`flowd.plan.perimeter.stray_tasks`: naming a folder that holds an
 owned path is a location, not a target). It is *foreign* when one of those paths is another
 story's. The shell asks the planner, gets a plan, and hands it here:
 
@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from flowd.perimeter import StrayTask, stray_tasks
 from flowd.plan.model import StoryPlan
+from flowd.plan.perimeter import StrayTask, stray_tasks
 from flowd.tasks.model import Task, TaskPlan
 from flowd.tasks.parsing import depends_on, with_depends_on
 
