@@ -110,7 +110,7 @@ def test_the_settled_info_says_what_was_dropped_and_what_was_kept() -> None:
     assert settled.message == (
         "second task plan: dropped 1 task naming another story's paths: "
         "1. Register contoOverviewFeature in App.tsx (src/App.tsx); "
-        "kept 1 task naming paths no story owns: 1. Helper (src/other/util.ts)"
+        "kept 1 task naming paths no story owns: 2. Helper (src/other/util.ts)"
     )
     assert after_replan(PLAN, "app", tasks(OWN)).message == (
         "second task plan: every task stays inside the story's paths"
@@ -151,9 +151,10 @@ def test_dropping_renumbers_the_depends_on_lines(
     assert got == waits, case
 
 
-def test_a_kept_strays_index_is_its_place_in_the_plan_that_runs() -> None:
+def test_strays_are_numbered_as_in_the_second_plan() -> None:
     settled = after_replan(PLAN, "app", tasks(REGISTER, OWN, NOBODY))
-    assert [(s.index, s.title) for s in settled.kept] == [(2, "Helper")]
+    assert [(s.index, s.title) for s in settled.dropped] == [(1, REGISTER[0])]
+    assert [(s.index, s.title) for s in settled.kept] == [(3, "Helper")]
 
 
 @pytest.mark.parametrize(

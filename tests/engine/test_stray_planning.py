@@ -93,7 +93,7 @@ def test_a_task_naming_another_storys_file_is_planned_again_then_dropped(tmp_pat
     assert (
         "second task plan: dropped 1 task naming another story's paths: "
         "2. Register contoOverviewFeature in App.tsx (src/App.tsx); "
-        "kept 1 task naming paths no story owns: 2. Write the notes (src/notes.md)"
+        "kept 1 task naming paths no story owns: 3. Write the notes (src/notes.md)"
     ) in said
     assert started(events, "conto") == ["Build the overview", "Write the notes"]
     saved = checkpoint(sc)

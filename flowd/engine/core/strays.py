@@ -49,7 +49,8 @@ class Replan:
 
 @dataclass(frozen=True)
 class Settled:
-    """The plan to run after the second planner turn, and what became of its strays."""
+    """The plan to run after the second planner turn, and what became of its strays (numbered as
+    in the second plan, as the `Info` names them)."""
 
     plan: TaskPlan
     dropped: tuple[StrayTask, ...]  # foreign strays taken out of the plan
@@ -91,9 +92,9 @@ def after_replan(plan: StoryPlan, story_id: str, tasks: TaskPlan) -> Settled:
         return Settled(tasks, dropped=(), kept=tuple(strays), all_foreign=True)
     if not foreign:
         return Settled(tasks, dropped=(), kept=others, all_foreign=False)
-    kept = _without(tasks, {s.index for s in foreign})
-    renumbered = tuple(s.model_copy(update={"index": _new_index(s.index, foreign)}) for s in others)
-    return Settled(kept, dropped=foreign, kept=renumbered, all_foreign=False)
+    return Settled(
+        _without(tasks, {s.index for s in foreign}), dropped=foreign, kept=others, all_foreign=False
+    )
 
 
 def _without(tasks: TaskPlan, dropped: set[int]) -> TaskPlan:
@@ -114,10 +115,6 @@ def _without(tasks: TaskPlan, dropped: set[int]) -> TaskPlan:
         deps = sorted(new_index[old] for old in found)
         kept.append(task.model_copy(update={"description": with_depends_on(task.description, index, deps)}))
     return tasks.model_copy(update={"tasks": kept})
-
-
-def _new_index(index: int, dropped: tuple[StrayTask, ...]) -> int:
-    return index - sum(1 for s in dropped if s.index < index)
 
 
 def _count(strays: tuple[StrayTask, ...]) -> str:
