@@ -177,6 +177,20 @@ def bootstrapped(wt: Path) -> frozenset[str]:
     return frozenset(_split_z(text))
 
 
+def _stage_all(wt: Path, what: str, env: dict[str, str] | None = None) -> None:
+    """Stage every change in `wt` except `.flow/` and the bootstrapped files.
+
+    `.flow/` is kept out by unstaging it after `add -A`, not by an `:(exclude)` pathspec: git
+    refuses such an add (exit 1, "paths are ignored") when `.flow/` is in info/exclude and also
+    holds files a team tracks (`.flow/config.toml`, `.flow/roster.toml`). Resetting it leaves a
+    tracked settings file exactly as its branch has it, whatever an agent did to the copy in the
+    worktree (docs/repositories.md).
+    """
+    _git(wt, ["add", "-A", "--", "."], what, env=env)
+    _git(wt, ["reset", "-q", "--", FLOW_DIR.rstrip("/")], what, env=env)
+    _unstage_bootstrapped(wt, what, env)
+
+
 def _unstage_bootstrapped(wt: Path, what: str, env: dict[str, str] | None = None) -> None:
     private = _private_git_dir(wt)
     listing = private / _BOOTSTRAPPED if private is not None else None
@@ -497,6 +511,14 @@ class Repo:
                 raise GitError(f"{what}: it is the user's own checkout")
             if not force and self.is_dirty(path):
                 raise GitError(f"{what}: it has uncommitted changes (remove it with force to discard them)")
+            if not force:
+                # Only `.flow/` or bootstrapped files differ: flowd never commits those, so they
+                # are not work to keep (an agent's edit of a tracked `.flow/config.toml`).
+                again = _git(
+                    self.root, ["worktree", "remove", "--force", str(path)], what, ok_codes=range(256)
+                )
+                if again.returncode == 0:
+                    return
             raise GitError(f"{what}: {_reason(proc)}", detail=proc.stderr)
 
     def discard_worktree(self, path: Path, branch: str) -> str | None:
@@ -591,8 +613,7 @@ class Repo:
         """Commit every change in `wt` (untracked files included); None when there was nothing."""
         wt = self._owned_worktree(wt, "commit")
         what = f"could not commit in the worktree {wt}"
-        _git(wt, ["add", "-A", "--", ".", f":(exclude){FLOW_DIR}"], what)
-        _unstage_bootstrapped(wt, what)
+        _stage_all(wt, what)
         proc = _git(
             wt,
             [*self._commit_args(), "commit", "-q", "--no-verify", "-m", message],
@@ -600,7 +621,9 @@ class Repo:
             ok_codes=range(256),
         )
         if proc.returncode != 0:
-            if "nothing to commit" in proc.stdout or "nothing added to commit" in proc.stdout:
+            # The last: only unstaged `.flow/` or bootstrapped changes are left (`_stage_all`).
+            nothing = ("nothing to commit", "nothing added to commit", "no changes added to commit")
+            if any(said in proc.stdout for said in nothing):
                 return None
             raise GitError(f"{what}: {_reason(proc)}", detail=proc.stderr + proc.stdout)
         return self.head_of(wt)
@@ -639,8 +662,7 @@ class Repo:
             if index.exists():
                 shutil.copyfile(index, tmp_index)
             env = {"GIT_INDEX_FILE": str(tmp_index)}
-            _git(wt, ["add", "-A", "--", ".", f":(exclude){FLOW_DIR}"], what, env=env)
-            _unstage_bootstrapped(wt, what, env)
+            _stage_all(wt, what, env)
             return _git(wt, ["diff", "--cached", "--merge-base", base, "--"], what, env=env).stdout
 
     def merge(self, wt: Path, branch: str, message: str, *, prefer_incoming: bool = False) -> MergeResult:
