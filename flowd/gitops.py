@@ -69,11 +69,24 @@ class MergeResult:
     already_merged: bool = False
 
 
+# The user's hooks (a `core.hooksPath` in ~/.gitconfig, husky, pre-commit) never run on flowd's
+# own git commands: `--no-verify` skips only some (pre-commit, commit-msg, pre-merge-commit), not
+# post-checkout, post-commit, post-merge or reference-transaction (docs/repositories.md).
+_NO_HOOKS = ("core.hooksPath", os.devnull)
+
+
 def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
     # Built per call (cheap) so a changed environment, as in tests, is always honoured.
     env = {k: v for k, v in os.environ.items() if k not in _LEAKY_ENV}
     env.update(_FIXED_ENV)
     env.setdefault("GIT_SSH_COMMAND", "ssh -o BatchMode=yes")
+    # Appended to any GIT_CONFIG_COUNT list the environment already has (git 2.31 and later).
+    try:
+        count = int(env.get("GIT_CONFIG_COUNT", "0") or 0)
+    except ValueError:
+        count = 0
+    env[f"GIT_CONFIG_KEY_{count}"], env[f"GIT_CONFIG_VALUE_{count}"] = _NO_HOOKS
+    env["GIT_CONFIG_COUNT"] = str(count + 1)
     if extra:
         env.update(extra)
     return env
@@ -273,6 +286,34 @@ class Repo:
                 handle.write(f"{sep}{FLOW_DIR}\n")
         except OSError as exc:
             raise GitError(f"could not add {FLOW_DIR} to {exclude}: {exc.strerror or exc}") from exc
+
+    def lfs_problem(self) -> str | None:
+        """Why no worktree can be checked out when the repository keeps files in Git LFS, git is
+        set up to run git-lfs for them, and git-lfs is not installed (git says only "the remote
+        end hung up unexpectedly"); None otherwise. Without the filter set up, LFS files are
+        their pointer files, in worktrees as in the user's checkout."""
+        if shutil.which("git-lfs") is not None:
+            return None
+        configured = _git(
+            self.root, ["config", "--get-regexp", r"^filter\.lfs\."], "", ok_codes=range(256)
+        ).stdout
+        if "git-lfs" not in configured:
+            return None
+        listed = self._run(
+            ["ls-files", "-z", "--", ":(glob)**/.gitattributes"], f"could not list {self.root}"
+        )
+        for rel in _split_z(listed):
+            try:
+                text = (self.root / rel).read_text(encoding="utf-8", errors="replace")
+            except OSError:
+                continue
+            if "filter=lfs" in text:
+                return (
+                    f"{self.root / rel} keeps files in Git LFS and your git config runs git-lfs for "
+                    "them, but git-lfs is not installed; install git-lfs (then `git lfs pull`), or "
+                    "remove the filter with `git config --global --remove-section filter.lfs`"
+                )
+        return None
 
     def rev_parse(self, ref: str) -> str | None:
         """The commit `ref` names, or None when it names none."""
