@@ -63,6 +63,8 @@ class RunStarted(WireModel):
     budget_usd: float | None = None
     # What waits for an answer instead of halting (docs/answers.md); a resumed run keeps it.
     pause_on: list[str] | None = None
+    # Each story's dependencies, for the epic graph (docs/graph.md); absent in older traces.
+    depends_on: dict[str, list[str]] | None = None
 
 
 class RunEnded(WireModel):

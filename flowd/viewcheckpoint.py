@@ -33,6 +33,7 @@ from flowd.view import (
     FlakyGate,
     LaneView,
     PauseView,
+    PhaseSpan,
     Pricer,
     RunView,
     TaskView,
@@ -111,7 +112,7 @@ _NESTED: dict[type, dict[str, tuple[str, type]]] = {
         "flaky_gates": ("list", FlakyGate),
         "pauses": ("pairs", PauseView),  # keyed by lane or None (the run's own pause)
     },
-    LaneView: {"tasks": ("list", TaskView)},
+    LaneView: {"tasks": ("list", TaskView), "phases": ("list", PhaseSpan)},
 }
 _SKIPPED = frozenset({"pricer", "run_id"})  # the reader's own
 

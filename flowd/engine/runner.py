@@ -285,6 +285,7 @@ class _Session:
                 titles={s.id: s.title for s in plan.stories},
                 budget_usd=setup.budget_usd,
                 pause_on=self.pause_on,
+                depends_on={s.id: list(s.depends_on) for s in plan.stories},
             )
         )
         for event in self.recovered:
