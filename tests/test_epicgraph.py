@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from flowd.engine.epicgraph import critical_stories, graph_wire, timeline_wire
-from flowd.events import (
+from flowd.plan.graph import critical_path, rank_of_graph
+from flowd.trace.events import (
     Envelope,
     Event,
     GateResult,
@@ -23,8 +24,7 @@ from flowd.events import (
     TaskStarted,
     WorktreePrepared,
 )
-from flowd.plan.graph import critical_path, rank_of_graph
-from flowd.view import RunView, fold
+from flowd.trace.view import RunView, fold
 
 RUN = "r1"
 DIAMOND = {"core": [], "parser": ["core"], "format": ["core"], "cli": ["parser", "format"], "docs": []}

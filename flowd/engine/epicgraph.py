@@ -11,10 +11,10 @@ from __future__ import annotations
 from statistics import median
 from typing import Any
 
+from flowd.base.timeutil import parse_iso
 from flowd.plan.graph import critical_path, rank_of_graph
 from flowd.protocol import models as proto
-from flowd.timeutil import parse_iso
-from flowd.view import LaneView, RunView
+from flowd.trace.view import LaneView, RunView
 
 
 def dependencies(view: RunView) -> dict[str, list[str]]:
