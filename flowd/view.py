@@ -23,9 +23,14 @@ from flowd.events import (
     ExecutorResumed,
     GateFlaky,
     LanePlaced,
+    MergeBatchResult,
+    MergeBatchStarted,
+    MergeBisect,
     MergeRevision,
+    MergeRolledBack,
     RunEnded,
     RunStarted,
+    StageStarted,
     StoryAnswered,
     StoryPaused,
     StoryStatusChanged,
@@ -82,6 +87,7 @@ FOLDED_TYPES: frozenset[str] = frozenset(
         GateFlaky, MergeRevision,
         StoryPaused, StoryAnswered,
         LanePlaced,
+        StageStarted, MergeBatchStarted, MergeBatchResult, MergeBisect, MergeRolledBack,
     )
 )  # fmt: skip
 
@@ -118,6 +124,7 @@ class LaneView:
     flaky: int = 0  # gates of this lane green only on a rerun (docs/revisions.md)
     merge_revision: int = 0  # the merge revision round the story is in (0: none)
     node: str | None = None  # where the lane was last placed (LanePlaced; docs/scale-out.md)
+    batch: int | None = None  # the merge train's batch it is in (docs/merging.md)
 
     @property
     def count(self) -> int:
@@ -138,6 +145,24 @@ class FlakyGate:
     where: str
     gate: str
     attempts: int
+
+
+@dataclass
+class BatchView:
+    """One merge train batch (docs/merging.md): `ok` None while its gates run; `bisections` counts
+    its bisection gate runs, `culprits` the stories found red alone."""
+
+    batch: int
+    lanes: list[str]
+    base: str
+    ok: bool | None = None
+    duration_ms: int | None = None
+    bisections: int = 0
+    culprits: list[str] = field(default_factory=list)
+
+
+# A lane's merge stage (`story <id>: merge`) begins when it joins the merge queue.
+_MERGE_STAGE_SUFFIX = ": merge"
 
 
 @dataclass
@@ -190,6 +215,7 @@ class RunView:
     exclusions: dict[str, dict[str, str | None]] = field(default_factory=dict)
     totals: Totals = field(default_factory=Totals)
     flaky_gates: list[FlakyGate] = field(default_factory=list)
+    batches: list[BatchView] = field(default_factory=list)  # the merge train's (docs/merging.md)
     # Pauses not yet answered, by lane (None: the run's); what a resumed run asks again.
     pauses: dict[str | None, PauseView] = field(default_factory=dict)
     pause_on: list[str] | None = None
@@ -241,7 +267,7 @@ class RunView:
                 clone.held = False
         elif isinstance(event, StoryStatusChanged):
             lane = self._lane(event.story)
-            lane.status, lane.reason = event.status, event.reason
+            lane.status, lane.reason, lane.batch = event.status, event.reason, None
             if event.status in ("done", "failed", "skipped", "waiting"):
                 lane.current = None
         elif isinstance(event, LanePlaced):
@@ -286,6 +312,10 @@ class RunView:
                 self._lane(event.lane).flaky += 1
         elif isinstance(event, MergeRevision):
             self._lane(event.lane).merge_revision = event.round
+        elif isinstance(
+            event, StageStarted | MergeBatchStarted | MergeBatchResult | MergeBisect | MergeRolledBack
+        ):
+            self._train(event)
         elif isinstance(event, StoryPaused):
             self.pauses[event.lane] = PauseView(event.reason, event.question, list(event.options))
         elif isinstance(event, StoryAnswered):
@@ -305,6 +335,41 @@ class RunView:
             lane.title = titles.get(story, lane.title)
         # Leases do not survive a restart of the runner.
         self.clones = {k: c for k, c in self.clones.items() if not c.held}
+
+    def _train(
+        self, event: StageStarted | MergeBatchStarted | MergeBatchResult | MergeBisect | MergeRolledBack
+    ) -> None:
+        """The merge train's share of the fold: a lane is `queued` from its merge stage on,
+        `merging` (with its batch) once a candidate holds it, and back to `active` when its merge
+        is undone (docs/merging.md)."""
+        if isinstance(event, StageStarted):
+            if event.lane is not None and event.stage == f"story {event.lane}{_MERGE_STAGE_SUFFIX}":
+                lane = self._lane(event.lane)
+                if lane.status == "active":
+                    lane.status, lane.batch = "queued", None
+        elif isinstance(event, MergeBatchStarted):
+            self.batches.append(BatchView(event.batch, list(event.lanes), event.base))
+            for story in event.lanes:
+                lane = self._lane(story)
+                lane.status, lane.batch = "merging", event.batch
+        elif isinstance(event, MergeRolledBack):
+            lane = self._lane(event.lane)
+            if lane.status in ("queued", "merging"):
+                lane.status = "active"
+            lane.batch = None
+        else:
+            batch = self.batch(event.batch)
+            if batch is None:
+                return
+            if isinstance(event, MergeBatchResult):
+                batch.ok, batch.duration_ms = event.ok, event.duration_ms
+            else:
+                batch.bisections += 1
+                if event.culprit is not None and event.culprit not in batch.culprits:
+                    batch.culprits.append(event.culprit)
+
+    def batch(self, number: int) -> BatchView | None:
+        return next((b for b in reversed(self.batches) if b.batch == number), None)
 
     def _planned(self, event: TasksPlanned) -> None:
         lane = self._lane(event.lane)
@@ -426,6 +491,7 @@ class RunView:
             flaky=lane.flaky or None,
             merge_revision=lane.merge_revision or None,
             node=lane.node,
+            batch=lane.batch,
         ).wire()
 
     def task_wire(self, lane: LaneView, task: TaskView) -> dict[str, Any]:

@@ -156,6 +156,8 @@ class LaneParams(Shape):
     flaky: int | None = None
     merge_revision: int | None = None
     node: str | None = None  # where the lane runs when `[lanes] engine = "ray"` (docs/scale-out.md)
+    # The merge train's batch while `status` is `queued`/`merging` in one (docs/merging.md).
+    batch: int | None = None
     # Not sent by this server; clients use them when a server does (docs/protocol.md).
     worktree: str | None = None
     branch: str | None = None

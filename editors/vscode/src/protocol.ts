@@ -191,6 +191,7 @@ export interface LaneParams {
   flaky?: number;
   mergeRevision?: number;
   node?: string;
+  batch?: number;
   worktree?: string;
   branch?: string;
 }
