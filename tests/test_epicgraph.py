@@ -11,7 +11,11 @@ from flowd.trace.events import (
     Envelope,
     Event,
     GateResult,
+    MergeBatchResult,
+    MergeBatchStarted,
+    MergeBisect,
     MergeRevision,
+    MergeRolledBack,
     PlannedTask,
     RunStarted,
     StageStarted,
@@ -46,14 +50,15 @@ def started(depends: dict[str, list[str]] = DIAMOND) -> RunStarted:
 
 
 def merged(story: str, start: int, end: int) -> list[tuple[int, Event]]:
-    """A story's whole life: active, one task with one gate, its merge, done."""
+    """A story's whole life: active, one task with one gate, its merge behind the epic gates, done."""
     return [
         (start, StoryStatusChanged(story=story, status="active")),
         (start, TasksPlanned(lane=story, tasks=[PlannedTask(title="t")])),
         (start + 1, TaskStarted(lane=story, index=1, count=1, title="t")),
-        (end - 2, GateResult(lane=story, where="task", gate="g", ok=True, exit_code=0, duration_ms=1000)),
-        (end - 2, TaskCompleted(lane=story, index=1, count=1, title="t")),
-        (end - 1, StageStarted(stage=f"story {story}: merge", lane=story)),
+        (end - 3, GateResult(lane=story, where="task", gate="g", ok=True, exit_code=0, duration_ms=1000)),
+        (end - 3, TaskCompleted(lane=story, index=1, count=1, title="t")),
+        (end - 2, StageStarted(stage=f"story {story}: merge", lane=story)),
+        (end, GateResult(lane=story, where="epic", gate="g", ok=True, exit_code=0, duration_ms=1000)),
         (end, StoryMerged(lane=story, branch=f"story/e/{story}", commit="c" * 40)),
         (end, StoryStatusChanged(story=story, status="done")),
     ]
@@ -121,13 +126,41 @@ def test_a_merged_story_goes_planned_coding_gated_queued_merging_merged() -> Non
     view = folded([(0, started()), *merged("core", 5, 20)])
     assert phases(view, "core") == [
         ("planned", at(0), at(5)),
-        ("coding", at(5), at(17)),
-        ("gated", at(17), at(18)),  # the gate's own duration, ending when its result came
-        ("queued", at(18), at(19)),
-        ("merging", at(19), at(20)),
+        ("coding", at(5), at(16)),
+        ("gated", at(16), at(17)),  # the gate's own duration, ending when its result came
+        ("coding", at(17), at(18)),  # its judge
+        ("queued", at(18), at(19)),  # its merge stage, waiting for the epic gates
+        ("merging", at(19), at(20)),  # the epic gates' own run
         ("merged", at(20), at(20)),
     ]
     assert phases(view, "docs") == [("planned", at(0), None)]
+
+
+def test_the_merge_trains_batches_are_on_the_graph_and_the_timeline() -> None:
+    view = folded([
+        (0, started()),
+        (1, StoryStatusChanged(story="core", status="active")),
+        (1, StoryStatusChanged(story="docs", status="active")),
+        (3, StageStarted(stage="story core: merge", lane="core")),
+        (4, StageStarted(stage="story docs: merge", lane="docs")),
+        (5, MergeBatchStarted(batch=1, lanes=["core", "docs"], base="b" * 40)),
+        (7, MergeBatchResult(batch=1, ok=False, duration_ms=2000)),
+        (7, MergeBisect(batch=1, lanes=["docs"], culprit="docs")),
+        (7, MergeRolledBack(lane="docs", reason="red alone")),
+        (8, MergeBatchStarted(batch=2, lanes=["core"], base="b" * 40)),
+        (9, MergeBatchResult(batch=2, ok=True, duration_ms=1000)),
+        (9, StoryMerged(lane="core", branch="story/e/core", commit="c" * 40)),
+    ])  # fmt: skip
+    assert graph_wire(view)["batches"] == [
+        {"batch": 1, "lanes": ["core", "docs"], "ok": False},
+        {"batch": 2, "lanes": ["core"], "ok": True},
+    ]
+    assert [p[0] for p in phases(view, "core")] == ["planned", "coding", "queued", "merging", "merged"]
+    assert phases(view, "docs")[-3:] == [
+        ("queued", at(4), at(5)),
+        ("merging", at(5), at(7)),
+        ("coding", at(7), None),
+    ]
 
 
 def test_pauses_red_merges_and_failures_on_the_timeline() -> None:
@@ -137,6 +170,7 @@ def test_pauses_red_merges_and_failures_on_the_timeline() -> None:
         (2, StoryPaused(lane="core", reason="budget", question="raise?", options=["raise 1"])),
         (4, StoryAnswered(lane="core", answer="raise 1", by="cli")),
         (6, StageStarted(stage="story core: merge", lane="core")),
+        (7, GateResult(lane="core", where="epic", gate="g", ok=False, exit_code=1, duration_ms=1000)),
         (8, MergeRevision(lane="core", round=1, gate="pytest", output="red")),
         (9, StoryStatusChanged(story="core", status="failed", reason="gave up")),
         (9, StoryStatusChanged(story="parser", status="skipped")),
@@ -146,7 +180,7 @@ def test_pauses_red_merges_and_failures_on_the_timeline() -> None:
         ("coding", at(1), at(2)),
         ("paused", at(2), at(4)),
         ("coding", at(4), at(6)),
-        ("merging", at(6), at(8)),
+        ("merging", at(6), at(8)),  # queued for no time: the epic gate ran from the stage's start
         ("coding", at(8), at(9)),
         ("failed", at(9), at(9)),
     ]

@@ -69,7 +69,8 @@ def graph(view: RunView) -> proto.GraphResult:
         )
         for story, lane in view.lanes.items()
     ]
-    return proto.GraphResult(stories=stories, batches=[])
+    batches = [proto.GraphBatch(batch=b.batch, lanes=list(b.lanes), ok=b.ok) for b in view.batches]
+    return proto.GraphResult(stories=stories, batches=batches)
 
 
 def graph_wire(view: RunView) -> dict[str, Any]:

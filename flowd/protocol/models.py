@@ -159,6 +159,8 @@ class LaneParams(Shape):
     # The lane's ports, FLOWD_PORT and FLOWD_PORTS "first-last" (docs/worktree-bootstrap.md).
     port: int | None = None
     ports: str | None = None
+    # The merge train's batch while `status` is `queued`/`merging` in one (docs/merging.md).
+    batch: int | None = None
     # Not sent by this server; clients use them when a server does (docs/protocol.md).
     worktree: str | None = None
     branch: str | None = None

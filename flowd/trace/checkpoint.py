@@ -29,6 +29,7 @@ from typing import Any
 import orjson
 
 from flowd.trace.view import (
+    BatchView,
     CloneView,
     FlakyGate,
     LaneView,
@@ -116,6 +117,7 @@ _NESTED: dict[type, dict[str, tuple[str, type]]] = {
         "clones": ("dict", CloneView),
         "totals": ("one", Totals),
         "flaky_gates": ("list", FlakyGate),
+        "batches": ("list", BatchView),
         "pauses": ("pairs", PauseView),  # keyed by lane or None (the run's own pause)
     },
     LaneView: {"tasks": ("list", TaskView), "phases": ("list", PhaseSpan)},

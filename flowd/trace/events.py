@@ -253,6 +253,35 @@ class MergeRolledBack(WireModel):
     reason: str
 
 
+class MergeBatchStarted(WireModel):
+    """The merge train gates a candidate (docs/merging.md): `lanes` merged in this order onto `base`
+    (the epic commit it builds on; a speculative candidate builds on the one in flight)."""
+
+    type: Literal["MergeBatchStarted"] = "MergeBatchStarted"
+    batch: int
+    lanes: list[str]
+    base: str
+
+
+class MergeBatchResult(WireModel):
+    """The epic gates' verdict on a batch's candidate, reruns included (docs/merging.md)."""
+
+    type: Literal["MergeBatchResult"] = "MergeBatchResult"
+    batch: int
+    ok: bool
+    duration_ms: int
+
+
+class MergeBisect(WireModel):
+    """A red batch is bisected (docs/merging.md): `lanes` are gated next on their own; `culprit`
+    names a story found red alone (then `lanes` is just it)."""
+
+    type: Literal["MergeBisect"] = "MergeBisect"
+    batch: int
+    lanes: list[str]
+    culprit: str | None = None
+
+
 class StoryJudged(WireModel):
     type: Literal["StoryJudged"] = "StoryJudged"
     lane: str
@@ -361,6 +390,9 @@ Event = Annotated[
     | StoryAnswered
     | RevisionRequested
     | LanePlaced
+    | MergeBatchStarted
+    | MergeBatchResult
+    | MergeBisect
     | Info,
     Field(discriminator="type"),
 ]
@@ -374,6 +406,7 @@ EVENT_CLASSES: dict[str, type[WireModel]] = {
         GateResult, PerimeterViolation, TaskOwnsViolation, StoryMerged, MergeRolledBack,
         StoryJudged, BudgetExceeded, StoryPaused, StoryAnswered, Info,
         WorktreePrepared, GateFlaky, MergeRevision, RevisionRequested, LanePlaced,
+        MergeBatchStarted, MergeBatchResult, MergeBisect,
     )
 }  # fmt: skip
 EVENT_TYPES: frozenset[str] = frozenset(EVENT_CLASSES)

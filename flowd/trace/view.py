@@ -27,7 +27,11 @@ from flowd.trace.events import (
     GateFlaky,
     GateResult,
     LanePlaced,
+    MergeBatchResult,
+    MergeBatchStarted,
+    MergeBisect,
     MergeRevision,
+    MergeRolledBack,
     RunEnded,
     RunStarted,
     StageStarted,
@@ -89,6 +93,7 @@ FOLDED_TYPES: frozenset[str] = frozenset(
         StoryPaused, StoryAnswered,
         LanePlaced,
         GateResult, StageStarted, StoryMerged, WorktreePrepared,
+        MergeBatchStarted, MergeBatchResult, MergeBisect, MergeRolledBack,
     )
 )  # fmt: skip
 
@@ -155,6 +160,7 @@ class LaneView:
     ended_at: str | None = None  # done, failed or skipped
     merged_at: str | None = None
     phases: list[PhaseSpan] = field(default_factory=list)
+    batch: int | None = None  # the merge train's batch it is in (docs/merging.md)
 
     @property
     def count(self) -> int:
@@ -175,6 +181,24 @@ class FlakyGate:
     where: str
     gate: str
     attempts: int
+
+
+@dataclass
+class BatchView:
+    """One merge train batch (docs/merging.md): `ok` None while its gates run; `bisections` counts
+    its bisection gate runs, `culprits` the stories found red alone."""
+
+    batch: int
+    lanes: list[str]
+    base: str
+    ok: bool | None = None
+    duration_ms: int | None = None
+    bisections: int = 0
+    culprits: list[str] = field(default_factory=list)
+
+
+# A lane's merge stage (`story <id>: merge`) begins when it joins the merge queue.
+_MERGE_STAGE_SUFFIX = ": merge"
 
 
 @dataclass
@@ -227,6 +251,7 @@ class RunView:
     exclusions: dict[str, dict[str, str | None]] = field(default_factory=dict)
     totals: Totals = field(default_factory=Totals)
     flaky_gates: list[FlakyGate] = field(default_factory=list)
+    batches: list[BatchView] = field(default_factory=list)  # the merge train's (docs/merging.md)
     # Pauses not yet answered, by lane (None: the run's); what a resumed run asks again.
     pauses: dict[str | None, PauseView] = field(default_factory=dict)
     pause_on: list[str] | None = None
@@ -281,7 +306,7 @@ class RunView:
                 clone.held = False
         elif isinstance(event, StoryStatusChanged):
             lane = self._lane(event.story)
-            lane.status, lane.reason = event.status, event.reason
+            lane.status, lane.reason, lane.batch = event.status, event.reason, None
             if event.status in ("done", "failed", "skipped", "waiting"):
                 lane.current = None
         elif isinstance(event, LanePlaced):
@@ -329,6 +354,10 @@ class RunView:
                 self._lane(event.lane).flaky += 1
         elif isinstance(event, MergeRevision):
             self._lane(event.lane).merge_revision = event.round
+        elif isinstance(
+            event, StageStarted | MergeBatchStarted | MergeBatchResult | MergeBisect | MergeRolledBack
+        ):
+            self._train(event)
         elif isinstance(event, StoryPaused):
             self.pauses[event.lane] = PauseView(event.reason, event.question, list(event.options))
         elif isinstance(event, StoryAnswered):
@@ -348,17 +377,16 @@ class RunView:
             self._status_times(self._lane(event.story), event.status, at)
         elif isinstance(event, TaskStarted):
             _enter(self._lane(event.lane), "coding", at)
-        elif isinstance(event, TaskCompleted):
-            lane = self._lane(event.lane)
-            index = event.index
-            if all(t.state == "completed" or t.index == index for t in lane.tasks) and index >= lane.count:
-                _enter(lane, "queued", at)  # done coding: waits for its judge, then its merge turn
-        elif isinstance(event, GateResult) and event.where == "task" and event.lane is not None:
-            lane = self._lane(event.lane)
-            _enter(lane, "gated", _minus_ms(at, event.duration_ms))
-            _enter(lane, "coding", at)
-        elif isinstance(event, StageStarted) and event.lane is not None and event.stage.endswith(": merge"):
-            _enter(self._lane(event.lane), "merging", at)
+        elif isinstance(event, GateResult) and event.lane is not None:
+            self._gate_times(self._lane(event.lane), event.where, _minus_ms(at, event.duration_ms), at)
+        elif isinstance(event, StageStarted) and event.lane is not None:
+            if event.stage == f"story {event.lane}{_MERGE_STAGE_SUFFIX}":
+                _enter(self._lane(event.lane), "queued", at)  # its turn at the merge (the train's queue)
+        elif isinstance(event, MergeBatchStarted):
+            for story in event.lanes:
+                _enter(self._lane(story), "merging", at)
+        elif isinstance(event, MergeRolledBack):
+            _enter(self._lane(event.lane), "coding", at)
         elif isinstance(event, StoryMerged):
             lane = self._lane(event.lane)
             lane.merged_at = at
@@ -372,6 +400,17 @@ class RunView:
             if lane.phases and lane.phases[-1].phase == "paused":
                 before = [p.phase for p in lane.phases if p.phase != "paused"]
                 _enter(lane, before[-1] if before else "coding", at)
+
+    @staticmethod
+    def _gate_times(lane: LaneView, where: str, start: str, at: str) -> None:
+        """A task gate is `gated` for as long as it ran; the epic gates a story's merge runs (without
+        the merge train, which says `MergeBatchStarted`) make its wait in the queue `merging`."""
+        current = lane.phases[-1].phase if lane.phases else None
+        if where == "task" and current in ("coding", "gated"):
+            _enter(lane, "gated", start)
+            _enter(lane, "coding", at)
+        elif where == "epic" and current == "queued":
+            _enter(lane, "merging", start)
 
     def _status_times(self, lane: LaneView, status: str, at: str) -> None:
         if status == "active" and lane.started_at is None:
@@ -403,6 +442,41 @@ class RunView:
             lane.title = titles.get(story, lane.title)
         # Leases do not survive a restart of the runner.
         self.clones = {k: c for k, c in self.clones.items() if not c.held}
+
+    def _train(
+        self, event: StageStarted | MergeBatchStarted | MergeBatchResult | MergeBisect | MergeRolledBack
+    ) -> None:
+        """The merge train's share of the fold: a lane is `queued` from its merge stage on,
+        `merging` (with its batch) once a candidate holds it, and back to `active` when its merge
+        is undone (docs/merging.md)."""
+        if isinstance(event, StageStarted):
+            if event.lane is not None and event.stage == f"story {event.lane}{_MERGE_STAGE_SUFFIX}":
+                lane = self._lane(event.lane)
+                if lane.status == "active":
+                    lane.status, lane.batch = "queued", None
+        elif isinstance(event, MergeBatchStarted):
+            self.batches.append(BatchView(event.batch, list(event.lanes), event.base))
+            for story in event.lanes:
+                lane = self._lane(story)
+                lane.status, lane.batch = "merging", event.batch
+        elif isinstance(event, MergeRolledBack):
+            lane = self._lane(event.lane)
+            if lane.status in ("queued", "merging"):
+                lane.status = "active"
+            lane.batch = None
+        else:
+            batch = self.batch(event.batch)
+            if batch is None:
+                return
+            if isinstance(event, MergeBatchResult):
+                batch.ok, batch.duration_ms = event.ok, event.duration_ms
+            else:
+                batch.bisections += 1
+                if event.culprit is not None and event.culprit not in batch.culprits:
+                    batch.culprits.append(event.culprit)
+
+    def batch(self, number: int) -> BatchView | None:
+        return next((b for b in reversed(self.batches) if b.batch == number), None)
 
     def _planned(self, event: TasksPlanned) -> None:
         lane = self._lane(event.lane)
@@ -526,6 +600,7 @@ class RunView:
             node=lane.node,
             port=lane.port,
             ports=lane.ports,
+            batch=lane.batch,
         ).wire()
 
     def task_wire(self, lane: LaneView, task: TaskView) -> dict[str, Any]:

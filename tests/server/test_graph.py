@@ -65,7 +65,7 @@ async def test_the_graph_and_timeline_of_a_run_follow_its_lanes(served: FlowClie
     for lane in timeline["lanes"]:
         names = [p["phase"] for p in lane["phases"]]
         assert names[0] == "planned" and names[-1] == "merged" and "coding" in names, lane
-        assert "merging" in names, lane
+        assert "queued" in names, lane  # its merge stage (the demo has no epic gates to be merging in)
         assert all(p["start"] <= p["end"] for p in lane["phases"]), lane
 
 

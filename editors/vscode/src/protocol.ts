@@ -231,6 +231,7 @@ export interface LaneParams {
   node?: string;
   port?: number;
   ports?: string;
+  batch?: number;
   worktree?: string;
   branch?: string;
 }
