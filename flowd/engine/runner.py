@@ -366,7 +366,7 @@ class _Session:
             earlier = []
         report = build_report(setup.plan, view, notes, earlier)
         with contextlib.suppress(OSError):
-            write_report(setup.paths, report)
+            write_report(setup.paths, report, view)
         try:
             write_run_record(
                 repo.root, self.record.model_copy(update={"ended_at": iso(), "outcome": outcome})

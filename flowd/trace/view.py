@@ -418,6 +418,9 @@ class RunView:
         if status in ("done", "failed", "skipped"):
             lane.ended_at = at
         phase = _PHASE_OF_STATUS.get(status)
+        if status == "waiting" and lane.started_at is None:
+            phase = None  # never started (behind a failed dependency): its planned span just ends
+            _close(lane, at)
         if status == "done":
             phase = "merged"
             lane.merged_at = lane.merged_at or at
