@@ -165,6 +165,7 @@ h1 { font-size: 1.2em; font-weight: 600; }
 [role=tab] { color: var(--vscode-foreground); background: none; border: 1px solid transparent; border-bottom: 2px solid transparent; padding: .3em .8em; cursor: pointer; }
 [role=tab][aria-selected=true] { border-bottom-color: var(--vscode-focusBorder); font-weight: 600; }
 [role=tab]:focus-visible, g.node:focus-visible { outline: 2px solid var(--vscode-focusBorder); outline-offset: 2px; }
+svg { max-width: 100%; height: auto; }
 svg text { fill: var(--vscode-editor-foreground); font-size: 12px; font-family: var(--vscode-font-family); }
 .box { fill-opacity: .18; stroke-width: 1.5; }
 g.node { cursor: pointer; }

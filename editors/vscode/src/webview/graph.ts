@@ -37,7 +37,8 @@ function render(u: Update): void {
   byId("timeline").innerHTML = timelineSvg(u.timeline);
   const batches = u.graph.batches.map((b) => `batch ${b.batch}: ${b.lanes.join(", ")} ${b.ok === true ? "✓ green" : b.ok === false ? "✗ red" : "… gating"}`);
   byId("batches").textContent = batches.join("  ·  ");
-  document.body.dataset.stories = String(u.graph.stories.length);
+  // What flow/graph answered, as the page got it: the e2e test checks the drawing against it.
+  document.body.dataset.graph = JSON.stringify(Object.fromEntries(u.graph.stories.map((s) => [s.id, s.status])));
   focusStory(focused);
 }
 
