@@ -27,19 +27,37 @@ H.run(function()
   local view = graph.view(client.id)
   out.filetypes = { vim.bo[view.graph].filetype, vim.bo[view.timeline].filetype }
 
-  -- Each point: the buffers once they show `want` (a line holding it), and the server's graph then.
-  local function point(name, want)
+  local function statuses(graph)
+    local out = {}
+    for _, s in ipairs((graph or {}).stories or {}) do out[s.id] = s.status end
+    return out
+  end
+  -- Each point: the buffers once they show `want` (a line holding it) and what they drew is what
+  -- the server's flow/graph says now (asked again until both agree: the run goes on meanwhile).
+  local function point(name, want, timeline_has)
+    local server
     H.wait(name, function()
+      if timeline_has and not timeline_has(lines(view.timeline)) then return false end
+      local shown = false
       for _, line in ipairs(lines(view.graph)) do
-        if line:find(want, 1, true) then return true end
+        if line:find(want, 1, true) then shown = true end
       end
+      if not shown then return false end
+      server = client:request_sync("flow/graph", { runId = run_id }, 10000).result
+      return vim.deep_equal(statuses(server), statuses(view.last_graph))
     end, 120000)
-    local server = client:request_sync("flow/graph", { runId = run_id }, 10000).result
     table.insert(out.points, { name = name, graph = lines(view.graph), timeline = lines(view.timeline), server = server })
   end
 
   point("launch", "● core")
   point("mid-run", "● parser")
+  -- The parser's first merge turns the epic gate red: it goes back to its coder (merge revision 1).
+  H.wait("the red merge's revision", function() return H.note("merge revision 1") end, 120000)
+  point("red merge revised", "● parser", function(tl)
+    for _, line in ipairs(tl) do
+      if line:find("merging %d+:%d+, coding") or line:find("queued %d+:%d+, coding") then return true end
+    end
+  end)
   -- <CR> on parser, active: its worktree opens in the other window.
   local graph_win = vim.fn.bufwinid(view.graph)
   vim.api.nvim_set_current_win(graph_win)

@@ -4,6 +4,7 @@ the timeline buffer draws each lane, and <CR> opens a story's worktree."""
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,6 +14,19 @@ import pytest
 
 from tests.nvim.conftest import drive
 from tests.server.demo_repo import delay, kill_runs, sample
+
+# The epic gate: green on every merge but parser's first (calc/parser.py without FIXED), which
+# goes back to its coder as a merge revision; the coder's fix (FIX_RULE) makes it green.
+EPIC_GATE = (
+    """sh -c 'test "$(basename "$(pwd)")" != _epic || test ! -f calc/parser.py || grep -q FIXED calc/parser.py """
+    """|| { echo "epic check: calc/parser.py not FIXED"; exit 1; }'"""
+)
+FIX_RULE = {
+    "when": {"role": "coder", "story": "parser", "prompt": "epic check: calc/parser.py not FIXED"},
+    "writes": {"calc/parser.py": "# FIXED\n"},
+    "reply": "fixed",
+    "delayMs": 3000,
+}
 
 SIGNS = {
     "planned": "○",
@@ -30,8 +44,11 @@ def demo(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
     def tune(rules: list[dict[str, Any]]) -> None:
         delay(rules, "coder", "core", 2000)
         delay(rules, "coder", "parser", 4000)
+        rules.insert(0, FIX_RULE)
 
     root, plan = sample(tmp_path / "calc", tune)
+    config = root / ".flow" / "config.toml"
+    config.write_text(config.read_text().replace("gates = []", f"gates = {json.dumps([EPIC_GATE])}"))
     yield root, plan
     kill_runs(root)
 
@@ -54,7 +71,7 @@ def test_flowgraph_draws_the_server_graph_live(nvim: Path, demo: tuple[Path, Pat
     repo, plan = demo
     out = drive(nvim, "graph.lua", tmp_path, {"REPO": str(repo), "PLAN": str(plan)})
     assert out["filetypes"] == ["flowgraph", "flowtimeline"]
-    assert [p["name"] for p in out["points"]] == ["launch", "mid-run", "end"]
+    assert [p["name"] for p in out["points"]] == ["launch", "mid-run", "red merge revised", "end"]
     for point in out["points"]:
         lines, server = point["graph"], point["server"]
         assert lines[0].startswith(f"graph of epic calc  run {out['run_id']}")
@@ -72,10 +89,19 @@ def test_flowgraph_draws_the_server_graph_live(nvim: Path, demo: tuple[Path, Pat
         )
         bars = {line.split()[0]: line for line in timeline[4::2]}
         assert set(bars) == {"core", "parser", "format", "cli", "docs"}, point["name"]
-    launch, mid, end = (p["graph"] for p in out["points"])
+    launch, mid, red, end = (p["graph"] for p in out["points"])
     assert cells(launch)["core"][0] == "●" and cells(launch)["cli"][0] == "○"
     assert cells(mid)["core"][0] == "✓" and cells(mid)["parser"][0] == "●"
+    # Back to coding after its merge: the timeline says queued (its merge), then coding again.
+    assert cells(red)["parser"][0] == "●" and cells(red)["cli"][0] == "○"
+    said = out["points"][2]["timeline"][
+        out["points"][2]["timeline"].index(
+            next(line for line in out["points"][2]["timeline"] if line.startswith("parser "))
+        )
+        + 1
+    ]
+    assert re.search(r"coding [\d:]+, (queued|merging) [\d:]+, .*coding [\d:]+$", said), said
     assert all(sign == "✓" for sign, _, _ in cells(end).values())
-    ends = {line.split()[0]: line for line in out["points"][2]["timeline"][4::2]}
+    ends = {line.split()[0]: line for line in out["points"][-1]["timeline"][4::2]}
     assert all(re.search(r"M\s+done$", line) for line in ends.values()), ends
     assert out["opened"] == str(repo.parent / "calc.flowd" / "calc" / "parser")
