@@ -21,7 +21,7 @@ def test_every_contract_event_type_is_known() -> None:
         "GateResult", "PerimeterViolation", "TaskOwnsViolation", "StoryMerged", "MergeRolledBack",
         "StoryJudged", "BudgetExceeded", "StoryPaused", "StoryAnswered", "Info",
         "WorktreePrepared", "GateFlaky", "MergeRevision", "RevisionRequested",
-        "LanePlaced",
+        "LanePlaced", "MergeBatchStarted", "MergeBatchResult", "MergeBisect",
     }  # fmt: skip
     assert contract == EVENT_TYPES
 

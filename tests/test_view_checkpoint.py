@@ -29,10 +29,12 @@ from flowd.trace.events import Info, TaskCompleted, TaskStarted
 from flowd.trace.fastfold import fold_lines
 from flowd.trace.log import TraceFollower, TraceWriter, fold_trace
 from flowd.trace.view import (
+    BatchView,
     CloneView,
     FlakyGate,
     LaneView,
     PauseView,
+    PhaseSpan,
     RunView,
     TaskView,
     Totals,
@@ -332,15 +334,17 @@ def test_the_state_round_trips_every_field(tmp_path: Path) -> None:
 # flowd/trace/checkpoint.py (nested dataclasses, types it can check) before it is added here.
 FIELDS = {
     RunView: "run_id epic_id epic_branch plan status started_at ended_at concurrency reason budget_usd "
-    "budget_exceeded lanes clones exclusions totals flaky_gates pauses pause_on raised_usd "
-    "lane_raised_usd last_seq pricer",
+    "budget_exceeded lanes clones exclusions totals flaky_gates batches pauses pause_on raised_usd "
+    "lane_raised_usd depends last_seq pricer",
     LaneView: "lane title status reason executor clone current tasks tokens cost_usd estimated "
-    "task_count flaky merge_revision node",
+    "task_count flaky merge_revision node port ports started_at ended_at merged_at phases batch",
     TaskView: "index title state satisfies parallel executor clone",
     CloneView: "executor clone role label held borrowed",
     PauseView: "reason question options",
     Totals: "tokens cost_usd estimated_tokens unpriced_tokens requests",
     FlakyGate: "lane where gate attempts",
+    PhaseSpan: "phase start end",
+    BatchView: "batch lanes base ok duration_ms bisections culprits",
 }
 
 

@@ -67,6 +67,8 @@ def lane_row(view: RunView, lane: LaneView) -> list[Text | str]:
         Text(lane.lane, style="bold"),
         Text(lane.status, style=STATUS_STYLE.get(lane.status, "")),
         executor,
+        lane.ports
+        or (str(lane.port) if lane.port is not None else ""),  # FLOWD_PORTS (docs/worktree-bootstrap.md)
         Text(where, no_wrap=True, overflow="ellipsis"),
         f"{lane.tokens:,}" if lane.tokens else "",
         money(lane.cost_usd, lane.estimated) if lane.cost_usd is not None else "",
@@ -76,7 +78,7 @@ def lane_row(view: RunView, lane: LaneView) -> list[Text | str]:
 def render_run(view: RunView) -> Group:
     table = Table(box=None, pad_edge=False, show_edge=False, expand=False)
     rows = [lane_row(view, lane) for lane in view.lanes.values()]
-    headers = ("lane", "status", "clone", "task", "tokens", "cost")
+    headers = ("lane", "status", "clone", "ports", "task", "tokens", "cost")
     for number, header in enumerate(headers):
         if header == "task":
             # In a narrow terminal only the task text gives way (its cells end in "…").
@@ -139,12 +141,12 @@ def plain_run(view: RunView) -> list[str]:
         [cell.plain if isinstance(cell, Text) else cell for cell in lane_row(view, lane)]
         for lane in view.lanes.values()
     ]
-    headers = ["lane", "status", "clone", "task", "tokens", "cost"]
+    headers = ["lane", "status", "clone", "ports", "task", "tokens", "cost"]
     widths = [max(len(r[i]) for r in [headers, *rows]) for i in range(len(headers))]
 
     def line(cells: list[str]) -> str:
         out = [
-            c.rjust(w) if i >= 4 else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+            c.rjust(w) if i >= 5 else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=True))
         ]
         return "  ".join(out).rstrip()
 
@@ -245,6 +247,30 @@ def _pause_line(view: RunView, event: object) -> str | None:
     if isinstance(event, StoryAnswered):
         return f"{event.lane or 'run'}: answered ({event.by}): {_one_line(event.answer)}"
     return None
+
+
+class PlainProgress:
+    """`plain_lines` for one run's stream, with one memory: a perimeter event that says what the
+    lane's previous line already said (the same paths flagged twice in a row, as the watcher sees
+    them again on its next pass) prints once. Any other line of the lane ends the repeat."""
+
+    def __init__(self) -> None:
+        self._said: dict[str, str] = {}  # lane → its last perimeter line, while nothing else came
+
+    def lines(self, view: RunView, envelope: Envelope) -> list[str]:
+        event = envelope.event
+        out = plain_lines(view, envelope)
+        lane = getattr(event, "lane", None) or getattr(event, "story", None)
+        if not out or not isinstance(lane, str):
+            return out
+        if not isinstance(event, PerimeterViolation):
+            self._said.pop(lane, None)
+            return out
+        said = _lane_line(view, event) or ""
+        if self._said.get(lane) == said:
+            return []
+        self._said[lane] = said
+        return out
 
 
 def plain_lines(view: RunView, envelope: Envelope) -> list[str]:

@@ -285,6 +285,7 @@ class _Session:
                 titles={s.id: s.title for s in plan.stories},
                 budget_usd=setup.budget_usd,
                 pause_on=self.pause_on,
+                depends_on={s.id: list(s.depends_on) for s in plan.stories},
             )
         )
         for event in self.recovered:
@@ -365,7 +366,7 @@ class _Session:
             earlier = []
         report = build_report(setup.plan, view, notes, earlier)
         with contextlib.suppress(OSError):
-            write_report(setup.paths, report)
+            write_report(setup.paths, report, view)
         try:
             write_run_record(
                 repo.root, self.record.model_copy(update={"ended_at": iso(), "outcome": outcome})

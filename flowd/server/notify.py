@@ -162,10 +162,13 @@ def notes_for(view: RunView, event: Event) -> list[Note]:
         ExecutorResumed,
         GateFlaky,
         LanePlaced,
+        MergeBatchStarted,
         MergeRevision,
+        MergeRolledBack,
         PerimeterViolation,
         RunEnded,
         RunStarted,
+        StageStarted,
         StoryStatusChanged,
         TaskCompleted,
         TasksPlanned,
@@ -204,6 +207,11 @@ def notes_for(view: RunView, event: Event) -> list[Note]:
         return [cost_note(view, transition=True)]
     if isinstance(event, PerimeterViolation) and event.action == "restored":
         return [repair_note(view, event)]
+    # The merge train (docs/merging.md): `queued`, `merging` with its batch, back to `active`.
+    if isinstance(event, MergeBatchStarted):
+        return [note for lane in event.lanes for note in _lane(view, lane)]
+    if isinstance(event, StageStarted | MergeRolledBack) and event.lane is not None:
+        return _lane(view, event.lane)
     if isinstance(event, GateFlaky | MergeRevision):
         return _lane(view, event.lane)  # a transition: `flaky`/`mergeRevision` changed its signature
     return []

@@ -73,6 +73,10 @@ class Settings(StrictWireModel):
     # docs/revisions.md: a red merge goes back to the story's coder; a red gate is run again.
     merge_revision_rounds: int = Field(default=1, ge=0, le=10)
     gate_retries: int = Field(default=1, ge=0, le=5)
+    # docs/merging.md: the merge train. Most stories gated together (1: one at a time, 0: auto) and
+    # candidate gate runs at once (speculation; 0: auto).
+    merge_batch: int = Field(default=0, ge=0, le=64)
+    merge_concurrency: int = Field(default=0, ge=0, le=16)
     fail_fast: bool = False
     budget_usd: float | None = Field(default=None, gt=0)
     story_budget_usd: float | None = Field(default=None, gt=0)

@@ -29,10 +29,12 @@ from typing import Any
 import orjson
 
 from flowd.trace.view import (
+    BatchView,
     CloneView,
     FlakyGate,
     LaneView,
     PauseView,
+    PhaseSpan,
     Pricer,
     RunView,
     TaskView,
@@ -115,9 +117,10 @@ _NESTED: dict[type, dict[str, tuple[str, type]]] = {
         "clones": ("dict", CloneView),
         "totals": ("one", Totals),
         "flaky_gates": ("list", FlakyGate),
+        "batches": ("list", BatchView),
         "pauses": ("pairs", PauseView),  # keyed by lane or None (the run's own pause)
     },
-    LaneView: {"tasks": ("list", TaskView)},
+    LaneView: {"tasks": ("list", TaskView), "phases": ("list", PhaseSpan)},
 }
 _SKIPPED = frozenset({"pricer", "run_id"})  # the reader's own
 

@@ -63,6 +63,8 @@ class RunStarted(WireModel):
     budget_usd: float | None = None
     # What waits for an answer instead of halting (docs/answers.md); a resumed run keeps it.
     pause_on: list[str] | None = None
+    # Each story's dependencies, for the epic graph (docs/graph.md); absent in older traces.
+    depends_on: dict[str, list[str]] | None = None
 
 
 class RunEnded(WireModel):
@@ -251,6 +253,35 @@ class MergeRolledBack(WireModel):
     reason: str
 
 
+class MergeBatchStarted(WireModel):
+    """The merge train gates a candidate (docs/merging.md): `lanes` merged in this order onto `base`
+    (the epic commit it builds on; a speculative candidate builds on the one in flight)."""
+
+    type: Literal["MergeBatchStarted"] = "MergeBatchStarted"
+    batch: int
+    lanes: list[str]
+    base: str
+
+
+class MergeBatchResult(WireModel):
+    """The epic gates' verdict on a batch's candidate, reruns included (docs/merging.md)."""
+
+    type: Literal["MergeBatchResult"] = "MergeBatchResult"
+    batch: int
+    ok: bool
+    duration_ms: int
+
+
+class MergeBisect(WireModel):
+    """A red batch is bisected (docs/merging.md): `lanes` are gated next on their own; `culprit`
+    names a story found red alone (then `lanes` is just it)."""
+
+    type: Literal["MergeBisect"] = "MergeBisect"
+    batch: int
+    lanes: list[str]
+    culprit: str | None = None
+
+
 class StoryJudged(WireModel):
     type: Literal["StoryJudged"] = "StoryJudged"
     lane: str
@@ -359,6 +390,9 @@ Event = Annotated[
     | StoryAnswered
     | RevisionRequested
     | LanePlaced
+    | MergeBatchStarted
+    | MergeBatchResult
+    | MergeBisect
     | Info,
     Field(discriminator="type"),
 ]
@@ -372,6 +406,7 @@ EVENT_CLASSES: dict[str, type[WireModel]] = {
         GateResult, PerimeterViolation, TaskOwnsViolation, StoryMerged, MergeRolledBack,
         StoryJudged, BudgetExceeded, StoryPaused, StoryAnswered, Info,
         WorktreePrepared, GateFlaky, MergeRevision, RevisionRequested, LanePlaced,
+        MergeBatchStarted, MergeBatchResult, MergeBisect,
     )
 }  # fmt: skip
 EVENT_TYPES: frozenset[str] = frozenset(EVENT_CLASSES)

@@ -155,11 +155,14 @@ export function laneNode(run: RunEntry, lane: LaneEntry): TreeNode {
   const label = lane.title && lane.title !== lane.lane ? `${lane.lane} — ${lane.title}` : lane.lane;
   const revision = lane.mergeRevision ? `merge revision ${lane.mergeRevision}` : "";
   const flaky = lane.flaky ? `flaky gates: ${lane.flaky}` : "";
+  // The lane's FLOWD_PORT/FLOWD_PORTS once its worktree is prepared (docs/worktree-bootstrap.md).
+  const ports = lane.ports ? `ports ${lane.ports}` : lane.port !== undefined ? `port ${lane.port}` : "";
   const tooltip = [
     `${lane.lane}: ${lane.title}`,
     `Status: ${lane.status}${lane.reason ? ` (${lane.reason})` : ""}`,
     coder ? `Coder: ${coder}` : "",
     lane.node ? `Node: ${lane.node}` : "",
+    ports ? `Ports: ${lane.ports ?? lane.port} (FLOWD_PORT ${lane.port ?? "?"}, FLOWD_PORTS ${lane.ports ?? "?"})` : "",
     lane.task ? `Task ${lane.task.index}/${lane.task.count}: ${lane.task.title}` : "",
     `Tokens: ${lane.tokens}${lane.estimated ? " (estimated)" : ""}`,
     lane.costUsd !== undefined ? `Cost: ${laneCost(lane.costUsd, lane.estimated)}` : "",
@@ -170,7 +173,7 @@ export function laneNode(run: RunEntry, lane: LaneEntry): TreeNode {
     id: `lane:${run.runId}:${lane.lane}`,
     kind: "lane",
     label,
-    description: join(lane.status, coder, node, task, tokens, laneCost(lane.costUsd, lane.estimated), revision, flaky),
+    description: join(lane.status, coder, node, task, tokens, laneCost(lane.costUsd, lane.estimated), ports, revision, flaky),
     tooltip: tooltip.join("\n"),
     icon: LANE_ICON[lane.status] ?? { id: "circle-outline" },
     contextValue: "lane",

@@ -1,3 +1,4 @@
+import { SHOW_GRAPH } from "../src/graphView";
 import assert from "node:assert/strict";
 import * as fs from "node:fs";
 import * as os from "node:os";
@@ -327,10 +328,10 @@ describe("registration", () => {
       contributes: { commands: { command: string }[] };
       activationEvents: string[];
     };
-    // Registered beside its comment controller in extension.ts (see activate.test.ts).
+    // Registered beside its comment controller and the graph panel in extension.ts (see activate.test.ts).
     const contributed = manifest.contributes.commands
       .map((c) => c.command)
-      .filter((id) => id !== ADD_REVISION_COMMAND)
+      .filter((id) => id !== ADD_REVISION_COMMAND && id !== SHOW_GRAPH)
       .sort();
     assert.deepEqual(ids.filter((id) => id.startsWith("flowd.")).sort(), contributed);
     for (const id of ["flowd.launchEpic", "flowd.cancelRun", "flowd.resumeRun", "flowd.validatePlan", "flowd.showCostReport", "flowd.draftPlan"]) {

@@ -102,6 +102,10 @@ local function runs_newest_first(s)
   return list
 end
 
+local function graph_changed(client_id, run_id)
+  require("flowd.graph").changed(M, client_id, run_id)
+end
+
 local function put_lane(s, p)
   local lanes = s.lanes[p.runId]
   if not lanes then
@@ -146,6 +150,7 @@ handlers[N.run] = function(_, p, ctx)
   elseif not before and p.status == "running" then
     notify(("epic %s running (run %s)"):format(p.epicId, p.runId))
   end
+  graph_changed(ctx.client_id, p.runId)
   redraw()
 end
 
@@ -163,10 +168,11 @@ handlers[N.lane] = function(_, p, ctx)
   if (p.flaky or 0) > ((before or {}).flaky or 0) then
     notify(("%s: flaky gates: %d (green only on a rerun; not charged)"):format(p.lane, p.flaky))
   end
+  graph_changed(ctx.client_id, p.runId)
   redraw()
 end
 
-handlers[N.task] = function() end
+handlers[N.task] = function(_, p, ctx) graph_changed(ctx.client_id, p.runId) end
 
 handlers[N.clone] = function(_, p)
   if p.state == "excluded" then
@@ -304,9 +310,21 @@ local function execute(command, argument, on_result)
   request("workspace/executeCommand", { command = command, arguments = { argument } }, on_result)
 end
 
--- For the plugin's other modules (flowd/revise.lua).
+-- For the plugin's other modules (flowd/revise.lua, flowd/graph.lua).
 M.execute = execute
 M.say = function(msg, level) notify(msg, level) end
+
+--- What the server said of run `run_id` (flow/run params), or nil.
+function M.run_of(client_id, run_id) return st(client_id).runs[run_id] end
+
+--- The run :FlowGraph shows by default: the newest running one, else the newest.
+function M.default_run(client_id)
+  local runs = runs_newest_first(st(client_id))
+  for _, run in ipairs(runs) do
+    if ACTIVE[run.status] then return run.runId end
+  end
+  return runs[1] and runs[1].runId
+end
 
 -- -- statusline and lanes --------------------------------------------------------------------------
 
@@ -373,7 +391,8 @@ function M.lane_lines(client_id)
       if l.node then who = who .. " @" .. l.node end -- a lane on a cluster node (docs/scale-out.md)
       local task = l.task and ("task %d/%d %s"):format(l.task.index, l.task.count, l.task.title) or "-"
       local tokens = ("%s%d tok"):format(l.estimated and "~" or "", l.tokens or 0)
-      local extra = (l.mergeRevision and ("  merge revision " .. l.mergeRevision) or "")
+      local extra = (l.port and ("  port " .. (l.ports or l.port)) or "")
+        .. (l.mergeRevision and ("  merge revision " .. l.mergeRevision) or "")
         .. (l.flaky and ("  flaky gates: " .. l.flaky) or "")
       table.insert(lines, ("  %-12s %-9s %-12s %-40s %12s %8s%s"):format(l.lane, l.status, who, task, tokens,
         money(l.costUsd), extra))
@@ -549,6 +568,7 @@ local COMMANDS = {
   FlowCost = { function() M.cost() end, {} },
   FlowValidate = { function(o) M.validate(o.args) end, { nargs = "?", complete = "file" } },
   FlowLanes = { function() M.lanes() end, {} },
+  FlowGraph = { function(o) require("flowd.graph").show(M, o.args) end, { nargs = "?" } },
   FlowAnswer = { function(o) M.answer(o.args) end, { nargs = "?" } },
   FlowRevise = { function(o) require("flowd.revise").revise(M, o.args) end, { nargs = "*" } },
 }
