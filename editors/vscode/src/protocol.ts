@@ -208,7 +208,7 @@ export interface LaunchArgs {
   concurrency?: number;
   failFast?: boolean;
   budgetUsd?: number;
-  pauseOn?: ("budget" | "blocked" | "noExecutor")[];
+  pauseOn?: ("budget" | "blocked" | "noExecutor" | "merge")[];
 }
 
 export interface LaunchResult {
