@@ -62,14 +62,23 @@ def test_no_import_cycles() -> None:
 # models of plans and events, and itself; the shell stands on it, never the other way round.
 CORE_MAY_IMPORT = (
     "flowd.engine.core",
-    "flowd.events",
+    "flowd.trace.events",
     "flowd.plan.model",
     "flowd.plan.graph",
     "flowd.tasks.model",  # a story's task plan: plain models, like the story plan's
-    "flowd.errors",
+    "flowd.base.errors",
 )
 # What loading those brings along: the packages' own `__init__`s and the pure modules they load.
-CORE_MAY_LOAD = (*CORE_MAY_IMPORT, "flowd.wire", "flowd.paths", "flowd.plan", "flowd.tasks", "flowd.engine")
+CORE_MAY_LOAD = (
+    *CORE_MAY_IMPORT,
+    "flowd.base",
+    "flowd.trace",
+    "flowd.base.wire",
+    "flowd.base.paths",
+    "flowd.plan",
+    "flowd.tasks",
+    "flowd.engine",
+)
 SHELL = (
     "flowd.engine.story",
     "flowd.engine.runner",
@@ -78,11 +87,11 @@ SHELL = (
     "flowd.engine.context",
     "flowd.engine.state",
     "flowd.agents",
-    "flowd.roster",
-    "flowd.gitops",
+    "flowd.roster.pool",
+    "flowd.vcs.gitops",
     "flowd.server",
-    "flowd.config",
-    "flowd.trace",
+    "flowd.store.config",
+    "flowd.trace.log",
     "flowd.plan.draft",
 )
 

@@ -19,9 +19,9 @@ from zoneinfo import ZoneInfo
 
 from pydantic import Field, PrivateAttr
 
+from flowd.base.wire import WireModel
 from flowd.cost.prices import UNITS_PER_USD, Prices, prices_as_of, to_units, usd_of
 from flowd.cost.samples import UNKNOWN_MODEL, Sample, ScanStats
-from flowd.wire import WireModel
 
 SCHEMA_VERSION = 1
 DAYS_PER_MONTH = 30

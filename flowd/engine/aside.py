@@ -19,16 +19,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from flowd.agents.base import AgentError, TurnRequest, TurnResult
+from flowd.base.errors import FlowdError
 from flowd.engine import prompts
 from flowd.engine.bootstrap import describe_prepared, prepare_lane
 from flowd.engine.context import RunContext
 from flowd.engine.core.stops import BudgetHalt, Halt, StoryFailed, StoryWaiting
 from flowd.engine.gates import run_command
 from flowd.engine.taskbody import Seat
-from flowd.errors import FlowdError
-from flowd.events import Info
-from flowd.roster import Lease
+from flowd.roster.pool import Lease
 from flowd.tasks.parsing import TaskNode, ready_tasks, task_nodes
+from flowd.trace.events import Info
 
 if TYPE_CHECKING:
     from flowd.engine.taskloop import TaskLoop

@@ -18,11 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from flowd.config import Settings
+from flowd.base.errors import InputError
 from flowd.engine.core.ports import LanePorts, ceiling_problem
-from flowd.errors import InputError
-from flowd.gitops import Repo, mark_bootstrapped
-from flowd.worktreeinclude import describe, escapes
+from flowd.store.config import Settings
+from flowd.vcs.gitops import Repo, mark_bootstrapped
+from flowd.vcs.worktreeinclude import describe, escapes
 
 if TYPE_CHECKING:
     from flowd.engine.context import RunContext

@@ -18,14 +18,16 @@ from flowd.agents.base import (
     TurnUsage,
     estimate_tokens,
 )
-from flowd.config import Settings
 from flowd.engine.core.budget import BudgetLimits, BudgetSpent, budget_spent
 from flowd.engine.core.ports import PortSlots
 from flowd.engine.core.stops import BudgetHalt
 from flowd.engine.gates import CommandRun, run_gates
 from flowd.engine.review import ReviewQueue
 from flowd.engine.state import EpicPaths
-from flowd.events import (
+from flowd.plan.model import StoryPlan
+from flowd.roster.pool import Lease, LeaseInfo, RosterPool
+from flowd.store.config import Settings
+from flowd.trace.events import (
     AssistantMessage,
     BudgetExceeded,
     Event,
@@ -36,10 +38,8 @@ from flowd.events import (
     ToolUse,
     Usage,
 )
-from flowd.gitops import Repo
-from flowd.plan.model import StoryPlan
-from flowd.roster import Lease, LeaseInfo, RosterPool
-from flowd.view import RunView
+from flowd.trace.view import RunView
+from flowd.vcs.gitops import Repo
 
 if TYPE_CHECKING:
     from flowd.engine.pauses import PauseDesk

@@ -26,6 +26,7 @@ import asyncio
 from pathlib import Path
 from typing import cast
 
+from flowd.base.fsio import write_text_atomic
 from flowd.engine import prompts
 from flowd.engine.context import RunContext
 from flowd.engine.core.approval import ApprovalRefused, Approve, Effect, effect_name, read_approval
@@ -45,12 +46,11 @@ from flowd.engine.core.pause import (
 from flowd.engine.core.scheduler import Answered, Paused
 from flowd.engine.reopen import reopen_with_revision
 from flowd.engine.state import EpicPaths, load_state, save_state
-from flowd.events import AnswerEffect, StoryAnswered, StoryPaused
-from flowd.fsio import write_text_atomic
-from flowd.inbox import Answer, By, Reply
+from flowd.store.inbox import Answer, By, Reply
 from flowd.tasks.checkpoint import parse_checkpoint
-from flowd.trace import fold_trace, list_runs, trace_path
-from flowd.view import PauseView, Pricer, RunView, reported_cost
+from flowd.trace.events import AnswerEffect, StoryAnswered, StoryPaused
+from flowd.trace.log import fold_trace, list_runs, trace_path
+from flowd.trace.view import PauseView, Pricer, RunView, reported_cost
 
 
 def answers_file(paths: EpicPaths, story: str) -> Path:

@@ -18,14 +18,14 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
+from flowd.base.errors import FlowdError
 from flowd.engine.core.revision import REVIEW_COMMENT, with_task
 from flowd.engine.core.revisions import Refusal, Requested, RevisionFacts, admit, marker, owed
 from flowd.engine.state import load_state
-from flowd.errors import FlowdError
-from flowd.events import Info, RevisionRequested, parse_line
-from flowd.inbox import Reply, Revision
+from flowd.store.inbox import Reply, Revision
 from flowd.tasks.model import TaskPlan
-from flowd.trace import list_runs, trace_path
+from flowd.trace.events import Info, RevisionRequested, parse_line
+from flowd.trace.log import list_runs, trace_path
 
 if TYPE_CHECKING:  # the context holds the run's ReviewQueue
     from flowd.engine.context import RunContext

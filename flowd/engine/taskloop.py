@@ -10,16 +10,23 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from flowd.base.fsio import write_text_atomic
 from flowd.engine import prompts
 from flowd.engine.aside import TaskGraph
 from flowd.engine.context import HeldCoder, RunContext
 from flowd.engine.core.revision import with_revision
 from flowd.engine.core.stops import StoryFailed, StoryWaiting
 from flowd.engine.reopen import revision_description
+from flowd.engine.replies import Verdict, parse_task_plan, parse_verdict
 from flowd.engine.review import append_revisions
 from flowd.engine.state import append_findings
 from flowd.engine.taskbody import Seat, TaskBody, clip, issues_text
-from flowd.events import (
+from flowd.plan.model import Story
+from flowd.roster.pool import Lease
+from flowd.tasks.checkpoint import parse_checkpoint, render_checkpoint
+from flowd.tasks.model import Task, TaskPlan
+from flowd.tasks.parsing import depends_on, has_parallel_tasks, owns, satisfies
+from flowd.trace.events import (
     Info,
     JudgeIssue,
     PlannedTask,
@@ -30,13 +37,6 @@ from flowd.events import (
     TasksPlanned,
     TaskStarted,
 )
-from flowd.fsio import write_text_atomic
-from flowd.plan.model import Story
-from flowd.replies import Verdict, parse_task_plan, parse_verdict
-from flowd.roster import Lease
-from flowd.tasks.checkpoint import parse_checkpoint, render_checkpoint
-from flowd.tasks.model import Task, TaskPlan
-from flowd.tasks.parsing import depends_on, has_parallel_tasks, owns, satisfies
 
 __all__ = ["StoryFailed", "StoryWaiting", "TaskLoop"]
 

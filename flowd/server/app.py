@@ -22,21 +22,21 @@ from pygls.lsp.server import LanguageServer
 from pygls.uris import to_fs_path
 
 from flowd import __version__
-from flowd.errors import FlowdError
-from flowd.gitops import Repo
+from flowd.base.errors import FlowdError
 from flowd.server import diagnostics as diag
 from flowd.server.jsonrpc import FlowProtocol
 from flowd.server.notify import Pacer
 from flowd.server.runs import RunHooks, RunManager, Tracked
 from flowd.server.watch import WorktreeWatches
+from flowd.vcs.gitops import Repo
 
 if TYPE_CHECKING:
     # Modules built on pydantic (plans, events, views, params) load on first use, after
     # `initialize` has been answered (docs/performance.md).
-    from flowd.events import Envelope
     from flowd.plan.model import StoryPlan
     from flowd.server.features import Feature
-    from flowd.view import Pricer
+    from flowd.trace.events import Envelope
+    from flowd.trace.view import Pricer
 
 log = logging.getLogger(__name__)
 
@@ -132,11 +132,11 @@ class FlowServer(LanguageServer, RunHooks):
         return Path.cwd()
 
     def _pricer(self) -> Pricer:
-        from flowd.view import reported_cost
+        from flowd.trace.view import reported_cost
 
         try:
-            from flowd.config import load_settings
             from flowd.cost.prices import pricer
+            from flowd.store.config import load_settings
 
             assert self.repo is not None
             return pricer(load_settings(self.repo.root))

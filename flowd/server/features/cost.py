@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from pygls.exceptions import JsonRpcInvalidParams
 
 from flowd import protocol
-from flowd.errors import InputError
+from flowd.base.errors import InputError
 from flowd.server.features import Feature
 
 if TYPE_CHECKING:

@@ -26,7 +26,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from flowd.errors import EXIT_FAILED, FlowdError, InputError
+from flowd.base.errors import EXIT_FAILED, FlowdError, InputError
 
 FLOW_DIR = ".flow/"
 
