@@ -166,6 +166,8 @@ def notes_for(view: RunView, event: Event) -> list[Note]:
         PerimeterViolation,
         RunEnded,
         RunStarted,
+        StoryAnswered,
+        StoryPaused,
         StoryStatusChanged,
         TaskCompleted,
         TasksPlanned,
@@ -204,6 +206,9 @@ def notes_for(view: RunView, event: Event) -> list[Note]:
         return [cost_note(view, transition=True)]
     if isinstance(event, PerimeterViolation) and event.action == "restored":
         return [repair_note(view, event)]
+    if isinstance(event, StoryPaused | StoryAnswered):
+        # The run may be `paused` now (or no longer): the pause comes after its story's status.
+        return [run_note(view)]
     if isinstance(event, GateFlaky | MergeRevision):
         return _lane(view, event.lane)  # a transition: `flaky`/`mergeRevision` changed its signature
     return []
