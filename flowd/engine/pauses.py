@@ -48,7 +48,7 @@ from flowd.engine.reopen import reopen_with_revision
 from flowd.engine.state import EpicPaths, load_state, save_state
 from flowd.store.inbox import Answer, By, Reply
 from flowd.tasks.checkpoint import parse_checkpoint
-from flowd.trace.events import AnswerEffect, StoryAnswered, StoryPaused
+from flowd.trace.events import AnswerEffect, StoryAnswered, StoryPaused, StoryStatusChanged
 from flowd.trace.log import fold_trace, list_runs, trace_path
 from flowd.trace.view import PauseView, Pricer, RunView, reported_cost
 
@@ -105,6 +105,8 @@ class PauseDesk:
             if lane is not None and ctx.plan.story(lane) is None:
                 continue
             if not mine:
+                if reason == "merge" and lane is not None:  # its lane reads `ready` in this run too
+                    ctx.emit(StoryStatusChanged(story=lane, status="ready", reason="waiting for approval"))
                 ctx.emit(
                     StoryPaused(lane=lane, reason=reason, question=pause.question, options=pause.options)
                 )

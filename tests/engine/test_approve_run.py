@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import subprocess
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -142,26 +141,60 @@ def test_a_run_killed_while_waiting_for_approval_stays_waiting(tmp_path: Path) -
     assert epic_text(sc, "a.txt") == "hello\n"
 
 
-def test_an_approved_story_killed_before_its_merge_merges_without_asking(tmp_path: Path) -> None:
-    sc = approve_scenario(tmp_path)
-    settings: dict[str, Any] = {}
+def test_an_approved_story_killed_in_its_merge_merges_on_resume_without_asking(tmp_path: Path) -> None:
+    # The epic gate (only in the `_epic` worktree) waits for `go`: the run is killed while the
+    # approved story's merge is behind its gates.
+    go = tmp_path / "go"
+    gate = f'test "$(basename "$(pwd)")" != _epic && exit 0; while [ ! -e {go} ]; do sleep 0.05; done'
+    sc = Scenario.create(
+        tmp_path,
+        [story("a", ["a.txt"])],
+        [coder("a", {"a.txt": "hello\n"})],
+        settings=f"gates = [{json.dumps(gate)}]\njudgeRounds = 0\nmaxReviewRounds = 1\n",
+    )
     first = sc.spawn("--pause-on", "merge", "--run-id", "r4")
     seen: list[Event] = []
     try:
         read_until(first, seen, "StoryPaused")
         assert answer(sc, "r4", "--story", "a", "approve").returncode == 0
-        read_until(first, seen, "StoryMerged")
+        while True:
+            started = read_until(first, seen, "StageStarted")
+            if started["stage"] == "story a: merge":
+                break
     finally:
         kill_group(first)
     state = json.loads((sc.repo / ".flow/epics/ep/stories/a.json").read_text(encoding="utf-8"))
-    settings["approved"] = state.get("approved")
-    assert settings["approved"] == 1
-    # Without `merge` the rest simply merges.
-    second = sc.spawn("--run-id", "r5", "--pause-on", "")
+    assert state["approved"] == 1 and state["status"] != "merged"
+    go.write_text("", encoding="utf-8")
+    second = sc.spawn("--run-id", "r4")
     again: list[Event] = []
     try:
         assert finish(second, again) == 0
     finally:
         kill_group(second)
-    assert not of(again, "StoryPaused")
-    assert sc.merge_commits() == ["ep: merge story b", "ep: merge story a"]
+    assert not of(again, "StoryPaused")  # approved once: not asked again
+    assert not of(again, "TaskStarted", "a")
+    assert sc.merge_commits() == ["ep: merge story a"]
+    assert epic_text(sc, "a.txt") == "hello\n"
+
+
+def test_a_new_run_of_the_epic_asks_again_for_the_approval_its_killed_run_left(tmp_path: Path) -> None:
+    sc = Scenario.create(tmp_path, [story("a", ["a.txt"])], [coder("a", {"a.txt": "hello\n"})])
+    first = sc.spawn("--pause-on", "merge", "--run-id", "r6")
+    seen: list[Event] = []
+    try:
+        read_until(first, seen, "StoryPaused")
+    finally:
+        kill_group(first)
+    second = sc.spawn("--run-id", "r7")  # as `flowd run` again or the editor's resume
+    again: list[Event] = []
+    try:
+        asked = read_until(second, again, "StoryPaused")
+        assert asked["lane"] == "a" and asked["reason"] == "merge"
+        assert lane_status(sc, "r7", "a") == "ready"
+        assert answer(sc, "r7", "--story", "a", "approve").returncode == 0
+        assert finish(second, again) == 0
+    finally:
+        kill_group(second)
+    assert not of(again, "TaskStarted", "a")
+    assert epic_text(sc, "a.txt") == "hello\n"
