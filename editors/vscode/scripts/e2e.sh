@@ -19,5 +19,7 @@ echo "== package"
 npm run --silent package >/dev/null
 echo "== e2e"
 node scripts/build.mjs --e2e
+# One journey at a time (each starts its own code-server and chromium); run.js first, since it
+# clears the screenshot directory.
 CODE_SERVER_ENTRY="$entry" VSIX="$PWD/dist/flowd.vsix" SHOTS="$PWD/out/e2e/screenshots" \
-  node --test --test-reporter=spec out/e2e/run.js
+  node --test --test-concurrency=1 --test-reporter=spec out/e2e/run.js out/e2e/approve.js

@@ -79,10 +79,11 @@ export async function reviewStory(ctx: CommandContext, arg?: unknown): Promise<s
     return [];
   }
   const files = changedFiles(worktree, base);
+  // [label, epic side, story side]: an added file has no epic side, a deleted one no story side.
   const resources = files.map((f) => {
     const mine = vscode.Uri.file(path.join(worktree, f.path));
-    const theirs = vscode.Uri.parse(baseUri(worktree, base, f.status === "A" ? f.path : f.basePath));
-    return [mine, theirs, mine];
+    const theirs = f.status === "A" ? undefined : vscode.Uri.parse(baseUri(worktree, base, f.basePath));
+    return [mine, theirs, f.status === "D" ? undefined : mine];
   });
   const title = `Story ${target.story} against ${epicBranch(run.epicId)}`;
   await vscode.commands.executeCommand("vscode.changes", title, resources);

@@ -161,7 +161,8 @@ if (!WIRE) {
       const changes = stub.recorded.executed.find((e) => e.command === "vscode.changes");
       assert.ok(changes, "vscode.changes was opened");
       assert.equal(changes.args[0], "Story a against epic/ok");
-      const [[mine, theirs]] = changes.args[1] as stub.Uri[][];
+      const [[mine, theirs, modified]] = changes.args[1] as stub.Uri[][];
+      assert.equal(modified, mine);
       const worktree = path.join(tmp, "app.flowd", "ok", "a");
       assert.equal(mine.fsPath, path.join(worktree, "a.txt"));
       assert.equal(fs.readFileSync(mine.fsPath, "utf8"), "quiet\n");
