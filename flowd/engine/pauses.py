@@ -29,7 +29,14 @@ from typing import cast
 from flowd.base.fsio import write_text_atomic
 from flowd.engine import prompts
 from flowd.engine.context import RunContext
-from flowd.engine.core.approval import ApprovalRefused, Approve, Effect, effect_name, read_approval
+from flowd.engine.core.approval import (
+    ApprovalRefused,
+    Approve,
+    Effect,
+    effect_name,
+    on_review_comment,
+    read_approval,
+)
 from flowd.engine.core.pause import (
     PAUSE_REASONS,
     AnswerRefused,
@@ -179,12 +186,11 @@ class PauseDesk:
         self._close(story, True)
         return Reply(ok=True, message=f"Answered the merge approval of story {story}: {then}.")
 
-    def send_back(self, story: str, by: str, where: str) -> str:
+    def send_back(self, story: str, by: By, where: str) -> str:
         """A review comment (already queued) on a story waiting for approval: it goes back to its
         coder now (engine/core/approval.py, `on_review_comment`). Returns what happens, for the reply."""
-        self.ctx.emit(
-            StoryAnswered(lane=story, answer=f"review comment on {where}", by=cast(By, by), effect="revise")
-        )
+        effect = effect_name(on_review_comment())
+        self.ctx.emit(StoryAnswered(lane=story, answer=f"review comment on {where}", by=by, effect=effect))
         self._close(story, True)
         return f"Story {story} goes back to its coder for the revision on {where}; it asks for approval again when that is done."
 
