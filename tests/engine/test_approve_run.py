@@ -198,3 +198,21 @@ def test_a_new_run_of_the_epic_asks_again_for_the_approval_its_killed_run_left(t
         kill_group(second)
     assert not of(again, "TaskStarted", "a")
     assert epic_text(sc, "a.txt") == "hello\n"
+
+
+def test_resumed_without_merge_in_pause_on_a_waiting_story_merges(tmp_path: Path) -> None:
+    sc = Scenario.create(tmp_path, [story("a", ["a.txt"])], [coder("a", {"a.txt": "hello\n"})])
+    first = sc.spawn("--pause-on", "merge", "--run-id", "r8")
+    seen: list[Event] = []
+    try:
+        read_until(first, seen, "StoryPaused")
+    finally:
+        kill_group(first)
+    second = sc.spawn("--run-id", "r8", "--pause-on", "")  # the user no longer wants to approve
+    again: list[Event] = []
+    try:
+        assert finish(second, again) == 0
+    finally:
+        kill_group(second)
+    assert not of(again, "StoryPaused")
+    assert epic_text(sc, "a.txt") == "hello\n"
