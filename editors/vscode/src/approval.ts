@@ -18,10 +18,10 @@ export const REVIEW_DIFF_ITEM = "Review Diff";
 type PauseReason = NonNullable<LaunchArgs["pauseOn"]>[number];
 
 /** What `flow.launchEpic` passes as `pauseOn`: the `flowd.pauseOn` setting, plus `merge` when
- * `flowd.pauseOnMerge` is on (off by default: stories merge as soon as their gates pass). */
+ * `flowd.pauseOnMerge` is on (off by default: stories merge as soon as their gates pass), once. */
 export function launchPauseOn(pauseOn: readonly string[], pauseOnMerge: boolean): PauseReason[] {
-  const reasons = pauseOn.filter((r) => r !== "merge") as PauseReason[];
-  return pauseOnMerge ? [...reasons, "merge"] : reasons;
+  const reasons = [...new Set(pauseOn)] as PauseReason[];
+  return pauseOnMerge && !reasons.includes("merge") ? [...reasons, "merge"] : reasons;
 }
 
 /** A `flow/attention` asking to approve a story's merge (a pause whose actions offer `approve`). */

@@ -57,7 +57,7 @@ test("launchPauseOn: merge only with the setting on, never twice", () => {
   assert.deepEqual(launchPauseOn(DEFAULT_PAUSE_ON, false), ["budget", "blocked", "noExecutor"]);
   assert.deepEqual(launchPauseOn(DEFAULT_PAUSE_ON, true), ["budget", "blocked", "noExecutor", "merge"]);
   assert.deepEqual(launchPauseOn(["merge"], true), ["merge"]);
-  assert.deepEqual(launchPauseOn(["merge", "budget"], false), ["budget"]);
+  assert.deepEqual(launchPauseOn(["merge", "budget"], false), ["merge", "budget"]); // asked for by name
 });
 
 test("isApproval: a story's pause that offers approve, nothing else", () => {

@@ -9,13 +9,13 @@ local P = require("flowd.protocol")
 
 A.APPROVE = "approve"
 
---- What :FlowLaunch passes as `pauseOn`: `pause_on`, plus `merge` when `pause_on_merge` is on.
+--- What :FlowLaunch passes as `pauseOn`: `pause_on`, plus `merge` when `pause_on_merge` is on, once.
 function A.pause_on(config)
   local out = {}
   for _, reason in ipairs(config.pause_on or {}) do
-    if reason ~= "merge" then table.insert(out, reason) end
+    if not vim.tbl_contains(out, reason) then table.insert(out, reason) end
   end
-  if config.pause_on_merge then table.insert(out, "merge") end
+  if config.pause_on_merge and not vim.tbl_contains(out, "merge") then table.insert(out, "merge") end
   return out
 end
 
