@@ -80,7 +80,7 @@ def test_every_event_type_is_documented_with_its_fields() -> None:
     import re
     from pathlib import Path
 
-    from flowd.trace.log import events
+    from flowd.trace import events
 
     doc = (Path(__file__).resolve().parents[1] / "docs" / "trace.md").read_text(encoding="utf-8")
     rows = {m.group(1): m.group(0) for m in re.finditer(r"^\| `(\w+)`.*$", doc, flags=re.M)}

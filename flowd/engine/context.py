@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from flowd.agents.base import (
     EXECUTOR_FAULTS,
@@ -20,13 +20,14 @@ from flowd.agents.base import (
 )
 from flowd.engine.core.budget import BudgetLimits, BudgetSpent, budget_spent
 from flowd.engine.core.ports import PortSlots
+from flowd.engine.core.revisions import ReviewQueue
 from flowd.engine.core.stops import BudgetHalt
 from flowd.engine.gates import CommandRun, run_gates
-from flowd.engine.review import ReviewQueue
 from flowd.engine.state import EpicPaths
 from flowd.plan.model import StoryPlan
 from flowd.roster.pool import Lease, LeaseInfo, RosterPool
 from flowd.store.config import Settings
+from flowd.store.inbox import Answer, Reply
 from flowd.trace.events import (
     AssistantMessage,
     BudgetExceeded,
@@ -41,8 +42,13 @@ from flowd.trace.events import (
 from flowd.trace.view import RunView
 from flowd.vcs.gitops import Repo
 
-if TYPE_CHECKING:
-    from flowd.engine.pauses import PauseDesk
+
+class PauseAnswers(Protocol):
+    """What the context needs of the runner's live pauses (`engine/pauses.py`'s `PauseDesk`):
+    taking an answer from outside the run. Declared here so the context stands below the desk."""
+
+    async def answer(self, request: Answer) -> Reply: ...
+
 
 # Failures that are the executor's, not the reply's: a held coder moves to another executor.
 MESSAGE_CHARS = 600
@@ -68,7 +74,7 @@ class RunContext:
     halted: str | None = None
     # What waits for an answer instead of halting (docs/answers.md).
     pause_on: frozenset[str] = frozenset()
-    pauses: PauseDesk | None = None  # the runner's live pauses, once it schedules
+    pauses: PauseAnswers | None = None  # the runner's live pauses, once it schedules
     holders: dict[str, HeldCoder] = field(default_factory=dict)  # lane → its held coder
     reviews: ReviewQueue = field(default_factory=ReviewQueue)  # review comments due (engine/review.py)
     _budget_told: set[str] = field(default_factory=set)
