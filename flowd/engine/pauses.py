@@ -186,6 +186,9 @@ class PauseDesk:
         self._close(story, True)
         return Reply(ok=True, message=f"Answered the merge approval of story {story}: {then}.")
 
+    def waits_for_approval(self, story: str) -> bool:
+        return self.open.get(story) == "merge"
+
     def send_back(self, story: str, by: By, where: str) -> str:
         """A review comment (already queued) on a story waiting for approval: it goes back to its
         coder now (engine/core/approval.py, `on_review_comment`). Returns what happens, for the reply."""
