@@ -39,6 +39,7 @@ STATUS_STYLE = {
     "planned": "dim",
     "active": "cyan",
     "waiting": "yellow",
+    "ready": "magenta",  # done, waiting for approval to merge (docs/answers.md)
     "done": "green",
     "failed": "red",
     "skipped": "dim",
@@ -239,13 +240,16 @@ def _pause_line(view: RunView, event: object) -> str | None:
     """A pause asks a person here, with the command that answers it (docs/answers.md)."""
     if isinstance(event, StoryPaused):
         story = f" --story {event.lane}" if event.lane else ""
-        free = ["text"] if event.reason == "blocked" else []  # what the coder needs, in words
-        answer = f"flowd answer {view.run_id}{story} <{' | '.join([*free, *event.options])}>"
+        # What the coder needs, or the changes it should make, in words.
+        free = {"blocked": ["text"], "merge": ["changes"]}.get(event.reason, [])
+        words = [*free, *event.options] if event.reason == "blocked" else [*event.options, *free]
+        answer = f"flowd answer {view.run_id}{story} <{' | '.join(words)}>"
         return (
             f"{event.lane or 'run'}: paused ({event.reason}): {_one_line(event.question)} — answer: {answer}"
         )
     if isinstance(event, StoryAnswered):
-        return f"{event.lane or 'run'}: answered ({event.by}): {_one_line(event.answer)}"
+        then = f" → {event.effect}" if event.effect in ("approve", "revise") else ""
+        return f"{event.lane or 'run'}: answered ({event.by}): {_one_line(event.answer)}{then}"
     return None
 
 

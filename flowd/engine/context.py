@@ -27,7 +27,7 @@ from flowd.engine.state import EpicPaths
 from flowd.plan.model import StoryPlan
 from flowd.roster.pool import Lease, LeaseInfo, RosterPool
 from flowd.store.config import Settings
-from flowd.store.inbox import Answer, Reply
+from flowd.store.inbox import Answer, By, Reply
 from flowd.trace.events import (
     AssistantMessage,
     BudgetExceeded,
@@ -48,6 +48,14 @@ class PauseAnswers(Protocol):
     taking an answer from outside the run. Declared here so the context stands below the desk."""
 
     async def answer(self, request: Answer) -> Reply: ...
+
+    def waits_for_approval(self, story: str) -> bool:
+        """Whether `story` waits for approval to merge (docs/answers.md: `merge`)."""
+        ...
+
+    def send_back(self, story: str, by: By, where: str) -> str:
+        """A review comment on a story waiting for approval sends it back; what happens, in words."""
+        ...
 
 
 # Failures that are the executor's, not the reply's: a held coder moves to another executor.

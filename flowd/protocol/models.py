@@ -49,7 +49,7 @@ class LaunchArgs(Params):
     fail_fast: bool | None = None
     budget_usd: float | None = Field(default=None, gt=0)
     # What waits for an answer instead of halting (docs/answers.md); absent: `pauseOn` in config.
-    pause_on: list[Literal["budget", "blocked", "noExecutor"]] | None = None
+    pause_on: list[Literal["budget", "blocked", "noExecutor", "merge"]] | None = None
 
 
 class LaunchResult(Shape):

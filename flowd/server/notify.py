@@ -169,6 +169,8 @@ def notes_for(view: RunView, event: Event) -> list[Note]:
         RunEnded,
         RunStarted,
         StageStarted,
+        StoryAnswered,
+        StoryPaused,
         StoryStatusChanged,
         TaskCompleted,
         TasksPlanned,
@@ -212,6 +214,9 @@ def notes_for(view: RunView, event: Event) -> list[Note]:
         return [note for lane in event.lanes for note in _lane(view, lane)]
     if isinstance(event, StageStarted | MergeRolledBack) and event.lane is not None:
         return _lane(view, event.lane)
+    if isinstance(event, StoryPaused | StoryAnswered):
+        # The run may be `paused` now (or no longer): the pause comes after its story's status.
+        return [run_note(view)]
     if isinstance(event, GateFlaky | MergeRevision):
         return _lane(view, event.lane)  # a transition: `flaky`/`mergeRevision` changed its signature
     return []

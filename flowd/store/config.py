@@ -81,7 +81,7 @@ class Settings(StrictWireModel):
     budget_usd: float | None = Field(default=None, gt=0)
     story_budget_usd: float | None = Field(default=None, gt=0)
     # What waits for an answer instead of halting or waiting (docs/answers.md).
-    pause_on: list[Literal["budget", "blocked", "noExecutor"]] = Field(default_factory=list)
+    pause_on: list[Literal["budget", "blocked", "noExecutor", "merge"]] = Field(default_factory=list)
     worktree_root: str | None = None
     time_zone: str | None = None
     prices: dict[str, PriceOverride] = Field(default_factory=dict)

@@ -14,7 +14,7 @@ from pydantic import Field, TypeAdapter, ValidationError
 
 from flowd.base.wire import WireModel
 
-StoryStatus = Literal["planned", "active", "waiting", "done", "failed", "skipped"]
+StoryStatus = Literal["planned", "active", "waiting", "ready", "done", "failed", "skipped"]
 RunOutcome = Literal["done", "failed", "cancelled", "halted"]
 PerimeterKind = Literal["outside", "sharedReadOnly", "foreignOwned"]
 PerimeterAction = Literal["flagged", "restored", "failed"]
@@ -313,18 +313,27 @@ class StoryPaused(WireModel):
 
     type: Literal["StoryPaused"] = "StoryPaused"
     lane: str | None = None
-    reason: Literal["budget", "blocked", "noExecutor"]
+    reason: Literal["budget", "blocked", "noExecutor", "merge"]
     question: str
     options: list[str] = []
 
 
+AnswerEffect = Literal["approve", "revise", "raise", "tell", "wait", "stop"]
+
+
 class StoryAnswered(WireModel):
-    """The answer that ended a pause of `lane` (none: the run's)."""
+    """The answer that ended a pause of `lane` (none: the run's).
+
+    `effect` is what the runner decided the answer does (engine/core/pause.py, approval.py), and
+    `raiseUsd` the USD a `raise` added, so readers never read the answer again; both absent in
+    traces written before they existed (readers then read `answer` as the runner did)."""
 
     type: Literal["StoryAnswered"] = "StoryAnswered"
     lane: str | None = None
     answer: str
     by: Literal["editor", "cli"]
+    effect: AnswerEffect | None = None
+    raise_usd: float | None = None
 
 
 class RevisionRequested(WireModel):

@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, cast
 
 from flowd.base.timeutil import iso, parse_iso
-from flowd.engine.core.pause import PAUSE_REASONS, AnswerRefused, Raise, read_answer
+from flowd.engine.core.pause import PAUSE_REASONS, AnswerRefused, PauseReason, Raise, read_answer
 from flowd.protocol import models as proto
 from flowd.trace.events import (
     BudgetExceeded,
@@ -307,7 +307,7 @@ class RunView:
         elif isinstance(event, StoryStatusChanged):
             lane = self._lane(event.story)
             lane.status, lane.reason, lane.batch = event.status, event.reason, None
-            if event.status in ("done", "failed", "skipped", "waiting"):
+            if event.status in ("done", "failed", "skipped", "waiting", "ready"):
                 lane.current = None
         elif isinstance(event, LanePlaced):
             self._lane(event.lane).node = event.node
@@ -499,18 +499,30 @@ class RunView:
         pause = self.pauses.pop(event.lane, None)
         if pause is None or pause.reason not in PAUSE_REASONS:
             return
+        usd = self._raised_by(event, pause.reason)
+        if usd is None:
+            return
+        if event.lane is None:
+            self.raised_usd += usd
+            self.budget_exceeded = False
+            if self.budget_usd is not None:
+                self.budget_usd += usd
+        else:
+            self.lane_raised_usd[event.lane] = self.lane_raised_usd.get(event.lane, 0.0) + usd
+
+    @staticmethod
+    def _raised_by(event: StoryAnswered, reason: str) -> float | None:
+        """The USD a `raise` answer added: from the decided effect, or (a trace written before
+        effects were recorded) the answer read as the runner read it then."""
+        if event.effect is not None:
+            return event.raise_usd if event.effect == "raise" else None
+        if reason == "merge":
+            return None
         try:
-            decision = read_answer(pause.reason, event.answer)
+            decision = read_answer(cast(PauseReason, reason), event.answer)
         except AnswerRefused:
-            return  # the runner records only answers it took
-        if isinstance(decision, Raise):
-            if event.lane is None:
-                self.raised_usd += decision.usd
-                self.budget_exceeded = False
-                if self.budget_usd is not None:
-                    self.budget_usd += decision.usd
-            else:
-                self.lane_raised_usd[event.lane] = self.lane_raised_usd.get(event.lane, 0.0) + decision.usd
+            return None  # the runner records only answers it took
+        return decision.usd if isinstance(decision, Raise) else None
 
     def apply_lease(
         self,

@@ -24,7 +24,9 @@ if (mode === "--extension") {
   });
 } else if (mode === "--e2e") {
   // The real-editor test drives code-server; playwright-core stays a runtime require.
-  await esbuild.build({ ...common, entryPoints: ["test/e2e/run.ts"], outfile: "out/e2e/run.js", external: ["playwright-core"] });
+  // Each journey is its own entry point (harness.ts is shared code, bundled into each).
+  const journeys = readdirSync(join(root, "test", "e2e")).filter((f) => f.endsWith(".ts") && f !== "harness.ts");
+  await esbuild.build({ ...common, entryPoints: journeys.map((f) => join("test", "e2e", f)), outdir: "out/e2e", external: ["playwright-core"] });
 } else if (mode === "--preview") {
   await esbuild.build({ ...common, entryPoints: ["scripts/render-preview.ts"], outfile: "out/preview/render-preview.js" });
 } else {

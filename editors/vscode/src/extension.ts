@@ -1,6 +1,7 @@
 // Entry point: wires the model, the language client, the Lanes view, the status bar and commands.
 
 import * as vscode from "vscode";
+import { registerApproval } from "./approvalView";
 import { AttentionTracker, attentionBadge } from "./attention";
 import { CommandContext, LANES_VIEW, notifyRunEnded, registerCommands, showAttention } from "./commands";
 import { LanesModel } from "./lanesModel";
@@ -80,6 +81,7 @@ export function activate(context: vscode.ExtensionContext): FlowdApi {
     statusBar,
     lanesView,
     ...registerCommands(ctx, { restart: () => mgr.restart() }),
+    ...registerApproval(ctx),
     review,
     vscode.commands.registerCommand(ADD_REVISION_COMMAND, (reply: vscode.CommentReply) => review.submit(reply)),
     vscode.workspace.onDidChangeConfiguration((e) => {

@@ -57,6 +57,7 @@ const LANE_ICON: Record<string, NodeIcon> = {
   running: { id: "sync~spin", color: "charts.blue" },
   planned: { id: "circle-large-outline" },
   waiting: { id: "watch", color: "charts.yellow" },
+  ready: { id: "git-pull-request", color: "charts.purple" }, // done, waiting for your approval to merge
   done: { id: "pass-filled", color: "charts.green" },
   failed: { id: "error", color: "charts.red" },
   skipped: { id: "debug-step-over", color: "disabledForeground" },
@@ -176,7 +177,8 @@ export function laneNode(run: RunEntry, lane: LaneEntry): TreeNode {
     description: join(lane.status, coder, node, task, tokens, laneCost(lane.costUsd, lane.estimated), ports, revision, flaky),
     tooltip: tooltip.join("\n"),
     icon: LANE_ICON[lane.status] ?? { id: "circle-outline" },
-    contextValue: "lane",
+    // `lane.ready`: waiting for approval to merge, so the Approve / Request Changes items show.
+    contextValue: lane.status === "ready" ? "lane.ready" : "lane",
     collapsed: children.length === 0 ? "none" : isLaneRunning(lane.status) ? "expanded" : "collapsed",
     children,
     runId: run.runId,

@@ -249,7 +249,7 @@ export interface LaunchArgs {
   concurrency?: number;
   failFast?: boolean;
   budgetUsd?: number;
-  pauseOn?: ("budget" | "blocked" | "noExecutor")[];
+  pauseOn?: ("budget" | "blocked" | "noExecutor" | "merge")[];
 }
 
 export interface LaunchResult {

@@ -16,6 +16,7 @@ import {
   showLaneReport,
   validatePlan,
 } from "../src/commands";
+import { registerApproval } from "../src/approvalView";
 import { LanesModel } from "../src/lanesModel";
 import { FlowServer, StatusResult } from "../src/protocol";
 import { ADD_REVISION_COMMAND } from "../src/reviewComments";
@@ -158,6 +159,16 @@ describe("Flow: Launch Epic", () => {
     stub.answers.inputBox.push("");
     await launchEpic(context(server));
     assert.deepEqual(server.commands(), [{ name: "flow.launchEpic", arg: { plan, pauseOn: ["budget"] } }]);
+  });
+
+  test("flowd.pauseOnMerge (off by default) adds merge: each finished story waits for approval", async () => {
+    const plan = write("auth.epic.json", "{}");
+    stub.settings.set("flowd.pauseOnMerge", true);
+    const server = new RecordingServer({ "flow.launchEpic": { runId: "r1", epicId: "auth", epicBranch: "epic/auth" }, "flow/status": { runs: [] } });
+    pick("auth.epic.json");
+    stub.answers.inputBox.push("");
+    await launchEpic(context(server));
+    assert.deepEqual(server.commands(), [{ name: "flow.launchEpic", arg: { plan, pauseOn: [...ALL_PAUSES, "merge"] } }]);
   });
 
   test("escaping the pick or the prompt launches nothing", async () => {
@@ -322,8 +333,9 @@ describe("registration", () => {
     // The language client registers the server's executeCommandProvider ids; simulate that first.
     for (const id of ["flow.launchEpic", "flow.cancelEpic", "flow.resumeEpic", "flow.validatePlan"]) stub.commands.registerCommand(id, () => undefined);
     const disposables = registerCommands(ctx, { restart: () => Promise.resolve() });
+    const approval = registerApproval(ctx); // beside them in extension.ts: 3 commands and the diff's content provider
     const ids = await stub.commands.getCommands();
-    assert.equal(ids.length, 4 + disposables.length);
+    assert.equal(ids.length, 4 + disposables.length + approval.length - 1);
     const manifest = JSON.parse(fs.readFileSync(path.join(__dirname, "..", "..", "package.json"), "utf8")) as {
       contributes: { commands: { command: string }[] };
       activationEvents: string[];

@@ -25,6 +25,9 @@ M.config = {
   -- What a run launched with :FlowLaunch waits for your answer on (:FlowAnswer) instead of
   -- halting: `pauseOn` of flow.launchEpic (docs/answers.md). {} halts as `flowd run` does.
   pause_on = { "budget", "blocked", "noExecutor" },
+  -- Approve before merge: each finished story waits for :FlowApprove (or :FlowRequestChanges)
+  -- before it merges; adds `merge` to `pauseOn` (docs/answers.md). Off: stories merge at once.
+  pause_on_merge = false,
 }
 
 -- `flow/attention` reasons that mean a story waits on a person (`repaired` only informs).
@@ -195,6 +198,7 @@ handlers[N.attention] = function(_, p, ctx)
   end
   local level = p.reason == "cleared" and vim.log.levels.INFO or vim.log.levels.WARN
   local hint = PAUSED[p.reason] and " (:FlowAnswer)" or ""
+  if require("flowd.approve").is_approval(p) then hint = " (:FlowReview, :FlowApprove, :FlowRequestChanges)" end
   -- A failed lane is already told by flow/lane; it still counts in the statusline.
   if p.reason ~= "failed" then notify(p.message .. hint, level) end
   redraw()
@@ -310,9 +314,17 @@ local function execute(command, argument, on_result)
   request("workspace/executeCommand", { command = command, arguments = { argument } }, on_result)
 end
 
--- For the plugin's other modules (flowd/revise.lua, flowd/graph.lua).
+-- For the plugin's other modules (flowd/revise.lua, flowd/graph.lua, flowd/approve.lua).
 M.execute = execute
 M.say = function(msg, level) notify(msg, level) end
+M.waiting = function() return waiting() end
+--- The epic id of a run some client told us of, or nil.
+M.epic_of = function(run_id)
+  for _, s in pairs(state) do
+    local run = s.runs and s.runs[run_id]
+    if run and run.epicId then return run.epicId end
+  end
+end
 
 --- What the server said of run `run_id` (flow/run params), or nil.
 function M.run_of(client_id, run_id) return st(client_id).runs[run_id] end
@@ -460,7 +472,7 @@ function M.launch(arg)
   local plan = plan_arg(arg or "")
   if not plan then return notify("give a plan: :FlowLaunch path/to/epic.json", vim.log.levels.ERROR) end
   local args = { plan = plan }
-  if M.config.pause_on then args.pauseOn = M.config.pause_on end
+  if M.config.pause_on or M.config.pause_on_merge then args.pauseOn = require("flowd.approve").pause_on(M.config) end
   execute(C.launchEpic, args, function(res)
     notify(("launched run %s (epic %s on %s)"):format(res.runId, res.epicId, res.epicBranch))
   end)
@@ -571,6 +583,9 @@ local COMMANDS = {
   FlowGraph = { function(o) require("flowd.graph").show(M, o.args) end, { nargs = "?" } },
   FlowAnswer = { function(o) M.answer(o.args) end, { nargs = "?" } },
   FlowRevise = { function(o) require("flowd.revise").revise(M, o.args) end, { nargs = "*" } },
+  FlowReview = { function(o) require("flowd.approve").review(M, o.args) end, { nargs = "?" } },
+  FlowApprove = { function(o) require("flowd.approve").approve(M, o.args) end, { nargs = "?" } },
+  FlowRequestChanges = { function(o) require("flowd.approve").request_changes(M, o.args) end, { nargs = "*" } },
 }
 
 function M.setup(opts)
