@@ -8,7 +8,8 @@ same machine load:
 - bare git: the least an epic of 4 stories needs: 5 `git worktree add` (the epic and 4 stories),
   a `git status` in each story worktree, the 5 removed;
 - flowd: the same through `flowd.vcs.gitops` (what the engine calls), a perimeter listing
-  (`changed_files`, what every task's scan runs) in place of each `git status`;
+  (`changed_files`, what every task's scan runs) in place of each `git status`; each step right
+  after bare git's same step, so both meet the same load;
 - the perimeter scan alone against a bare `git status --porcelain` in one worktree.
 
 With `--epic`, also a real 4-story epic (the scripted agent, gates `true`) on the monorepo and on a
@@ -32,6 +33,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -83,32 +85,45 @@ def timed(action: Callable[[], object]) -> float:
     return time.perf_counter() - started
 
 
-def bare_round(repo: Path, base: Path) -> float:
-    def work() -> None:
-        paths = [base / f"wt{n}" for n in range(STORIES + 1)]
-        for n, path in enumerate(paths):
-            git(repo, "worktree", "add", "-q", "-b", f"bare/{base.name}/{n}", str(path), "main")
-        for path in paths[1:]:
-            git(path, "status", "--porcelain")
-        for path in paths:
-            git(repo, "worktree", "remove", "--force", str(path))
-
-    return timed(work)
+PHASES = ("add", "scan", "remove")
 
 
-def flowd_round(repo: Path, base: Path) -> float:
+def paired_round(repo: Path, base: Path) -> dict[str, tuple[float, float]]:
+    """One epic's worktree work done by bare git and by flowd, each step of one right after the
+    same step of the other (on a shared, loaded machine a whole round of one then of the other
+    would compare two different loads): seconds per phase, (bare, flowd)."""
     r = Repo(repo)
+    bare = [base / f"bare{n}" for n in range(STORIES + 1)]
+    ours = [base / f"flowd{n}" for n in range(STORIES + 1)]
+    spent = {phase: [0.0, 0.0] for phase in PHASES}
 
-    def work() -> None:
-        paths = [base / f"wt{n}" for n in range(STORIES + 1)]
-        for n, path in enumerate(paths):
-            r.worktree_add(path, f"flowd/{base.name}/{n}", "main")
-        for path in paths[1:]:
-            r.changed_files(path, "main")
-        for path in paths:
-            r.worktree_remove(path, force=True)
+    turn = [0]
 
-    return timed(work)
+    def pair(phase: str, bare_step: Callable[[], object], flowd_step: Callable[[], object]) -> None:
+        # Who goes first alternates: the second of two big checkouts meets a warmer cache.
+        turn[0] += 1
+        if turn[0] % 2:
+            spent[phase][0] += timed(bare_step)
+            spent[phase][1] += timed(flowd_step)
+        else:
+            spent[phase][1] += timed(flowd_step)
+            spent[phase][0] += timed(bare_step)
+
+    for n in range(STORIES + 1):
+        add = ["worktree", "add", "-q", "-b", f"bare/{base.name}/{n}", str(bare[n]), "main"]
+        pair(
+            "add",
+            partial(git, repo, *add),
+            partial(r.worktree_add, ours[n], f"flowd/{base.name}/{n}", "main"),
+        )
+    for n in range(1, STORIES + 1):
+        pair(
+            "scan", partial(git, bare[n], "status", "--porcelain"), partial(r.changed_files, ours[n], "main")
+        )
+    for n in range(STORIES + 1):
+        remove = ["worktree", "remove", "--force", str(bare[n])]
+        pair("remove", partial(git, repo, *remove), partial(r.worktree_remove, ours[n], force=True))
+    return {phase: (pair_[0], pair_[1]) for phase, pair_ in spent.items()}
 
 
 def scan_ratio(repo: Path, base: Path, rounds: int) -> tuple[float, float]:
@@ -182,12 +197,13 @@ def main() -> int:
         print(
             f"repository: {args.files} files, {args.commits + 1} commits, .git {size / 1e6:.1f} MB ({took:.1f} s)"
         )
-        bare: list[float] = []
-        ours: list[float] = []
-        for n in range(args.rounds):
-            bare.append(bare_round(repo, tmp / f"bare{n}"))
-            ours.append(flowd_round(repo, tmp / f"flowd{n}"))
-        b, o = statistics.median(bare), statistics.median(ours)
+        rounds = [paired_round(repo, tmp / f"round{n}") for n in range(args.rounds)]
+        for phase in PHASES:
+            b = statistics.median(r[phase][0] for r in rounds)
+            o = statistics.median(r[phase][1] for r in rounds)
+            print(f"  {phase:<6}: bare git {b:6.2f} s, flowd {o:6.2f} s ({o / b:.2f}x)")
+        b = statistics.median(sum(r[p][0] for p in PHASES) for r in rounds)
+        o = statistics.median(sum(r[p][1] for p in PHASES) for r in rounds)
         print(f"5 worktrees added, 4 scanned, 5 removed: bare git {b:.2f} s, flowd {o:.2f} s ({o / b:.2f}x)")
         sb, so = scan_ratio(repo, tmp, args.rounds)
         print(
