@@ -8,7 +8,7 @@ from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from flowd.agents.base import (
     EXECUTOR_FAULTS,
@@ -20,14 +20,17 @@ from flowd.agents.base import (
     TurnUsage,
     estimate_tokens,
 )
-from flowd.config import Settings
 from flowd.engine.core.budget import BudgetLimits, BudgetSpent, budget_spent
 from flowd.engine.core.ports import PortSlots
+from flowd.engine.core.revisions import ReviewQueue
 from flowd.engine.core.stops import BudgetHalt
 from flowd.engine.gates import CommandRun, run_gates
-from flowd.engine.review import ReviewQueue
 from flowd.engine.state import EpicPaths
-from flowd.events import (
+from flowd.plan.model import StoryPlan
+from flowd.roster.pool import Lease, LeaseInfo, RosterPool
+from flowd.store.config import Settings
+from flowd.store.inbox import Answer, Reply
+from flowd.trace.events import (
     AssistantMessage,
     BudgetExceeded,
     Event,
@@ -38,14 +41,19 @@ from flowd.events import (
     ToolUse,
     Usage,
 )
-from flowd.gitops import Repo
-from flowd.plan.model import StoryPlan
-from flowd.roster import Lease, LeaseInfo, RosterPool
-from flowd.view import RunView
+from flowd.trace.view import RunView
+from flowd.vcs.gitops import Repo
+
+
+class PauseAnswers(Protocol):
+    """What the context needs of the runner's live pauses (`engine/pauses.py`'s `PauseDesk`):
+    taking an answer from outside the run. Declared here so the context stands below the desk."""
+
+    async def answer(self, request: Answer) -> Reply: ...
+
 
 if TYPE_CHECKING:
     from flowd.engine.detect import Detector
-    from flowd.engine.pauses import PauseDesk
 
 # Failures that are the executor's, not the reply's: a held coder moves to another executor.
 MESSAGE_CHARS = 600
@@ -71,7 +79,7 @@ class RunContext:
     halted: str | None = None
     # What waits for an answer instead of halting (docs/answers.md).
     pause_on: frozenset[str] = frozenset()
-    pauses: PauseDesk | None = None  # the runner's live pauses, once it schedules
+    pauses: PauseAnswers | None = None  # the runner's live pauses, once it schedules
     holders: dict[str, HeldCoder] = field(default_factory=dict)  # lane → its held coder
     reviews: ReviewQueue = field(default_factory=ReviewQueue)  # review comments due (engine/review.py)
     _budget_told: set[str] = field(default_factory=set)

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
+from flowd.base.fsio import written_by_us
 from flowd.engine.core.escape import (
     Blame,
     Change,
@@ -52,8 +53,7 @@ from flowd.engine.fingerprint import (
     same,
     status,
 )
-from flowd.events import EscapeAction, Event, Info, LaneEscape
-from flowd.fsio import written_by_us
+from flowd.trace.events import EscapeAction, Event, Info, LaneEscape
 
 # Startup and git files of the home directory: a write there runs later with the user's rights.
 HOME_FILES = (

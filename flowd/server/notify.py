@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from flowd import protocol
 
-if TYPE_CHECKING:  # flowd.events needs pydantic: imported on first use (docs/performance.md)
-    from flowd.events import (
+if TYPE_CHECKING:  # flowd.trace.events needs pydantic: imported on first use (docs/performance.md)
+    from flowd.trace.events import (
         Event,
         ExecutorExcluded,
         ExecutorLeased,
@@ -27,7 +27,7 @@ if TYPE_CHECKING:  # flowd.events needs pydantic: imported on first use (docs/pe
         LaneEscape,
         PerimeterViolation,
     )
-    from flowd.view import LaneView, RunView
+    from flowd.trace.view import LaneView, RunView
 
 RUN = protocol.RUN.name
 LANE = protocol.LANE.name
@@ -175,7 +175,7 @@ def escape_note(view: RunView, event: LaneEscape) -> Note:
 
 def notes_for(view: RunView, event: Event) -> list[Note]:
     """The notifications implied by `event`, already folded into `view`."""
-    from flowd.events import (
+    from flowd.trace.events import (
         BudgetExceeded,
         ExecutorExcluded,
         ExecutorLeased,

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from flowd.events import Info, LaneEscape
+from flowd.trace.events import Info, LaneEscape
 from tests.engine.scenario import Scenario, coder, git, story
 
 KEY = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n-----END OPENSSH PRIVATE KEY-----\n"

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from flowd.events import (
+from flowd.server.notify import Note, Pacer, notes_for, snapshot
+from flowd.trace.events import (
     Envelope,
     Event,
     ExecutorExcluded,
@@ -22,8 +23,7 @@ from flowd.events import (
     TokensUsed,
     Usage,
 )
-from flowd.server.notify import Note, Pacer, notes_for, snapshot
-from flowd.view import RunView
+from flowd.trace.view import RunView
 
 
 class Clock:
@@ -218,7 +218,7 @@ def test_a_flaky_gate_and_a_merge_revision_send_the_lane_at_once() -> None:
 
 
 def test_a_lane_escape_is_an_attention_naming_the_path() -> None:
-    from flowd.events import LaneEscape
+    from flowd.trace.events import LaneEscape
 
     view = RunView(run_id="r")
     escape = LaneEscape(lane="b", path="/repo/.flow/config.toml", what="flowState", action="undone")

@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from flowd.errors import FileProblems
+from flowd.base.errors import FileProblems
 
 # What this process last wrote to each file, by digest: detection (docs/sandbox-detection.md) takes
 # a state file that changed to exactly these bytes as flowd's own write, not a lane's.
