@@ -65,6 +65,10 @@ HOME_FILES = (
 AGENT_STATE = (
     ".claude", ".claude.json", ".codex", ".gemini", ".npm", ".cache", ".config", ".local",
     ".bun", ".cursor", ".qwen", ".opencode", ".node-gyp", ".pki", ".dotnet", ".cargo", ".rustup",
+    # and the caches and histories common tools make on first use
+    ".yarn", ".yarnrc", ".pnpm-store", ".m2", ".gradle", "go", ".deno", ".nvm", ".pyenv", ".conda",
+    ".ipython", ".jupyter", ".wget-hsts", ".lesshst", ".python_history", ".node_repl_history",
+    ".bash_history", ".sudo_as_admin_successful", ".android", ".vscode-server", ".dbus",
 )  # fmt: skip
 FLOW_FILES = ("config.toml", "roster.toml", "roster-state.json")
 SECRET_HEAD = 8192  # how much of a changed file is read for a private key
@@ -150,27 +154,31 @@ class Detector:
             await asyncio.to_thread(self.check_lane_worktree, lane, home)
         self.raise_pending(lane)
         window = Window(lane=lane, start=time.time(), home=str(home) if home else None)
-        self.windows.append(window)
+        self.windows.append(window)  # the window list changes in the event loop's thread only
         done = False
         try:
             yield
             done = True
         finally:
-            await asyncio.shield(asyncio.to_thread(self._end_step, window, home if own_home else None))
+            alone = not any(w.lane == lane and w.end is None and w is not window for w in self.windows)
+            if alone:  # no other step of the lane (a parallel task) is running: strays are strays
+                await asyncio.shield(asyncio.to_thread(self._kill_strays, lane, window.start))
+            self._close(window)
+            await asyncio.shield(asyncio.to_thread(self._after_step, lane, home if own_home else None))
             await asyncio.shield(self._check_epic_if_quiet())
         if done:
             self.raise_pending(lane)
 
-    def _end_step(self, window: Window, home: Path | None) -> None:
-        if not any(w.lane == window.lane and w.end is None and w is not window for w in self.windows):
-            self._kill_strays(window.lane, window.start)
-        index = self.windows.index(window)
+    def _close(self, window: Window) -> None:
+        index = next(i for i, w in enumerate(self.windows) if w is window)
         self.windows[index] = Window(window.lane, window.start, time.time(), window.home)
+        self._forget_old_windows()
+
+    def _after_step(self, lane: str, home: Path | None) -> None:
         self.check_shared()
         if home is not None:
             entries = self.snapshot(home)
-            self._check_secrets(window.lane, home, entries or {})
-        self._forget_old_windows()
+            self._check_secrets(lane, home, entries or {})
 
     async def _check_epic_if_quiet(self) -> None:
         lock = self.merge_lock

@@ -69,8 +69,8 @@ def change(at: float | None, *, what: str = "gitConfig", restorable: bool = True
     [
         ("one lane ran then: blamed, put back", change(12.0), [A_TURN, B_TURN], Blame("a", "undone")),
         ("cannot be put back: reported", change(12.0, restorable=False), [A_TURN], Blame("a", "reported")),
-        ("within the clock's slack of the end", change(20.05), [A_TURN], Blame("a", "undone")),
-        ("past the slack: nobody ran", change(20.5), [A_TURN], Foreign()),
+        ("within the clock's slack of the end", change(20.01), [A_TURN], Blame("a", "undone")),
+        ("past the slack: nobody ran", change(20.1), [A_TURN], Foreign()),
         ("before any window: the user's", change(5.0), [A_TURN, B_TURN], Foreign()),
         ("two lanes ran then: neither", change(17.0), [A_TURN, B_TURN], Unsure(("a", "b"), "undone")),
         ("a running window counts to now", change(99.0), [A_TURN, B_RUNNING], Blame("b", "undone")),

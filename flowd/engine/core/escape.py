@@ -15,9 +15,9 @@ from dataclasses import dataclass
 
 from flowd.trace.events import EscapeAction, EscapeWhat
 
-# File times come from the kernel's coarse clock (a few ms behind the wall clock flowd reads):
-# a change this close to a window's edges counts as inside it.
-SLACK_S = 0.1
+# File times come from the kernel's coarse clock (up to a tick, a few ms, behind the wall clock
+# flowd reads): a change this close to a window's edges counts as inside it.
+SLACK_S = 0.02
 
 WHAT_WORDS: dict[str, str] = {
     "checkout": "your checkout",
