@@ -225,7 +225,7 @@ class Detector:
             return
         with self._lock:
             since, self._checked = self._checked, time.time()
-            self._check_trace()  # first: what the checks below report is appended to it
+            self._check_trace(since)  # first: what the checks below report is appended to it
             self._check_files(since)
             self._check_refs(since)
             self._check_checkout(since)
@@ -332,14 +332,15 @@ class Detector:
             self._settle(change, since, lambda: False)
         self._home_names = names
 
-    def _check_trace(self) -> None:
+    def _check_trace(self, since: float) -> None:
         if self.trace_guard is None:
             return
         action = self.trace_guard()
         if action is None:
             return
         path = str(self.root / ".flow" / "runs")
-        lanes = sorted({w.lane for w in self.windows if w.end is None or w.end >= self._checked - 1})
+        # No time of its own (flowd appends all the time): the lanes that ran since the last check.
+        lanes = sorted({w.lane for w in self.windows if w.end is None or w.end >= since})
         done: EscapeAction = "undone" if action == "undone" else "reported"
         change = Change(path + "/…/trace.jsonl", "flowState", None, done == "undone")
         if len(lanes) == 1:

