@@ -211,12 +211,9 @@ class Detector:
         action = verdict.action
         if action == "undone" and not _safely(restore):
             action = "reported"
-        if isinstance(verdict, Blame):
-            self.emit(LaneEscape(lane=verdict.lane, path=change.path, what=change.what, action=action))
-            self.pending.setdefault(verdict.lane, []).append((change, action))
-            return Blame(verdict.lane, action)
-        self.emit(Info(message=unsure_note(change, Unsure(verdict.lanes, action))))
-        return Unsure(verdict.lanes, action)
+        self.emit(LaneEscape(lane=verdict.lane, path=change.path, what=change.what, action=action))
+        self.pending.setdefault(verdict.lane, []).append((change, action))
+        return Blame(verdict.lane, action)
 
     # -- shared places --------------------------------------------------------------------------
     def check_shared(self) -> None:
@@ -260,11 +257,11 @@ class Detector:
 
     def _watched_refs(self) -> dict[str, RefPrint]:
         refs = read_refs(self.common_dir)
-        ours = (f"refs/heads/story/{self.epic_id}/", f"refs/heads/epic/{self.epic_id}")
+        stories, epic = f"refs/heads/story/{self.epic_id}/", f"refs/heads/epic/{self.epic_id}"
         return {
             name: ref
             for name, ref in refs.items()
-            if not name.startswith(ours) and not self._other_run_owns(name)
+            if name != epic and not name.startswith(stories) and not self._other_run_owns(name)
         }
 
     def _other_run_owns(self, name: str) -> bool:
