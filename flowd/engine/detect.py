@@ -383,6 +383,8 @@ class Detector:
         if snap is None:
             self.snapshot(wt)
             return
+        if not any(w.lane != lane and (w.end is None or w.end >= snap.taken) for w in list(self.windows)):
+            return  # no other lane ran since: nothing here can be another lane's (a single lane: free)
         entries = status(wt)
         if entries is None:
             return
