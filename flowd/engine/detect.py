@@ -233,7 +233,16 @@ class Detector:
         paths = [common / "config", *files_under(common / "hooks"), *files_under(common / "info")]
         paths += [self.home / name for name in HOME_FILES]
         paths += [flow / name for name in FLOW_FILES]
-        return [str(p) for p in paths]
+        return [str(p) for p in paths if not self._allowed(p)]
+
+    def _allowed(self, path: Path) -> bool:
+        """Inside a path `[sandbox] allowWrite` names (`~/…`, absolute, or repository-relative)."""
+        for entry in self.allow_write:
+            root = self.home / entry[2:] if entry == "~" or entry.startswith("~/") else Path(entry)
+            root = root if root.is_absolute() else self.root / root
+            if path == root or root in path.parents:
+                return True
+        return False
 
     def _check_files(self, since: float) -> None:
         current = set(self._file_places())
@@ -320,9 +329,8 @@ class Detector:
 
     def _check_home(self, since: float) -> None:
         names = self._home_listing()
-        allowed = {*AGENT_STATE, *(Path(p).name for p in self.allow_write)}
         for name in sorted(names - self._home_names):
-            if name in allowed or name.startswith(".claude.json"):
+            if name in AGENT_STATE or name.startswith(".claude.json") or self._allowed(self.home / name):
                 continue
             path = self.home / name
             change = Change(str(path), what_of(str(path), self.places), changed_at_path(path), False)

@@ -155,3 +155,19 @@ def test_another_epic_named_alike_is_watched_and_this_epics_story_branches_are_n
         ("refs/heads/epic/ep2", "undone")
     ]
     assert _git(repo, "rev-parse", "epic/ep2").strip() == _git(repo, "rev-parse", "main").strip()
+
+
+def test_what_allow_write_names_is_not_an_escape(tmp_path: Path) -> None:
+    detector, events, wt = _detector(tmp_path)
+    detector.allow_write = ("~/.bashrc", "~/build-cache")
+    bashrc = detector.home / ".bashrc"
+    bashrc.write_text("# mine\n")
+    detector.start()
+
+    async def step() -> None:
+        async with detector.step("a", wt):
+            bashrc.write_text("# the build's\n")
+            (detector.home / "build-cache").mkdir()
+
+    asyncio.run(step())
+    assert events == [] and bashrc.read_text() == "# the build's\n"
