@@ -25,6 +25,7 @@ from flowd.trace.events import (
     GateResult,
     Info,
     JudgeIssue,
+    LaneEscape,
     LanePlaced,
     MergeRevision,
     MergeRolledBack,
@@ -97,6 +98,7 @@ def one_of_each() -> list[Event]:
         StoryAnswered(lane="b", answer="use x.py", by="cli"),
         RevisionRequested(lane="a", path="a.py", line=3, text="rename it", by="cli", id="r1", quote="x = 1"),
         LanePlaced(lane="a", engine="ray", node="host/1a2b3c4d"),
+        LaneEscape(lane="a", path="/repo/.git/config", what="gitConfig", action="undone"),
         Info(lane="a", message="note"),
         StoryStatusChanged(story="a", status="done"),
         RunEnded(outcome="done", done=1, failed=0, skipped=1, reason="ok"),
@@ -214,7 +216,7 @@ def test_types_outside_folded_types_never_change_a_view() -> None:
     assert {e.type for e in events} == set(EVENT_CLASSES)  # the sample covers every type
     view = fold(RUN, [Envelope(seq=n, at="t", run_id=RUN, event=e) for n, e in enumerate(events[:-1], 1)])
     skipped = [e for e in events if e.type not in FOLDED_TYPES]
-    assert len(skipped) == 15
+    assert len(skipped) == 16
     for event in skipped:
         before = state(view)
         view.apply_event(event, "2026-11-30T10:00:00.000Z")

@@ -102,7 +102,8 @@ export interface AnswerResult {
 /**
  * `flow/attention`: something needs a person, or no longer does (`cleared`).
  *
- * `reason`: paused, blocked, failed, budget, repaired (a perimeter repair undid changes), cleared.
+ * `reason`: paused, blocked, failed, budget, repaired (a perimeter repair undid changes),
+ * escaped (a lane's process wrote past its story, docs/sandbox-detection.md), cleared.
  * The server always sends `actions` (empty when there is nothing to answer).
  */
 export interface AttentionParams {
