@@ -36,7 +36,9 @@ from flowd.agents.base import (
     reaped,
 )
 from flowd.agents.faults import classify, worded
+from flowd.agents.program_dirs import program_key
 from flowd.agents.programs import cli_version, program_of, too_old
+from flowd.sandbox.confine import spawning
 from flowd.store.config import ExecutorSpec
 
 Dialect = Literal["claude", "codex", "other"]
@@ -313,16 +315,18 @@ class CliExecutor:
         # One process per turn: the lane's FLOWD_* variables can be in its own environment.
         env = {**cli_environment(self.spec.resolved_env), **(request.meta.env or {})}
         try:
-            proc = await asyncio.create_subprocess_exec(
-                *reaped(argv, env.get("PATH")),
-                cwd=request.cwd,
-                env=env,
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                limit=_LINE_LIMIT,
-                start_new_session=True,  # its own process group: a kill reaches its children too
-            )
+            with spawning(request.cwd, program_key("cli", self.spec.command), env) as confined:
+                proc = await asyncio.create_subprocess_exec(
+                    *reaped(argv, env.get("PATH")),
+                    cwd=request.cwd,
+                    env={**env, **confined.env},
+                    stdin=asyncio.subprocess.PIPE,
+                    stdout=asyncio.subprocess.PIPE,
+                    stderr=asyncio.subprocess.PIPE,
+                    limit=_LINE_LIMIT,
+                    start_new_session=True,  # its own process group: a kill reaches its children too
+                    preexec_fn=confined.preexec_fn,  # confined to the turn's lane (docs/sandbox.md)
+                )
         except OSError as exc:
             raise AgentError("unavailable", f"cannot start {argv[0]}: {exc.strerror or exc}") from exc
         self._proc = proc
