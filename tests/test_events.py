@@ -80,7 +80,7 @@ def test_every_event_type_is_documented_with_its_fields() -> None:
     import re
     from pathlib import Path
 
-    from flowd.trace.log import events
+    from flowd.trace import events
 
     doc = (Path(__file__).resolve().parents[1] / "docs" / "trace.md").read_text(encoding="utf-8")
     rows = {m.group(1): m.group(0) for m in re.finditer(r"^\| `(\w+)`.*$", doc, flags=re.M)}
@@ -95,7 +95,7 @@ def test_every_event_type_is_documented_with_its_fields() -> None:
 
 
 def test_lane_escape_round_trips() -> None:
-    from flowd.events import LaneEscape
+    from flowd.trace.events import LaneEscape
 
     event = LaneEscape(lane="api", path="/repo/.git/hooks/post-checkout", what="gitHooks", action="undone")
     line = dump_envelope(Envelope(seq=3, at="2026-11-29T14:03:07.412Z", run_id="r1", event=event))

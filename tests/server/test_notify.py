@@ -218,7 +218,7 @@ def test_a_flaky_gate_and_a_merge_revision_send_the_lane_at_once() -> None:
 
 
 def test_a_lane_escape_is_an_attention_naming_the_path() -> None:
-    from flowd.events import LaneEscape
+    from flowd.trace.events import LaneEscape
 
     view = RunView(run_id="r")
     escape = LaneEscape(lane="b", path="/repo/.flow/config.toml", what="flowState", action="undone")
