@@ -592,7 +592,9 @@ class AcpExecutor:
             )
         assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
         self._proc = proc
-        self._drain = asyncio.create_task(self._drain_stderr(proc.stderr, Scanner(current(), cwd)))
+        self._drain = asyncio.create_task(
+            self._drain_stderr(proc.stderr, Scanner(current(), cwd, f"its agent {self.label}"))
+        )
         self._conn = acp.connect_to_agent(
             cast(acp.Client, self._client), proc.stdin, proc.stdout, observers=[self._heard]
         )

@@ -25,7 +25,7 @@ def run_confinement(
     paths: EpicPaths,
     emit: Callable[[Event], object],
 ) -> Confinement:
-    def report(lane: str, path: str, what: str) -> None:
+    def report(lane: str, path: str, what: str, origin: str) -> None:
         if not lane:
             return  # a process of no lane (none today: every turn runs in a lane's worktree)
         emit(LaneEscape(lane=lane, path=path, what=cast(EscapeWhat, what), action="denied"))
@@ -33,8 +33,8 @@ def run_confinement(
             append_findings(
                 paths,
                 lane,
-                f"## Confinement refused\n\nA process of this story reached past its lane and the OS "
-                f"refused it: `{path}` ({what}). See docs/sandbox.md.",
+                f"## Confinement refused\n\nThe OS refused {origin} a path past this story's lane: "
+                f"`{path}` ({what}); see docs/sandbox.md.",
             )
 
     sandbox = settings.sandbox

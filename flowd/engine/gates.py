@@ -54,7 +54,7 @@ async def run_command(
         log.parent.mkdir(parents=True, exist_ok=True)
     sink = log.open("wb") if log is not None else None
     # Confined like the lane's agent (docs/sandbox.md); what the OS refuses, the output names.
-    scanner = Scanner(current(), cwd)
+    scanner = Scanner(current(), cwd, f"`{command}`")
     try:
         with spawning(cwd, env=env) as confined:
             process = await asyncio.create_subprocess_shell(

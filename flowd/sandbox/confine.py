@@ -22,7 +22,7 @@ from flowd.agents.program_dirs import shared_caches, state_paths
 from flowd.sandbox import landlock
 from flowd.sandbox.policy import LanePlaces, Protected, read_rules, secret_paths, what_is, write_rules
 
-Report = Callable[[str, str, str], None]  # (lane, path, what): a refusal the OS made
+Report = Callable[[str, str, str, str], None]  # (lane, path, what, by whom): a refusal the OS made
 
 
 def mechanism() -> tuple[str, int]:
@@ -109,7 +109,7 @@ class Confinement:
         )
         self._reads: list[landlock.Rule] | None = None
         self._spare_temp: Path | None = None
-        self._told: set[tuple[str, str]] = set()
+        self._told: set[tuple[str, str, str]] = set()
 
     def _resolve(self, entry: str) -> Path:
         path = Path(entry).expanduser()
@@ -236,26 +236,43 @@ class Confinement:
             for match in _PATH.finditer(line):
                 if match.start() == len(line) - len(line.lstrip()) and line[match.end() :].startswith(":"):
                     continue  # the program naming itself: `/bin/sh: 1: cannot create …`
-                path = (match.group(1) or match.group(2)).removesuffix(".lock")
-                full = path if path.startswith("/") else os.path.join(cwd, os.path.expanduser(path))
-                what = what_is(os.path.normpath(full), own, self.protected)
+                full = _where(match.group(1) or match.group(2), cwd)
+                what = what_is(full, own, self.protected)
                 if what is not None and (full, what) not in found:
-                    found.append((os.path.normpath(full), what))
+                    found.append((full, what))
         return found
 
-    def scan(self, text: str, cwd: Path) -> None:
-        """Report each new refusal `text` shows, once per lane and path."""
+    def scan(self, text: str, cwd: Path, origin: str) -> None:
+        """Report each new refusal `text` shows, once per lane, path and `origin` (who tried)."""
         if not self.enforcing or self.report is None or not _DENIED.search(text):
             return
         top = self.lane_top(cwd)
         lane = top.name.split(".task-")[0] if top is not None else ""
         for path, what in self.denials(text, cwd):
-            if (lane, path) not in self._told:
-                self._told.add((lane, path))
-                self.report(lane, path, what)
+            if (lane, path, origin) not in self._told:
+                self._told.add((lane, path, origin))
+                self.report(lane, path, what, origin)
 
 
-_DENIED = re.compile(r"permission denied|EACCES|EPERM|operation not permitted", re.IGNORECASE)
+# EXDEV is how Landlock refuses a link or rename across the lane's boundary.
+_DENIED = re.compile(
+    r"permission denied|EACCES|EPERM|operation not permitted|cross-device link", re.IGNORECASE
+)
+_MARKS = (b"denied", b"EACCES", b"EPERM", b"not permitted", b"cross-device")
+_PROC = re.compile(r"^/proc/(?:self|\d+)/(root|cwd)(?=/|$)")
+
+
+def _where(token: str, cwd: Path) -> str:
+    """Where a path a refusal names would have landed: relative to the command's directory,
+    through `/proc/<pid>/root` and `/proc/<pid>/cwd` (taken as the command's), lock files as
+    the file they guard."""
+    path = os.path.expanduser(token.removesuffix(".lock"))
+    proc = _PROC.match(path)
+    if proc is not None:
+        path = (str(cwd) if proc.group(1) == "cwd" else "") + path[proc.end() :] or "/"
+    return os.path.normpath(path if path.startswith("/") else os.path.join(cwd, path))
+
+
 # A path as the tools print it: quoted, or a bare word holding a slash.
 _PATH = re.compile(r"""['"`]((?:~|\.{1,2})?/[^'"`]*|[^'"`\s]*/[^'"`]*)['"`]|((?:~|\.{1,2})?/[^\s:'",;)]+)""")
 
@@ -276,9 +293,9 @@ def spawning(
 class Scanner:
     """Feeds a process's output, chunk by chunk, to `Confinement.scan`, line-aligned."""
 
-    def __init__(self, confinement: Confinement | None, cwd: Path) -> None:
+    def __init__(self, confinement: Confinement | None, cwd: Path, origin: str) -> None:
         self.confinement = confinement if confinement is not None and confinement.enforcing else None
-        self.cwd = cwd
+        self.cwd, self.origin = cwd, origin
         self._rest = b""
 
     def feed(self, chunk: bytes) -> None:
@@ -291,8 +308,8 @@ class Scanner:
             return
         self._rest = data[cut + 1 :][-4096:]
         lines = data[: cut + 1]
-        if b"denied" in lines or b"EACCES" in lines or b"EPERM" in lines or b"not permitted" in lines:
-            self.confinement.scan(lines.decode("utf-8", "replace"), self.cwd)
+        if any(mark in lines for mark in _MARKS):
+            self.confinement.scan(lines.decode("utf-8", "replace"), self.cwd, self.origin)
 
     def close(self) -> None:
         if self._rest:
