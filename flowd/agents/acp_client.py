@@ -575,7 +575,7 @@ class AcpExecutor:
             # Confined to the lane of `cwd` for its whole life (docs/sandbox.md).
             with spawning(cwd, program_key("acp", self._command), env) as confined:
                 proc = await asyncio.create_subprocess_exec(
-                    *argv,
+                    *confined.argv(argv),
                     stdin=asyncio.subprocess.PIPE,
                     stdout=asyncio.subprocess.PIPE,
                     stderr=asyncio.subprocess.PIPE,
@@ -584,6 +584,7 @@ class AcpExecutor:
                     limit=_STDOUT_LIMIT,
                     start_new_session=True,
                     preexec_fn=confined.preexec_fn,
+                    pass_fds=confined.pass_fds,
                 )
             self._confined_to = confined.key
         except OSError as exc:

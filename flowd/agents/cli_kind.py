@@ -317,7 +317,7 @@ class CliExecutor:
         try:
             with spawning(request.cwd, program_key("cli", self.spec.command), env) as confined:
                 proc = await asyncio.create_subprocess_exec(
-                    *reaped(argv, env.get("PATH")),
+                    *confined.argv(reaped(argv, env.get("PATH"))),
                     cwd=request.cwd,
                     env={**env, **confined.env},
                     stdin=asyncio.subprocess.PIPE,
@@ -326,6 +326,7 @@ class CliExecutor:
                     limit=_LINE_LIMIT,
                     start_new_session=True,  # its own process group: a kill reaches its children too
                     preexec_fn=confined.preexec_fn,  # confined to the turn's lane (docs/sandbox.md)
+                    pass_fds=confined.pass_fds,
                 )
         except OSError as exc:
             raise AgentError("unavailable", f"cannot start {argv[0]}: {exc.strerror or exc}") from exc

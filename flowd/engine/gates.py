@@ -57,8 +57,9 @@ async def run_command(
     scanner = Scanner(current(), cwd, f"`{command}`")
     try:
         with spawning(cwd, env=env) as confined:
-            process = await asyncio.create_subprocess_shell(
-                command,
+            # `sh -c`, as `create_subprocess_shell` runs it, through the binder when confined.
+            process = await asyncio.create_subprocess_exec(
+                *confined.argv(["/bin/sh", "-c", command]),
                 cwd=cwd,
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
@@ -66,6 +67,7 @@ async def run_command(
                 start_new_session=True,
                 env={**os.environ, **(env or {}), **confined.env},
                 preexec_fn=confined.preexec_fn,
+                pass_fds=confined.pass_fds,
             )
         tail = bytearray()
         assert process.stdout is not None

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shutil
 import tempfile
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
@@ -20,6 +21,7 @@ from pathlib import Path
 
 from flowd.agents.program_dirs import shared_caches, state_paths
 from flowd.sandbox import landlock
+from flowd.sandbox.bind import binder
 from flowd.sandbox.policy import LanePlaces, Protected, read_rules, secret_paths, what_is, write_rules
 
 Report = Callable[[str, str, str, str], None]  # (lane, path, what, by whom): a refusal the OS made
@@ -46,9 +48,20 @@ def status_line(setting: str) -> str:
 
 @dataclass
 class SpawnOptions:
-    preexec_fn: Callable[[], None] | None = None
+    """How to start a confined process: `argv(...)` its command line, `env` added to its
+    environment, and `pass_fds`/`preexec_fn` given to the spawn call as they are."""
+
+    preexec_fn: Callable[[], None] | None = None  # binds in the child where there is no binder
     env: dict[str, str] = field(default_factory=dict)  # TMPDIR and friends, added to the child's
     key: str | None = None  # the lane worktree the process is confined to (None: no lane)
+    prefix: tuple[str, ...] = ()  # the binder and the ruleset fd (flowd/sandbox/bind.py)
+    pass_fds: tuple[int, ...] = ()
+
+    def argv(self, argv: list[str]) -> list[str]:
+        if not self.prefix:
+            return argv
+        program = shutil.which(argv[0]) or argv[0]  # the binder `execve`s: no PATH search
+        return [*self.prefix, program, *argv]
 
 
 @dataclass(frozen=True)
@@ -213,12 +226,15 @@ class Confinement:
         lane = self.lane(cwd, program, env)
         temp = str(lane.places.temp)
         ruleset = landlock.build(self.rules(lane), self.version)
+        env = {**lane.env, "TMPDIR": temp, "TMP": temp, "TEMP": temp}
+        helper = binder()
         try:
-            yield SpawnOptions(
-                preexec_fn=ruleset.binder(),
-                env={**lane.env, "TMPDIR": temp, "TMP": temp, "TEMP": temp},
-                key=self.key_for(cwd),
-            )
+            if helper is not None:
+                yield SpawnOptions(
+                    env=env, key=self.key_for(cwd), prefix=(helper, str(ruleset.fd)), pass_fds=(ruleset.fd,)
+                )
+            else:
+                yield SpawnOptions(preexec_fn=ruleset.binder(), env=env, key=self.key_for(cwd))
         finally:
             ruleset.close()
 
