@@ -96,6 +96,7 @@ BASE_ENV_KEYS = (
 )
 _STDOUT_LIMIT = 50 * 1024 * 1024  # agents send whole files in one JSON line
 _TAIL_BYTES = 8192
+_FULL_ACCESS = "agent-full-access"  # codex-acp's session mode without its own sandbox
 _SHUTDOWN_WAIT_S = 2.0
 _PATH_KEYS = ("path", "file_path", "filePath", "notebook_path", "abs_path", "absolutePath")
 
@@ -487,6 +488,7 @@ class AcpExecutor:
         try:
             response = await self._conn.new_session(cwd=str(cwd), mcp_servers=[], **self._session_meta())
             await self._apply_model(response)
+            await self._unsandbox(response)
             await self._name_session(str(response.session_id), cwd)
         except RequestError as exc:
             text = error_text(exc)
@@ -500,6 +502,17 @@ class AcpExecutor:
         self._session = (cwd, session_id)
         self._sessions[session_id] = cwd
         return session_id
+
+    async def _unsandbox(self, response: Any) -> None:
+        """In a confined lane, codex-acp runs its commands in its full-access mode: its own
+        sandbox (bubblewrap) cannot start inside a Landlock domain, which may not mount, and
+        the lane's confinement takes its place (docs/sandbox.md "Agents' own sandboxes")."""
+        if self._conn is None or self._confined_to is None or "codex-acp" not in self._agent_name:
+            return
+        modes = getattr(response, "modes", None)
+        offered = {str(getattr(m, "id", "")) for m in getattr(modes, "available_modes", None) or []}
+        if _FULL_ACCESS in offered:
+            await self._conn.set_session_mode(session_id=str(response.session_id), mode_id=_FULL_ACCESS)
 
     def _session_meta(self) -> dict[str, Any]:
         """`_meta` for `session/new`: claude-agent-acp takes SDK options there (others ignore it)."""

@@ -38,7 +38,7 @@ from flowd.agents.base import (
 from flowd.agents.faults import classify, worded
 from flowd.agents.program_dirs import program_key
 from flowd.agents.programs import cli_version, program_of, too_old
-from flowd.sandbox.confine import spawning
+from flowd.sandbox.confine import current, spawning
 from flowd.store.config import ExecutorSpec
 
 Dialect = Literal["claude", "codex", "other"]
@@ -67,7 +67,9 @@ def dialect_of(command: list[str]) -> Dialect:
     return "other"
 
 
-def build_argv(command: list[str], *, model: str | None, resume: str | None = None) -> list[str]:
+def build_argv(
+    command: list[str], *, model: str | None, resume: str | None = None, confined: bool = False
+) -> list[str]:
     """The command with the flags its dialect needs for JSON output, the model and a resumed session."""
     argv = list(command)
     dialect = dialect_of(command)
@@ -91,7 +93,28 @@ def build_argv(command: list[str], *, model: str | None, resume: str | None = No
             argv.append("--skip-git-repo-check")  # `flowd roster check` runs in a plain temp dir
         if model and "--model" not in argv and "-m" not in argv:
             argv += ["--model", model]
+        if confined:
+            argv = unsandboxed_codex(argv)
     return argv
+
+
+def unsandboxed_codex(argv: list[str]) -> list[str]:
+    """`codex exec` with `--sandbox danger-full-access`: inside flowd's Landlock, codex's own
+    sandbox (bubblewrap: user namespaces and mounts, which a Landlock domain may not make)
+    cannot start and every command it runs fails; the lane's confinement takes its place
+    (docs/sandbox.md "Agents' own sandboxes")."""
+    out, skip = [], False
+    for word in argv:
+        if skip:
+            skip = False
+            continue
+        if word in ("--sandbox", "-s"):
+            skip = True
+            continue
+        if word.startswith("--sandbox="):
+            continue
+        out.append(word)
+    return [*out, "--sandbox", "danger-full-access"]
 
 
 # --- the pure event fold -------------------------------------------------------------------------
@@ -277,7 +300,9 @@ class CliExecutor:
         assert self.spec.command is not None
         key = (str(request.cwd), request.role, request.meta.story or "", request.meta.task or "")
         resume = self._sessions.get(key) if dialect_of(self.spec.command) == "claude" else None
-        argv = build_argv(self.spec.command, model=self.spec.model, resume=resume)
+        confinement = current()
+        confined = confinement is not None and confinement.key_for(request.cwd) is not None
+        argv = build_argv(self.spec.command, model=self.spec.model, resume=resume, confined=confined)
         if not self._version_checked:
             await self._check_version()
         try:

@@ -22,6 +22,7 @@ class StateDirs:
     home: tuple[str, ...] = ()  # relative to $HOME
     env: tuple[tuple[str, str], ...] = ()  # (variable, what under it): when set, replaces `home`
     temp: str | None = None  # a directory under flowd's temp dir (a lane's TMPDIR is its own)
+    fixed: tuple[str, ...] = ()  # absolute directories the program insists on (`{uid}`: the user's id)
 
 
 SCRIPT = "flowd agent script"
@@ -35,8 +36,9 @@ STATE_DIRS: dict[str, StateDirs] = {
     "claude": StateDirs(
         home=(".claude/", ".claude.json", ".cache/claude-cli-nodejs/"), env=(("CLAUDE_CONFIG_DIR", ""),)
     ),
-    "codex-acp": StateDirs(home=(".codex/",), env=(("CODEX_HOME", ""),)),
-    "codex": StateDirs(home=(".codex/",), env=(("CODEX_HOME", ""),)),
+    # codex keeps its sandbox helper's socket in /tmp whatever TMPDIR says.
+    "codex-acp": StateDirs(home=(".codex/",), env=(("CODEX_HOME", ""),), fixed=("/tmp/codex-daemon-{uid}",)),
+    "codex": StateDirs(home=(".codex/",), env=(("CODEX_HOME", ""),), fixed=("/tmp/codex-daemon-{uid}",)),
     "gemini": StateDirs(home=(".gemini/",), env=(("GEMINI_CLI_HOME", ""),)),
     # The scripted agent's `times` counts, shared by all its processes (docs/scripted-agent.md).
     SCRIPT: StateDirs(env=(("FLOWD_SCRIPT_STATE", ""),), temp="flowd-script-state"),
@@ -62,14 +64,15 @@ def state_paths(
     table = STATE_DIRS.get(key) if key is not None else None
     if table is None:
         return [], {}
+    fixed = [(Path(entry.format(uid=os.getuid())), True) for entry in table.fixed]
     for variable, under in table.env:
         value = env.get(variable) or os.environ.get(variable)
         if value:
-            return [(Path(value).expanduser() / under, True)], {}
+            return [(Path(value).expanduser() / under, True), *fixed], {}
     if table.temp is not None:
         path = Path(tempfile.gettempdir()) / table.temp
         return [(path, True)], {variable: str(path) for variable, _ in table.env[:1]}
-    return [(home / entry.rstrip("/"), entry.endswith("/")) for entry in table.home], {}
+    return [*((home / entry.rstrip("/"), entry.endswith("/")) for entry in table.home), *fixed], {}
 
 
 def shared_caches(home: Path) -> list[Path]:

@@ -16,7 +16,6 @@ architectures bind in a `preexec_fn` instead.
 from __future__ import annotations
 
 import base64
-import contextlib
 import hashlib
 import os
 import platform
@@ -34,7 +33,7 @@ _X86_64 = (
     "AAAAAAAAAAABAAAAAAAAAAAAAAAAAAAA"
 )
 SHA256 = "2cb8ea43ee4749e41a6d6503ffd9755bf360f85ea1daa6ea72daa9ca6be56a50"
-_installed: dict[str, str | None] = {}
+_decoded: dict[str, bytes | None] = {}
 
 
 def blob() -> bytes | None:
@@ -45,21 +44,30 @@ def blob() -> bytes | None:
 def binder() -> str | None:
     """The binder's path, written once per user under the cache dir (a place no lane may write);
     None where there is none (the caller binds in a `preexec_fn`)."""
-    if "path" in _installed:
-        return _installed["path"]
-    data = blob()
-    path: str | None = None
-    if data is not None and hashlib.sha256(data).hexdigest() == SHA256:
-        cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "flowd"
-        target = cache / f"landlock-bind-{SHA256[:12]}"
-        with contextlib.suppress(OSError):
-            if not (target.is_file() and target.read_bytes() == data):
-                cache.mkdir(parents=True, exist_ok=True)
-                fd, temp = tempfile.mkstemp(dir=cache, prefix=".bind-")
-                with os.fdopen(fd, "wb") as out:
-                    out.write(data)
-                os.chmod(temp, 0o755)
-                os.replace(temp, target)
-            path = str(target)
-    _installed["path"] = path
-    return path
+    data = _blob_once()
+    if data is None:
+        return None
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "flowd"
+    target = cache / f"landlock-bind-{SHA256[:12]}"
+    try:
+        if target.stat().st_size == len(data):  # one stat per process start once it is there
+            return str(target)
+    except OSError:
+        pass
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+        fd, temp = tempfile.mkstemp(dir=cache, prefix=".bind-")
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+        os.chmod(temp, 0o755)
+        os.replace(temp, target)
+    except OSError:
+        return None
+    return str(target)
+
+
+def _blob_once() -> bytes | None:
+    if "blob" not in _decoded:
+        data = blob()
+        _decoded["blob"] = data if data is not None and hashlib.sha256(data).hexdigest() == SHA256 else None
+    return _decoded["blob"]

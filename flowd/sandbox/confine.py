@@ -156,7 +156,7 @@ class Confinement:
         for path, create in owned:
             if create:
                 with contextlib.suppress(OSError):
-                    path.mkdir(parents=True, exist_ok=True)
+                    path.mkdir(mode=0o700, parents=True, exist_ok=True)  # private, as the programs make them
             state.append(path)
         places = LanePlaces(
             worktree=top,

@@ -147,3 +147,23 @@ def test_reads_cover_everything_but_the_secrets(tmp_path: Path) -> None:
         assert not readable(rules, home / rel), rel
     assert readable(rules, Path("/usr/bin/env"))
     assert readable(read_rules(home, [home / ".aws"]), home / ".aws" / "credentials")  # allowRead
+
+
+@pytest.mark.parametrize(
+    ("command", "expected"),
+    [
+        (["codex", "exec", "--json", "--sandbox", "workspace-write"], ["codex", "exec", "--json"]),
+        (["codex", "exec", "-s", "read-only", "--json"], ["codex", "exec", "--json"]),
+        (["codex", "exec", "--sandbox=workspace-write"], ["codex", "exec"]),
+        (["codex", "exec"], ["codex", "exec"]),
+    ],
+)
+def test_codex_runs_without_its_own_sandbox_inside_a_confined_lane(
+    command: list[str], expected: list[str]
+) -> None:
+    from flowd.agents.cli_kind import build_argv, unsandboxed_codex
+
+    assert unsandboxed_codex(command) == [*expected, "--sandbox", "danger-full-access"]
+    confined = build_argv(command, model=None, confined=True)
+    assert confined[-2:] == ["--sandbox", "danger-full-access"] and confined.count("--sandbox") == 1
+    assert "danger-full-access" not in build_argv(command, model=None)  # unconfined: as the roster says
