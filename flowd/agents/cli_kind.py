@@ -38,7 +38,7 @@ from flowd.agents.base import (
 from flowd.agents.faults import classify, worded
 from flowd.agents.program_dirs import program_key
 from flowd.agents.programs import cli_version, program_of, too_old
-from flowd.sandbox.confine import current, spawning
+from flowd.sandbox.confine import Scanner, current, spawning
 from flowd.store.config import ExecutorSpec
 
 Dialect = Literal["claude", "codex", "other"]
@@ -358,7 +358,8 @@ class CliExecutor:
         self._proc = proc
         assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
         stderr_tail: deque[str] = deque(maxlen=_STDERR_KEEP)
-        drain = asyncio.create_task(self._drain(proc.stderr, stderr_tail))
+        scanner = Scanner(current(), request.cwd, f"its agent {self.spec.id}#{self.clone}")
+        drain = asyncio.create_task(self._drain(proc.stderr, stderr_tail, scanner))
         turn = CliTurn()
         try:
             with contextlib.suppress(BrokenPipeError, ConnectionResetError):
@@ -395,13 +396,14 @@ class CliExecutor:
             raise AgentError(kind, f"{self.spec.id}#{self.clone}: {worded(message)}", reset_at=reset)
         return turn
 
-    async def _drain(self, stream: asyncio.StreamReader, tail: deque[str]) -> None:
+    async def _drain(self, stream: asyncio.StreamReader, tail: deque[str], scanner: Scanner) -> None:
         """Read stderr as it comes: a full pipe would block the agent."""
         while True:
             line = await stream.readline()
             if not line:
                 return
             self._write_log(b"stderr: " + line)
+            scanner.feed(line)  # what the OS refused it (docs/sandbox.md "Refusals")
             text = line.decode("utf-8", "replace").strip()
             if text:
                 tail.append(text)

@@ -60,6 +60,12 @@ def announcement(confinement: Confinement, setting: str) -> Info | None:
         message = (
             'sandbox: detect ([sandbox] mode = "detect"): lanes are checked after each step, not confined'
         )
+    elif confinement.version > 0:
+        message = (
+            f"sandbox: landlock ABI {confinement.version} (detect): this kernel's Landlock is too old for "
+            "git in a confined lane (ABI 2, Linux 5.19, needed), so lanes are checked after each step "
+            "instead (docs/sandbox.md)"
+        )
     else:
         message = (
             "sandbox: none available (detect): this system offers no Landlock, so lanes are checked "

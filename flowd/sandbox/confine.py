@@ -33,11 +33,15 @@ def mechanism() -> tuple[str, int]:
     return (f"landlock ABI {version}", version) if version > 0 else ("none available", 0)
 
 
+# ABI 1 refuses every rename and link across directories, git's way of storing an object.
+MINIMUM_ABI = 2
+
+
 def effective_mode(setting: str, version: int) -> str:
     """`off` only when chosen; `enforce` only where the OS can; everything else `detect`."""
     if setting == "off":
         return "off"
-    return "enforce" if setting == "enforce" and version > 0 else "detect"
+    return "enforce" if setting == "enforce" and version >= MINIMUM_ABI else "detect"
 
 
 def status_line(setting: str) -> str:

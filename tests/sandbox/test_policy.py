@@ -17,7 +17,8 @@ from flowd.sandbox.policy import Protected, read_rules, what_is
     ("setting", "version", "mode"),
     [
         ("enforce", 7, "enforce"),
-        ("enforce", 1, "enforce"),
+        ("enforce", 2, "enforce"),
+        ("enforce", 1, "detect"),  # git cannot store an object under ABI 1 (no REFER)
         ("enforce", 0, "detect"),  # no Landlock: never a claim of confinement
         ("detect", 7, "detect"),
         ("off", 7, "off"),
