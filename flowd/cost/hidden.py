@@ -15,7 +15,7 @@ from typing import Any
 
 from flowd.agents.programs import program_of
 from flowd.base.errors import FlowdError
-from flowd.cost.report import HiddenRequests
+from flowd.cost.model import HiddenRequests
 from flowd.store.config import flow_dir, read_toml, user_roster_path
 
 

@@ -16,8 +16,8 @@ from datetime import tzinfo
 from pathlib import Path
 
 from flowd.cost.aggregate import Aggregator
+from flowd.cost.fold import UsageFold
 from flowd.cost.prices import Prices
-from flowd.cost.report import UsageFold
 from flowd.cost.samples import ScanStats
 from flowd.store.config import Settings
 

@@ -9,7 +9,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import orjson
 
 from flowd.base.timeutil import parse_iso
-from flowd.cost.report import Bucket, CostReport, Totals
+from flowd.cost.model import Bucket, CostReport, Totals
 from flowd.cost.samples import UNKNOWN_MODEL
 
 EMPTY = "no usage recorded: run an epic (`flowd run PLAN`) and its agents' token counts will show here"

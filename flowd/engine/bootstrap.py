@@ -66,7 +66,11 @@ def check_include(repo: Repo, settings: Settings) -> None:
 
 def preflight(repo: Repo, settings: Settings, concurrency: int) -> None:
     """`flowd run`'s checks before anything is touched: `.worktreeinclude` stays inside the
-    repository, and the lanes that may run at once (stories × parallel tasks) fit under port 65535."""
+    repository, the lanes that may run at once (stories × parallel tasks) fit under port 65535,
+    and git can check out a worktree at all (Git LFS set up without git-lfs cannot)."""
+    lfs = repo.lfs_problem()
+    if lfs is not None:
+        raise InputError(lfs)
     check_include(repo, settings)
     lanes = concurrency * settings.task_concurrency
     problem = ceiling_problem(settings.worktree.port_base, settings.worktree.ports_per_lane, lanes)

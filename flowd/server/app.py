@@ -12,9 +12,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from lsprotocol import types as lsp
 from pygls.exceptions import JsonRpcException
@@ -34,7 +34,6 @@ if TYPE_CHECKING:
     # Modules built on pydantic (plans, events, views, params) load on first use, after
     # `initialize` has been answered (docs/performance.md).
     from flowd.plan.model import StoryPlan
-    from flowd.server.features import Feature
     from flowd.trace.events import Envelope
     from flowd.trace.view import Pricer
 
@@ -45,6 +44,16 @@ REQUEST_FAILED = -32803  # LSP: the request was valid but could not be carried o
 
 def request_failed(message: str) -> JsonRpcException:
     return JsonRpcException(message, code=REQUEST_FAILED)
+
+
+class FeatureHooks(Protocol):
+    """What the server calls on each feature (`flowd/server/features/`'s `Feature`): the server's
+    lifecycle and each run's life. Declared here so the server stands below its features."""
+
+    async def started(self) -> None: ...
+    def run_attached(self, run: Tracked) -> None: ...
+    def run_event(self, run: Tracked, envelope: Envelope) -> None: ...
+    def run_ended(self, run: Tracked) -> None: ...
 
 
 class FlowServer(LanguageServer, RunHooks):
@@ -58,7 +67,7 @@ class FlowServer(LanguageServer, RunHooks):
         self.pacer = Pacer(self._send, self._call_later)
         self.worktrees = WorktreeWatches()
         self.ready = asyncio.Event()
-        self.features: list[Feature] = []
+        self.features: list[FeatureHooks] = []
         self._tasks: set[asyncio.Task[Any]] = set()
 
     # -- plumbing ------------------------------------------------------------------------------
@@ -105,7 +114,10 @@ class FlowServer(LanguageServer, RunHooks):
             await self.runs.start()
             self.spawn(self.runs.watch())
         for feature in self.features:
-            await feature.started()
+            try:
+                await feature.started()
+            except Exception:
+                _feature_failed(feature, "started")
         self.ready.set()
 
     def stop(self) -> None:
@@ -166,21 +178,30 @@ class FlowServer(LanguageServer, RunHooks):
         return run.plan
 
     # -- run hooks (RunManager), fanned out to the features ------------------------------------
+    # One feature's error is logged and never keeps the others from hearing it (as esbonio does).
     def attached(self, run: Tracked) -> None:
         run.live = True
-        for feature in self.features:
-            feature.run_attached(run)
+        self._fan_out("run_attached", lambda feature: feature.run_attached(run))
 
     def event(self, run: Tracked, envelope: Envelope) -> None:
-        for feature in self.features:
-            feature.run_event(run, envelope)
+        self._fan_out("run_event", lambda feature: feature.run_event(run, envelope))
 
     def ended(self, run: Tracked) -> None:
         if not run.live:
             return
         self.pacer.flush()
+        self._fan_out("run_ended", lambda feature: feature.run_ended(run))
+
+    def _fan_out(self, hook: str, call: Callable[[FeatureHooks], None]) -> None:
         for feature in self.features:
-            feature.run_ended(run)
+            try:
+                call(feature)
+            except Exception:
+                _feature_failed(feature, hook)
+
+
+def _feature_failed(feature: FeatureHooks, hook: str) -> None:
+    log.exception("feature %s failed in %s; the other features go on", type(feature).__name__, hook)
 
 
 def main_checkout(where: Path) -> Repo:

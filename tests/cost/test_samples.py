@@ -13,8 +13,8 @@ from flowd.cost.samples import (
     scan,
     trace_files,
 )
+from flowd.trace import log as trace
 from flowd.trace.log import TraceWriter, trace_path
-from flowd.trace.log import log as trace
 
 from .traces import started, used, write_trace
 

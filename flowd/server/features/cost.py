@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from flowd.protocol.models import CostReportParams
 
 
-class CostReport(Feature):
+class CostReports(Feature):
     async def report(self, p: CostReportParams) -> dict[str, Any]:
         from flowd.cost.cli import cost_report_for
 
