@@ -168,3 +168,37 @@ def test_codex_runs_without_its_own_sandbox_inside_a_confined_lane(
     confined = build_argv(command, model=None, confined=True)
     assert confined[-2:] == ["--sandbox", "danger-full-access"] and confined.count("--sandbox") == 1
     assert "danger-full-access" not in build_argv(command, model=None)  # unconfined: as the roster says
+
+
+@pytest.mark.parametrize(
+    ("setting", "version", "said"),
+    [
+        ("enforce", 7, None),
+        ("enforce", 0, "sandbox: none available (detect): "),
+        ("enforce", 1, "sandbox: landlock ABI 1 (detect): "),
+        ("detect", 7, 'sandbox: detect ([sandbox] mode = "detect"): '),
+        ("off", 7, 'sandbox: off ([sandbox] mode = "off"): '),
+    ],
+)
+def test_a_run_says_once_when_it_does_not_enforce(
+    tmp_path: Path, setting: str, version: int, said: str | None
+) -> None:
+    from flowd.engine.confinement import announcement
+    from flowd.server.notify import notes_for
+    from flowd.trace.view import RunView
+
+    c = Confinement(
+        setting,
+        checkout=tmp_path,
+        common_dir=tmp_path / ".git",
+        lanes_root=tmp_path,
+        epic="e",
+        version=version,
+    )
+    info = announcement(c, setting)
+    if said is None:
+        assert info is None
+        return
+    assert info is not None and info.message.startswith(said)
+    notes = notes_for(RunView(run_id="r"), info)
+    assert [(n.params["reason"], n.params["actions"]) for n in notes] == [("unconfined", [])]
