@@ -117,3 +117,18 @@ def test_the_binder_fails_closed() -> None:
     bad = subprocess.run([path, "999", "/bin/true", "true"], capture_output=True, text=True)
     assert bad.returncode == 126 and "landlock_restrict_self failed" in bad.stderr
     assert subprocess.run([path, "1"], capture_output=True).returncode == 126  # too few arguments
+
+
+def test_without_the_binder_the_child_binds_in_a_preexec_fn(
+    lane: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Other architectures than x86-64 have no binder: the same policy, bound between fork and exec."""
+    import flowd.sandbox.confine as confine
+
+    monkeypatch.setattr(confine, "binder", lambda: None)
+    c = _confinement(lane)
+    with c.spawn(lane) as confined:
+        assert confined.prefix == () and confined.preexec_fn is not None
+    target = lane.parents[2] / "repo" / "x.txt"
+    out = _sh(c, lane, f"echo x > {target}; echo own > own.txt && echo wrote")
+    assert "Permission denied" in out and out.startswith("wrote\n") and not target.exists()  # stdout first
