@@ -149,6 +149,13 @@ def odd_lines(start: int) -> list[bytes]:
             start + 14, {"type": "ExecutorLeased", "executor": "y", "role": "coder", "label": "b", "extra": 1}
         ),
         line(start + 15, {"type": "ExecutorReleased", "executor": 5, "role": "coder", "label": "b"}),
+        line(start + 16, {**used, "usage": {"input": 7, "output": 1}}).replace(
+            b'"input":7',
+            b'"input":%d' % (1 << 63),  # past 63 bits
+        ),
+        line(start + 17, {**used, "usage": {"input": 12, "output": 1}}, v=2),  # a usage line of v 2
+        line(start + 18, {"type": "ExecutorLeased", "executor": "y", "role": "coder", "label": "b"}, v=2),
+        line(start + 19, {**used, "usage": {"input": 13, "output": True}}),  # a bool as a count
         b"not json",
         b"",
         b"[1, 2]",

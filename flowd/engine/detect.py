@@ -211,12 +211,9 @@ class Detector:
         action = verdict.action
         if action == "undone" and not _safely(restore):
             action = "reported"
-        if isinstance(verdict, Blame):
-            self.emit(LaneEscape(lane=verdict.lane, path=change.path, what=change.what, action=action))
-            self.pending.setdefault(verdict.lane, []).append((change, action))
-            return Blame(verdict.lane, action)
-        self.emit(Info(message=unsure_note(change, Unsure(verdict.lanes, action))))
-        return Unsure(verdict.lanes, action)
+        self.emit(LaneEscape(lane=verdict.lane, path=change.path, what=change.what, action=action))
+        self.pending.setdefault(verdict.lane, []).append((change, action))
+        return Blame(verdict.lane, action)
 
     # -- shared places --------------------------------------------------------------------------
     def check_shared(self) -> None:
@@ -236,7 +233,16 @@ class Detector:
         paths = [common / "config", *files_under(common / "hooks"), *files_under(common / "info")]
         paths += [self.home / name for name in HOME_FILES]
         paths += [flow / name for name in FLOW_FILES]
-        return [str(p) for p in paths]
+        return [str(p) for p in paths if not self._allowed(p)]
+
+    def _allowed(self, path: Path) -> bool:
+        """Inside a path `[sandbox] allowWrite` names (`~/…`, absolute, or repository-relative)."""
+        for entry in self.allow_write:
+            root = self.home / entry[2:] if entry == "~" or entry.startswith("~/") else Path(entry)
+            root = root if root.is_absolute() else self.root / root
+            if path == root or root in path.parents:
+                return True
+        return False
 
     def _check_files(self, since: float) -> None:
         current = set(self._file_places())
@@ -260,11 +266,11 @@ class Detector:
 
     def _watched_refs(self) -> dict[str, RefPrint]:
         refs = read_refs(self.common_dir)
-        ours = (f"refs/heads/story/{self.epic_id}/", f"refs/heads/epic/{self.epic_id}")
+        stories, epic = f"refs/heads/story/{self.epic_id}/", f"refs/heads/epic/{self.epic_id}"
         return {
             name: ref
             for name, ref in refs.items()
-            if not name.startswith(ours) and not self._other_run_owns(name)
+            if name != epic and not name.startswith(stories) and not self._other_run_owns(name)
         }
 
     def _other_run_owns(self, name: str) -> bool:
@@ -323,9 +329,8 @@ class Detector:
 
     def _check_home(self, since: float) -> None:
         names = self._home_listing()
-        allowed = {*AGENT_STATE, *(Path(p).name for p in self.allow_write)}
         for name in sorted(names - self._home_names):
-            if name in allowed or name.startswith(".claude.json"):
+            if name in AGENT_STATE or name.startswith(".claude.json") or self._allowed(self.home / name):
                 continue
             path = self.home / name
             change = Change(str(path), what_of(str(path), self.places), changed_at_path(path), False)
@@ -386,6 +391,8 @@ class Detector:
         if snap is None:
             self.snapshot(wt)
             return
+        if not any(w.lane != lane and (w.end is None or w.end >= snap.taken) for w in list(self.windows)):
+            return  # no other lane ran since: nothing here can be another lane's (a single lane: free)
         entries = status(wt)
         if entries is None:
             return

@@ -135,3 +135,39 @@ def test_a_write_into_a_quiet_lanes_worktree_is_blamed_on_the_writer(tmp_path: P
         ("a", str(victim / "INTRUDER.txt"), "otherLane", "undone")
     ]
     assert not (victim / "INTRUDER.txt").exists() and (victim / "own.txt").exists()
+
+
+def test_another_epic_named_alike_is_watched_and_this_epics_story_branches_are_not(tmp_path: Path) -> None:
+    detector, events, wt = _detector(tmp_path)
+    repo = tmp_path / "repo"
+    _git(repo, "branch", "epic/ep2")
+    detector.start()
+    evil = _git(repo, "commit-tree", "-m", "evil", "HEAD^{tree}").strip()
+
+    async def step() -> None:
+        async with detector.step("a", wt):
+            _git(wt, "update-ref", "refs/heads/epic/ep2", evil)
+            _git(wt, "commit", "-q", "--allow-empty", "-m", "the lane's own commit")  # its own branch
+
+    with pytest.raises(StoryFailed):
+        asyncio.run(step())
+    assert [(e.path, e.action) for e in events if isinstance(e, LaneEscape)] == [
+        ("refs/heads/epic/ep2", "undone")
+    ]
+    assert _git(repo, "rev-parse", "epic/ep2").strip() == _git(repo, "rev-parse", "main").strip()
+
+
+def test_what_allow_write_names_is_not_an_escape(tmp_path: Path) -> None:
+    detector, events, wt = _detector(tmp_path)
+    detector.allow_write = ("~/.bashrc", "~/build-cache")
+    bashrc = detector.home / ".bashrc"
+    bashrc.write_text("# mine\n")
+    detector.start()
+
+    async def step() -> None:
+        async with detector.step("a", wt):
+            bashrc.write_text("# the build's\n")
+            (detector.home / "build-cache").mkdir()
+
+    asyncio.run(step())
+    assert events == [] and bashrc.read_text() == "# the build's\n"
