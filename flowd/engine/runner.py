@@ -23,6 +23,7 @@ from flowd.base.timeutil import iso
 from flowd.control.runctl import new_run_id
 from flowd.cost.prices import pricer
 from flowd.engine.bootstrap import bootstrap_epic, preflight
+from flowd.engine.confinement import announcement, run_confinement
 from flowd.engine.context import RunContext
 from flowd.engine.core.budget import BudgetLimits, budget_spent
 from flowd.engine.core.scheduler import (
@@ -54,6 +55,7 @@ from flowd.plan.hashing import story_hash
 from flowd.plan.model import StoryPlan
 from flowd.plan.parse import load_plan
 from flowd.roster.pool import RosterPool
+from flowd.sandbox.confine import active, current
 from flowd.store.config import Roster, Settings, load_roster, load_settings
 from flowd.store.inbox import InboxReader
 from flowd.trace.events import (
@@ -252,9 +254,17 @@ class _Session:
     async def run(self) -> RunResult:
         outcome: RunOutcome = "failed"
         reason: str | None = None
+        setup = self.setup
+        confinement = run_confinement(
+            setup.repo, setup.settings, setup.wt_root, setup.plan.epic_id, setup.paths, self.writer.emit
+        )
         try:
-            self._start()
-            outcome, reason = await self._schedule()
+            with active(confinement):
+                self._start()
+                said = announcement(confinement, setup.settings.sandbox.mode)
+                if said is not None:
+                    self.writer.emit(said)
+                outcome, reason = await self._schedule()
         except FlowdError as exc:
             outcome, reason = ("halted" if exc.exit_code == EXIT_HALTED else "failed"), str(exc)
             self.writer.emit(Info(message=f"run stopped: {exc}"))
@@ -316,7 +326,7 @@ class _Session:
             self.detector.start()
 
     async def _schedule(self) -> tuple[RunOutcome, str | None]:
-        setup, writer = self.setup, self.writer
+        setup, writer, confinement = self.setup, self.writer, current()
 
         def emit(event: Event) -> None:
             writer.emit(event)
@@ -349,7 +359,9 @@ class _Session:
         # The first stories' agents start while their worktrees are prepared (docs/performance.md),
         # here or on the lanes' nodes (docs/scale-out.md).
         first = min(setup.concurrency, len(ready(setup.plan)))
-        if setup.settings.lanes.engine == "local":
+        # A confined agent process serves one lane for life (docs/sandbox.md): none starts ahead.
+        enforcing = confinement is not None and confinement.enforcing
+        if setup.settings.lanes.engine == "local" and not enforcing:
             self.pool.prestart({"coder": first, "planner": first}, setup.repo.root)
         self.lanes = await open_lanes(ctx, first)
         shell = SchedulerShell(

@@ -173,6 +173,18 @@ def escape_note(view: RunView, event: LaneEscape) -> Note:
     return Note(ATTENTION, params, (ATTENTION, view.run_id, event.lane, "escaped", event.path), True)
 
 
+SANDBOX_NOTE = "sandbox: "  # the run's one word on its confinement (flowd/engine/confinement.py)
+
+
+def unconfined_note(view: RunView, message: str) -> Note:
+    """The run is not confined (no Landlock, or `[sandbox] mode` says so; docs/sandbox.md):
+    `flow/attention` with `reason: "unconfined"`, once per run, nothing to answer."""
+    from flowd.protocol.models import AttentionParams
+
+    params = AttentionParams(run_id=view.run_id, reason="unconfined", message=message, actions=[]).wire()
+    return Note(ATTENTION, params, (ATTENTION, view.run_id, "unconfined"), True)
+
+
 def notes_for(view: RunView, event: Event) -> list[Note]:
     """The notifications implied by `event`, already folded into `view`."""
     from flowd.trace.events import (
@@ -182,6 +194,7 @@ def notes_for(view: RunView, event: Event) -> list[Note]:
         ExecutorReleased,
         ExecutorResumed,
         GateFlaky,
+        Info,
         LaneEscape,
         LanePlaced,
         MergeBatchStarted,
@@ -241,6 +254,8 @@ def notes_for(view: RunView, event: Event) -> list[Note]:
         return [run_note(view)]
     if isinstance(event, LaneEscape):
         return [escape_note(view, event)]
+    if isinstance(event, Info) and event.lane is None and event.message.startswith(SANDBOX_NOTE):
+        return [unconfined_note(view, event.message)]
     if isinstance(event, GateFlaky | MergeRevision):
         return _lane(view, event.lane)  # a transition: `flaky`/`mergeRevision` changed its signature
     return []
