@@ -699,6 +699,16 @@ class Repo:
         """A merge stopped half-way in `wt` (MERGE_HEAD is set): a process killed mid-merge."""
         return merge_in_progress(Path(wt))
 
+    def fast_forward(self, wt: Path, commit: str) -> None:
+        """Move the worktree and its branch forward to `commit`, a descendant of its HEAD; refuses
+        (GitError) when it is not one: the branch moved since `commit` was built on it."""
+        wt = self._owned_worktree(wt, "fast-forward")
+        _git(
+            wt,
+            ["merge", "--ff-only", "-q", "--no-verify", commit],
+            f"could not fast-forward the worktree {wt} to {commit[:10]}",
+        )
+
     def reset_hard(self, wt: Path, commit: str) -> None:
         """Roll the worktree and its branch back to `commit`; untracked files are kept."""
         wt = self._owned_worktree(wt, "reset")

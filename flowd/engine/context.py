@@ -43,6 +43,7 @@ from flowd.view import RunView
 
 if TYPE_CHECKING:
     from flowd.engine.pauses import PauseDesk
+    from flowd.engine.train import TrainShell
 
 # Failures that are the executor's, not the reply's: a held coder moves to another executor.
 MESSAGE_CHARS = 600
@@ -72,11 +73,28 @@ class RunContext:
     holders: dict[str, HeldCoder] = field(default_factory=dict)  # lane → its held coder
     reviews: ReviewQueue = field(default_factory=ReviewQueue)  # review comments due (engine/review.py)
     _budget_told: set[str] = field(default_factory=set)
+    _train: TrainShell | None = None
+    # Told when a story enters the merge train (True: its lane is free) and when it is sent back
+    # to work (False); the scheduler's shell sets it (docs/merging.md).
+    lane_freed: Callable[[str, bool], None] | None = None
     # Running lanes' port ranges (docs/worktree-bootstrap.md), keyed by story id or `<story>#t<n>`.
     ports: PortSlots = field(init=False)
 
     def __post_init__(self) -> None:
         self.ports = PortSlots(self.settings.worktree.port_base, self.settings.worktree.ports_per_lane)
+
+    def merge_train(self) -> TrainShell:
+        """The run's merge train (docs/merging.md): every story's one way into the epic."""
+        if self._train is None:
+            from flowd.engine.train import TrainShell
+
+            self._train = TrainShell(self)
+        return self._train
+
+    async def close_train(self) -> None:
+        """Nothing of the merge train (its candidate worktrees, its gate runs) outlives the run."""
+        if self._train is not None:
+            await self._train.aclose()
 
     def lane_env(self, key: str | None) -> dict[str, str]:
         """FLOWD_LANE/PORT/PORTS of a running lane (empty when it holds no range)."""

@@ -195,9 +195,9 @@ class Candidate:
 
 def auto_concurrency(free_lanes: int, gate_ms: tuple[int, ...]) -> int:
     """`mergeConcurrency = 0`: one candidate, plus one per free lane (at most 4 in all) once the
-    gates are known to take long enough for speculation to pay."""
+    gates are known to take long enough for speculation to pay (until a first run says, one)."""
     if not gate_ms:
-        return min(AUTO_CONCURRENCY_CAP, 1 + max(0, free_lanes))
+        return 1
     ordered = sorted(gate_ms)
     if ordered[len(ordered) // 2] < SPECULATE_FROM_MS:
         return 1
