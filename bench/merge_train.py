@@ -114,9 +114,9 @@ def measure(count: int, lanes: int, red: set[str], *, serial: bool = False) -> d
     }
 
 
-def own_work(events: list[Any]) -> tuple[list[float], float]:
-    """Each story's own time in its lane (from active to ready to merge, in plan order) and the
-    longest merge revision round (from its merge undone to ready again), from the trace."""
+def own_work(events: list[Any]) -> tuple[list[tuple[str, float]], dict[str, float]]:
+    """Each story's own time in its lane (from active to ready to merge), in the order they became
+    active, and each culprit's merge revision round (from its merge undone to ready again)."""
     active: dict[str, float] = {}
     ready: dict[str, list[float]] = {}
     back: dict[str, float] = {}
@@ -130,9 +130,9 @@ def own_work(events: list[Any]) -> tuple[list[float], float]:
             ready.setdefault(event.lane, []).append(at)
         elif isinstance(event, MergeRolledBack):
             back.setdefault(event.lane, at)
-    own = [ready[s][0] - active[s] for s in active if s in ready]
-    rounds = [ready[s][1] - back[s] for s in back if len(ready.get(s, [])) > 1]
-    return own, max(rounds, default=0.0)
+    own = [(s, ready[s][0] - active[s]) for s in active if s in ready]
+    rounds = {s: ready[s][1] - back[s] for s in back if len(ready.get(s, [])) > 1}
+    return own, rounds
 
 
 def lanes_bound(count: int, lanes: int, revision: bool) -> float:
@@ -144,14 +144,17 @@ def lanes_bound(count: int, lanes: int, revision: bool) -> float:
 
 def measured_bound(figures: dict[str, Any], lanes: int) -> float:
     """The same bound from this run's own lane times: the stories' measured work packed on the
-    lanes in plan order (no merge wait), one epic gate, and the longest revision round with its
-    epic gate. What the lanes alone cost on this machine, as loaded as it is."""
+    lanes in the order they started (no merge wait) and one epic gate; a culprit's chain is its
+    work, the red epic gate, its measured revision round and the green epic gate. What the lanes
+    alone cost on this machine, as loaded as it is."""
     free = [0.0] * lanes
-    for work in figures["own"]:
+    chains = []
+    for sid, work in figures["own"]:
         lane = free.index(min(free))
         free[lane] += work
-    bound = max(free) + GATE_S
-    return bound + (figures["revision"] + GATE_S if figures["revision"] else 0.0)
+        if sid in figures["revision"]:
+            chains.append(free[lane] + GATE_S + figures["revision"][sid] + GATE_S)
+    return max([max(free) + GATE_S, *chains])
 
 
 def line(name: str, figures: dict[str, Any], baseline: float, target: float, against: str) -> bool:
