@@ -46,8 +46,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from flowd.trace import list_runs, read_trace, trace_path  # noqa: E402
-from flowd.view import fold  # noqa: E402
+from flowd.trace.log import list_runs, read_trace, trace_path  # noqa: E402
+from flowd.trace.view import fold  # noqa: E402
 from tests.engine.scenario import FLOWD, Scenario, git, story  # noqa: E402
 
 EPIC = "ep"

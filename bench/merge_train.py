@@ -36,7 +36,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from flowd.events import (  # noqa: E402
+from flowd.base.timeutil import parse_iso  # noqa: E402
+from flowd.trace.events import (  # noqa: E402
     GateResult,
     MergeBatchStarted,
     MergeBisect,
@@ -45,7 +46,6 @@ from flowd.events import (  # noqa: E402
     StageStarted,
     StoryStatusChanged,
 )
-from flowd.timeutil import parse_iso  # noqa: E402
 from tests.engine.scenario import Scenario, story  # noqa: E402
 
 CODER_S = 1.0
@@ -148,12 +148,12 @@ def measured_bound(figures: dict[str, Any], lanes: int) -> float:
     work, the red epic gate, its measured revision round and the green epic gate. What the lanes
     alone cost on this machine, as loaded as it is."""
     free = [0.0] * lanes
-    chains = []
+    chains: list[float] = []
     for sid, work in figures["own"]:
         lane = free.index(min(free))
         free[lane] += work
         if sid in figures["revision"]:
-            chains.append(free[lane] + GATE_S + figures["revision"][sid] + GATE_S)
+            chains.append(free[lane] + GATE_S + float(figures["revision"][sid]) + GATE_S)
     return max([max(free) + GATE_S, *chains])
 
 

@@ -25,7 +25,8 @@ from typing import Any
 from lsprotocol import types as lsp
 from pygls.lsp.client import LanguageClient
 
-from flowd.events import (
+from flowd.base.timeutil import iso
+from flowd.trace.events import (
     RunEnded,
     RunStarted,
     StoryStatusChanged,
@@ -34,8 +35,7 @@ from flowd.events import (
     TokensUsed,
     Usage,
 )
-from flowd.timeutil import iso
-from flowd.trace import RunRecord, TraceWriter, trace_path, write_run_record
+from flowd.trace.log import RunRecord, TraceWriter, trace_path, write_run_record
 
 RUN_ID = "bench-run"
 

@@ -4,7 +4,7 @@ Run: .venv/bin/python bench/overhead.py [--files 5000] [--stories 10]
 
 A story's git life: worktree add (new branch off the epic), one commit of a few files, the list
 of changed files, a --no-ff merge into the epic worktree, worktree remove, branch delete. The
-same steps run once through flowd.gitops and once as the equivalent bare git commands, story by
+same steps run once through flowd.vcs.gitops and once as the equivalent bare git commands, story by
 story alternating so both see the same machine load. Prints per-story times and the ratio
 (target: flowd <= 1.5x bare). Everything lives in one temp dir, removed at the end.
 """
@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from flowd.gitops import Repo, worktree_default_root
+from flowd.vcs.gitops import Repo, worktree_default_root
 
 
 def git(cwd: Path, *args: str) -> str:

@@ -31,13 +31,13 @@ from typing import Any
 from lsprotocol import types as lsp
 from pygls.lsp.client import LanguageClient
 
+from flowd.base.timeutil import iso
 from flowd.engine.perimeter_now import perimeter_now
 from flowd.engine.state import EpicPaths, StoryState, save_state
-from flowd.events import RunStarted, StoryStatusChanged
-from flowd.gitops import Repo
 from flowd.plan.parse import load_plan
-from flowd.timeutil import iso
-from flowd.trace import RunRecord, TraceWriter, trace_path, write_run_record
+from flowd.trace.events import RunStarted, StoryStatusChanged
+from flowd.trace.log import RunRecord, TraceWriter, trace_path, write_run_record
+from flowd.vcs.gitops import Repo
 
 RUN_ID = "bench-perimeter"
 EPIC = "bench"

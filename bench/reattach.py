@@ -58,7 +58,7 @@ _WORDS = _TEXT.split(" ")
 
 
 class TraceGen:
-    """Writes one run's trace line by line in the writer's format (`flowd.events.dump_envelope`)."""
+    """Writes one run's trace line by line in the writer's format (`flowd.trace.events.dump_envelope`)."""
 
     def __init__(self, handle: Any, seed: int = 16) -> None:
         self.handle = handle
@@ -223,8 +223,8 @@ def build_repo(root: Path, events: int, pid: int) -> tuple[Path, int, int]:
 _ANCHOR = """
 import sys, resource
 from pathlib import Path
-from flowd.trace import read_trace
-from flowd.view import fold
+from flowd.trace.log import read_trace
+from flowd.trace.view import fold
 view = fold(sys.argv[2], read_trace(Path(sys.argv[1])))
 print(view.totals.tokens)
 """
@@ -317,9 +317,9 @@ def _vm_hwm(pid: int) -> float:
 def write_checkpoint(trace: Path) -> int:
     """The runner's last checkpoint, a full `CHECKPOINT_BYTES` before the end; its offset."""
     from flowd.cost.prices import pricer
-    from flowd.tracefold import fold_lines
-    from flowd.view import RunView
-    from flowd.viewcheckpoint import CHECKPOINT_BYTES, capture, save
+    from flowd.trace.checkpoint import CHECKPOINT_BYTES, capture, save
+    from flowd.trace.fastfold import fold_lines
+    from flowd.trace.view import RunView
 
     view = RunView(run_id=RUN_ID, pricer=pricer(None))  # the bench repo has no price overrides
     limit = trace.stat().st_size - CHECKPOINT_BYTES

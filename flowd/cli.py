@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import TypeAlias, cast
 
 from flowd import __version__
-from flowd.errors import EXIT_BAD_INPUT, EXIT_CANCELLED, FlowdError
+from flowd.base.errors import EXIT_BAD_INPUT, EXIT_CANCELLED, FlowdError
 
 Command = Callable[[argparse.Namespace], int]
 
@@ -162,7 +162,9 @@ def _add_plan(sub: Subparsers) -> None:
 
 
 def _add_status(sub: Subparsers) -> None:
-    p = _command(sub, "status", "flowd.status:status_command", "active and recent runs with their lanes")
+    p = _command(
+        sub, "status", "flowd.control.status:status_command", "active and recent runs with their lanes"
+    )
     p.add_argument("--json", action="store_true", help="print {runs: [...]} as JSON on stdout")
 
 
@@ -210,7 +212,7 @@ def _add_cancel(sub: Subparsers) -> None:
 
 def _add_answer(sub: Subparsers) -> None:
     p = _command(
-        sub, "answer", "flowd.answers:answer_command", "answer a paused story or run (docs/answers.md)"
+        sub, "answer", "flowd.control.answer:answer_command", "answer a paused story or run (docs/answers.md)"
     )
     p.add_argument("run_id", metavar="RUN_ID", help="the paused run (`flowd status` lists them)")
     p.add_argument(
@@ -225,7 +227,7 @@ def _add_revise(sub: Subparsers) -> None:
     p = _command(
         sub,
         "revise",
-        "flowd.revise:revise_command",
+        "flowd.control.revise:revise_command",
         "a review comment on a line of a story's change becomes a revision task for its coder",
     )
     p.add_argument("run_id", metavar="RUN_ID", help="the live run (`flowd status` lists them)")
@@ -281,7 +283,7 @@ def _add_roster(sub: Subparsers) -> None:
     p = _command(
         roster_sub,
         "check",
-        "flowd.roster_check:check_command",
+        "flowd.roster.check:check_command",
         "run a one-line prompt on each executor",
         key="roster check",
     )
@@ -291,7 +293,10 @@ def _add_roster(sub: Subparsers) -> None:
 
 def _add_schema(sub: Subparsers) -> None:
     p = _command(
-        sub, "schema", "flowd.schema:schema_command", "print the JSON Schema of a file or the LSP protocol"
+        sub,
+        "schema",
+        "flowd.store.schema:schema_command",
+        "print the JSON Schema of a file or the LSP protocol",
     )
     p.add_argument(
         "what",

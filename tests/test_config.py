@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from flowd.config import load_roster, load_settings
-from flowd.errors import FileProblems
+from flowd.base.errors import FileProblems
+from flowd.store.config import load_roster, load_settings
 
 
 def write(path: Path, text: str) -> Path:

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import json
 
-from flowd.events import (
+from flowd.trace.events import (
     EVENT_TYPES,
     Envelope,
     ExecutorHandedOver,
@@ -80,7 +80,7 @@ def test_every_event_type_is_documented_with_its_fields() -> None:
     import re
     from pathlib import Path
 
-    from flowd import events
+    from flowd.trace import events
 
     doc = (Path(__file__).resolve().parents[1] / "docs" / "trace.md").read_text(encoding="utf-8")
     rows = {m.group(1): m.group(0) for m in re.finditer(r"^\| `(\w+)`.*$", doc, flags=re.M)}

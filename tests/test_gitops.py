@@ -1,4 +1,4 @@
-"""flowd.gitops against real repositories in temp dirs, with the user's git config shut out."""
+"""flowd.vcs.gitops against real repositories in temp dirs, with the user's git config shut out."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from flowd.errors import FlowdError, InputError
-from flowd.gitops import GitError, Repo, worktree_default_root, worktree_root
+from flowd.base.errors import FlowdError, InputError
+from flowd.vcs.gitops import GitError, Repo, worktree_default_root, worktree_root
 
 IDENTITY_VARS = (
     "GIT_AUTHOR_NAME",

@@ -1,4 +1,4 @@
-"""The inbox between a live run and its clients (flowd/inbox.py, docs/answers.md): real files, a
+"""The inbox between a live run and its clients (flowd/store/inbox.py, docs/answers.md): real files, a
 real reader loop on its own thread, and a real `flowd run` process."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from flowd.errors import InputError
-from flowd.inbox import Answer, InboxReader, Reply, Revision, inbox_dir, post
-from flowd.trace import RunRecord, is_active, load_run_record, write_run_record
+from flowd.base.errors import InputError
+from flowd.store.inbox import Answer, InboxReader, Reply, Revision, inbox_dir, post
+from flowd.trace.log import RunRecord, is_active, load_run_record, write_run_record
 from tests.engine.scenario import Scenario, coder, kill_group, story
 
 

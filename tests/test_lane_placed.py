@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from flowd.events import Envelope, LanePlaced, RunStarted
-from flowd.progress import lane_row, plain_lines
+from flowd.control.progress import lane_row, plain_lines
 from flowd.server.notify import notes_for
-from flowd.view import RunView
+from flowd.trace.events import Envelope, LanePlaced, RunStarted
+from flowd.trace.view import RunView
 
 
 def _view() -> tuple[RunView, Envelope]:

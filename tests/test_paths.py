@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from flowd.paths import as_prefix, is_safe, normalize, overlapping, unsafe_reason, within
+from flowd.base.paths import as_prefix, is_safe, normalize, overlapping, unsafe_reason, within
 
 segment = st.text(alphabet="abcxyz._-", min_size=1, max_size=5).filter(lambda s: s not in (".", ".."))
 rel_path = st.lists(segment, min_size=1, max_size=5).map("/".join)

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from flowd.perimeter import (
+from flowd.plan.perimeter import (
     classify,
     owner_of_path,
     paths_named_in,

@@ -2,7 +2,8 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from flowd.events import (
+from flowd.control.progress import render_run
+from flowd.trace.events import (
     Envelope,
     Event,
     ExecutorExcluded,
@@ -13,8 +14,7 @@ from flowd.events import (
     TokensUsed,
     Usage,
 )
-from flowd.progress import render_run
-from flowd.view import fold
+from flowd.trace.view import fold
 
 
 def text_of(*events: Event) -> str:

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from flowd.replies import ReplyParseError, coder_sentinel, extract_json, parse_task_plan, parse_verdict
+from flowd.engine.replies import ReplyParseError, coder_sentinel, extract_json, parse_task_plan, parse_verdict
 
 PLAN = '{"epicId": "whatever", "tasks": [{"title": "Add route", "description": "Do it.\\nSatisfies: 1", "completed": true}]}'
 

@@ -17,9 +17,12 @@ from pathlib import Path
 import pytest
 
 from flowd.agents.base import AgentError, Executor, FlowdMeta, TurnObserver, TurnRequest, TurnResult
-from flowd.config import ExecutorSpec, Roster, load_roster
-from flowd.errors import EXIT_HALTED, NoExecutor
-from flowd.events import (
+from flowd.base.errors import EXIT_HALTED, NoExecutor
+from flowd.base.timeutil import iso
+from flowd.base.timeutil import now as utc_now
+from flowd.roster.pool import Lease, RosterPool
+from flowd.store.config import ExecutorSpec, Roster, load_roster
+from flowd.trace.events import (
     Event,
     ExecutorExcluded,
     ExecutorHandedOver,
@@ -27,9 +30,6 @@ from flowd.events import (
     ExecutorReleased,
     ExecutorResumed,
 )
-from flowd.roster import Lease, RosterPool
-from flowd.timeutil import iso
-from flowd.timeutil import now as utc_now
 
 T0 = datetime(2026, 11, 29, 14, 0, 0, tzinfo=UTC)
 

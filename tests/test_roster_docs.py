@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from flowd.config import load_roster
+from flowd.store.config import load_roster
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "roster.md"
 BLOCKS = re.findall(r"```toml\n(.*?)```", DOC.read_text(encoding="utf-8"), re.DOTALL)

@@ -3,8 +3,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from flowd.events import Info, RunEnded, RunStarted
-from flowd.trace import (
+from flowd.trace.events import Info, RunEnded, RunStarted
+from flowd.trace.log import (
     RunRecord,
     TraceFollower,
     TraceWriter,

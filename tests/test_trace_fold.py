@@ -1,4 +1,4 @@
-"""The streaming fold (`flowd.trace.fold_lines`) against the per-line pydantic fold it replaces."""
+"""The streaming fold (`flowd.trace.log.fold_lines`) against the per-line pydantic fold it replaces."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 import pytest
 
-from flowd.events import (
+from flowd.trace.events import (
     EVENT_CLASSES,
     AssistantMessage,
     BudgetExceeded,
@@ -56,8 +56,8 @@ from flowd.events import (
     dump_envelope,
     parse_line,
 )
-from flowd.trace import TraceFollower, fold_trace, read_trace
-from flowd.view import FOLDED_TYPES, RunView, UsageLike, fold, reported_cost
+from flowd.trace.log import TraceFollower, fold_trace, read_trace
+from flowd.trace.view import FOLDED_TYPES, RunView, UsageLike, fold, reported_cost
 
 RUN = "r1"
 

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from flowd.events import (
+from flowd.trace.events import (
     Envelope,
     Event,
     ExecutorLeased,
@@ -15,7 +15,7 @@ from flowd.events import (
     TokensUsed,
     Usage,
 )
-from flowd.view import fold
+from flowd.trace.view import fold
 
 
 def envelopes(*events: Event) -> list[Envelope]:

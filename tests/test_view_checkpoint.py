@@ -1,4 +1,4 @@
-"""View checkpoints (`flowd.viewcheckpoint`): folding from a checkpoint and then the trace's tail
+"""View checkpoints (`flowd.trace.checkpoint`): folding from a checkpoint and then the trace's tail
 gives exactly the full fold, wherever the checkpoint was cut; a checkpoint that does not check out
 is ignored."""
 
@@ -13,12 +13,22 @@ from typing import Any
 import orjson
 import pytest
 
-from flowd.config import PriceOverride, Settings
 from flowd.cost.prices import pricer
-from flowd.events import Info, TaskCompleted, TaskStarted
-from flowd.trace import TraceFollower, TraceWriter, fold_trace
-from flowd.tracefold import fold_lines
-from flowd.view import (
+from flowd.store.config import PriceOverride, Settings
+from flowd.trace.checkpoint import (
+    ENV_BYTES,
+    FILE_NAME,
+    capture,
+    checkpoint_path,
+    pricing_key,
+    save,
+    view_state,
+    with_pricing_key,
+)
+from flowd.trace.events import Info, TaskCompleted, TaskStarted
+from flowd.trace.fastfold import fold_lines
+from flowd.trace.log import TraceFollower, TraceWriter, fold_trace
+from flowd.trace.view import (
     BatchView,
     CloneView,
     FlakyGate,
@@ -29,16 +39,6 @@ from flowd.view import (
     Totals,
     UsageLike,
     reported_cost,
-)
-from flowd.viewcheckpoint import (
-    ENV_BYTES,
-    FILE_NAME,
-    capture,
-    checkpoint_path,
-    pricing_key,
-    save,
-    view_state,
-    with_pricing_key,
 )
 from tests.test_trace_fold import RUN, line, odd_lines, one_of_each
 
@@ -330,7 +330,7 @@ def test_the_state_round_trips_every_field(tmp_path: Path) -> None:
 
 
 # The fields a checkpoint carries. A new field of the fold must be looked at in
-# flowd/viewcheckpoint.py (nested dataclasses, types it can check) before it is added here.
+# flowd/trace/checkpoint.py (nested dataclasses, types it can check) before it is added here.
 FIELDS = {
     RunView: "run_id epic_id epic_branch plan status started_at ended_at concurrency reason budget_usd "
     "budget_exceeded lanes clones exclusions totals flaky_gates batches pauses pause_on raised_usd "

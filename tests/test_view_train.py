@@ -3,7 +3,7 @@ back to `active` when a merge is undone; batches with their verdicts and bisecti
 
 from __future__ import annotations
 
-from flowd.events import (
+from flowd.trace.events import (
     Envelope,
     Event,
     MergeBatchResult,
@@ -15,7 +15,7 @@ from flowd.events import (
     StoryMerged,
     StoryStatusChanged,
 )
-from flowd.view import BatchView, fold
+from flowd.trace.view import BatchView, fold
 
 
 def envelopes(*events: Event) -> list[Envelope]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from flowd.worktreeinclude import Escape, describe, escapes, pattern_of
+from flowd.vcs.worktreeinclude import Escape, describe, escapes, pattern_of
 
 ROOT = "/home/me/app"
 IN_REPO = {"bin", "config", "src"}  # entries at the repository's root

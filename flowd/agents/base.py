@@ -16,7 +16,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from flowd.wire import WireModel
+from flowd.base.wire import WireModel
 
 FailureKind = Literal[
     "rate_limit",  # too many requests: exclude after repeated hits

@@ -37,7 +37,7 @@ from flowd.agents.base import (
 )
 from flowd.agents.faults import classify, worded
 from flowd.agents.programs import cli_version, program_of, too_old
-from flowd.config import ExecutorSpec
+from flowd.store.config import ExecutorSpec
 
 Dialect = Literal["claude", "codex", "other"]
 _LINE_LIMIT = 32 * 1024 * 1024  # one JSON line may carry a whole file's tool result

@@ -13,8 +13,8 @@ from pathlib import Path
 from flowd.agents.base import Executor
 from flowd.agents.cli_kind import CliExecutor
 from flowd.agents.openai_kind import OpenAIExecutor
-from flowd.config import ExecutorSpec
-from flowd.errors import FlowdError
+from flowd.base.errors import FlowdError
+from flowd.store.config import ExecutorSpec
 
 Constructor = Callable[[ExecutorSpec, int, Path | None], Executor]
 

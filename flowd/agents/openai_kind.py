@@ -25,7 +25,7 @@ from urllib.parse import urlsplit
 
 from flowd.agents.base import AgentError, TurnObserver, TurnRequest, TurnResult, TurnUsage
 from flowd.agents.faults import classify
-from flowd.config import TEXT_ROLES, ExecutorSpec
+from flowd.store.config import TEXT_ROLES, ExecutorSpec
 
 _MAX_ERROR_BODY = 64 * 1024
 

@@ -18,9 +18,9 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from flowd.agents import script_rules
 from flowd.agents.script_rules import matches as matches
 from flowd.agents.script_rules import pick_rule as pick_rule
-from flowd.errors import FileProblems
-from flowd.fsio import read_user_text
-from flowd.wire import StrictWireModel, describe_validation_error
+from flowd.base.errors import FileProblems
+from flowd.base.fsio import read_user_text
+from flowd.base.wire import StrictWireModel, describe_validation_error
 
 FailMode = Literal["rate_limit", "usage_limit", "auth", "crash", "hang", "error"]
 

@@ -35,8 +35,8 @@ from typing import Annotated, Any, Literal
 import msgspec
 import orjson
 
+from flowd.cost.fold import Folder, UsageFold, local_hour
 from flowd.cost.prices import ExactRates, Prices, to_units
-from flowd.cost.report import Folder, UsageFold, local_hour
 from flowd.cost.samples import ScanStats, note_run_started, sample_from_dict
 
 log = logging.getLogger(__name__)

@@ -16,14 +16,15 @@ from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from flowd.config import Settings, load_settings
+from flowd.base.errors import EXIT_OK, InputError
+from flowd.base.timeutil import iso
 from flowd.cost.hidden import hidden_requests
+from flowd.cost.model import CostReport
 from flowd.cost.render import render
-from flowd.cost.report import CostReport, report_from_fold
+from flowd.cost.report import report_from_fold
 from flowd.cost.samples import ScanStats, runs_dir, trace_files
-from flowd.errors import EXIT_OK, InputError
-from flowd.gitops import toplevel
-from flowd.timeutil import iso
+from flowd.store.config import Settings, load_settings
+from flowd.vcs.gitops import toplevel
 
 FORMATS = {"json": "json", "text": "text", "markdown": "md", "md": "md"}
 

@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from flowd.agents.programs import program_of
-from flowd.config import flow_dir, read_toml, user_roster_path
-from flowd.cost.report import HiddenRequests
-from flowd.errors import FlowdError
+from flowd.base.errors import FlowdError
+from flowd.cost.model import HiddenRequests
+from flowd.store.config import flow_dir, read_toml, user_roster_path
 
 
 def roster_commands(repo: Path, user_path: Path | None = None) -> dict[str, tuple[str, list[str]]]:

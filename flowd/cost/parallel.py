@@ -15,11 +15,11 @@ from concurrent.futures import ProcessPoolExecutor
 from datetime import tzinfo
 from pathlib import Path
 
-from flowd.config import Settings
 from flowd.cost.aggregate import Aggregator
+from flowd.cost.fold import UsageFold
 from flowd.cost.prices import Prices
-from flowd.cost.report import UsageFold
 from flowd.cost.samples import ScanStats
+from flowd.store.config import Settings
 
 BYTES_PER_WORKER = 64 << 20
 

@@ -26,11 +26,11 @@ from functools import cache
 from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
-from flowd.config import PriceOverride, Settings
+from flowd.store.config import PriceOverride, Settings
 
 if TYPE_CHECKING:
     from flowd.cost.samples import Sample
-    from flowd.view import Pricer, UsageLike
+    from flowd.trace.view import Pricer, UsageLike
 
 log = logging.getLogger(__name__)
 
@@ -331,7 +331,7 @@ class Prices:
         return self.cost(model, usage.input, usage.output, usage.cached_read or 0, usage.cache_write or 0, at)
 
     def pricer(self) -> Pricer:
-        """The fold's pricer (flowd.view): reported cost wins, then these prices."""
+        """The fold's pricer (flowd.trace.view): reported cost wins, then these prices."""
 
         static = self._static
 
@@ -344,13 +344,13 @@ class Prices:
                 return self.price_usage(model, usage)
             return rates.cost(usage.input, usage.output, usage.cached_read or 0, usage.cache_write or 0)
 
-        from flowd.viewcheckpoint import with_pricing_key  # not needed by `flowd cost`'s reader
+        from flowd.trace.checkpoint import with_pricing_key  # not needed by `flowd cost`'s reader
 
         return with_pricing_key(priced, self.pricing_key())
 
     def pricing_key(self) -> str:
         """What this pricer's figures depend on: the package data and the overrides (a view
-        checkpoint folded with other prices is not used, flowd/viewcheckpoint.py)."""
+        checkpoint folded with other prices is not used, flowd/trace/checkpoint.py)."""
         overrides = hashlib.sha256(repr(sorted(self._overrides.items())).encode()).hexdigest()[:16]
         return f"genai-prices {_data_identity()}; overrides {overrides}"
 

@@ -8,9 +8,9 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import orjson
 
-from flowd.cost.report import Bucket, CostReport, Totals
+from flowd.base.timeutil import parse_iso
+from flowd.cost.model import Bucket, CostReport, Totals
 from flowd.cost.samples import UNKNOWN_MODEL
-from flowd.timeutil import parse_iso
 
 EMPTY = "no usage recorded: run an epic (`flowd run PLAN`) and its agents' token counts will show here"
 COST_NOTE = (

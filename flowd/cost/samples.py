@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from flowd.config import flow_dir
-from flowd.timeutil import iso, parse_iso
+from flowd.base.timeutil import iso, parse_iso
+from flowd.store.config import flow_dir
 
 if TYPE_CHECKING:
-    from flowd.events import TokensUsed
+    from flowd.trace.events import TokensUsed
 
 log = logging.getLogger(__name__)
 
@@ -229,7 +229,7 @@ def note_run_started(line: bytes, stats: ScanStats) -> None:
 
 
 def runs_dir(repo: Path) -> Path:
-    """`flowd.trace.runs_dir`, without importing the trace machinery (and the engine's models)
+    """`flowd.trace.log.runs_dir`, without importing the trace machinery (and the engine's models)
     into `flowd cost` (docs/performance.md: cost)."""
     return flow_dir(repo) / "runs"
 

@@ -9,11 +9,11 @@ import sys
 import tempfile
 from pathlib import Path
 
+from flowd.base.errors import InputError
 from flowd.cost.cli import cost_report_for
 from flowd.demo.sample import build_sample_repo
 from flowd.engine.cli import execute
 from flowd.engine.runner import RunOptions
-from flowd.errors import InputError
 
 
 def demo_command(args: argparse.Namespace) -> int:

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from flowd.gitops import init_repo
+from flowd.vcs.gitops import init_repo
 
 SAMPLE_EPIC_ID = "calc"
 MODEL = "claude-sonnet-4-5"

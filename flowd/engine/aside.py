@@ -16,24 +16,48 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import Literal, Protocol
 
 from flowd.agents.base import AgentError, TurnRequest, TurnResult
+from flowd.base.errors import FlowdError
 from flowd.engine import prompts
 from flowd.engine.bootstrap import describe_prepared, prepare_lane
 from flowd.engine.context import RunContext
 from flowd.engine.core.stops import BudgetHalt, Halt, StoryFailed, StoryWaiting
 from flowd.engine.gates import run_command
-from flowd.engine.taskbody import Seat
-from flowd.errors import FlowdError
-from flowd.events import Info
-from flowd.roster import Lease
+from flowd.engine.taskbody import Seat, TaskBody
+from flowd.plan.model import Story
+from flowd.roster.pool import Lease
+from flowd.tasks.model import Task, TaskPlan
 from flowd.tasks.parsing import TaskNode, ready_tasks, task_nodes
-
-if TYPE_CHECKING:
-    from flowd.engine.taskloop import TaskLoop
+from flowd.trace.events import Info
 
 Outcome = Literal["merged", "declined", "conflict"]
+
+
+class StoryTasks(Protocol):
+    """What the task graph needs of the story's task loop (`engine/taskloop.py`'s `TaskLoop`, which
+    runs the graph): the story, its worktree and branch, its plan, and the steps of one task."""
+
+    @property
+    def ctx(self) -> RunContext: ...
+    @property
+    def story(self) -> Story: ...
+    @property
+    def story_id(self) -> str: ...
+    @property
+    def worktree(self) -> Path: ...
+    @property
+    def branch(self) -> str: ...
+    @property
+    def plan(self) -> TaskPlan: ...
+    @property
+    def body(self) -> TaskBody: ...
+
+    def started(self, index: int, task: Task, lease: Lease, *, parallel: bool | None) -> None: ...
+    async def run_home(self, index: int, task: Task, *, parallel: bool | None = None) -> None: ...
+    def complete(self, index: int, task: Task) -> None: ...
+    def append_revision(self, subject: str, lead: str, findings: str) -> None: ...
 
 
 class AsideCoder:
@@ -71,7 +95,7 @@ def task_branch(ctx: RunContext, story_id: str, index: int) -> str:
 class TaskGraph:
     """Runs a story's incomplete tasks by their `Depends on:` graph, up to `taskConcurrency` at once."""
 
-    def __init__(self, loop: TaskLoop) -> None:
+    def __init__(self, loop: StoryTasks) -> None:
         self.loop = loop
         self.ctx = loop.ctx
         self.story_id = loop.story_id

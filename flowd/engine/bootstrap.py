@@ -18,11 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from flowd.config import Settings
+from flowd.base.errors import InputError
 from flowd.engine.core.ports import LanePorts, ceiling_problem
-from flowd.errors import InputError
-from flowd.gitops import Repo, mark_bootstrapped
-from flowd.worktreeinclude import describe, escapes
+from flowd.store.config import Settings
+from flowd.vcs.gitops import Repo, mark_bootstrapped
+from flowd.vcs.worktreeinclude import describe, escapes
 
 if TYPE_CHECKING:
     from flowd.engine.context import RunContext
@@ -66,7 +66,11 @@ def check_include(repo: Repo, settings: Settings) -> None:
 
 def preflight(repo: Repo, settings: Settings, concurrency: int) -> None:
     """`flowd run`'s checks before anything is touched: `.worktreeinclude` stays inside the
-    repository, and the lanes that may run at once (stories × parallel tasks) fit under port 65535."""
+    repository, the lanes that may run at once (stories × parallel tasks) fit under port 65535,
+    and git can check out a worktree at all (Git LFS set up without git-lfs cannot)."""
+    lfs = repo.lfs_problem()
+    if lfs is not None:
+        raise InputError(lfs)
     check_include(repo, settings)
     lanes = concurrency * settings.task_concurrency
     problem = ceiling_problem(settings.worktree.port_base, settings.worktree.ports_per_lane, lanes)

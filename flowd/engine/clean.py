@@ -16,11 +16,11 @@ import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from flowd.config import load_settings
+from flowd.base.errors import FlowdError, InputError
 from flowd.engine.state import EpicLock, EpicPaths, all_states
-from flowd.errors import FlowdError, InputError
-from flowd.gitops import Repo, WorktreeInfo, worktree_root
-from flowd.trace import is_active, list_runs, pid_alive
+from flowd.store.config import load_settings
+from flowd.trace.log import is_active, list_runs, pid_alive
+from flowd.vcs.gitops import Repo, WorktreeInfo, worktree_root
 
 
 @dataclass

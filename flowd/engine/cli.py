@@ -14,20 +14,20 @@ from typing import TextIO
 from rich.console import Console
 from rich.live import Live
 
-from flowd.config import load_settings
+from flowd.base.errors import FlowdError, InputError
+from flowd.control.progress import plain_lines, render_run
+from flowd.control.runctl import cancel_run
 from flowd.cost.prices import pricer
 from flowd.engine.core.pause import AnswerRefused, parse_pause_on
 from flowd.engine.perimeter_now import perimeter_now
 from flowd.engine.runner import RunOptions, RunResult, run_epic
 from flowd.engine.state import EpicPaths, all_states
-from flowd.errors import FlowdError, InputError
-from flowd.events import Envelope, dump_envelope
-from flowd.gitops import Repo
 from flowd.plan.parse import load_plan
-from flowd.progress import plain_lines, render_run
-from flowd.runctl import cancel_run
-from flowd.trace import list_runs
-from flowd.view import RunView
+from flowd.store.config import load_settings
+from flowd.trace.events import Envelope, dump_envelope
+from flowd.trace.log import list_runs
+from flowd.trace.view import RunView
+from flowd.vcs.gitops import Repo
 
 
 def execute(options: RunOptions, *, json_lines: bool, out: TextIO | None = None) -> RunResult:

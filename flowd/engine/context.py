@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from flowd.agents.base import (
     EXECUTOR_FAULTS,
@@ -18,14 +18,17 @@ from flowd.agents.base import (
     TurnUsage,
     estimate_tokens,
 )
-from flowd.config import Settings
 from flowd.engine.core.budget import BudgetLimits, BudgetSpent, budget_spent
 from flowd.engine.core.ports import PortSlots
+from flowd.engine.core.revisions import ReviewQueue
 from flowd.engine.core.stops import BudgetHalt
 from flowd.engine.gates import CommandRun, run_gates
-from flowd.engine.review import ReviewQueue
 from flowd.engine.state import EpicPaths
-from flowd.events import (
+from flowd.plan.model import StoryPlan
+from flowd.roster.pool import Lease, LeaseInfo, RosterPool
+from flowd.store.config import Settings
+from flowd.store.inbox import Answer, Reply
+from flowd.trace.events import (
     AssistantMessage,
     BudgetExceeded,
     Event,
@@ -36,14 +39,25 @@ from flowd.events import (
     ToolUse,
     Usage,
 )
-from flowd.gitops import Repo
-from flowd.plan.model import StoryPlan
-from flowd.roster import Lease, LeaseInfo, RosterPool
-from flowd.view import RunView
+from flowd.trace.view import RunView
+from flowd.vcs.gitops import Repo
 
-if TYPE_CHECKING:
-    from flowd.engine.pauses import PauseDesk
-    from flowd.engine.train import TrainShell
+
+class PauseAnswers(Protocol):
+    """What the context needs of the runner's live pauses (`engine/pauses.py`'s `PauseDesk`):
+    taking an answer from outside the run. Declared here so the context stands below the desk."""
+
+    async def answer(self, request: Answer) -> Reply: ...
+
+
+class MergeQueue(Protocol):
+    """What a story needs of the merge train (`engine/train.py`'s `TrainShell`, docs/merging.md):
+    the one door into the epic. Declared here so the context stands below the train."""
+
+    async def merge(self, story: str, branch: str) -> str: ...
+
+    async def aclose(self) -> None: ...
+
 
 # Failures that are the executor's, not the reply's: a held coder moves to another executor.
 MESSAGE_CHARS = 600
@@ -69,11 +83,11 @@ class RunContext:
     halted: str | None = None
     # What waits for an answer instead of halting (docs/answers.md).
     pause_on: frozenset[str] = frozenset()
-    pauses: PauseDesk | None = None  # the runner's live pauses, once it schedules
+    pauses: PauseAnswers | None = None  # the runner's live pauses, once it schedules
     holders: dict[str, HeldCoder] = field(default_factory=dict)  # lane → its held coder
     reviews: ReviewQueue = field(default_factory=ReviewQueue)  # review comments due (engine/review.py)
     _budget_told: set[str] = field(default_factory=set)
-    _train: TrainShell | None = None
+    _train: MergeQueue | None = None
     # Told when a story enters the merge train (True: its lane is free) and when it is sent back
     # to work (False); the scheduler's shell sets it (docs/merging.md).
     lane_freed: Callable[[str, bool], None] | None = None
@@ -83,13 +97,15 @@ class RunContext:
     def __post_init__(self) -> None:
         self.ports = PortSlots(self.settings.worktree.port_base, self.settings.worktree.ports_per_lane)
 
-    def merge_train(self) -> TrainShell:
-        """The run's merge train (docs/merging.md): every story's one way into the epic."""
+    def merge_train(self) -> MergeQueue:
+        """The run's merge train (docs/merging.md): every story's one way into the epic. The
+        runner sets it up; a context without one (a cluster node's) merges nothing."""
         if self._train is None:
-            from flowd.engine.train import TrainShell
-
-            self._train = TrainShell(self)
+            raise RuntimeError("this run context has no merge train (only the runner merges)")
         return self._train
+
+    def set_train(self, train: MergeQueue) -> None:
+        self._train = train
 
     async def close_train(self) -> None:
         """Nothing of the merge train (its candidate worktrees, its gate runs) outlives the run."""

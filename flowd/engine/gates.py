@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from flowd.engine.core.flaky import Failed, Rerun, after_gate_run
-from flowd.events import Event, GateFlaky, GateResult, GateWhere
+from flowd.trace.events import Event, GateFlaky, GateResult, GateWhere
 
 TAIL_CHARS = 3000
 

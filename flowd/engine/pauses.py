@@ -22,6 +22,7 @@ import asyncio
 from pathlib import Path
 from typing import cast
 
+from flowd.base.fsio import write_text_atomic
 from flowd.engine.context import RunContext
 from flowd.engine.core.pause import (
     PAUSE_REASONS,
@@ -36,11 +37,10 @@ from flowd.engine.core.pause import (
 )
 from flowd.engine.core.scheduler import Answered, Paused
 from flowd.engine.state import EpicPaths
-from flowd.events import StoryAnswered, StoryPaused
-from flowd.fsio import write_text_atomic
-from flowd.inbox import Answer, Reply
-from flowd.trace import fold_trace, list_runs, trace_path
-from flowd.view import PauseView, Pricer, RunView, reported_cost
+from flowd.store.inbox import Answer, Reply
+from flowd.trace.events import StoryAnswered, StoryPaused
+from flowd.trace.log import fold_trace, list_runs, trace_path
+from flowd.trace.view import PauseView, Pricer, RunView, reported_cost
 
 
 def answers_file(paths: EpicPaths, story: str) -> Path:

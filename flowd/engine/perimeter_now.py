@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from flowd.events import PerimeterPath
-from flowd.gitops import Repo
-from flowd.perimeter import classify
 from flowd.plan.model import StoryPlan
+from flowd.plan.perimeter import classify
+from flowd.trace.events import PerimeterPath
+from flowd.vcs.gitops import Repo
 
 
 def perimeter_now(repo: Repo, plan: StoryPlan, story_id: str, worktree: Path) -> list[PerimeterPath]:

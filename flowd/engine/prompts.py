@@ -1,15 +1,17 @@
 """Every prompt flowd sends, as plain templates (documented in docs/prompts.md).
 
-Templates use `str.format` fields; `story_rules` and `planner_prompt` fill them from the plan,
+Templates use `str.format` fields; `story_rules`, `planner_prompt` and `replan_prompt` fill them from the plan,
 so the wording lives here and nowhere else.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from flowd.plan.graph import dependencies_of, dependents_of
 from flowd.plan.model import Story, StoryPlan
+from flowd.plan.perimeter import StrayTask, owner_of_path
 
 PERIMETER_RULES = """You implement ONE story of the epic "{epic}": {title} ({story_id}).
 
@@ -51,6 +53,13 @@ Request:
 Story: {title}
 
 {description}{done_when}"""
+
+REPLAN_TASKS = """{first}
+
+Your previous task list named paths outside this story's owned paths:
+{strays}
+Plan again, with every task inside the owned paths listed above. Work in another story's paths is
+that story's job: leave it out of this plan. Answer with the whole new task list, as JSON only."""
 
 CODER_TASK = """{rules}
 
@@ -226,6 +235,20 @@ def planner_prompt(story: Story) -> str:
         description=story.description.strip(),
         done_when=done_when,
     )
+
+
+def replan_prompt(plan: StoryPlan, story: Story, strays: Sequence[StrayTask]) -> str:
+    """`REPLAN_TASKS`: the first planner prompt, then one line per stray task of the first plan."""
+    lines = []
+    for stray in strays:
+        named = ", ".join(f"{p} ({_whose(plan, story.id, p)})" for p in stray.paths)
+        lines.append(f'- task {stray.index} "{stray.title}" names {named}')
+    return REPLAN_TASKS.format(first=planner_prompt(story), strays="\n".join(lines))
+
+
+def _whose(plan: StoryPlan, story_id: str, path: str) -> str:
+    owner = owner_of_path(plan, path)
+    return f"story {owner} owns it" if owner is not None and owner != story_id else "no story owns it"
 
 
 def lane_ports_note(env: dict[str, str]) -> str:

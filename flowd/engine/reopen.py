@@ -8,10 +8,10 @@ so the story's next run resumes at that task (docs/revisions.md).
 
 from __future__ import annotations
 
+from flowd.base.fsio import write_text_atomic
 from flowd.engine import prompts
 from flowd.engine.core.revision import with_revision
 from flowd.engine.state import EpicPaths
-from flowd.fsio import write_text_atomic
 from flowd.tasks.checkpoint import parse_checkpoint, render_checkpoint
 from flowd.tasks.model import Task
 

@@ -10,12 +10,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from flowd.base.fsio import write_json_atomic, write_text_atomic
+from flowd.base.wire import WireModel
 from flowd.engine.state import EpicPaths
-from flowd.fsio import write_json_atomic, write_text_atomic
 from flowd.plan.model import StoryPlan
-from flowd.trace import fold_trace, list_runs, trace_path
-from flowd.view import Pricer, RunView, reported_cost
-from flowd.wire import WireModel
+from flowd.trace.log import fold_trace, list_runs, trace_path
+from flowd.trace.view import Pricer, RunView, reported_cost
 
 
 class StoryLine(WireModel):

@@ -1,5 +1,5 @@
 """The runner's desk for requests from outside the run (docs/answers.md): answers to a pause and
-review comments that become revision tasks. `flowd/inbox.py` carries them here from the CLI and
+review comments that become revision tasks. `flowd/store/inbox.py` carries them here from the CLI and
 the editor; each kind is one method, so each feature owns its own."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from flowd.engine.context import RunContext
 from flowd.engine.review import take_revision
-from flowd.inbox import Answer, Reply, Revision
+from flowd.store.inbox import Answer, Reply, Revision
 
 
 @dataclass

@@ -3,7 +3,7 @@
 The runner's `RequestDesk` hands each `Revision` request to `take_revision`: it gathers the facts
 (the story's lane, its saved state, the file in the story's worktree), asks the core
 (`engine/core/revisions.py`) whether the story takes it, records `RevisionRequested` and queues it
-on the run's `ReviewQueue`. The story's task loop empties its queue before each next task
+on the run's `ReviewQueue` (pure state, `engine/core/revisions.py`, held by the context). The story's task loop empties its queue before each next task
 (`append_revisions`), so a running story's coder takes the comment right after its current task, a
 story that has not started takes it after its task plan, and a story past its tasks goes back for
 it before its merge begins (`ReviewQueue.close_if_idle`, called under the merge lock). A run that
@@ -14,21 +14,17 @@ from __future__ import annotations
 
 import contextlib
 import secrets
-from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING
 
+from flowd.base.errors import FlowdError
+from flowd.engine.context import RunContext
 from flowd.engine.core.revision import REVIEW_COMMENT, with_task
 from flowd.engine.core.revisions import Refusal, Requested, RevisionFacts, admit, marker, owed
 from flowd.engine.state import load_state
-from flowd.errors import FlowdError
-from flowd.events import Info, RevisionRequested, parse_line
-from flowd.inbox import Reply, Revision
+from flowd.store.inbox import Reply, Revision
 from flowd.tasks.model import TaskPlan
-from flowd.trace import list_runs, trace_path
-
-if TYPE_CHECKING:  # the context holds the run's ReviewQueue
-    from flowd.engine.context import RunContext
+from flowd.trace.events import Info, RevisionRequested, parse_line
+from flowd.trace.log import list_runs, trace_path
 
 QUOTE_CHARS = 300
 
@@ -38,32 +34,6 @@ Comment: {text}
 
 Change the code so the comment is addressed, inside your owned paths and without weakening any test.
 {marker}"""
-
-
-@dataclass
-class ReviewQueue:
-    """The run's admitted comments not yet made tasks, per story, and the stories whose merge began."""
-
-    waiting: dict[str, list[Requested]] = field(default_factory=dict)
-    merging: set[str] = field(default_factory=set)
-
-    def add(self, revision: Requested) -> None:
-        self.waiting.setdefault(revision.lane, []).append(revision)
-
-    def take(self, story: str) -> list[Requested]:
-        return self.waiting.pop(story, [])
-
-    def close_if_idle(self, story: str) -> bool:
-        """With nothing waiting for `story`, mark its merge begun (refusing later comments) and say
-        True; False when comments wait (the story goes back for them first)."""
-        if self.waiting.get(story):
-            return False
-        self.merging.add(story)
-        return True
-
-    def reopen(self, story: str) -> None:
-        """The story goes back to its coder after its merge began (e.g. a red merge revised)."""
-        self.merging.discard(story)
 
 
 def append_revisions(plan: TaskPlan, taken: list[Requested]) -> TaskPlan:

@@ -18,7 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import cast
 
-from flowd.config import Roster, Settings, load_roster, load_settings
+from flowd.base.errors import EXIT_CANCELLED, EXIT_FAILED, EXIT_HALTED, EXIT_OK, FlowdError, InputError
+from flowd.base.timeutil import iso
+from flowd.control.runctl import new_run_id
 from flowd.cost.prices import pricer
 from flowd.engine.bootstrap import bootstrap_epic, preflight
 from flowd.engine.context import RunContext
@@ -47,9 +49,15 @@ from flowd.engine.requests import RequestDesk
 from flowd.engine.review import carry_over
 from flowd.engine.state import EpicLock, EpicPaths, load_state
 from flowd.engine.story import StoryOutcome, undo_interrupted_merge
-from flowd.engine.train import recover_train
-from flowd.errors import EXIT_CANCELLED, EXIT_FAILED, EXIT_HALTED, EXIT_OK, FlowdError, InputError
-from flowd.events import (
+from flowd.engine.train import TrainShell, recover_train
+from flowd.plan.graph import critical_path_rank, estimate_durations, ready
+from flowd.plan.hashing import story_hash
+from flowd.plan.model import StoryPlan
+from flowd.plan.parse import load_plan
+from flowd.roster.pool import RosterPool
+from flowd.store.config import Roster, Settings, load_roster, load_settings
+from flowd.store.inbox import InboxReader
+from flowd.trace.events import (
     Envelope,
     Event,
     Info,
@@ -60,16 +68,7 @@ from flowd.events import (
     StageStarted,
     StoryStatusChanged,
 )
-from flowd.gitops import Repo, worktree_root
-from flowd.inbox import InboxReader
-from flowd.plan.graph import critical_path_rank, estimate_durations, ready
-from flowd.plan.hashing import story_hash
-from flowd.plan.model import StoryPlan
-from flowd.plan.parse import load_plan
-from flowd.roster import RosterPool
-from flowd.runctl import new_run_id
-from flowd.timeutil import iso
-from flowd.trace import (
+from flowd.trace.log import (
     RunRecord,
     TraceWriter,
     fold_trace,
@@ -79,7 +78,8 @@ from flowd.trace import (
     trace_path,
     write_run_record,
 )
-from flowd.view import PauseView, RunView
+from flowd.trace.view import PauseView, RunView
+from flowd.vcs.gitops import Repo, worktree_root
 
 EXIT_FOR = {"done": EXIT_OK, "failed": EXIT_FAILED, "halted": EXIT_HALTED, "cancelled": EXIT_CANCELLED}
 
@@ -332,6 +332,7 @@ class _Session:
             pause_on=frozenset(self.pause_on),
         )
         self.ctx = ctx
+        ctx.set_train(TrainShell(ctx))
         # The first stories' agents start while their worktrees are prepared (docs/performance.md),
         # here or on the lanes' nodes (docs/scale-out.md).
         first = min(setup.concurrency, len(ready(setup.plan)))

@@ -15,10 +15,10 @@ from typing import Literal
 
 from pydantic import ValidationError
 
-from flowd.errors import InputError
-from flowd.fsio import write_model_atomic, write_text_atomic
-from flowd.trace import pid_alive
-from flowd.wire import WireModel, describe_validation_error
+from flowd.base.errors import InputError
+from flowd.base.fsio import write_model_atomic, write_text_atomic
+from flowd.base.wire import WireModel, describe_validation_error
+from flowd.trace.log import pid_alive
 
 StoryStateStatus = Literal["started", "merged", "failed"]
 

@@ -15,6 +15,7 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
+from flowd.base.errors import FlowdError
 from flowd.engine import prompts
 from flowd.engine.bootstrap import describe_prepared, prepare_lane
 from flowd.engine.context import HeldCoder, RunContext
@@ -44,8 +45,10 @@ from flowd.engine.state import (
 )
 from flowd.engine.taskloop import TaskLoop
 from flowd.engine.train import Ejected, RedMerge
-from flowd.errors import FlowdError
-from flowd.events import (
+from flowd.plan.hashing import story_hash
+from flowd.plan.model import Story
+from flowd.plan.perimeter import classify
+from flowd.trace.events import (
     Event,
     Info,
     MergeRevision,
@@ -58,10 +61,7 @@ from flowd.events import (
     StoryStatusChanged,
     WorktreePrepared,
 )
-from flowd.gitops import Repo
-from flowd.perimeter import classify
-from flowd.plan.hashing import story_hash
-from flowd.plan.model import Story
+from flowd.vcs.gitops import Repo
 
 __all__ = ["RedMerge", "StoryOutcome", "StoryRun", "undo_interrupted_merge"]
 

@@ -19,14 +19,14 @@ from flowd.engine.context import RunContext
 from flowd.engine.core.stops import StoryFailed, StoryWaiting
 from flowd.engine.pauses import told as answered
 from flowd.engine.perimeter_now import perimeter_now
+from flowd.engine.replies import ReplyParseError, Verdict, coder_sentinel, parse_verdict
 from flowd.engine.state import append_findings
-from flowd.events import Info, PerimeterViolation, TaskOwnsViolation
-from flowd.perimeter import owner_of_path, task_owns_violations
 from flowd.plan.graph import dependencies_of, dependents_of
 from flowd.plan.model import Story
-from flowd.replies import ReplyParseError, Verdict, coder_sentinel, parse_verdict
-from flowd.roster import Lease
+from flowd.plan.perimeter import owner_of_path, task_owns_violations
+from flowd.roster.pool import Lease
 from flowd.tasks.model import Task, TaskPlan
+from flowd.trace.events import Info, PerimeterViolation, TaskOwnsViolation
 
 T = TypeVar("T")
 DIFF_CHARS = 60_000

@@ -10,16 +10,24 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from flowd.base.fsio import write_text_atomic
 from flowd.engine import prompts
 from flowd.engine.aside import TaskGraph
 from flowd.engine.context import HeldCoder, RunContext
+from flowd.engine.core import strays
 from flowd.engine.core.revision import with_revision
 from flowd.engine.core.stops import StoryFailed, StoryWaiting
 from flowd.engine.reopen import revision_description
+from flowd.engine.replies import Verdict, parse_task_plan, parse_verdict
 from flowd.engine.review import append_revisions
 from flowd.engine.state import append_findings
 from flowd.engine.taskbody import Seat, TaskBody, clip, issues_text
-from flowd.events import (
+from flowd.plan.model import Story
+from flowd.roster.pool import Lease
+from flowd.tasks.checkpoint import parse_checkpoint, render_checkpoint
+from flowd.tasks.model import Task, TaskPlan
+from flowd.tasks.parsing import depends_on, has_parallel_tasks, owns, satisfies
+from flowd.trace.events import (
     Info,
     JudgeIssue,
     PlannedTask,
@@ -30,13 +38,6 @@ from flowd.events import (
     TasksPlanned,
     TaskStarted,
 )
-from flowd.fsio import write_text_atomic
-from flowd.plan.model import Story
-from flowd.replies import Verdict, parse_task_plan, parse_verdict
-from flowd.roster import Lease
-from flowd.tasks.checkpoint import parse_checkpoint, render_checkpoint
-from flowd.tasks.model import Task, TaskPlan
-from flowd.tasks.parsing import depends_on, has_parallel_tasks, owns, satisfies
 
 __all__ = ["StoryFailed", "StoryWaiting", "TaskLoop"]
 
@@ -76,15 +77,11 @@ class TaskLoop:
                 return
         stage = f"story {self.story_id}: plan tasks"
         self.ctx.emit(StageStarted(stage=stage, lane=self.story_id))
+        planned = TaskPlan(story_id=self.story_id)
         if self.ctx.pool.can_ever_serve("planner"):
-            planned = await self.body.structured(
-                "planner",
-                prompts.planner_prompt(self.story),
-                lambda text: parse_task_plan(text, self.story_id),
-                cwd=self.worktree,
+            planned = await self._within_perimeter(
+                await self._ask_planner(prompts.planner_prompt(self.story))
             )
-        else:
-            planned = TaskPlan(story_id=self.story_id)
         if not planned.tasks:
             planned = TaskPlan(
                 story_id=self.story_id,
@@ -94,6 +91,24 @@ class TaskLoop:
         self._save()
         self.ctx.emit(StageCompleted(stage=stage, lane=self.story_id))
         self._announce()
+
+    async def _ask_planner(self, prompt: str) -> TaskPlan:
+        def parse(text: str) -> TaskPlan:
+            return parse_task_plan(text, self.story_id)
+
+        return await self.body.structured("planner", prompt, parse, cwd=self.worktree)
+
+    async def _within_perimeter(self, planned: TaskPlan) -> TaskPlan:
+        """A plan naming paths outside the story is planned once more, and what still names another
+        story's paths is dropped (engine/core/strays.py)."""
+        first = strays.after_plan(self.ctx.plan, self.story_id, planned)
+        if isinstance(first, strays.Keep):
+            return first.plan
+        self.info(first.message)
+        second = await self._ask_planner(prompts.replan_prompt(self.ctx.plan, self.story, first.strays))
+        settled = strays.after_replan(self.ctx.plan, self.story_id, second)
+        self.info(settled.message)
+        return settled.plan
 
     async def _note_interrupted_work(self) -> None:
         found = self.plan.next_incomplete()

@@ -21,14 +21,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from flowd.base.errors import FlowdError
+from flowd.base.fsio import write_model_atomic
+from flowd.base.wire import WireModel
 from flowd.engine.bootstrap import bootstrap_files
 from flowd.engine.context import RunContext
 from flowd.engine.core import train as rules
 from flowd.engine.core.stops import Halt, StoryFailed
 from flowd.engine.gates import run_gates
 from flowd.engine.state import EpicPaths, load_state, save_state
-from flowd.errors import FlowdError
-from flowd.events import (
+from flowd.trace.events import (
     Event,
     GateFlaky,
     Info,
@@ -41,9 +43,7 @@ from flowd.events import (
     StageStarted,
     StoryMerged,
 )
-from flowd.fsio import write_model_atomic
-from flowd.gitops import Repo
-from flowd.wire import WireModel
+from flowd.vcs.gitops import Repo
 
 TRAIN_DIR = "_train"
 

@@ -10,7 +10,7 @@ import json
 import sys
 from pathlib import Path
 
-from flowd.errors import EXIT_BAD_INPUT, EXIT_OK, InputError
+from flowd.base.errors import EXIT_BAD_INPUT, EXIT_OK, InputError
 from flowd.plan.graph import waves
 from flowd.plan.parse import check_text, describe, is_markdown, read_plan_text, verdict
 from flowd.plan.violation import Violation

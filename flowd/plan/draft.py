@@ -27,21 +27,21 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from flowd.agents.base import AgentError, FlowdMeta, TurnRequest
-from flowd.config import Roster, Settings, load_roster, load_settings
+from flowd.base.errors import EXIT_OK, FlowdError, InputError, NoExecutor
+from flowd.base.fsio import write_text_atomic
+from flowd.base.wire import describe_validation_error
 from flowd.engine import prompts
-from flowd.errors import EXIT_OK, FlowdError, InputError, NoExecutor
-from flowd.events import Event, ExecutorExcluded
-from flowd.fsio import write_text_atomic
-from flowd.gitops import Repo
-from flowd.perimeter import prune_read_first
+from flowd.engine.replies import ReplyParseError, extract_json
 from flowd.plan.graph import waves
 from flowd.plan.hashing import stable_hash
 from flowd.plan.markdown import render_plan_markdown
 from flowd.plan.model import StoryPlan
+from flowd.plan.perimeter import prune_read_first
 from flowd.plan.validate import violations
-from flowd.replies import ReplyParseError, extract_json
-from flowd.roster import RosterPool
-from flowd.wire import describe_validation_error
+from flowd.roster.pool import RosterPool
+from flowd.store.config import Roster, Settings, load_roster, load_settings
+from flowd.trace.events import Event, ExecutorExcluded
+from flowd.vcs.gitops import Repo
 
 FILES_SHOWN = 300
 OUTPUT_SUFFIXES = (".json", ".md", ".markdown")

@@ -8,7 +8,7 @@ hex, so state written by either side resumes on the other.
 
 from __future__ import annotations
 
-from flowd import paths
+from flowd.base import paths
 from flowd.plan.model import Story
 
 _FNV_OFFSET = 0x811C9DC5

@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import Field
 
-from flowd.wire import WireModel
+from flowd.base.wire import WireModel
 
 ID_PATTERN = r"^[a-z0-9][a-z0-9-]*$"
 

@@ -19,12 +19,12 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from flowd.errors import InputError
+from flowd.base.errors import InputError
+from flowd.base.wire import validation_problems
 from flowd.plan.jsonpos import LineIndex, Positions, scan_positions
 from flowd.plan.model import StoryPlan
 from flowd.plan.validate import violations
 from flowd.plan.violation import Violation
-from flowd.wire import validation_problems
 
 # The first fence opening with `json`, blanks, `storyplan`; lazily up to a closing fence line.
 _BLOCK = re.compile(r"```json[ \t]+storyplan[ \t]*\r?\n(.*?)\r?\n[ \t]*```", re.DOTALL)
@@ -46,7 +46,7 @@ class ParsedPlan:
 
 
 def _shape_violations(exc: ValidationError, data: Any, positions: Positions) -> list[Violation]:
-    """Each shape error in the one wording (`flowd.wire`), placed where its location sits in the file."""
+    """Each shape error in the one wording (`flowd.base.wire`), placed where its location sits in the file."""
     found = []
     for problem in validation_problems(exc):
         loc = problem.loc

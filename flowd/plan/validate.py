@@ -10,7 +10,7 @@ from __future__ import annotations
 import difflib
 import re
 
-from flowd import paths
+from flowd.base import paths
 from flowd.plan.jsonpos import Positions
 from flowd.plan.model import ID_PATTERN, StoryPlan
 from flowd.plan.violation import Violation

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pydantic import Field
 
+from flowd.base.wire import WireModel
 from flowd.plan.jsonpos import Span
-from flowd.wire import WireModel
 
 
 class Violation(WireModel):

@@ -17,7 +17,7 @@ from typing import Any, Literal
 from pydantic import ConfigDict, Field, RootModel, model_validator
 from pydantic.alias_generators import to_camel
 
-from flowd.wire import WireModel
+from flowd.base.wire import WireModel
 
 _STRICT = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", defer_build=True)
 

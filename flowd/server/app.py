@@ -12,9 +12,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from lsprotocol import types as lsp
 from pygls.exceptions import JsonRpcException
@@ -22,21 +22,20 @@ from pygls.lsp.server import LanguageServer
 from pygls.uris import to_fs_path
 
 from flowd import __version__
-from flowd.errors import FlowdError
-from flowd.gitops import Repo
+from flowd.base.errors import FlowdError
 from flowd.server import diagnostics as diag
 from flowd.server.jsonrpc import FlowProtocol
 from flowd.server.notify import Pacer
 from flowd.server.runs import RunHooks, RunManager, Tracked
 from flowd.server.watch import WorktreeWatches
+from flowd.vcs.gitops import Repo
 
 if TYPE_CHECKING:
     # Modules built on pydantic (plans, events, views, params) load on first use, after
     # `initialize` has been answered (docs/performance.md).
-    from flowd.events import Envelope
     from flowd.plan.model import StoryPlan
-    from flowd.server.features import Feature
-    from flowd.view import Pricer
+    from flowd.trace.events import Envelope
+    from flowd.trace.view import Pricer
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +44,16 @@ REQUEST_FAILED = -32803  # LSP: the request was valid but could not be carried o
 
 def request_failed(message: str) -> JsonRpcException:
     return JsonRpcException(message, code=REQUEST_FAILED)
+
+
+class FeatureHooks(Protocol):
+    """What the server calls on each feature (`flowd/server/features/`'s `Feature`): the server's
+    lifecycle and each run's life. Declared here so the server stands below its features."""
+
+    async def started(self) -> None: ...
+    def run_attached(self, run: Tracked) -> None: ...
+    def run_event(self, run: Tracked, envelope: Envelope) -> None: ...
+    def run_ended(self, run: Tracked) -> None: ...
 
 
 class FlowServer(LanguageServer, RunHooks):
@@ -58,7 +67,7 @@ class FlowServer(LanguageServer, RunHooks):
         self.pacer = Pacer(self._send, self._call_later)
         self.worktrees = WorktreeWatches()
         self.ready = asyncio.Event()
-        self.features: list[Feature] = []
+        self.features: list[FeatureHooks] = []
         self._tasks: set[asyncio.Task[Any]] = set()
 
     # -- plumbing ------------------------------------------------------------------------------
@@ -105,7 +114,10 @@ class FlowServer(LanguageServer, RunHooks):
             await self.runs.start()
             self.spawn(self.runs.watch())
         for feature in self.features:
-            await feature.started()
+            try:
+                await feature.started()
+            except Exception:
+                _feature_failed(feature, "started")
         self.ready.set()
 
     def stop(self) -> None:
@@ -132,11 +144,11 @@ class FlowServer(LanguageServer, RunHooks):
         return Path.cwd()
 
     def _pricer(self) -> Pricer:
-        from flowd.view import reported_cost
+        from flowd.trace.view import reported_cost
 
         try:
-            from flowd.config import load_settings
             from flowd.cost.prices import pricer
+            from flowd.store.config import load_settings
 
             assert self.repo is not None
             return pricer(load_settings(self.repo.root))
@@ -166,21 +178,30 @@ class FlowServer(LanguageServer, RunHooks):
         return run.plan
 
     # -- run hooks (RunManager), fanned out to the features ------------------------------------
+    # One feature's error is logged and never keeps the others from hearing it (as esbonio does).
     def attached(self, run: Tracked) -> None:
         run.live = True
-        for feature in self.features:
-            feature.run_attached(run)
+        self._fan_out("run_attached", lambda feature: feature.run_attached(run))
 
     def event(self, run: Tracked, envelope: Envelope) -> None:
-        for feature in self.features:
-            feature.run_event(run, envelope)
+        self._fan_out("run_event", lambda feature: feature.run_event(run, envelope))
 
     def ended(self, run: Tracked) -> None:
         if not run.live:
             return
         self.pacer.flush()
+        self._fan_out("run_ended", lambda feature: feature.run_ended(run))
+
+    def _fan_out(self, hook: str, call: Callable[[FeatureHooks], None]) -> None:
         for feature in self.features:
-            feature.run_ended(run)
+            try:
+                call(feature)
+            except Exception:
+                _feature_failed(feature, hook)
+
+
+def _feature_failed(feature: FeatureHooks, hook: str) -> None:
+    log.exception("feature %s failed in %s; the other features go on", type(feature).__name__, hook)
 
 
 def main_checkout(where: Path) -> Repo:

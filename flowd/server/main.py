@@ -7,7 +7,7 @@ import logging
 import os
 import sys
 
-from flowd.errors import InputError
+from flowd.base.errors import InputError
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from flowd import protocol
 
-if TYPE_CHECKING:  # flowd.events needs pydantic: imported on first use (docs/performance.md)
-    from flowd.events import (
+if TYPE_CHECKING:  # flowd.trace.events needs pydantic: imported on first use (docs/performance.md)
+    from flowd.trace.events import (
         Event,
         ExecutorExcluded,
         ExecutorLeased,
@@ -26,7 +26,7 @@ if TYPE_CHECKING:  # flowd.events needs pydantic: imported on first use (docs/pe
         ExecutorResumed,
         PerimeterViolation,
     )
-    from flowd.view import LaneView, RunView
+    from flowd.trace.view import LaneView, RunView
 
 RUN = protocol.RUN.name
 LANE = protocol.LANE.name
@@ -154,7 +154,7 @@ def repair_note(view: RunView, event: PerimeterViolation) -> Note:
 
 def notes_for(view: RunView, event: Event) -> list[Note]:
     """The notifications implied by `event`, already folded into `view`."""
-    from flowd.events import (
+    from flowd.trace.events import (
         BudgetExceeded,
         ExecutorExcluded,
         ExecutorLeased,

@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 from pygls.exceptions import JsonRpcInvalidParams
 
-from flowd.wire import describe_validation_error
+from flowd.base.wire import describe_validation_error
 
 P = TypeVar("P", bound=BaseModel)
 

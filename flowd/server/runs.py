@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # pydantic models: imported on first use, after `initialize` (docs/performance.md)
     import subprocess
 
-    from flowd import runctl
-    from flowd.events import Envelope
+    from flowd.control import runctl
     from flowd.plan.model import StoryPlan
-    from flowd.trace import RunRecord, TraceFollower
-    from flowd.view import Pricer, RunView
+    from flowd.trace.events import Envelope
+    from flowd.trace.log import RunRecord, TraceFollower
+    from flowd.trace.view import Pricer, RunView
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +80,7 @@ def _fold_past(follower: TraceFollower, view: RunView) -> None:
 
 class RunManager:
     def __init__(self, repo: Path, hooks: RunHooks, pricer: Pricer | None = None) -> None:
-        from flowd.view import reported_cost
+        from flowd.trace.view import reported_cost
 
         self.repo = repo
         self.hooks = hooks
@@ -94,7 +94,7 @@ class RunManager:
     # -- lifecycle -----------------------------------------------------------------------------
     async def start(self) -> None:
         """Fold finished runs (the recent ones), re-attach to active runs, then watch for more."""
-        from flowd.trace import is_active, list_runs
+        from flowd.trace.log import is_active, list_runs
 
         self._loop = asyncio.get_running_loop()
         records = await asyncio.to_thread(list_runs, self.repo)
@@ -110,7 +110,7 @@ class RunManager:
         """Follow `.flow/runs` until stopped. Before it exists, watch its nearest ancestor."""
         from watchfiles import awatch
 
-        from flowd.trace import runs_dir
+        from flowd.trace.log import runs_dir
 
         base = runs_dir(self.repo)
         while not self._stop.is_set():
@@ -144,7 +144,7 @@ class RunManager:
 
     # -- launching -----------------------------------------------------------------------------
     async def launch(self, plan: Path, epic_id: str, options: runctl.LaunchOptions) -> Tracked:
-        from flowd import runctl
+        from flowd.control import runctl
 
         run_id = runctl.new_run_id(epic_id)
         process = await asyncio.to_thread(runctl.launch_detached, self.repo, plan, run_id, options)
@@ -161,7 +161,7 @@ class RunManager:
         return run
 
     async def cancel(self, run_id: str) -> str:
-        from flowd import runctl
+        from flowd.control import runctl
 
         outcome = await asyncio.to_thread(runctl.cancel_run, self.repo, run_id)
         run = self.runs.get(run_id)
@@ -186,13 +186,13 @@ class RunManager:
             self._tracking.pop(record.run_id, None)
 
     async def _track(self, record: RunRecord) -> Tracked:
-        from flowd.trace import TraceFollower, is_active, trace_path
-        from flowd.view import RunView
+        from flowd.trace.log import TraceFollower, is_active, trace_path
+        from flowd.trace.view import RunView
 
         view = RunView(run_id=record.run_id, pricer=self.pricer)
         run = Tracked(record, view, TraceFollower(trace_path(self.repo, record.run_id)))
         # The past: from the view checkpoint the runner keeps next to the trace, then the lines
-        # after it, streaming and skipping what no view needs (flowd.viewcheckpoint, flowd.tracefold).
+        # after it, streaming and skipping what no view needs (flowd.trace.checkpoint, flowd.trace.fastfold).
         await asyncio.to_thread(_fold_past, run.follower, view)
         view.epic_id = view.epic_id or record.epic_id
         view.plan = view.plan or record.plan
@@ -211,7 +211,7 @@ class RunManager:
         return run
 
     def pump(self, run: Tracked) -> None:
-        from flowd.events import RunEnded
+        from flowd.trace.events import RunEnded
 
         if not run.ready or self._stop.is_set():
             return
@@ -222,7 +222,7 @@ class RunManager:
                 self._finish(run)
 
     async def _scan(self) -> None:
-        from flowd.trace import runs_dir
+        from flowd.trace.log import runs_dir
 
         base = runs_dir(self.repo)
         with contextlib.suppress(OSError):
@@ -245,7 +245,7 @@ class RunManager:
             await self._touch(run_id, names)
 
     async def _touch(self, run_id: str, names: set[str] | None = None) -> None:
-        from flowd.trace import load_run_record
+        from flowd.trace.log import load_run_record
 
         run = self.runs.get(run_id)
         if run is None:
@@ -261,7 +261,7 @@ class RunManager:
 
     def _refresh(self, run: Tracked) -> None:
         """Re-read run.json: a closed record ends the run."""
-        from flowd.trace import load_run_record
+        from flowd.trace.log import load_run_record
 
         record = load_run_record(self.repo, run.run_id)
         if record is not None:

@@ -19,7 +19,7 @@ from flowd.server.features import Feature
 from flowd.server.features.answers import Answers
 from flowd.server.features.attention import Attention
 from flowd.server.features.commands import RunCommands
-from flowd.server.features.cost import CostReport
+from flowd.server.features.cost import CostReports
 from flowd.server.features.notifications import RunNotifications
 from flowd.server.features.owned import OwnershipWarnings
 from flowd.server.features.perimeter import PerimeterDiagnostics
@@ -38,7 +38,7 @@ def build_server() -> FlowServer:
     notes = RunNotifications(server)
     commands = RunCommands(server, plans)
     progress = WorkDoneProgress(server, commands.cancel)
-    cost = CostReport(server)
+    cost = CostReports(server)
     attention = Attention(server)
     answers = Answers(server)
     # Run hooks go in this order: a run's notifications before its progress, diagnostics after.

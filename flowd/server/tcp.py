@@ -28,7 +28,7 @@ from typing import Any
 from pygls.io_ import run_async
 from pygls.lsp.server import LanguageServer
 
-from flowd.fsio import write_text_atomic
+from flowd.base.fsio import write_text_atomic
 
 log = logging.getLogger(__name__)
 

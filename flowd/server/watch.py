@@ -22,7 +22,7 @@ from pathlib import Path
 
 from watchfiles import DefaultFilter, awatch
 
-from flowd.gitops import merge_in_progress
+from flowd.vcs.gitops import merge_in_progress
 
 log = logging.getLogger(__name__)
 

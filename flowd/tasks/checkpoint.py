@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import re
 
-from flowd.errors import InputError
+from flowd.base.errors import InputError
 from flowd.tasks.model import Task, TaskPlan
 
 _HEADER = "# Plan: "

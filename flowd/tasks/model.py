@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from flowd.wire import WireModel
+from flowd.base.wire import WireModel
 
 
 class Task(WireModel):

@@ -46,11 +46,32 @@ def depends_on(description: str, index: int) -> list[int]:
     captured = match.group(1)
     if _NONE.match(captured):
         return []
+    return _explicit(captured, index) or default
+
+
+def _explicit(captured: str, index: int) -> list[int]:
+    """The valid earlier tasks a `Depends on:` capture names, de-duplicated in first-seen order."""
     found: list[int] = []
     for n in (int(d) for d in re.findall(r"\d+", captured)):
         if 1 <= n < index and n not in found:
             found.append(n)
-    return found or default
+    return found
+
+
+_NEXT_LINE_KEY = re.compile(r"\b(?:owns|satisfies):", re.IGNORECASE)
+
+
+def with_depends_on(description: str, index: int, deps: list[int]) -> str:
+    """`description` with what its `Depends on:` line names replaced by `deps` (`none` when empty);
+    an `Owns:` or `Satisfies:` later on the same line is kept. A description that has no such line,
+    says `none`, or names no valid earlier task (so waits for every earlier one) is unchanged."""
+    match = _DEPENDS.search(description)
+    if match is None or _NONE.match(match.group(1)) or not _explicit(match.group(1), index):
+        return description
+    key = _NEXT_LINE_KEY.search(match.group(1))
+    end = match.start(1) + key.start() if key else match.end(1)
+    text = " " + (", ".join(str(d) for d in deps) or "none") + (" " if key else "")
+    return description[: match.start(1)] + text + description[end:]
 
 
 def owns(description: str) -> list[str]:

@@ -14,7 +14,7 @@ from acp import RequestError
 
 from flowd.agents.acp_client import AcpExecutor
 from flowd.agents.base import AgentError, ToolCall
-from flowd.trace import pid_alive
+from flowd.trace.log import pid_alive
 
 from .conftest import request
 

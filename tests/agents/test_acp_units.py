@@ -22,8 +22,8 @@ from flowd.agents.acp_client import (
 from flowd.agents.base import AgentError, FlowdMeta, ToolCall, TurnRequest, reaped
 from flowd.agents.factory import make_executor
 from flowd.agents.usage import capture_usage, model_usages
-from flowd.config import ExecutorSpec
-from flowd.errors import FlowdError
+from flowd.base.errors import FlowdError
+from flowd.store.config import ExecutorSpec
 
 
 def test_outside_follows_dotdot_and_symlinks(tmp_path: Path) -> None:

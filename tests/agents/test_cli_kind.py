@@ -16,8 +16,8 @@ import pytest
 
 from flowd.agents.base import AgentError, FlowdMeta, ToolCall, TurnRequest
 from flowd.agents.cli_kind import CliExecutor, CliTurn, build_argv, fold_line
-from flowd.config import ExecutorSpec
-from flowd.trace import pid_alive  # a zombie (killed, not yet reaped by init) is not running
+from flowd.store.config import ExecutorSpec
+from flowd.trace.log import pid_alive  # a zombie (killed, not yet reaped by init) is not running
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "agents"
 REPLAY = FIXTURES / "replay.py"

@@ -24,7 +24,7 @@ from flowd.agents.openai_kind import (
     sse_payloads,
     usage_from,
 )
-from flowd.config import ExecutorSpec
+from flowd.store.config import ExecutorSpec
 
 Reply = Callable[[BaseHTTPRequestHandler], None]
 

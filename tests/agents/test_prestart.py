@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from flowd.agents.acp_client import AcpExecutor
-from flowd.config import load_roster
-from flowd.events import Event
-from flowd.roster import RosterPool
-from flowd.trace import pid_alive
+from flowd.roster.pool import RosterPool
+from flowd.store.config import load_roster
+from flowd.trace.events import Event
+from flowd.trace.log import pid_alive
 
 from .conftest import request
 

@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 
-from flowd.trace import pid_alive
+from flowd.trace.log import pid_alive
 
 # A stand-in for flowd: starts `sh` (which starts a `sleep`) under the reaper, prints the pids.
 PARENT = """

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from flowd.agents.script_model import Script, load_script, pick_rule
-from flowd.errors import FileProblems
-from flowd.schema import schema_for
+from flowd.base.errors import FileProblems
+from flowd.store.schema import schema_for
 
 
 def _load(tmp_path: Path, data: object) -> Script:

@@ -22,9 +22,9 @@ from itertools import combinations
 from pathlib import Path
 from typing import Any
 
-from flowd.events import Envelope, TokensUsed
-from flowd.timeutil import parse_iso
-from flowd.trace import pid_alive, read_trace, trace_path
+from flowd.base.timeutil import parse_iso
+from flowd.trace.events import Envelope, TokensUsed
+from flowd.trace.log import pid_alive, read_trace, trace_path
 from tests.model_stub import LogEntry
 
 FLOWD = [sys.executable, "-m", "flowd"]

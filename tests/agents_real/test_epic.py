@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from flowd.agents.programs import program_of
-from flowd.events import RunEnded, StoryMerged, TokensUsed, ToolUse
+from flowd.trace.events import RunEnded, StoryMerged, TokensUsed, ToolUse
 from tests.agents_real.harness import PROGRAMS, Project, entry, match_usage, wait_gone
 from tests.model_stub import ModelStub
 

@@ -13,13 +13,14 @@ from pathlib import Path
 import orjson
 import pytest
 
-from flowd.config import PriceOverride
 from flowd.cost import aggregate
 from flowd.cost.aggregate import Aggregator
+from flowd.cost.fold import as_zone
 from flowd.cost.prices import Prices, to_units
-from flowd.cost.report import as_zone, build_report, report_from_fold
+from flowd.cost.report import build_report, report_from_fold
 from flowd.cost.samples import ScanStats, scan, trace_files
-from flowd.trace import trace_path
+from flowd.store.config import PriceOverride
+from flowd.trace.log import trace_path
 
 from .traces import started, used, write_trace
 

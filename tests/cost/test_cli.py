@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from flowd.base.errors import InputError
 from flowd.cost.cli import cost_report_for, parse_bound
-from flowd.errors import InputError
-from flowd.trace import trace_path
+from flowd.trace.log import trace_path
 
 from .traces import started, used, write_trace
 

@@ -10,7 +10,7 @@ import pytest
 
 from flowd.cost import parallel
 from flowd.cost.cli import cost_report
-from flowd.trace import trace_path
+from flowd.trace.log import trace_path
 
 from .traces import started, used, write_trace
 

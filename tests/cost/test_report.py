@@ -4,10 +4,10 @@ from pathlib import Path
 
 import pytest
 
-from flowd.config import PriceOverride
 from flowd.cost.prices import Prices
 from flowd.cost.report import build_report, half_up, natural_key
 from flowd.cost.samples import Sample, ScanStats, scan, trace_files
+from flowd.store.config import PriceOverride
 
 from .traces import started, used, write_trace
 

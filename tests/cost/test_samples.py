@@ -4,7 +4,6 @@ from pathlib import Path
 
 import orjson
 
-from flowd import trace
 from flowd.cost.samples import (
     Sample,
     ScanStats,
@@ -14,7 +13,8 @@ from flowd.cost.samples import (
     scan,
     trace_files,
 )
-from flowd.trace import TraceWriter, trace_path
+from flowd.trace import log as trace
+from flowd.trace.log import TraceWriter, trace_path
 
 from .traces import started, used, write_trace
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from flowd.events import Envelope, Event, RunStarted, TokensUsed, Usage, dump_envelope
-from flowd.trace import trace_path
+from flowd.trace.events import Envelope, Event, RunStarted, TokensUsed, Usage, dump_envelope
+from flowd.trace.log import trace_path
 
 
 def used(

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from flowd.engine.runner import RunOptions, RunResult, run_epic
-from flowd.events import Envelope
-from flowd.trace import read_trace, trace_path
+from flowd.trace.events import Envelope
+from flowd.trace.log import read_trace, trace_path
 
 FLOWD = [sys.executable, "-m", "flowd"]
 

@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from flowd.config import Settings
+from flowd.base.errors import InputError
 from flowd.engine.bootstrap import bootstrap_files
 from flowd.engine.perimeter_now import perimeter_now
-from flowd.errors import InputError
-from flowd.events import GateResult, Info, StoryStatusChanged, WorktreePrepared
-from flowd.gitops import Repo
 from flowd.plan.parse import load_plan
+from flowd.store.config import Settings
+from flowd.trace.events import GateResult, Info, StoryStatusChanged, WorktreePrepared
+from flowd.vcs.gitops import Repo
 from tests.engine.scenario import FLOWD, Scenario, coder, git, story, types
 
 PORT_RULE = "Ports: this lane has ports {ports} to itself"

@@ -6,10 +6,10 @@ import errno
 
 import pytest
 
+from flowd.base.errors import FlowdError, InputError, NoExecutor
 from flowd.engine.core.failure import POLICY, StoryFacts, outcome_of
 from flowd.engine.core.outcome import StoryOutcome
 from flowd.engine.core.stops import BudgetHalt, Halt, StoryFailed, StoryWaiting
-from flowd.errors import FlowdError, InputError, NoExecutor
 
 FACTS = StoryFacts("s1", "story/ep/s1", ["claude", "codex"])
 FREE = "free some space, then run again"

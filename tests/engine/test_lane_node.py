@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from flowd.config import load_roster, load_settings
 from flowd.engine.core.outcome import StoryOutcome
 from flowd.engine.lanes.node import HostSpec, LaneMessage, LaneSpec, NodeHost
-from flowd.events import Event, ExecutorLeased
 from flowd.plan.parse import load_plan
+from flowd.store.config import load_roster, load_settings
+from flowd.trace.events import Event, ExecutorLeased
 from tests.engine.scenario import Scenario, coder, git, story
 
 

@@ -6,8 +6,8 @@ import subprocess
 from pathlib import Path
 
 from flowd.engine.perimeter_now import perimeter_now
-from flowd.gitops import Repo
 from flowd.plan.model import Story, StoryPlan
+from flowd.vcs.gitops import Repo
 
 PLAN = StoryPlan(
     epic_id="ep",

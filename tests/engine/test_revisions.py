@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from flowd.errors import FileProblems
-from flowd.events import AssistantMessage, GateFlaky, GateResult, MergeRevision
-from flowd.progress import plain_lines
-from flowd.view import RunView
+from flowd.base.errors import FileProblems
+from flowd.control.progress import plain_lines
+from flowd.trace.events import AssistantMessage, GateFlaky, GateResult, MergeRevision
+from flowd.trace.view import RunView
 from tests.engine.scenario import FLOWD, Scenario, coder, kill_group, story, types
 from tests.engine.test_run import _wait_for
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from flowd.errors import InputError
-from flowd.events import PerimeterViolation, StoryStatusChanged
+from flowd.base.errors import InputError
+from flowd.trace.events import PerimeterViolation, StoryStatusChanged
 from tests.engine.scenario import (
     DIAMOND,
     FLOWD,

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from flowd.base.errors import InputError
 from flowd.engine.state import EpicPaths, load_intent, load_state
-from flowd.errors import InputError
 
 
 def _message(exc: pytest.ExceptionInfo[InputError]) -> str:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from flowd.engine import prompts
-from flowd.events import Info, StoryJudged, TokensUsed
+from flowd.trace.events import Info, StoryJudged, TokensUsed
 from tests.engine.scenario import Scenario, coder, git, story
 
 

@@ -10,11 +10,11 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from flowd.config import load_settings
 from flowd.cost.prices import pricer
-from flowd.trace import TraceFollower, fold_trace, read_trace, trace_path
-from flowd.view import RunView
-from flowd.viewcheckpoint import ENV_BYTES, checkpoint_path
+from flowd.store.config import load_settings
+from flowd.trace.checkpoint import ENV_BYTES, checkpoint_path
+from flowd.trace.log import TraceFollower, fold_trace, read_trace, trace_path
+from flowd.trace.view import RunView
 from tests.engine.scenario import FLOWD, Scenario, coder, kill_group, story
 
 RUN = "first"

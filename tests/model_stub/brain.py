@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-# Markers of the prompts flowd sends (flowd/engine/prompts.py, flowd/roster_check.py).
+# Markers of the prompts flowd sends (flowd/engine/prompts.py, flowd/roster/check.py).
 MARKERS: tuple[tuple[str, str], ...] = (
     ("Reply with the single word: ready", "check"),
     ("Plan ONE story as a short list", "planner"),

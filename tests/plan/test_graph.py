@@ -5,7 +5,6 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from flowd.perimeter import owner_of_path
 from flowd.plan.graph import (
     critical_path_rank,
     dependencies_of,
@@ -16,6 +15,7 @@ from flowd.plan.graph import (
     waves,
 )
 from flowd.plan.model import StoryPlan
+from flowd.plan.perimeter import owner_of_path
 from flowd.plan.validate import violations
 from tests.plan.helpers import plan, story
 

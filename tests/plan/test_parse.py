@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from flowd.errors import InputError
+from flowd.base.errors import InputError
 from flowd.plan.parse import PlanInvalid, check_plan_file, load_plan, parse_plan_text
 from flowd.plan.violation import Violation
 

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from flowd.paths import normalize, overlapping
+from flowd.base.paths import normalize, overlapping
 from flowd.plan.validate import violations
 from tests.plan.helpers import plan, story
 

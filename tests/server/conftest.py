@@ -163,12 +163,19 @@ def cleared(client: LanguageClient, uri: str) -> bool:
 
 
 async def stop_client(client: LanguageClient) -> None:
-    """Stop a client started by hand; kill its server if it does not exit."""
+    """Stop a client started by hand; kill its server if it does not exit.
+
+    The server's stdin is closed first, as an editor going away does: a test that failed before
+    its `shutdown`/`exit` must not be reported as a server that would not exit (an open stdin
+    keeps a server alive by design), and a server that ignores EOF still fails here.
+    """
+    server = getattr(client, "_server", None)
+    if server is not None and server.returncode is None and server.stdin is not None:
+        server.stdin.close()
     try:
         # A bound for a loaded machine (parallel workers, other checkouts), not a speed check.
         await asyncio.wait_for(client.stop(), 30)
     except TimeoutError:
-        server = getattr(client, "_server", None)
         if server is not None and server.returncode is None:
             server.kill()
             await server.wait()

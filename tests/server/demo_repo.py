@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from flowd.demo.sample import build_sample_repo
-from flowd.trace import list_runs, pid_alive
+from flowd.trace.log import list_runs, pid_alive
 
 
 def sample(dest: Path, tune: Callable[[list[dict[str, Any]]], None] | None = None) -> tuple[Path, Path]:

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from flowd.events import (
+from flowd.server.notify import Note, Pacer, notes_for, snapshot
+from flowd.trace.events import (
     Envelope,
     Event,
     ExecutorExcluded,
@@ -22,8 +23,7 @@ from flowd.events import (
     TokensUsed,
     Usage,
 )
-from flowd.server.notify import Note, Pacer, notes_for, snapshot
-from flowd.view import RunView
+from flowd.trace.view import RunView
 
 
 class Clock:

@@ -12,7 +12,10 @@ from pathlib import Path
 import pytest
 
 from flowd import protocol
-from flowd.events import (
+from flowd.protocol.typescript import render
+from flowd.server.notify import Note, notes_for, snapshot
+from flowd.store.schema import protocol_schema
+from flowd.trace.events import (
     BudgetExceeded,
     Envelope,
     Event,
@@ -32,10 +35,7 @@ from flowd.events import (
     TokensUsed,
     Usage,
 )
-from flowd.protocol.typescript import render
-from flowd.schema import protocol_schema
-from flowd.server.notify import Note, notes_for, snapshot
-from flowd.view import RunView
+from flowd.trace.view import RunView
 
 ROOT = Path(__file__).resolve().parents[2]
 PROTOCOL_TS = ROOT / "editors" / "vscode" / "src" / "protocol.ts"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from flowd import protocol
 from flowd.protocol.lua import render
-from flowd.schema import protocol_schema
+from flowd.store.schema import protocol_schema
 
 ROOT = Path(__file__).resolve().parents[2]
 PLUGIN = ROOT / "editors" / "nvim" / "lua" / "flowd"

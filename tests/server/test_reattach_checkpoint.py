@@ -13,10 +13,10 @@ import orjson
 import pytest
 
 from flowd.cost.prices import pricer
-from flowd.events import ExecutorLeased, RunEnded, TaskStarted
-from flowd.trace import RunRecord, TraceFollower, TraceWriter, trace_path, write_run_record
-from flowd.view import RunView
-from flowd.viewcheckpoint import checkpoint_path
+from flowd.trace.checkpoint import checkpoint_path
+from flowd.trace.events import ExecutorLeased, RunEnded, TaskStarted
+from flowd.trace.log import RunRecord, TraceFollower, TraceWriter, trace_path, write_run_record
+from flowd.trace.view import RunView
 from tests.server.conftest import CONFIG, FlowClient, initialize, request, stop_client
 from tests.test_trace_fold import one_of_each
 

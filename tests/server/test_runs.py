@@ -165,7 +165,27 @@ async def test_cancel_then_resume(vsc: FlowClient, slow_repo: Path) -> None:
     assert [r.status for r in status.runs] == ["done", "cancelled"]
 
 
-async def test_restart_mid_run_reattaches(slow_repo: Path) -> None:
+@pytest.fixture
+def held_repo(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
+    """The demo with core's first coder turn held until the test creates the returned file: the
+    run is certainly still running when a restarted server re-attaches, however slowly a loaded
+    machine starts it (with a fixed delay the run could end first, and `running` never shows)."""
+    release = tmp_path / "release-core"
+
+    def tune(rules: list[dict[str, Any]]) -> None:
+        first = next(
+            r for r in rules if r["when"].get("role") == "coder" and r["when"].get("story") == "core"
+        )
+        first["run"] = [f"while [ ! -e '{release}' ]; do sleep 0.05; done", *first.get("run", [])]
+
+    root, _ = sample(tmp_path / "calc", tune)
+    yield root, release
+    release.touch()
+    kill_runs(root)
+
+
+async def test_restart_mid_run_reattaches(held_repo: tuple[Path, Path]) -> None:
+    slow_repo, release = held_repo
     first = await CONFIG.start()
     assert isinstance(first, FlowClient)
     try:
@@ -182,6 +202,7 @@ async def test_restart_mid_run_reattaches(slow_repo: Path) -> None:
         await initialize(second, slow_repo, "neovim")
         # The snapshot of the running run, then its live events, then its end.
         await second.until(lambda: run_status(second, run_id) == "running", 20, "re-attached run")
+        release.touch()
         await second.until(lambda: run_status(second, run_id) == "done", 90, "run done after re-attach")
         assert {lane["lane"] for lane in second.of("flow/lane")} == {
             "core",

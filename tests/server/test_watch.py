@@ -8,8 +8,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from flowd.gitops import merge_in_progress
 from flowd.server.watch import WorktreeWatches
+from flowd.vcs.gitops import merge_in_progress
 
 
 class Recorder:

@@ -16,9 +16,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from flowd.base.errors import FlowdError, NoExecutor
 from flowd.engine.core.outcome import StoryOutcome
 from flowd.engine.core.stops import BudgetHalt, Halt, StoryFailed, StoryWaiting
-from flowd.errors import FlowdError, NoExecutor
 
 # A full disk, a quota, a file-size limit, a read-only file system: the machine's, not the story's.
 DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS})

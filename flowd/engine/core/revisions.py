@@ -6,13 +6,15 @@ gathers the facts (the story's lane status, whether its merge began, the file's 
 `admit` says whether the story takes it; every refusal changes nothing. An admitted comment is
 recorded (`RevisionRequested`, with an id) before it is queued, and the task made from it names
 that id in the story's task checkpoint, so `owed` can tell after a kill which comments were
-recorded but never became tasks: those are queued again.
+recorded but never became tasks: those are queued again. The queue itself (`ReviewQueue`) is
+plain state the run's context holds: admitted comments waiting per story, stories whose merge
+began.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 
 
@@ -90,3 +92,29 @@ def owed(
     over (its plan entry changed, its checkpoint discarded) owes every comment made on it again.
     """
     return [r for r in requested if r.lane not in merged and marker(r.id) not in checkpoints.get(r.lane, "")]
+
+
+@dataclass
+class ReviewQueue:
+    """The run's admitted comments not yet made tasks, per story, and the stories whose merge began."""
+
+    waiting: dict[str, list[Requested]] = field(default_factory=dict)
+    merging: set[str] = field(default_factory=set)
+
+    def add(self, revision: Requested) -> None:
+        self.waiting.setdefault(revision.lane, []).append(revision)
+
+    def take(self, story: str) -> list[Requested]:
+        return self.waiting.pop(story, [])
+
+    def close_if_idle(self, story: str) -> bool:
+        """With nothing waiting for `story`, mark its merge begun (refusing later comments) and say
+        True; False when comments wait (the story goes back for them first)."""
+        if self.waiting.get(story):
+            return False
+        self.merging.add(story)
+        return True
+
+    def reopen(self, story: str) -> None:
+        """The story goes back to its coder after its merge began (e.g. a red merge revised)."""
+        self.merging.discard(story)

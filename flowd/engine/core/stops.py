@@ -1,6 +1,6 @@
 """Why a story stops short of merged: the exceptions the shell raises and the failure policy
 (`core/failure.py`) reads. They are the core's vocabulary, so they live here and the shell imports
-them; `NoExecutor`, a user-facing error with its own exit code, lives in `flowd.errors`.
+them; `NoExecutor`, a user-facing error with its own exit code, lives in `flowd.base.errors`.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from typing import Protocol
 from flowd.engine.context import RunContext
 from flowd.engine.core.outcome import StoryOutcome
 from flowd.engine.story import StoryRun
-from flowd.events import Info
+from flowd.trace.events import Info
 
 
 class Lanes(Protocol):

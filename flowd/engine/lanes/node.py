@@ -29,7 +29,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO
 
-from flowd.config import Roster, Settings
+from flowd.base.fsio import write_text_atomic
 from flowd.cost.prices import pricer
 from flowd.engine.context import RunContext
 from flowd.engine.core.failure import StoryFacts, outcome_of
@@ -38,12 +38,12 @@ from flowd.engine.core.ports import PortSlots
 from flowd.engine.core.stops import Halt
 from flowd.engine.state import EpicPaths, StoryState, save_state
 from flowd.engine.story import StoryRun
-from flowd.events import Event, Info, StoryStatusChanged, TaskCompleted
-from flowd.fsio import write_text_atomic
-from flowd.gitops import GitError, Repo, _git
 from flowd.plan.model import Story, StoryPlan
-from flowd.roster import RosterPool
-from flowd.view import RunView
+from flowd.roster.pool import RosterPool
+from flowd.store.config import Roster, Settings
+from flowd.trace.events import Event, Info, StoryStatusChanged, TaskCompleted
+from flowd.trace.view import RunView
+from flowd.vcs.gitops import GitError, Repo, _git
 
 
 @dataclass

@@ -19,7 +19,8 @@ import statistics
 import time
 from typing import Any
 
-from flowd.config import load_roster
+from flowd.base.errors import EXIT_HALTED, FlowdError, InputError
+from flowd.base.fsio import write_text_atomic
 from flowd.engine import prompts
 from flowd.engine.context import RunContext
 from flowd.engine.core.failure import StoryFacts, outcome_of
@@ -32,13 +33,12 @@ from flowd.engine.lanes.node import HostSpec, LaneSpec, NodeHost
 from flowd.engine.reopen import reopen_with_revision
 from flowd.engine.state import StoryState, load_state, save_state
 from flowd.engine.story import RedMerge, StoryRun
-from flowd.errors import EXIT_HALTED, FlowdError, InputError
-from flowd.events import Event, Info, LanePlaced, StoryStatusChanged
-from flowd.fsio import write_text_atomic
-from flowd.gitops import GitError, Repo, _git
 from flowd.plan.hashing import story_hash
+from flowd.store.config import load_roster
 from flowd.tasks.checkpoint import parse_checkpoint
 from flowd.tasks.model import TaskPlan
+from flowd.trace.events import Event, Info, LanePlaced, StoryStatusChanged
+from flowd.vcs.gitops import GitError, Repo, _git
 
 
 class LaneHost:

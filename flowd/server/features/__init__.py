@@ -25,10 +25,10 @@ from typing import TYPE_CHECKING
 from pygls.uris import to_fs_path
 
 if TYPE_CHECKING:
-    from flowd.events import Envelope
-    from flowd.gitops import Repo
     from flowd.server.app import FlowServer
     from flowd.server.runs import Tracked
+    from flowd.trace.events import Envelope
+    from flowd.vcs.gitops import Repo
 
 
 RUNNING = ("active",)  # lane statuses whose worktree an agent is writing in

@@ -1,5 +1,5 @@
 """`flow.answer`: an answer from the editor to a paused story or run, carried to the live run
-through its inbox (flowd/inbox.py, docs/answers.md). A refusal (nothing paused there, an answer
+through its inbox (flowd/store/inbox.py, docs/answers.md). A refusal (nothing paused there, an answer
 that does not fit the pause, a run not running) is a -32602 with the run's one sentence."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from flowd import protocol
-from flowd.errors import InputError
+from flowd.base.errors import InputError
 from flowd.server.features import Feature
 
 if TYPE_CHECKING:
@@ -16,9 +16,9 @@ if TYPE_CHECKING:
 
 class Answers(Feature):
     async def answer(self, p: AnswerArgs) -> dict[str, Any]:
-        from flowd.inbox import Answer, post_async
         from flowd.protocol.models import AnswerResult
         from flowd.server.params import invalid
+        from flowd.store.inbox import Answer, post_async
 
         name = protocol.ANSWER.name
         runs = self.server.need_runs()

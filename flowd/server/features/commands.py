@@ -9,20 +9,20 @@ from typing import TYPE_CHECKING, Any
 from pygls.exceptions import JsonRpcInvalidParams
 
 from flowd import protocol
-from flowd.errors import InputError
+from flowd.base.errors import InputError
 from flowd.server import diagnostics as diag
 from flowd.server.app import request_failed
 from flowd.server.features import Feature
 
 if TYPE_CHECKING:
-    from flowd import runctl
+    from flowd.control import runctl
     from flowd.protocol.models import CancelArgs, LaunchArgs, ResumeArgs, ValidateArgs
     from flowd.server.app import FlowServer
     from flowd.server.features.plans import PlanDiagnostics
 
 
 def launch_options(p: LaunchArgs | None) -> runctl.LaunchOptions:
-    from flowd import runctl
+    from flowd.control import runctl
 
     if p is None:
         return runctl.LaunchOptions()  # a resume keeps what the run was launched with
@@ -87,7 +87,7 @@ class RunCommands(Feature):
         return LaunchResult(run_id=run.run_id, epic_id=plan.epic_id, epic_branch=plan.epic_branch).wire()
 
     async def _resume_run(self, run_id: str) -> dict[str, Any]:
-        from flowd.trace import load_run_record
+        from flowd.trace.log import load_run_record
 
         name = protocol.RESUME_EPIC.name
         runs = self.server.need_runs()

@@ -8,14 +8,14 @@ from typing import TYPE_CHECKING, Any
 from pygls.exceptions import JsonRpcInvalidParams
 
 from flowd import protocol
-from flowd.errors import InputError
+from flowd.base.errors import InputError
 from flowd.server.features import Feature
 
 if TYPE_CHECKING:
     from flowd.protocol.models import CostReportParams
 
 
-class CostReport(Feature):
+class CostReports(Feature):
     async def report(self, p: CostReportParams) -> dict[str, Any]:
         from flowd.cost.cli import cost_report_for
 

@@ -9,10 +9,10 @@ from flowd.server.features import Feature
 from flowd.server.notify import cost_note, notes_for, run_note, snapshot
 
 if TYPE_CHECKING:
-    from flowd.events import Envelope
     from flowd.server.notify import Note
     from flowd.server.runs import Tracked
-    from flowd.view import RunView
+    from flowd.trace.events import Envelope
+    from flowd.trace.view import RunView
 
 
 def notes_for_end(view: RunView) -> list[Note]:
@@ -29,7 +29,7 @@ class RunNotifications(Feature):
         self._offer(snapshot(run.view))
 
     def run_event(self, run: Tracked, envelope: Envelope) -> None:
-        from flowd.events import RunEnded
+        from flowd.trace.events import RunEnded
 
         self._offer(notes_for(run.view, envelope.event))
         if isinstance(envelope.event, RunEnded):

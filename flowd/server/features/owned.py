@@ -11,14 +11,14 @@ from typing import TYPE_CHECKING
 from lsprotocol import types as lsp
 from pygls.capabilities import get_capability
 
-from flowd.errors import FlowdError
+from flowd.base.errors import FlowdError
 from flowd.server import diagnostics as diag
 from flowd.server.features import RUNNING, Feature, checkout_path
 
 if TYPE_CHECKING:
-    from flowd.events import Envelope
     from flowd.server.app import FlowServer
     from flowd.server.runs import Tracked
+    from flowd.trace.events import Envelope
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +69,7 @@ class OwnershipWarnings(Feature):
 
     # -- runs ----------------------------------------------------------------------------------
     def run_event(self, run: Tracked, envelope: Envelope) -> None:
-        from flowd.events import RunStarted, StoryStatusChanged
+        from flowd.trace.events import RunStarted, StoryStatusChanged
 
         if isinstance(envelope.event, StoryStatusChanged | RunStarted):
             self.server.spawn(self.recheck())
@@ -80,7 +80,7 @@ class OwnershipWarnings(Feature):
     # -- the check -----------------------------------------------------------------------------
     def running_owner(self, rel: str) -> tuple[str, Tracked] | None:
         """The running story (and its run) that owns repository path `rel`, if any."""
-        from flowd import perimeter
+        from flowd.plan import perimeter
 
         if self.server.runs is None:
             return None

@@ -15,13 +15,13 @@ from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
 from pygls.uris import to_fs_path
 
 from flowd import protocol
-from flowd.errors import FlowdError
+from flowd.base.errors import FlowdError
 from flowd.server import diagnostics as diag
 from flowd.server.features import RUNNING, Feature, checkout_path
 
 if TYPE_CHECKING:
-    from flowd.events import Envelope, TaskOwnsViolation
     from flowd.server.runs import Tracked
+    from flowd.trace.events import Envelope, TaskOwnsViolation
 
 log = logging.getLogger(__name__)
 KINDS = ("perimeter", "taskOwns")  # the diagnostic store's key prefixes this feature owns
@@ -33,7 +33,7 @@ class PerimeterDiagnostics(Feature):
         self._sync_lanes(run)
 
     def run_event(self, run: Tracked, envelope: Envelope) -> None:
-        from flowd.events import PerimeterViolation, RunStarted, StoryStatusChanged, TaskOwnsViolation
+        from flowd.trace.events import PerimeterViolation, RunStarted, StoryStatusChanged, TaskOwnsViolation
 
         event = envelope.event
         if isinstance(event, StoryStatusChanged | RunStarted):
@@ -95,8 +95,8 @@ class PerimeterDiagnostics(Feature):
     # -- diagnostics ---------------------------------------------------------------------------
     async def _rescan(self, run: Tracked, story: str) -> None:
         """What story `story` changed in its worktree, against its perimeter, as diagnostics."""
-        from flowd import perimeter
         from flowd.engine.perimeter_now import perimeter_now
+        from flowd.plan import perimeter
 
         key = ("perimeter", run.run_id, story)
         plan, repo, worktree = self.server.plan_of(run), self.server.repo, self._worktree(run, story)
@@ -184,7 +184,7 @@ class PerimeterDiagnostics(Feature):
 
     async def owner_of(self, uri: str) -> dict[str, Any]:
         """Who owns the file at `uri` (in the checkout, or at the same path in a story worktree)."""
-        from flowd import perimeter
+        from flowd.plan import perimeter
         from flowd.protocol.models import PerimeterOfFile, PerimeterOwner
 
         rel = await self._repository_path(uri)

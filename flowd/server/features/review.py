@@ -1,6 +1,6 @@
 """`flow.addRevision`: a review comment from the editor becomes a revision task for a story of a
-live run (docs/answers.md: revisions). The file is named by URI; `flowd/revise.py` maps it to the
-repository path (a story worktree's file is that story's path) and `flowd/inbox.py` hands the
+live run (docs/answers.md: revisions). The file is named by URI; `flowd/control/revise.py` maps it to the
+repository path (a story worktree's file is that story's path) and `flowd/store/inbox.py` hands the
 request to the run, whose reply is the answer: a result when the story took it, else an error."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from pygls.uris import to_fs_path
 
 from flowd import protocol
-from flowd.errors import InputError
+from flowd.base.errors import InputError
 from flowd.server.app import request_failed
 from flowd.server.features import Feature
 
@@ -32,11 +32,11 @@ def uri_to_given(uri: str) -> str | None:
 
 class Revisions(Feature):
     async def add_revision(self, p: AddRevisionArgs) -> dict[str, Any]:
-        from flowd.inbox import post_async
+        from flowd.control.revise import revision_request
         from flowd.protocol.models import AddRevisionResult
-        from flowd.revise import revision_request
         from flowd.server.params import invalid
-        from flowd.trace import load_run_record
+        from flowd.store.inbox import post_async
+        from flowd.trace.log import load_run_record
 
         name = protocol.ADD_REVISION.name
         repo = self.server.need_repo()

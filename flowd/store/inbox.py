@@ -21,11 +21,11 @@ from typing import Annotated, Literal
 
 from pydantic import Field, TypeAdapter, ValidationError
 
-from flowd.errors import InputError
-from flowd.fsio import write_model_atomic
-from flowd.timeutil import now
-from flowd.trace import is_active, load_run_record, run_dir
-from flowd.wire import WireModel
+from flowd.base.errors import InputError
+from flowd.base.fsio import write_model_atomic
+from flowd.base.timeutil import now
+from flowd.base.wire import WireModel
+from flowd.trace.log import is_active, load_run_record, run_dir
 
 By = Literal["editor", "cli"]
 

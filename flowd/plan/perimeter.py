@@ -11,10 +11,10 @@ from collections.abc import Iterable
 
 from pydantic import BaseModel
 
-from flowd import paths
-from flowd.events import PerimeterPath
+from flowd.base import paths
 from flowd.plan.model import StoryPlan
 from flowd.tasks.model import TaskPlan
+from flowd.trace.events import PerimeterPath
 
 STATE_DIR = ".flow"
 

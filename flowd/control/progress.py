@@ -12,7 +12,8 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from flowd.events import (
+from flowd.base.timeutil import parse_iso
+from flowd.trace.events import (
     BudgetExceeded,
     Envelope,
     ExecutorExcluded,
@@ -32,8 +33,7 @@ from flowd.events import (
     TaskCompleted,
     TaskStarted,
 )
-from flowd.timeutil import parse_iso
-from flowd.view import LaneView, RunView
+from flowd.trace.view import LaneView, RunView
 
 STATUS_STYLE = {
     "planned": "dim",

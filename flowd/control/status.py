@@ -7,12 +7,12 @@ import json
 import sys
 from pathlib import Path
 
-from flowd.config import load_settings
+from flowd.base.errors import FlowdError
 from flowd.cost.prices import pricer
-from flowd.errors import FlowdError
-from flowd.gitops import Repo
-from flowd.trace import fold_trace, is_active, list_runs, trace_path
-from flowd.view import RunView
+from flowd.store.config import load_settings
+from flowd.trace.log import fold_trace, is_active, list_runs, trace_path
+from flowd.trace.view import RunView
+from flowd.vcs.gitops import Repo
 
 RECENT = 10
 
@@ -44,7 +44,7 @@ def status_command(args: argparse.Namespace) -> int:
     # rich only for people: `--json` (scripts, the benchmarks) does without it (docs/performance.md).
     from rich.console import Console
 
-    from flowd.progress import plain_run, render_run
+    from flowd.control.progress import plain_run, render_run
 
     if not views:
         print("No runs yet. Start one with `flowd run PLAN` (or `flowd demo`).")

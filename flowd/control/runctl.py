@@ -16,9 +16,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from flowd.errors import InputError
-from flowd.timeutil import now
-from flowd.trace import RunRecord, is_active, load_run_record, pid_alive, run_dir
+from flowd.base.errors import InputError
+from flowd.base.timeutil import now
+from flowd.trace.log import RunRecord, is_active, load_run_record, pid_alive, run_dir
 
 
 def new_run_id(epic_id: str) -> str:

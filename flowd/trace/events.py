@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 import orjson
 from pydantic import Field, TypeAdapter, ValidationError
 
-from flowd.wire import WireModel
+from flowd.base.wire import WireModel
 
 StoryStatus = Literal["planned", "active", "waiting", "done", "failed", "skipped"]
 RunOutcome = Literal["done", "failed", "cancelled", "halted"]

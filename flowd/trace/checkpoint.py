@@ -28,7 +28,7 @@ from typing import Any
 
 import orjson
 
-from flowd.view import (
+from flowd.trace.view import (
     BatchView,
     CloneView,
     FlakyGate,
@@ -51,7 +51,13 @@ ENV_BYTES = "FLOWD_CHECKPOINT_BYTES"
 # A checkpoint is a view (a few KB per lane); anything bigger than this is not one of ours.
 MAX_CHECKPOINT_BYTES = 64 << 20
 # The modules whose code decides what a fold gives: a checkpoint written by other code is stale.
-_FOLD_MODULES = ("flowd.view", "flowd.tracefold", "flowd.events", "flowd.engine.core.pause", __name__)
+_FOLD_MODULES = (
+    "flowd.trace.view",
+    "flowd.trace.fastfold",
+    "flowd.trace.events",
+    "flowd.engine.core.pause",
+    __name__,
+)
 _PRICING_ATTR = "flowd_pricing_key"
 _REPORTED = "reported"
 

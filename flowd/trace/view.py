@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from flowd.engine.core.pause import PAUSE_REASONS, AnswerRefused, Raise, read_answer
-from flowd.events import (
+from flowd.protocol import models as proto
+from flowd.trace.events import (
     BudgetExceeded,
     Envelope,
     Event,
@@ -39,13 +40,12 @@ from flowd.events import (
     TaskStarted,
     TokensUsed,
 )
-from flowd.protocol import models as proto
 
 TaskState = Literal["planned", "started", "completed"]
 
 
 class UsageLike(Protocol):
-    """A turn's usage as the fold reads it: `flowd.events.Usage`, or `Tokens` from the fast reader."""
+    """A turn's usage as the fold reads it: `flowd.trace.events.Usage`, or `Tokens` from the fast reader."""
 
     @property
     def input(self) -> int: ...
@@ -77,7 +77,7 @@ class Tokens:
 Pricer = Callable[[str | None, UsageLike], float | None]
 
 # The event types `RunView.apply_event` changes the view for. Every other type leaves it as it was,
-# so a reader that only feeds a view may skip those lines unparsed (flowd.tracefold does; a test pins
+# so a reader that only feeds a view may skip those lines unparsed (flowd.trace.fastfold does; a test pins
 # this set against the fold).
 FOLDED_TYPES: frozenset[str] = frozenset(
     cls.model_fields["type"].default

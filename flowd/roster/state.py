@@ -18,9 +18,9 @@ from typing import Literal
 from pydantic import ValidationError
 
 from flowd.agents.base import FailureKind
-from flowd.fsio import write_model_atomic
-from flowd.timeutil import iso, parse_iso
-from flowd.wire import WireModel
+from flowd.base.fsio import write_model_atomic
+from flowd.base.timeutil import iso, parse_iso
+from flowd.base.wire import WireModel
 
 ExclusionKind = Literal[
     "until",  # out until a known instant (a rate-limit cool-down, a usage limit's reset)

@@ -26,7 +26,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from flowd.errors import EXIT_FAILED, FlowdError, InputError
+from flowd.base.errors import EXIT_FAILED, FlowdError, InputError
 
 FLOW_DIR = ".flow/"
 
@@ -69,11 +69,24 @@ class MergeResult:
     already_merged: bool = False
 
 
+# The user's hooks (a `core.hooksPath` in ~/.gitconfig, husky, pre-commit) never run on flowd's
+# own git commands: `--no-verify` skips only some (pre-commit, commit-msg, pre-merge-commit), not
+# post-checkout, post-commit, post-merge or reference-transaction (docs/repositories.md).
+_NO_HOOKS = ("core.hooksPath", os.devnull)
+
+
 def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
     # Built per call (cheap) so a changed environment, as in tests, is always honoured.
     env = {k: v for k, v in os.environ.items() if k not in _LEAKY_ENV}
     env.update(_FIXED_ENV)
     env.setdefault("GIT_SSH_COMMAND", "ssh -o BatchMode=yes")
+    # Appended to any GIT_CONFIG_COUNT list the environment already has (git 2.31 and later).
+    try:
+        count = int(env.get("GIT_CONFIG_COUNT", "0") or 0)
+    except ValueError:
+        count = 0
+    env[f"GIT_CONFIG_KEY_{count}"], env[f"GIT_CONFIG_VALUE_{count}"] = _NO_HOOKS
+    env["GIT_CONFIG_COUNT"] = str(count + 1)
     if extra:
         env.update(extra)
     return env
@@ -177,6 +190,20 @@ def bootstrapped(wt: Path) -> frozenset[str]:
     return frozenset(_split_z(text))
 
 
+def _stage_all(wt: Path, what: str, env: dict[str, str] | None = None) -> None:
+    """Stage every change in `wt` except `.flow/` and the bootstrapped files.
+
+    `.flow/` is kept out by unstaging it after `add -A`, not by an `:(exclude)` pathspec: git
+    refuses such an add (exit 1, "paths are ignored") when `.flow/` is in info/exclude and also
+    holds files a team tracks (`.flow/config.toml`, `.flow/roster.toml`). Resetting it leaves a
+    tracked settings file exactly as its branch has it, whatever an agent did to the copy in the
+    worktree (docs/repositories.md).
+    """
+    _git(wt, ["add", "-A", "--", "."], what, env=env)
+    _git(wt, ["reset", "-q", "--", FLOW_DIR.rstrip("/")], what, env=env)
+    _unstage_bootstrapped(wt, what, env)
+
+
 def _unstage_bootstrapped(wt: Path, what: str, env: dict[str, str] | None = None) -> None:
     private = _private_git_dir(wt)
     listing = private / _BOOTSTRAPPED if private is not None else None
@@ -259,6 +286,34 @@ class Repo:
                 handle.write(f"{sep}{FLOW_DIR}\n")
         except OSError as exc:
             raise GitError(f"could not add {FLOW_DIR} to {exclude}: {exc.strerror or exc}") from exc
+
+    def lfs_problem(self) -> str | None:
+        """Why no worktree can be checked out when the repository keeps files in Git LFS, git is
+        set up to run git-lfs for them, and git-lfs is not installed (git says only "the remote
+        end hung up unexpectedly"); None otherwise. Without the filter set up, LFS files are
+        their pointer files, in worktrees as in the user's checkout."""
+        if shutil.which("git-lfs") is not None:
+            return None
+        configured = _git(
+            self.root, ["config", "--get-regexp", r"^filter\.lfs\."], "", ok_codes=range(256)
+        ).stdout
+        if "git-lfs" not in configured:
+            return None
+        listed = self._run(
+            ["ls-files", "-z", "--", ":(glob)**/.gitattributes"], f"could not list {self.root}"
+        )
+        for rel in _split_z(listed):
+            try:
+                text = (self.root / rel).read_text(encoding="utf-8", errors="replace")
+            except OSError:
+                continue
+            if "filter=lfs" in text:
+                return (
+                    f"{self.root / rel} keeps files in Git LFS and your git config runs git-lfs for "
+                    "them, but git-lfs is not installed; install git-lfs (then `git lfs pull`), or "
+                    "remove the filter with `git config --global --remove-section filter.lfs`"
+                )
+        return None
 
     def rev_parse(self, ref: str) -> str | None:
         """The commit `ref` names, or None when it names none."""
@@ -393,6 +448,7 @@ class Repo:
                 ["worktree", "add", "--detach", "-q", str(path), commit],
                 f"could not check out {commit} at {path}",
             )
+        self.sync_submodules(path)
         return path
 
     def tracked_files(self) -> list[str]:
@@ -445,9 +501,9 @@ class Repo:
             else:
                 args = ["worktree", "add", "-q", str(path), branch]
             proc = _git(self.root, args, "", ok_codes=range(256))
-            if proc.returncode == 0:
-                return path
-            return self._worktree_add_slow(path, branch, start, proc)
+            path = path if proc.returncode == 0 else self._worktree_add_slow(path, branch, start, proc)
+        self.sync_submodules(path)
+        return path
 
     def _worktree_add_slow(
         self, path: Path, branch: str, start: str | None, first: subprocess.CompletedProcess[str]
@@ -497,6 +553,20 @@ class Repo:
                 raise GitError(f"{what}: it is the user's own checkout")
             if not force and self.is_dirty(path):
                 raise GitError(f"{what}: it has uncommitted changes (remove it with force to discard them)")
+            if "containing submodules" in proc.stderr:
+                # git never removes a worktree with checked-out submodules; their clones live in
+                # the worktree's own git dir and go with it (docs/repositories.md).
+                _remove_tree(path, what)
+                _git(self.root, ["worktree", "prune"], what)
+                return
+            if not force:
+                # Only `.flow/` or bootstrapped files differ: flowd never commits those, so they
+                # are not work to keep (an agent's edit of a tracked `.flow/config.toml`).
+                again = _git(
+                    self.root, ["worktree", "remove", "--force", str(path)], what, ok_codes=range(256)
+                )
+                if again.returncode == 0:
+                    return
             raise GitError(f"{what}: {_reason(proc)}", detail=proc.stderr)
 
     def discard_worktree(self, path: Path, branch: str) -> str | None:
@@ -578,7 +648,14 @@ class Repo:
         """
         out = _git(
             Path(wt),
-            ["status", "--porcelain", "-z", "--no-renames", "--untracked-files=all"],
+            [
+                "status",
+                "--porcelain",
+                "-z",
+                "--no-renames",
+                "--untracked-files=all",
+                "--ignore-submodules=dirty",
+            ],
             f"could not read the status of the worktree {wt}",
         ).stdout
         copied = bootstrapped(wt)
@@ -591,8 +668,7 @@ class Repo:
         """Commit every change in `wt` (untracked files included); None when there was nothing."""
         wt = self._owned_worktree(wt, "commit")
         what = f"could not commit in the worktree {wt}"
-        _git(wt, ["add", "-A", "--", ".", f":(exclude){FLOW_DIR}"], what)
-        _unstage_bootstrapped(wt, what)
+        _stage_all(wt, what)
         proc = _git(
             wt,
             [*self._commit_args(), "commit", "-q", "--no-verify", "-m", message],
@@ -600,7 +676,9 @@ class Repo:
             ok_codes=range(256),
         )
         if proc.returncode != 0:
-            if "nothing to commit" in proc.stdout or "nothing added to commit" in proc.stdout:
+            # The last: only unstaged `.flow/` or bootstrapped changes are left (`_stage_all`).
+            nothing = ("nothing to commit", "nothing added to commit", "no changes added to commit")
+            if any(said in proc.stdout for said in nothing):
                 return None
             raise GitError(f"{what}: {_reason(proc)}", detail=proc.stderr + proc.stdout)
         return self.head_of(wt)
@@ -612,7 +690,20 @@ class Repo:
         """
         wt = Path(wt)
         what = f"could not list the files changed in the worktree {wt} since {base!r}"
-        tracked = _git(wt, ["diff", "--name-only", "-z", "--no-renames", "--merge-base", base, "--"], what)
+        tracked = _git(
+            wt,
+            [
+                "diff",
+                "--name-only",
+                "-z",
+                "--no-renames",
+                "--ignore-submodules=dirty",
+                "--merge-base",
+                base,
+                "--",
+            ],
+            what,
+        )
         untracked = _git(wt, ["ls-files", "-z", "--others", "--exclude-standard"], what)
         copied = bootstrapped(wt)
         return sorted(
@@ -639,8 +730,7 @@ class Repo:
             if index.exists():
                 shutil.copyfile(index, tmp_index)
             env = {"GIT_INDEX_FILE": str(tmp_index)}
-            _git(wt, ["add", "-A", "--", ".", f":(exclude){FLOW_DIR}"], what, env=env)
-            _unstage_bootstrapped(wt, what, env)
+            _stage_all(wt, what, env)
             return _git(wt, ["diff", "--cached", "--merge-base", base, "--"], what, env=env).stdout
 
     def merge(self, wt: Path, branch: str, message: str, *, prefer_incoming: bool = False) -> MergeResult:
@@ -657,6 +747,7 @@ class Repo:
             args += ["-X", "theirs"]
         proc = _git(wt, [*args, branch], what, ok_codes=range(256))
         if proc.returncode == 0:
+            self.sync_submodules(wt)
             already = "Already up to date" in proc.stdout or "Already up-to-date" in proc.stdout
             return MergeResult(ok=True, commit=self.head_of(wt), already_merged=already)
         conflicts = _split_z(_git(wt, ["diff", "--name-only", "-z", "--diff-filter=U"], what).stdout)
@@ -713,6 +804,7 @@ class Repo:
         """Roll the worktree and its branch back to `commit`; untracked files are kept."""
         wt = self._owned_worktree(wt, "reset")
         _git(wt, ["reset", "--hard", "-q", commit], f"could not roll the worktree {wt} back to {commit}")
+        self.sync_submodules(wt)
 
     def restore_paths(self, wt: Path, paths: Sequence[str], from_ref: str) -> None:
         """Make each path (file or folder) in `wt` exactly as it is in `from_ref`.
@@ -727,11 +819,15 @@ class Repo:
         # "src/" would make ls-tree list the folder's contents instead of the folder itself.
         full = {p.rstrip("/"): _check_rel(wt, p) for p in paths}
         what = f"could not restore {len(full)} path(s) in the worktree {wt} from {from_ref!r}"
-        listed = _git(wt, ["ls-tree", "-z", "--name-only", from_ref, "--", *full], what).stdout
-        present_roots = set(_split_z(listed))
-        present = [p for p in full if p in present_roots]
-        _git(wt, ["rm", "-r", "-f", "-q", "--ignore-unmatch", "--", *full], what)
-        for target in full.values():
+        listed = _git(wt, ["ls-tree", "-z", from_ref, "--", *full], what).stdout
+        modes = {entry.partition("\t")[2]: entry.split(" ", 1)[0] for entry in _split_z(listed)}
+        present = [p for p in full if p in modes]
+        # A submodule `from_ref` has is only pointed back (checkout, then sync): `git rm` of it
+        # would also drop its entry from `.gitmodules`, a change of its own.
+        removed = {p: target for p, target in full.items() if modes.get(p) != "160000"}
+        if removed:
+            _git(wt, ["rm", "-r", "-f", "-q", "--ignore-unmatch", "--", *removed], what)
+        for target in removed.values():
             try:
                 if target.is_dir() and not target.is_symlink():
                     shutil.rmtree(target)
@@ -741,6 +837,106 @@ class Repo:
                 raise GitError(f"{what}: {target} could not be deleted ({exc.strerror or exc})") from exc
         if present:
             _git(wt, ["checkout", from_ref, "--", *present], what)
+        self.sync_submodules(wt)
+
+    # --- submodules (docs/repositories.md) ---------------------------------------------------
+
+    def sync_submodules(self, wt: Path) -> None:
+        """Check out every submodule of `wt` at the commit its index records, recursively.
+
+        Each is cloned (hardlinked) from a local copy that holds that commit: the user's
+        `.git/modules/<name>`, the submodule checked out in the user's checkout, or another
+        flowd worktree's copy (a story's new submodule commit reaches the epic this way). Only a
+        submodule no local copy holds is fetched from its URL. Nothing is written to the
+        repository's shared config: the local source is a `-c` for this one command.
+        """
+        wt = Path(wt)
+        links = _gitlinks(wt)
+        if not links:
+            return
+        what = f"could not check out the submodules of the worktree {wt}"
+        overrides: list[str] = []
+        for name, rel, sha in links:
+            source = next((c for c in self._module_sources(wt, name, rel) if _has_commit(c, sha)), None)
+            if source is None:
+                continue
+            target = wt / rel
+            if (target / ".git").exists():
+                if not _has_commit(target, sha):
+                    _git(
+                        target,
+                        ["-c", "protocol.file.allow=always", "fetch", "-q", "--no-tags", str(source), sha],
+                        what,
+                    )
+            else:
+                overrides += ["-c", f"submodule.{name}.url={source}"]
+        # Local clones are the `file` transport, which git (2.38.1 on) refuses for submodules
+        # unless allowed; the sources are the user's own repositories.
+        args = [
+            "-c",
+            "protocol.file.allow=always",
+            *overrides,
+            "submodule",
+            "update",
+            "--init",
+            "--recursive",
+            "-q",
+        ]
+        proc = _git(wt, [*args, "--", *(rel for _, rel, _ in links)], what, ok_codes=range(256))
+        if proc.returncode != 0:
+            raise GitError(
+                f"{what}: {_reason(proc)}; check them out in {self.root} "
+                "(git submodule update --init --recursive) so flowd can copy them from there",
+                detail=proc.stderr,
+            )
+
+    def _module_sources(self, wt: Path, name: str, rel: str) -> list[Path]:
+        own = _private_git_dir(wt)
+        found = [self.common_dir / "modules" / name]
+        if (self.root / rel / ".git").exists():
+            found.append(self.root / rel)
+        found += sorted((self.common_dir / "worktrees").glob(f"*/modules/{name}"))
+        return [c for c in found if c.is_dir() and not (own is not None and c.is_relative_to(own))]
+
+
+def _gitlinks(wt: Path) -> list[tuple[str, str, str]]:
+    """(name, path, recorded commit) of each submodule `.gitmodules` of `wt` declares and its
+    index records; empty (one stat, no git) in a repository without submodules."""
+    if not (wt / ".gitmodules").is_file():
+        return []
+    what = f"could not read the submodules of the worktree {wt}"
+    declared = _git(
+        wt,
+        ["config", "-z", "-f", ".gitmodules", "--get-regexp", r"^submodule\..*\.path$"],
+        what,
+        ok_codes=(0, 1),
+    ).stdout
+    names: dict[str, str] = {}
+    for entry in _split_z(declared):
+        key, _, rel = entry.partition("\n")
+        names[rel] = key.removeprefix("submodule.").removesuffix(".path")
+    staged = _git(wt, ["ls-files", "-s", "-z", "--", *names], what).stdout if names else ""
+    links: list[tuple[str, str, str]] = []
+    for entry in _split_z(staged):
+        meta, _, rel = entry.partition("\t")
+        mode, sha, _stage = meta.split(" ")
+        if mode == "160000" and rel in names:
+            links.append((names[rel], rel, sha))
+    return links
+
+
+def _has_commit(where: Path, sha: str) -> bool:
+    proc = _git(where, ["cat-file", "-e", f"{sha}^{{commit}}"], "", ok_codes=range(256))
+    return proc.returncode == 0
+
+
+def _remove_tree(path: Path, what: str) -> None:
+    try:
+        shutil.rmtree(path)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise GitError(f"{what}: {exc.strerror or exc}") from exc
 
 
 def init_repo(path: Path, message: str, branch: str = "main") -> Repo:

@@ -4,7 +4,7 @@ run use to read a long trace (docs/performance.md).
 The result is exactly `view.apply(parse_line(line))` for each line (tests/test_trace_fold.py checks
 it), reached with less work:
 
-- a line whose event type no view folds (`flowd.view.FOLDED_TYPES`: tool calls, messages, gates,
+- a line whose event type no view folds (`flowd.trace.view.FOLDED_TYPES`: tool calls, messages, gates,
   stages… most of a trace) is not parsed at all. Lines as `TraceWriter` writes them start with
   `_WRITER_PREFIX`, and the first `_TYPE_MARK` in such a line is its event's type (the envelope's
   other fields are scalars; `event` comes last). When every line of a chunk is in that format, one
@@ -26,8 +26,8 @@ from typing import Any, cast
 import orjson
 from pydantic import ValidationError
 
-from flowd.events import EVENT_CLASSES, Event, envelope_from_dict
-from flowd.view import FOLDED_TYPES, RunView, Tokens
+from flowd.trace.events import EVENT_CLASSES, Event, envelope_from_dict
+from flowd.trace.view import FOLDED_TYPES, RunView, Tokens
 
 _WRITER_PREFIX = b'{"v":1,"seq":'
 _TYPE_MARK = b'"event":{"type":"'

@@ -3,7 +3,7 @@
 
 Readers never hold a whole trace: `TraceFollower` reads new bytes in bounded chunks. Folding a
 long trace into a view (re-attach, `flowd status`, a resumed run) starts from the view checkpoint
-the writer keeps next to the trace (flowd/viewcheckpoint.py) and goes through `fold_lines` for the
+the writer keeps next to the trace (flowd/trace/checkpoint.py) and goes through `fold_lines` for the
 rest, which skips the lines no view folds without parsing them and folds the others from orjson
 dicts, building no pydantic object for the common `TokensUsed` line (docs/performance.md).
 """
@@ -23,13 +23,13 @@ from pathlib import Path
 import orjson
 from pydantic import ValidationError
 
-from flowd.events import Envelope, Event, StoryMerged, StoryStatusChanged, dump_envelope, parse_line
-from flowd.fsio import write_model_atomic
-from flowd.timeutil import iso, parse_iso
-from flowd.tracefold import fold_lines
-from flowd.view import RunView
-from flowd.viewcheckpoint import Checkpoints, capture, checkpoint_bytes, restore, save
-from flowd.wire import WireModel
+from flowd.base.fsio import write_model_atomic
+from flowd.base.timeutil import iso, parse_iso
+from flowd.base.wire import WireModel
+from flowd.trace.checkpoint import Checkpoints, capture, checkpoint_bytes, restore, save
+from flowd.trace.events import Envelope, Event, StoryMerged, StoryStatusChanged, dump_envelope, parse_line
+from flowd.trace.fastfold import fold_lines
+from flowd.trace.view import RunView
 
 # Bytes read per step: bounds a reader's memory whatever the trace's length.
 CHUNK_BYTES = 1 << 20
@@ -156,7 +156,7 @@ class TraceWriter:
     def fold_into(self, view: RunView, checkpoint_every: int | None = None) -> None:
         """Fold every event into `view` as it is written, and checkpoint that view next to the trace
         every `checkpoint_every` bytes (default: `checkpoint_bytes()`, 4 MB) and at `close`
-        (flowd/viewcheckpoint.py). `view` must be the fold of the trace as it is now
+        (flowd/trace/checkpoint.py). `view` must be the fold of the trace as it is now
         (`fold_trace`). The fold runs under the writer's lock, so the view is always the fold of
         exactly the lines written, in their order, when a checkpoint is taken; subscribers hear
         the event after it is folded."""
@@ -253,7 +253,7 @@ class TraceFollower:
     def restore(self, view: RunView) -> bool:
         """Before the first read: load the trace's view checkpoint into `view` (empty) and go on
         from the offset it covers; False (nothing changed) when there is no valid one
-        (flowd/viewcheckpoint.py). The lines after it are then folded as usual."""
+        (flowd/trace/checkpoint.py). The lines after it are then folded as usual."""
         if self.offset or self._partial or self._dropping:
             return False
         offset = restore(self.path, view)

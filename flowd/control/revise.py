@@ -14,9 +14,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from flowd.errors import EXIT_BAD_INPUT, EXIT_OK, FlowdError, InputError
-from flowd.gitops import Repo
-from flowd.inbox import By, Revision, post
+from flowd.base.errors import EXIT_BAD_INPUT, EXIT_OK, FlowdError, InputError
+from flowd.store.inbox import By, Revision, post
+from flowd.vcs.gitops import Repo
 
 _LOCATION = re.compile(r"^(?P<path>.+):(?P<line>[0-9]+)$")
 _STORY_BRANCH = re.compile(r"^story/[^/]+/(?P<story>[^/]+)$")

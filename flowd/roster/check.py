@@ -17,10 +17,10 @@ from pathlib import Path
 
 from flowd.agents.base import AgentError, FlowdMeta, TurnRequest
 from flowd.agents.factory import make_executor
-from flowd.config import ROLES, TEXT_ROLES, ExecutorSpec, load_roster
-from flowd.errors import EXIT_FAILED, EXIT_OK, FlowdError, InputError
-from flowd.gitops import toplevel
-from flowd.wire import WireModel
+from flowd.base.errors import EXIT_FAILED, EXIT_OK, FlowdError, InputError
+from flowd.base.wire import WireModel
+from flowd.store.config import ROLES, TEXT_ROLES, ExecutorSpec, load_roster
+from flowd.vcs.gitops import toplevel
 
 PROMPT = "Reply with the single word: ready"
 DEFAULT_TIMEOUT_S = 180.0

@@ -12,10 +12,10 @@ from pydantic import BaseModel
 
 _MODELS = {
     "plan": "flowd.plan.model:StoryPlan",
-    "roster": "flowd.config:RosterFile",
-    "config": "flowd.config:Settings",
+    "roster": "flowd.store.config:RosterFile",
+    "config": "flowd.store.config:Settings",
     "script": "flowd.agents.script_model:Script",
-    "trace": "flowd.events:Envelope",
+    "trace": "flowd.trace.events:Envelope",
 }
 KINDS = (*_MODELS, "protocol")
 DRAFT = "https://json-schema.org/draft/2020-12/schema"

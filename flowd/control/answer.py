@@ -1,6 +1,6 @@
 """`flowd answer RUN_ID [--story ID] TEXT`: answer a paused story or run (docs/answers.md).
 
-The answer travels to the live run through its inbox (`flowd/inbox.py`); the run says what it
+The answer travels to the live run through its inbox (`flowd/store/inbox.py`); the run says what it
 made of it. Exit 0 when the run took it, 2 when there is nothing paused there or the answer does
 not fit the pause (one sentence, nothing changed).
 """
@@ -11,9 +11,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from flowd.errors import EXIT_BAD_INPUT, EXIT_OK, InputError
-from flowd.gitops import Repo
-from flowd.inbox import Answer, post
+from flowd.base.errors import EXIT_BAD_INPUT, EXIT_OK, InputError
+from flowd.store.inbox import Answer, post
+from flowd.vcs.gitops import Repo
 
 
 def answer_command(args: argparse.Namespace) -> int:

@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from flowd.errors import FileProblems
+from flowd.base.errors import FileProblems
 
 
 def write_text_atomic(path: Path, text: str) -> None:

@@ -17,9 +17,9 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import Field, PrivateAttr, ValidationError, field_validator
 
-from flowd.errors import FileProblems
-from flowd.fsio import read_user_text
-from flowd.wire import StrictWireModel, describe_validation_error
+from flowd.base.errors import FileProblems
+from flowd.base.fsio import read_user_text
+from flowd.base.wire import StrictWireModel, describe_validation_error
 
 Role = Literal["planner", "coder", "reviewer", "judge"]
 ROLES: tuple[Role, ...] = ("planner", "coder", "reviewer", "judge")

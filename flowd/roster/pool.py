@@ -25,17 +25,11 @@ from typing import Protocol
 
 from flowd.agents.base import EXECUTOR_FAULTS, AgentError, Executor, TurnObserver, TurnRequest, TurnResult
 from flowd.agents.factory import make_executor
-from flowd.config import ExecutorSpec, Roster
-from flowd.errors import FlowdError, NoExecutor
-from flowd.events import (
-    Event,
-    ExecutorExcluded,
-    ExecutorHandedOver,
-    ExecutorLeased,
-    ExecutorReleased,
-    ExecutorResumed,
-)
-from flowd.roster_state import (
+from flowd.base.errors import FlowdError, NoExecutor
+from flowd.base.timeutil import iso
+from flowd.base.timeutil import now as utc_now
+from flowd.base.wire import WireModel
+from flowd.roster.state import (
     Exclusion,
     ExclusionPolicy,
     Health,
@@ -43,9 +37,15 @@ from flowd.roster_state import (
     load_exclusions,
     save_exclusions,
 )
-from flowd.timeutil import iso
-from flowd.timeutil import now as utc_now
-from flowd.wire import WireModel
+from flowd.store.config import ExecutorSpec, Roster
+from flowd.trace.events import (
+    Event,
+    ExecutorExcluded,
+    ExecutorHandedOver,
+    ExecutorLeased,
+    ExecutorReleased,
+    ExecutorResumed,
+)
 
 # Failures after which a clone's agent process is not trusted again: it is closed and respawned.
 DISCARD_ON = frozenset({"crash", "stall", "unavailable", "auth", "timeout"})

@@ -1,0 +1,1 @@
+"""The base layer: errors, durable file writes, times, wire models, path arithmetic."""

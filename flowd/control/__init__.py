@@ -1,0 +1,1 @@
+"""Commands over runs: run control, status, answers, review comments, progress."""

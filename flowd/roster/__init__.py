@@ -1,0 +1,1 @@
+"""The executor pool: leases and clones, exclusions, `flowd roster check`."""

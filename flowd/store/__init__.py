@@ -1,0 +1,1 @@
+"""Files under `.flow/`: settings and roster files, the inbox, JSON Schema export."""

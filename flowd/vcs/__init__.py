@@ -1,0 +1,1 @@
+"""Git: branches, worktrees, merges, diffs; `.worktreeinclude`."""

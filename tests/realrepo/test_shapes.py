@@ -1,0 +1,214 @@
+"""Shapes real repositories have (docs/repositories.md), each run as an epic on real git: line-ending
+rules, a user's hooks that reject commits, a default branch other than `main`, a shallow clone,
+Git LFS set up without git-lfs, paths with spaces and non-ASCII letters, and a user on a feature
+branch of a `master` repository with uncommitted work."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from flowd.errors import InputError
+from flowd.events import PerimeterViolation
+from flowd.gitops import Repo
+
+from tests.engine.scenario import Scenario, coder, git, story
+
+ID = ["-c", "user.name=t", "-c", "user.email=t@t"]
+
+
+def _violations(sc: Scenario, run_id: str) -> list[PerimeterViolation]:
+    return [e.event for e in sc.events(run_id) if isinstance(e.event, PerimeterViolation)]
+
+
+def _commit(repo: Path, message: str) -> None:
+    git(repo, "add", "-A", "--", ".", ":(exclude).flow", ":(exclude)ep.epic.json")
+    git(repo, *ID, "commit", "-q", "-m", message)
+
+
+def test_line_ending_rules_make_no_phantom_changes(tmp_path: Path) -> None:
+    """`core.autocrlf` and `.gitattributes` eol rules: worktrees check files out with CRLF, a tool
+    that rewrites a file it does not own with other line endings only changes nothing, and the
+    story's own file is committed normalised."""
+    stories = [story("win", ["win/"])]
+    rules = [
+        coder(
+            "win",
+            {"win/new.bat": "echo new\r\n"},
+            # A formatter in the lane rewrites files to LF, one of them outside the perimeter.
+            run=["sed -i 's/\\r$//' tools/build.bat notes.txt"],
+        )
+    ]
+    files = {
+        ".gitattributes": "*.bat text eol=crlf\n*.sh text eol=lf\n",
+        "tools/build.bat": "echo build\r\n",
+        "tools/run.sh": "echo run\n",
+        "notes.txt": "one\ntwo\n",
+    }
+    sc = Scenario.create(
+        tmp_path, stories, rules, files=files, settings="judgeRounds = 0\nmaxReviewRounds = 1\n"
+    )
+    git(sc.repo, "config", "core.autocrlf", "true")
+    # A fresh checkout of the user's repository under these rules.
+    git(sc.repo, "rm", "-q", "--cached", "-r", ".")
+    git(sc.repo, "reset", "-q", "--hard")
+    assert git(sc.repo, "status", "--porcelain") == "?? .flow/\n?? ep.epic.json\n"
+    result = sc.run()
+    assert result.outcome == "done", {k: v.reason for k, v in result.view.lanes.items()}
+    assert _violations(sc, result.run_id) == []
+    changed = git(sc.repo, "diff", "--name-only", "main", "epic/ep").split()
+    assert changed == ["win/new.bat"]
+    # Stored normalised (LF), as git's rules say; checked out with CRLF.
+    assert git(sc.repo, "cat-file", "blob", "epic/ep:win/new.bat") == "echo new\n"
+    epic_wt = sc.worktree_root / "ep" / "_epic"
+    assert (epic_wt / "tools" / "build.bat").read_bytes() == b"echo build\r\n"
+    assert (epic_wt / "win" / "new.bat").read_bytes() == b"echo new\r\n"
+
+
+def _hooks(home: Path) -> Path:
+    """A user-level `core.hooksPath` whose pre-commit rejects every commit and whose other hooks
+    write down that they ran."""
+    hooks = home / "hooks"
+    hooks.mkdir(parents=True)
+    ran = home / "hooks-ran.log"
+    for name in (
+        "post-checkout",
+        "post-commit",
+        "post-merge",
+        "commit-msg",
+        "pre-merge-commit",
+        "reference-transaction",
+    ):
+        (hooks / name).write_text(f"#!/bin/sh\necho {name} >> '{ran}'\n", encoding="utf-8")
+    (hooks / "pre-commit").write_text(f"#!/bin/sh\necho pre-commit >> '{ran}'\nexit 1\n", encoding="utf-8")
+    for hook in hooks.iterdir():
+        hook.chmod(0o755)
+    (home / ".gitconfig").write_text(f"[core]\n\thooksPath = {hooks}\n", encoding="utf-8")
+    return ran
+
+
+def test_a_users_hooks_never_run_on_flowds_commits(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    stories = [story("a", ["a.txt"]), story("b", ["b.txt"], ["a"])]
+    rules = [coder("a", {"a.txt": "a\n"}), coder("b", {"b.txt": "b\n"})]
+    sc = Scenario.create(tmp_path, stories, rules, settings="judgeRounds = 0\n")
+    home = tmp_path / "home"
+    ran = _hooks(home)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("GIT_CONFIG_GLOBAL", raising=False)
+    # The hooks are real: the user's own commit is rejected by them.
+    (sc.repo / "mine.txt").write_text("mine\n", encoding="utf-8")
+    git(sc.repo, "add", "mine.txt")
+    rejected = subprocess.run(["git", *ID, "commit", "-q", "-m", "mine"], cwd=sc.repo, capture_output=True)
+    assert rejected.returncode != 0 and ran.read_text(encoding="utf-8").split() == ["pre-commit"]
+    ran.unlink()
+    result = sc.run()
+    assert result.outcome == "done", {k: v.reason for k, v in result.view.lanes.items()}
+    assert sorted(sc.merge_commits()) == ["ep: merge story a", "ep: merge story b"]
+    assert not ran.exists(), ran.read_text(encoding="utf-8")
+
+
+def test_a_default_branch_other_than_main(tmp_path: Path) -> None:
+    sc = Scenario.create(tmp_path, [story("a", ["a.txt"])], [coder("a", {"a.txt": "a\n"})])
+    git(sc.repo, "branch", "-m", "main", "trunk")
+    assert not Repo(sc.repo).branch_exists("main")
+    result = sc.run()
+    assert result.outcome == "done", {k: v.reason for k, v in result.view.lanes.items()}
+    assert git(sc.repo, "merge-base", "--is-ancestor", "trunk", "epic/ep") == ""
+    assert git(sc.repo, "branch", "--show-current").strip() == "trunk"
+
+
+def test_a_shallow_clone(tmp_path: Path) -> None:
+    upstream = Scenario.create(tmp_path / "up", [story("a", ["a.txt"])], [coder("a", {"a.txt": "a\n"})])
+    for n in range(3):
+        (upstream.repo / f"history{n}.txt").write_text(f"{n}\n", encoding="utf-8")
+        _commit(upstream.repo, f"history {n}")
+    clone = tmp_path / "clone" / "repo"
+    clone.parent.mkdir()
+    git(clone.parent, "clone", "-q", "--depth", "1", upstream.repo.as_uri(), str(clone))
+    assert git(clone, "rev-parse", "--is-shallow-repository").strip() == "true"
+    sc = Scenario(clone, clone / "ep.epic.json")
+    upstream.plan_path.replace(sc.plan_path)
+    (upstream.repo / ".flow").rename(clone / ".flow")
+    stories = [story("a", ["a.txt"]), story("b", ["b.txt"], ["a"])]
+    sc.plan_path.write_text(json.dumps({"epicId": "ep", "epic": "e", "stories": stories}), encoding="utf-8")
+    sc.write_script([coder("a", {"a.txt": "a\n"}), coder("b", {"b.txt": "b\n"})])
+    result = sc.run()
+    assert result.outcome == "done", {k: v.reason for k, v in result.view.lanes.items()}
+    assert sorted(sc.merge_commits()) == ["ep: merge story a", "ep: merge story b"]
+
+
+def test_git_lfs_set_up_without_git_lfs_is_one_sentence(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    files = {
+        ".gitattributes": "*.bin filter=lfs diff=lfs merge=lfs -text\n",
+        "big.bin": "version https://git-lfs.github.com/spec/v1\noid sha256:" + "0" * 64 + "\nsize 12345\n",
+    }
+    sc = Scenario.create(tmp_path, [story("a", ["a.txt"])], [coder("a", {"a.txt": "a\n"})], files=files)
+    # Pointer files without the filter set up: they are files like any other.
+    result = sc.run()
+    assert result.outcome == "done", {k: v.reason for k, v in result.view.lanes.items()}
+    # What `git lfs install` writes to ~/.gitconfig, on a machine where git-lfs is not on PATH.
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / ".gitconfig").write_text(
+        '[filter "lfs"]\n\tprocess = git-lfs filter-process\n\trequired = true\n'
+        "\tclean = git-lfs clean -- %f\n\tsmudge = git-lfs smudge -- %f\n",
+        encoding="utf-8",
+    )
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("GIT_CONFIG_GLOBAL", raising=False)
+    monkeypatch.setenv(
+        "PATH",
+        os.pathsep.join(
+            d for d in os.environ["PATH"].split(os.pathsep) if not (Path(d) / "git-lfs").exists()
+        ),
+    )
+    sc.plan_path.write_text(
+        json.dumps({"epicId": "ep2", "epic": "e", "stories": [story("b", ["b.txt"])]}), encoding="utf-8"
+    )
+    with pytest.raises(InputError) as raised:
+        sc.run()
+    said = str(raised.value)
+    assert str(sc.repo / ".gitattributes") in said and "git-lfs is not installed" in said
+    assert "\n" not in said
+    assert Repo(sc.repo).lfs_problem() == said
+
+
+def test_spaces_and_non_ascii_letters_in_paths(tmp_path: Path) -> None:
+    root = tmp_path / "my projects" / "Zürich ☃"
+    stories = [story("umlaut", ["docs/naïve file.md", "src/"])]
+    rules = [coder("umlaut", {"docs/naïve file.md": "# café\n", "src/grüße.py": "x = 1\n"})]
+    sc = Scenario.create(
+        root, stories, rules, files={"src/ünïcode dir/keep.txt": "k\n"}, settings="judgeRounds = 0\n"
+    )
+    result = sc.run()
+    assert result.outcome == "done", {k: v.reason for k, v in result.view.lanes.items()}
+    assert _violations(sc, result.run_id) == []
+    files = git(sc.repo, "-c", "core.quotePath=false", "ls-tree", "-r", "--name-only", "epic/ep").splitlines()
+    assert {"docs/naïve file.md", "src/grüße.py", "src/ünïcode dir/keep.txt"} <= set(files)
+
+
+def test_a_feature_branch_of_a_master_repository_with_uncommitted_work(tmp_path: Path) -> None:
+    sc = Scenario.create(tmp_path, [story("a", ["a.txt"])], [coder("a", {"a.txt": "a\n"})])
+    git(sc.repo, "branch", "-m", "main", "master")
+    git(sc.repo, "checkout", "-q", "-b", "feature/login")
+    (sc.repo / "login.py").write_text("committed on the feature\n", encoding="utf-8")
+    _commit(sc.repo, "feature work")
+    (sc.repo / "README.md").write_text("# my uncommitted edit\n", encoding="utf-8")
+    (sc.repo / "scratch.txt").write_text("untracked\n", encoding="utf-8")
+    result = sc.run()
+    assert result.outcome == "done", {k: v.reason for k, v in result.view.lanes.items()}
+    # The epic starts from the feature branch, the user's work is untouched.
+    assert "login.py" in sc.epic_files() and "a.txt" in sc.epic_files()
+    assert git(sc.repo, "show", "epic/ep:README.md") == "# sample\n"
+    assert git(sc.repo, "branch", "--show-current").strip() == "feature/login"
+    assert (sc.repo / "README.md").read_text(encoding="utf-8") == "# my uncommitted edit\n"
+    assert sorted(git(sc.repo, "status", "--porcelain").splitlines()) == [
+        " M README.md",
+        "?? ep.epic.json",
+        "?? scratch.txt",
+    ]

@@ -1,0 +1,107 @@
+"""The layers of flowd (docs/architecture.md, "Layers"): a module imports only modules of its own
+layer or below. Every import counts — at load, inside functions and for type checking alike — so
+a dependency cannot hide behind `TYPE_CHECKING`."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Module prefix → layer; the longest matching prefix decides. Lower layers never import higher.
+LAYERS: dict[str, int] = {
+    "flowd": 0,  # the package itself holds only `__version__`
+    "flowd.base": 0,  # errors, durable writes, times, wire models, path arithmetic
+    "flowd.protocol": 1,  # the declared LSP protocol (names and models)
+    "flowd.plan": 1,  # story plans: models, parsing, validation, graph, perimeter
+    "flowd.tasks": 1,  # task plans
+    "flowd.trace.events": 1,  # the event union
+    "flowd.engine.core": 2,  # the engine's pure rules
+    "flowd.trace": 3,  # trace files, the fold, checkpoints
+    "flowd.store": 3,  # files under .flow/
+    "flowd.vcs": 3,  # git
+    "flowd.agents.script_model": 3,  # the scripted agent's file format, read by the roster loader
+    "flowd.agents.script_rules": 3,
+    "flowd.agents": 4,  # agent processes
+    "flowd.cost": 4,
+    "flowd.roster": 5,  # the executor pool
+    "flowd.control.runctl": 5,  # run ids, launch and cancel, which the runner uses too
+    "flowd.engine": 6,  # the engine's shell
+    "flowd.plan.draft": 6,  # the planner drafting a plan is an agent call
+    "flowd.control": 7,  # commands over runs
+    "flowd.engine.cli": 7,
+    "flowd.plan.cli": 7,
+    "flowd.store.schema": 7,
+    "flowd.protocol.codegen": 7,  # the generators of the clients' protocol files
+    "flowd.protocol.lua": 7,
+    "flowd.protocol.typescript": 7,
+    "flowd.demo": 8,
+    "flowd.server": 8,
+    "flowd.cli": 9,
+    "flowd.__main__": 9,
+}
+
+
+def layer_of(module: str) -> int:
+    prefixes = [p for p in LAYERS if module == p or module.startswith(p + ".")]
+    return LAYERS[max(prefixes, key=len)]
+
+
+def modules() -> dict[str, Path]:
+    found = {}
+    for path in (ROOT / "flowd").rglob("*.py"):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+def imports_of(source: str, known: set[str]) -> set[str]:
+    """Every flowd module `source` imports anywhere in its text (`from flowd.x import y` names
+    `flowd.x.y` when that is a module)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            if node.module.startswith("flowd"):
+                for alias in node.names:
+                    full = f"{node.module}.{alias.name}"
+                    found.add(full if full in known else node.module)
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.startswith("flowd"))
+    return found - {"flowd"}
+
+
+def violations(graph: dict[str, set[str]]) -> list[str]:
+    return sorted(
+        f"{mod} (layer {layer_of(mod)}) imports {dep} (layer {layer_of(dep)})"
+        for mod, deps in graph.items()
+        for dep in deps
+        if layer_of(dep) > layer_of(mod)
+    )
+
+
+def test_every_import_goes_down_or_sideways() -> None:
+    mods = modules()
+    graph = {name: imports_of(path.read_text(encoding="utf-8"), set(mods)) for name, path in mods.items()}
+    assert violations(graph) == []
+
+
+def test_an_import_hidden_behind_type_checking_is_a_violation() -> None:
+    source = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from flowd.engine.runner import X\n"
+    graph = {"flowd.engine.core.scheduler": imports_of(source, {"flowd.engine.runner"})}
+    assert violations(graph) == [
+        "flowd.engine.core.scheduler (layer 2) imports flowd.engine.runner (layer 6)"
+    ]
+
+
+def test_an_import_inside_a_function_is_a_violation() -> None:
+    source = "def f():\n    from flowd.server.app import FlowServer\n"
+    graph = {"flowd.trace.view": imports_of(source, set())}
+    assert violations(graph) == ["flowd.trace.view (layer 3) imports flowd.server.app (layer 8)"]
+
+
+def test_every_layer_prefix_names_a_module() -> None:
+    """A renamed package leaves no stale row behind."""
+    mods = modules()
+    stale = [p for p in LAYERS if not any(m == p or m.startswith(p + ".") for m in mods)]
+    assert stale == []
