@@ -11,10 +11,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from flowd.errors import InputError
-from flowd.events import PerimeterViolation
-from flowd.gitops import Repo
 
+from flowd.base.errors import InputError
+from flowd.trace.events import PerimeterViolation
+from flowd.vcs.gitops import Repo
 from tests.engine.scenario import Scenario, coder, git, story
 
 ID = ["-c", "user.name=t", "-c", "user.email=t@t"]

@@ -9,9 +9,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from flowd.events import PerimeterViolation
-from flowd.gitops import Repo
-
+from flowd.trace.events import PerimeterViolation
+from flowd.vcs.gitops import Repo
 from tests.engine.scenario import Scenario, coder, git, story
 
 ID = ["-c", "user.name=t", "-c", "user.email=t@t"]

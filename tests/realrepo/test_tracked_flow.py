@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from flowd.gitops import Repo
-
+from flowd.vcs.gitops import Repo
 from tests.engine.scenario import Scenario, coder, git, story
 
 ID = ["-c", "user.name=t", "-c", "user.email=t@t"]
