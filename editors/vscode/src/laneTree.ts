@@ -57,6 +57,9 @@ const LANE_ICON: Record<string, NodeIcon> = {
   running: { id: "sync~spin", color: "charts.blue" },
   planned: { id: "circle-large-outline" },
   waiting: { id: "watch", color: "charts.yellow" },
+  // The merge train (docs/merging.md): waiting for a candidate, and held by one.
+  queued: { id: "list-ordered", color: "charts.purple" },
+  merging: { id: "git-merge", color: "charts.purple" },
   done: { id: "pass-filled", color: "charts.green" },
   failed: { id: "error", color: "charts.red" },
   skipped: { id: "debug-step-over", color: "disabledForeground" },
@@ -155,9 +158,11 @@ export function laneNode(run: RunEntry, lane: LaneEntry): TreeNode {
   const label = lane.title && lane.title !== lane.lane ? `${lane.lane} — ${lane.title}` : lane.lane;
   const revision = lane.mergeRevision ? `merge revision ${lane.mergeRevision}` : "";
   const flaky = lane.flaky ? `flaky gates: ${lane.flaky}` : "";
+  const status = lane.batch !== undefined ? `${lane.status} #${lane.batch}` : lane.status;
   const tooltip = [
     `${lane.lane}: ${lane.title}`,
     `Status: ${lane.status}${lane.reason ? ` (${lane.reason})` : ""}`,
+    lane.batch !== undefined ? `Merge train: batch ${lane.batch}` : "",
     coder ? `Coder: ${coder}` : "",
     lane.node ? `Node: ${lane.node}` : "",
     lane.task ? `Task ${lane.task.index}/${lane.task.count}: ${lane.task.title}` : "",
@@ -170,7 +175,7 @@ export function laneNode(run: RunEntry, lane: LaneEntry): TreeNode {
     id: `lane:${run.runId}:${lane.lane}`,
     kind: "lane",
     label,
-    description: join(lane.status, coder, node, task, tokens, laneCost(lane.costUsd, lane.estimated), revision, flaky),
+    description: join(status, coder, node, task, tokens, laneCost(lane.costUsd, lane.estimated), revision, flaky),
     tooltip: tooltip.join("\n"),
     icon: LANE_ICON[lane.status] ?? { id: "circle-outline" },
     contextValue: "lane",
