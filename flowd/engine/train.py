@@ -160,13 +160,17 @@ class TrainShell:
         self._lock = asyncio.Lock()
         self._feeds: set[asyncio.Task[None]] = set()
         self.root = train_root(ctx.worktree_root, ctx.epic_id)
+        # Candidate worktrees are slots, reused: checking out the next base writes only what differs.
+        self._free: list[Path] = []
+        self._slots = 0
 
     # -- the door ------------------------------------------------------------------------------
     async def merge(self, story: str, branch: str) -> str:
         """Merge `story`'s `branch` into the epic behind the epic gates: its merge commit. Raises
         `RedMerge` (sent back), `Ejected` (conflicted with the stories ahead) or `Halt`."""
         ctx = self.ctx
-        dirty = await asyncio.to_thread(ctx.repo.status_paths, ctx.epic_wt)
+        async with ctx.merge_lock:  # never while a landing moves the epic worktree
+            dirty = await asyncio.to_thread(ctx.repo.status_paths, ctx.epic_wt)
         if dirty:
             raise Halt(
                 f"the epic worktree {ctx.epic_wt} has uncommitted changes (found after story '{story}' "
@@ -201,9 +205,11 @@ class TrainShell:
             task.cancel()
         with contextlib.suppress(Exception):
             await asyncio.gather(*self.gating.values(), *self._feeds, return_exceptions=True)
-        for built in list(self.built.values()):
-            await asyncio.to_thread(self._remove, built.worktree)
+        slots = [*self._free, *(b.worktree for b in self.built.values())]
         self.built.clear()
+        self._free.clear()
+        for worktree in slots:
+            await asyncio.to_thread(self._remove, worktree)
 
     # -- feeding the machine -------------------------------------------------------------------
     async def feed(self, *events: rules.Event) -> None:
@@ -258,9 +264,7 @@ class TrainShell:
             ctx.emit(MergeBisect(batch=step.batch, lanes=list(step.lanes)))
         else:
             ctx.emit(MergeBatchStarted(batch=step.batch, lanes=list(step.lanes), base=base))
-        # Named `_epic` like the epic worktree: a candidate is the epic as it will be, and gates
-        # that look at where they run (the basename) see the same place.
-        worktree = self.root / f"c{step.cid}" / "_epic"
+        worktree = self._slot()
         try:
             built = await asyncio.to_thread(self._merge_all, worktree, base, step)
         except _Conflict as conflict:
@@ -269,12 +273,23 @@ class TrainShell:
         self.built[step.cid] = built
         self._gate(step.cid, 0)
 
+    def _slot(self) -> Path:
+        """A free candidate worktree, or a new one. Named `_epic` like the epic worktree: a
+        candidate is the epic as it will be, and gates that look at where they run see the same."""
+        if self._free:
+            return self._free.pop()
+        self._slots += 1
+        return self.root / f"w{self._slots}" / "_epic"
+
     def _merge_all(self, worktree: Path, base: str, step: rules.Build) -> _Built:
         """The candidate: `base` checked out at `worktree`, each story merged on it in order."""
         repo, ctx = self.ctx.repo, self.ctx
-        self._remove(worktree)
-        worktree.parent.mkdir(parents=True, exist_ok=True)
-        repo.worktree_add_detached(worktree, base)
+        if (worktree / ".git").exists():
+            repo.check_out_detached(worktree, base)  # a slot used before: only what differs is written
+        else:
+            self._remove(worktree)
+            worktree.parent.mkdir(parents=True, exist_ok=True)
+            repo.worktree_add_detached(worktree, base)
         # The user's ignored files the epic's gates need, as in the epic worktree.
         bootstrap_files(repo, ctx.settings, worktree)
         built = _Built(worktree, base)
@@ -283,7 +298,7 @@ class TrainShell:
             branch = waiter.branch if waiter is not None else ctx.story_branch(story)
             result = repo.merge(worktree, branch, f"{ctx.epic_id}: merge story {story}")
             if not result.ok:
-                self._remove(worktree)
+                self._free.append(worktree)  # `merge` aborted the conflict: the slot is reusable
                 raise _Conflict(story, ", ".join(result.conflicts))
             built.commits[story] = result.commit or built.tip
             built.tip = result.commit or built.tip
@@ -355,7 +370,7 @@ class TrainShell:
                 await task
         built = self.built.pop(cid, None)
         if built is not None:
-            await asyncio.to_thread(self._remove, built.worktree)
+            self._free.append(built.worktree)
 
     def _remove(self, worktree: Path) -> None:
         if worktree.exists():
@@ -397,7 +412,7 @@ class TrainShell:
             ctx.emit(StageCompleted(stage=f"story {story}: merge", lane=story))
             if waiter is not None and not waiter.done.done():
                 waiter.done.set_result(commit)
-        await asyncio.to_thread(self._remove, built.worktree)
+        self._free.append(built.worktree)
 
     def _mean_gate_ms(self) -> int:
         return int(sum(self.gate_ms) / len(self.gate_ms)) if self.gate_ms else 0
