@@ -370,3 +370,15 @@ def test_auto_concurrency(free: int, gate_ms: tuple[int, ...], slots: int) -> No
     machine = train()
     machine.handle(Capacity(free, gate_ms))
     assert machine.gate_slots == slots
+
+
+def test_with_more_gate_slots_a_red_batch_is_split_into_as_many_parts() -> None:
+    world = World(train(concurrency=4, gate_retries=0), broken={"s7"}, revise=False)
+    world.feed(*(Ready(s) for s in stories(8)))
+    world.round()  # the batch of 8 is red
+    parts = [b.lanes for b in kinds(world, Build) if isinstance(b, Build) and b.bisect]
+    assert parts == [("s1", "s2"), ("s3", "s4"), ("s5", "s6"), ("s7", "s8")]
+    world.settle()
+    assert world.sent_back[0][0] == "s7" and sorted(world.landed) == sorted(set(stories(8)) - {"s7"})
+    # 8 -> 4 parts of 2 -> 2 singles: the culprit alone in the third round.
+    assert world.rounds <= 4

@@ -17,8 +17,8 @@ Rules:
   every candidate before it has landed. Each story lands with its own merge commit.
 - A red candidate at the front discards every candidate built on it (their stories go back to the
   queue's front). One story alone: the culprit, sent back for a merge revision with its own gate
-  output. More: bisected, the first half on the epic and the second on the first, so the innocent
-  land and the culprits are found in O(log n) gate runs.
+  output. More: bisected, the first half on the epic and the second on the first (with k gate
+  slots, k parts at once), so the innocent land and the culprits are found in O(log n) gate runs.
 - The window (stories per batch, at most `mergeBatch`, 16 for auto) drops to one after a red batch
   and doubles after each landing: a red streak is one at a time (no worse than serial by more than
   the first bisection's own runs), a green one grows back.
@@ -362,10 +362,16 @@ class MergeTrain:
             self.out.add(story)
             out.append(SendBack(story, front.batch, front.command, front.output, front.bisect))
             return out
-        half = len(front.lanes) // 2
-        first = self._candidate(front.batch, front.lanes[:half], bisect=True)
-        second = self._candidate(front.batch, front.lanes[half:], bisect=True)
-        self.chain[:0] = [first, second]
+        # Halves with one gate slot; with more, as many parts as slots, gated at once (each on the
+        # one before it): the culprit is cornered in log_k n rounds instead of log_2 n.
+        parts = min(len(front.lanes), max(2, self.gate_slots))
+        size, extra = divmod(len(front.lanes), parts)
+        pieces, start = [], 0
+        for number in range(parts):
+            end = start + size + (1 if number < extra else 0)
+            pieces.append(self._candidate(front.batch, front.lanes[start:end], bisect=True))
+            start = end
+        self.chain[:0] = pieces
         return out
 
     def _candidate(self, batch: int, lanes: list[str], *, bisect: bool) -> Candidate:
