@@ -363,7 +363,7 @@ def test_a_story_enters_once_and_a_landed_one_never_again() -> None:
 
 @pytest.mark.parametrize(
     ("free", "gate_ms", "slots"),
-    [(0, (), 1), (3, (), 1), (7, (2000,), 4), (3, (100, 200, 300), 1), (2, (2000, 2100), 3)],
+    [(0, (), 1), (3, (), 1), (7, (2000,), 4), (3, (100, 200, 300), 1), (2, (2000, 2100), 3), (0, (900,), 2)],
 )
 def test_auto_concurrency(free: int, gate_ms: tuple[int, ...], slots: int) -> None:
     assert auto_concurrency(free, gate_ms) == slots

@@ -194,14 +194,16 @@ class Candidate:
 
 
 def auto_concurrency(free_lanes: int, gate_ms: tuple[int, ...]) -> int:
-    """`mergeConcurrency = 0`: one candidate, plus one per free lane (at most 4 in all) once the
-    gates are known to take long enough for speculation to pay (until a first run says, one)."""
+    """`mergeConcurrency = 0`: one candidate until a first run says how long gates take; then,
+    when they take long enough for speculation to pay, one plus one per free lane, at least two
+    and at most four."""
     if not gate_ms:
         return 1
     ordered = sorted(gate_ms)
     if ordered[len(ordered) // 2] < SPECULATE_FROM_MS:
         return 1
-    return min(AUTO_CONCURRENCY_CAP, 1 + max(0, free_lanes))
+    # Two at least: a bisection's halves, or the next candidate, wait on no lane to free up.
+    return min(AUTO_CONCURRENCY_CAP, max(2, 1 + max(0, free_lanes)))
 
 
 @dataclass
