@@ -20,10 +20,14 @@ For each size it measures, each in a fresh subprocess:
   and the server's peak RSS (VmHWM); then one appended `TaskStarted` line and the time until its
   `flow/task` arrives (followed incrementally, not re-read).
 - `flowd status --json`: wall time and peak RSS (getrusage of the child).
+- a bare `json.loads` of every line of the trace, in a subprocess (CPU time of the whole process,
+  its start included, as for the readers): what any reader that parses each line pays;
 - the anchor: the pre-streaming reader, every line validated into pydantic objects and folded
   (`fold(read_trace(...))`), in a subprocess, at the smaller size only unless `--anchor-all`.
 
 Targets (issue 16): the 1 M trace shown within 3 s under 150 MB, memory independent of length.
+Targets (issue 27), in CPU time, same run: the server from the checkpoint no slower than
+`flowd status` from it; the server on the whole trace <= 0.6x the bare `json.loads` pass.
 
     .venv/bin/python bench/reattach.py [--sizes 100000,1000000] [--anchor-all]
 """
@@ -229,6 +233,13 @@ view = fold(sys.argv[2], read_trace(Path(sys.argv[1])))
 print(view.totals.tokens)
 """
 
+_JSON_LOADS = """
+import json, sys
+with open(sys.argv[1], "rb") as handle:
+    for line in handle:
+        json.loads(line)
+"""
+
 _PEAK = """
 import resource, subprocess, sys
 child = subprocess.run(sys.argv[1:], capture_output=True)
@@ -391,6 +402,17 @@ def bench_size(events: int, anchor: bool) -> None:
             print(
                 f"from the checkpoint against the whole trace, CPU: status {slow[1] / fast[1]:.1f}x less, "
                 f"serve {slow[3] / fast[3]:.1f}x less"
+            )
+            loads_s, loads_cpu, _ = measured([sys.executable, "-c", _JSON_LOADS, str(trace)], repo)
+            print(f"bare json.loads of every line: {loads_s:.2f} s (CPU {loads_cpu:.2f} s)")
+            same = fast[3] <= fast[1]
+            print(
+                f"  serve / status from the checkpoint, CPU: {fast[3] / fast[1]:.2f}x (target <= 1): "
+                f"{'met' if same else 'NOT met'}"
+            )
+            print(
+                f"  serve whole trace / bare json.loads, CPU: {slow[3] / loads_cpu:.2f}x (target <= 0.6): "
+                f"{'met' if slow[3] <= 0.6 * loads_cpu else 'NOT met'}"
             )
             if anchor:
                 old_s, old_cpu, old_mb = measured([sys.executable, "-c", _ANCHOR, str(trace), RUN_ID], repo)

@@ -140,7 +140,7 @@ def _add_run(sub: Subparsers) -> None:
         "--pause-on",
         metavar="REASONS",
         help="wait for `flowd answer` instead of halting on these (comma-separated: budget, blocked, "
-        "noExecutor; default: pauseOn in .flow/config.toml, else none)",
+        "noExecutor, merge (approve each story before it merges); default: pauseOn in .flow/config.toml, else none)",
     )
     p.add_argument(
         "--json", action="store_true", help="print every event as a JSON line on stdout instead of progress"

@@ -103,3 +103,54 @@ def test_the_merge_train_is_shown_live_and_as_plain_lines() -> None:
     assert "merge train: batch 4 red in 2.5s" in lines
     assert "merge train: batch 4 bisecting: gating a" in lines
     assert "merge train: batch 4 bisected: b is red alone" in lines
+
+
+def test_a_lanes_ports_are_shown_in_status_and_plain_status() -> None:
+    from flowd.control.progress import plain_run
+    from flowd.trace.events import WorktreePrepared
+
+    started = RunStarted(epic_id="e", epic_branch="epic/e", plan="p", stories=["a", "b"], concurrency=2)
+    ports = WorktreePrepared(lane="a", copied=[], port=41000, ports="41000-41009")
+    out = text_of(started, ports)
+    row = next(line for line in out.splitlines() if line.startswith("a "))
+    assert "41000-41009" in row and "ports" in out
+    view = fold("r", [Envelope(seq=n, at="2026-11-29T10:00:00.000Z", run_id="r", event=e) for n, e in
+                      enumerate([started, ports], 1)])  # fmt: skip
+    lines = plain_run(view)
+    assert lines[1].split() == ["lane", "status", "clone", "ports", "task", "tokens", "cost"]
+    assert lines[2].split() == ["a", "planned", "41000-41009"] and lines[3].split() == ["b", "planned"]
+
+
+def test_a_perimeter_event_flagged_twice_in_a_row_prints_once() -> None:
+    from flowd.control.progress import PlainProgress
+    from flowd.trace.events import Info, PerimeterPath, PerimeterViolation
+    from flowd.trace.view import RunView
+
+    def flagged(lane: str, path: str, action: str = "flagged") -> PerimeterViolation:
+        return PerimeterViolation(lane=lane, paths=[PerimeterPath(path=path, kind="outside")], action=action)  # type: ignore[arg-type]
+
+    events: list[Event] = [
+        RunStarted(epic_id="e", epic_branch="epic/e", plan="p", stories=["a", "b"], concurrency=2),
+        flagged("a", "x.txt"),
+        flagged("a", "x.txt"),  # the watcher's next pass: the same, said once
+        flagged("b", "x.txt"),  # another lane's own
+        flagged("a", "x.txt"),  # still a's repeat: b's line is not a's
+        flagged("a", "y.txt"),  # something new
+        flagged("a", "y.txt", "restored"),  # what was done about it
+        StoryStatusChanged(story="a", status="active"),
+        flagged("a", "y.txt", "restored"),  # after another line of a: said again
+        Info(message="run-wide"),
+    ]
+    view, progress, said = RunView(run_id="r"), PlainProgress(), []
+    for n, event in enumerate(events, 1):
+        envelope = Envelope(seq=n, at="2026-11-29T10:00:00.000Z", run_id="r", event=event)
+        view.apply(envelope)
+        said += [line.split(" ", 1)[1] for line in progress.lines(view, envelope)]
+    assert [line for line in said if "perimeter" in line or ": active" in line] == [
+        "a: perimeter violation, flagged: x.txt (outside)",
+        "b: perimeter violation, flagged: x.txt (outside)",
+        "a: perimeter violation, flagged: y.txt (outside)",
+        "a: perimeter violation, restored: y.txt (outside)",
+        "a: active",
+        "a: perimeter violation, restored: y.txt (outside)",
+    ]

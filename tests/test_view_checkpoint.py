@@ -34,6 +34,7 @@ from flowd.trace.view import (
     FlakyGate,
     LaneView,
     PauseView,
+    PhaseSpan,
     RunView,
     TaskView,
     Totals,
@@ -334,14 +335,15 @@ def test_the_state_round_trips_every_field(tmp_path: Path) -> None:
 FIELDS = {
     RunView: "run_id epic_id epic_branch plan status started_at ended_at concurrency reason budget_usd "
     "budget_exceeded lanes clones exclusions totals flaky_gates batches pauses pause_on raised_usd "
-    "lane_raised_usd last_seq pricer",
+    "lane_raised_usd depends last_seq pricer",
     LaneView: "lane title status reason executor clone current tasks tokens cost_usd estimated "
-    "task_count flaky merge_revision node batch",
+    "task_count flaky merge_revision node port ports started_at ended_at merged_at phases batch",
     TaskView: "index title state satisfies parallel executor clone",
     CloneView: "executor clone role label held borrowed",
     PauseView: "reason question options",
     Totals: "tokens cost_usd estimated_tokens unpriced_tokens requests",
     FlakyGate: "lane where gate attempts",
+    PhaseSpan: "phase start end",
     BatchView: "batch lanes base ok duration_ms bisections culprits",
 }
 

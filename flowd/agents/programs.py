@@ -9,14 +9,15 @@ Programs not in the table are run as they are: no version check, no note.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from flowd.agents.base import AgentError
+if TYPE_CHECKING:  # pydantic and asyncio: imported where used, so `flowd cost` reads the table
+    from flowd.agents.base import AgentError  # without them (docs/performance.md: cost)
 
 
 @dataclass(frozen=True)
@@ -96,6 +97,8 @@ def too_old(program: Program, version_text: str, label: str) -> AgentError | Non
     if version is None or minimum is None or version >= minimum:
         return None
     shown = ".".join(map(str, version))
+    from flowd.agents.base import AgentError
+
     return AgentError(
         "auth",  # as a sign-in failure: this executor cannot serve this run; the others can
         f"{label}: {program.name} {shown} is older than {program.minimum}, the oldest flowd runs; "
@@ -118,6 +121,8 @@ async def cli_version(program_path: str, env: dict[str, str]) -> str:
         return ""
     if key in _VERSIONS:
         return _VERSIONS[key]
+    import asyncio
+
     try:
         proc = await asyncio.create_subprocess_exec(
             found,

@@ -20,7 +20,9 @@ def answer_command(args: argparse.Namespace) -> int:
     repo = Repo.discover(Path.cwd())
     text = " ".join(args.text).strip()
     if not text:
-        raise InputError("the answer is empty; give `raise N`, `stop`, `wait` or the text the coder needs")
+        raise InputError(
+            "the answer is empty; give `raise N`, `stop`, `wait`, `approve` or the text the coder needs"
+        )
     reply = post(repo.root, args.run_id, Answer(story=args.story, answer=text, by="cli"))
     if not reply.ok:
         print(f"flowd: {reply.message}", file=sys.stderr)

@@ -20,6 +20,7 @@ from flowd.trace.events import (
     ExecutorResumed,
     GateFlaky,
     GateResult,
+    LaneEscape,
     LanePlaced,
     MergeBatchResult,
     MergeBatchStarted,
@@ -44,6 +45,7 @@ STATUS_STYLE = {
     "queued": "blue",  # the merge train's (docs/merging.md)
     "merging": "magenta",
     "waiting": "yellow",
+    "ready": "magenta",  # done, waiting for approval to merge (docs/answers.md)
     "done": "green",
     "failed": "red",
     "skipped": "dim",
@@ -73,6 +75,8 @@ def lane_row(view: RunView, lane: LaneView) -> list[Text | str]:
         Text(lane.lane, style="bold"),
         Text(status, style=STATUS_STYLE.get(lane.status, "")),
         executor,
+        lane.ports
+        or (str(lane.port) if lane.port is not None else ""),  # FLOWD_PORTS (docs/worktree-bootstrap.md)
         Text(where, no_wrap=True, overflow="ellipsis"),
         f"{lane.tokens:,}" if lane.tokens else "",
         money(lane.cost_usd, lane.estimated) if lane.cost_usd is not None else "",
@@ -82,7 +86,7 @@ def lane_row(view: RunView, lane: LaneView) -> list[Text | str]:
 def render_run(view: RunView) -> Group:
     table = Table(box=None, pad_edge=False, show_edge=False, expand=False)
     rows = [lane_row(view, lane) for lane in view.lanes.values()]
-    headers = ("lane", "status", "clone", "task", "tokens", "cost")
+    headers = ("lane", "status", "clone", "ports", "task", "tokens", "cost")
     for number, header in enumerate(headers):
         if header == "task":
             # In a narrow terminal only the task text gives way (its cells end in "…").
@@ -148,12 +152,12 @@ def plain_run(view: RunView) -> list[str]:
         [cell.plain if isinstance(cell, Text) else cell for cell in lane_row(view, lane)]
         for lane in view.lanes.values()
     ]
-    headers = ["lane", "status", "clone", "task", "tokens", "cost"]
+    headers = ["lane", "status", "clone", "ports", "task", "tokens", "cost"]
     widths = [max(len(r[i]) for r in [headers, *rows]) for i in range(len(headers))]
 
     def line(cells: list[str]) -> str:
         out = [
-            c.rjust(w) if i >= 4 else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+            c.rjust(w) if i >= 5 else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=True))
         ]
         return "  ".join(out).rstrip()
 
@@ -224,6 +228,8 @@ def _lane_line(view: RunView, event: object) -> str | None:
         return f"{where}: `{event.gate}` flaky: green on a rerun after {runs} (not charged)"
     if isinstance(event, MergeRevision):
         return f"{event.lane}: epic gates red after merging; merge revision {event.round}: `{event.gate}`"
+    if isinstance(event, LaneEscape):
+        return f"{event.lane}: wrote past its lane, {event.action}: {event.path} ({event.what})"
     if isinstance(event, PerimeterViolation):
         paths = ", ".join(f"{p.path} ({p.kind})" for p in event.paths)
         return f"{event.lane}: perimeter violation, {event.action}: {paths}"
@@ -275,14 +281,41 @@ def _pause_line(view: RunView, event: object) -> str | None:
     """A pause asks a person here, with the command that answers it (docs/answers.md)."""
     if isinstance(event, StoryPaused):
         story = f" --story {event.lane}" if event.lane else ""
-        free = ["text"] if event.reason == "blocked" else []  # what the coder needs, in words
-        answer = f"flowd answer {view.run_id}{story} <{' | '.join([*free, *event.options])}>"
+        # What the coder needs, or the changes it should make, in words.
+        free = {"blocked": ["text"], "merge": ["changes"]}.get(event.reason, [])
+        words = [*free, *event.options] if event.reason == "blocked" else [*event.options, *free]
+        answer = f"flowd answer {view.run_id}{story} <{' | '.join(words)}>"
         return (
             f"{event.lane or 'run'}: paused ({event.reason}): {_one_line(event.question)} — answer: {answer}"
         )
     if isinstance(event, StoryAnswered):
-        return f"{event.lane or 'run'}: answered ({event.by}): {_one_line(event.answer)}"
+        then = f" → {event.effect}" if event.effect in ("approve", "revise") else ""
+        return f"{event.lane or 'run'}: answered ({event.by}): {_one_line(event.answer)}{then}"
     return None
+
+
+class PlainProgress:
+    """`plain_lines` for one run's stream, with one memory: a perimeter event that says what the
+    lane's previous line already said (the same paths flagged twice in a row, as the watcher sees
+    them again on its next pass) prints once. Any other line of the lane ends the repeat."""
+
+    def __init__(self) -> None:
+        self._said: dict[str, str] = {}  # lane → its last perimeter line, while nothing else came
+
+    def lines(self, view: RunView, envelope: Envelope) -> list[str]:
+        event = envelope.event
+        out = plain_lines(view, envelope)
+        lane = getattr(event, "lane", None) or getattr(event, "story", None)
+        if not out or not isinstance(lane, str):
+            return out
+        if not isinstance(event, PerimeterViolation):
+            self._said.pop(lane, None)
+            return out
+        said = _lane_line(view, event) or ""
+        if self._said.get(lane) == said:
+            return []
+        self._said[lane] = said
+        return out
 
 
 def plain_lines(view: RunView, envelope: Envelope) -> list[str]:

@@ -25,6 +25,7 @@ change mid-hour) is split by local hour in the key. Costs are summed as integers
 
 from __future__ import annotations
 
+import gc
 import logging
 import math
 from collections.abc import Iterable
@@ -116,8 +117,17 @@ class Aggregator:
         self._last = ""
 
     def read(self, files: Iterable[tuple[str, Path]], stats: ScanStats) -> None:
-        for hint, path in files:
-            self.read_file(path, stats, hint)
+        # The loop allocates a key tuple per usage line and keeps almost nothing: the cyclic
+        # collector would run every few hundred lines and find no cycle (the groups hold ints and
+        # strings), so it is paused while reading (docs/performance.md: cost).
+        paused = gc.isenabled()
+        gc.disable()
+        try:
+            for hint, path in files:
+                self.read_file(path, stats, hint)
+        finally:
+            if paused:
+                gc.enable()
 
     def fold(self) -> UsageFold:
         self._flush()

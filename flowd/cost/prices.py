@@ -51,23 +51,24 @@ class Rates:
     source: str = "price data"  # or "config" for an override
 
     def cost(self, input_: int, output: int, cached_read: int, cache_write: int) -> float:
-        # Runs once per priced turn of every fold and report: a flat rate is read in place, and
-        # `_at` is called only for tiered ones (the same arithmetic either way).
+        # Runs once per priced turn of every fold and report: a flat rate, or a turn below a
+        # tiered rate's lowest tier (its last start), is read in place; `_at` is called only
+        # past it (the same arithmetic either way).
         uncached = input_
         total = 0.0
         rate = self.cached_read
         if rate is not None:
             uncached -= cached_read
-            total += (_at(rate, input_) if rate[1] else rate[0]) * cached_read
+            total += (_at(rate, input_) if rate[1] and input_ > rate[1][-1][0] else rate[0]) * cached_read
         rate = self.cache_write
         if rate is not None:
             uncached -= cache_write
-            total += (_at(rate, input_) if rate[1] else rate[0]) * cache_write
+            total += (_at(rate, input_) if rate[1] and input_ > rate[1][-1][0] else rate[0]) * cache_write
         rate, out = self.input, self.output
         # A misreport (more cached than input) must not make the rest cost less than nothing.
-        total += (_at(rate, input_) if rate[1] else rate[0]) * max(0, uncached) + (
-            _at(out, input_) if out[1] else out[0]
-        ) * output
+        total += (_at(rate, input_) if rate[1] and input_ > rate[1][-1][0] else rate[0]) * max(
+            0, uncached
+        ) + (_at(out, input_) if out[1] and input_ > out[1][-1][0] else out[0]) * output
         return total / _PER + self.per_request
 
     def exact(self) -> ExactRates:

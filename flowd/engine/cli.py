@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.live import Live
 
 from flowd.base.errors import FlowdError, InputError
-from flowd.control.progress import plain_lines, render_run
+from flowd.control.progress import PlainProgress, render_run
 from flowd.control.runctl import cancel_run
 from flowd.cost.prices import pricer
 from flowd.engine.core.pause import AnswerRefused, parse_pause_on
@@ -79,7 +79,7 @@ def _view(run_id: str, options: RunOptions) -> RunView:
 
 def _execute_plain(options: RunOptions, stream: TextIO) -> RunResult:
     view: list[RunView] = []
-
+    progress = PlainProgress()
     gone: list[OSError] = []
 
     def show(envelope: Envelope) -> None:
@@ -92,7 +92,7 @@ def _execute_plain(options: RunOptions, stream: TextIO) -> RunResult:
         if gone:
             return
         try:
-            stream.write("".join(line + "\n" for line in [*lines, *plain_lines(view[0], envelope)]))
+            stream.write("".join(line + "\n" for line in [*lines, *progress.lines(view[0], envelope)]))
             stream.flush()
         except OSError as exc:  # the reader went away (`| head`): the run goes on, unprinted
             gone.append(exc)

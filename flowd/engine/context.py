@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from flowd.agents.base import (
     EXECUTOR_FAULTS,
@@ -27,7 +29,7 @@ from flowd.engine.state import EpicPaths
 from flowd.plan.model import StoryPlan
 from flowd.roster.pool import Lease, LeaseInfo, RosterPool
 from flowd.store.config import Settings
-from flowd.store.inbox import Answer, Reply
+from flowd.store.inbox import Answer, By, Reply
 from flowd.trace.events import (
     AssistantMessage,
     BudgetExceeded,
@@ -48,6 +50,18 @@ class PauseAnswers(Protocol):
     taking an answer from outside the run. Declared here so the context stands below the desk."""
 
     async def answer(self, request: Answer) -> Reply: ...
+
+    def waits_for_approval(self, story: str) -> bool:
+        """Whether `story` waits for approval to merge (docs/answers.md: `merge`)."""
+        ...
+
+    def send_back(self, story: str, by: By, where: str) -> str:
+        """A review comment on a story waiting for approval sends it back; what happens, in words."""
+        ...
+
+
+if TYPE_CHECKING:
+    from flowd.engine.detect import Detector
 
 
 class MergeQueue(Protocol):
@@ -91,6 +105,8 @@ class RunContext:
     # Told when a story enters the merge train (True: its lane is free) and when it is sent back
     # to work (False); the scheduler's shell sets it (docs/merging.md).
     lane_freed: Callable[[str, bool], None] | None = None
+    # Detection after every turn, gate and setup command (docs/sandbox-detection.md); None: off.
+    detect: Detector | None = None
     # Running lanes' port ranges (docs/worktree-bootstrap.md), keyed by story id or `<story>#t<n>`.
     ports: PortSlots = field(init=False)
 
@@ -116,6 +132,14 @@ class RunContext:
         """FLOWD_LANE/PORT/PORTS of a running lane (empty when it holds no range)."""
         held = self.ports.held(key) if key is not None else None
         return held.env() if held is not None else {}
+
+    def step(
+        self, lane: str | None, home: Path | None, *, own_home: bool = True
+    ) -> AbstractAsyncContextManager[None]:
+        """One turn, gate or setup command of `lane` in `home`, checked when it ends (engine/detect.py)."""
+        if self.detect is None or lane is None:
+            return contextlib.nullcontext()
+        return self.detect.step(lane, home, own_home=own_home)
 
     @property
     def epic_id(self) -> str:
@@ -221,17 +245,18 @@ class RunContext:
         """The run's gates in `cwd`, with its timeout, retries and trace (engine/gates.py), in the
         lane's environment (`env`, else the lane's ports: docs/worktree-bootstrap.md); the first
         red one."""
-        return await run_gates(
-            self.settings.gates,
-            cwd,
-            where=where,
-            lane=lane,
-            emit=self.emit,
-            log_dir=log_dir,
-            timeout_s=self.settings.gate_timeout_s,
-            env=env if env is not None else self.lane_env(lane),
-            retries=self.settings.gate_retries,
-        )
+        async with self.step(lane, cwd, own_home=where != "epic"):
+            return await run_gates(
+                self.settings.gates,
+                cwd,
+                where=where,
+                lane=lane,
+                emit=self.emit,
+                log_dir=log_dir,
+                timeout_s=self.settings.gate_timeout_s,
+                env=env if env is not None else self.lane_env(lane),
+                retries=self.settings.gate_retries,
+            )
 
     # -- turns ---------------------------------------------------------------------------------
     def observer(self, lane: str | None, executor: str | None) -> Callable[[ToolCall | str], None]:
@@ -300,14 +325,16 @@ class RunContext:
         """
         holder = self.holders.get(lane) if lane is not None else None
         if holder is not None and role in holder.lease.spec.roles and self._only_coders_hold(role):
-            return await holder.borrowed_turn(request)
+            async with self.step(lane, request.cwd):
+                return await holder.borrowed_turn(request)
         # A reviewer or judge other than the story's own coder is preferred (never waited for).
         independent = (
             frozenset({holder.lease.executor_id}) if holder is not None and role != "planner" else frozenset()
         )
-        result, info = await self.pool.run(
-            role, request, label=lane, observe=self.observer(lane, None), prefer_not=independent
-        )
+        async with self.step(lane, request.cwd):
+            result, info = await self.pool.run(
+                role, request, label=lane, observe=self.observer(lane, None), prefer_not=independent
+            )
         self.record_turn(request, result, info, lane=lane, coder_clone=False)
         return result
 
@@ -359,6 +386,10 @@ class HeldCoder:
             )
 
     async def turn(self, request: TurnRequest) -> TurnResult:
+        async with self.ctx.step(self.lane, request.cwd):
+            return await self._turn(request)
+
+    async def _turn(self, request: TurnRequest) -> TurnResult:
         handed_over = False
         while True:
             lease = self.lease

@@ -138,6 +138,10 @@ MERGE_REVISION_LEAD = (
     "{round} of {limit}). Your branch now includes everything merged into the epic since you "
     "started; the failures come from the combination, so fix them on your side:\n{red}"
 )
+APPROVAL_REVISION_LEAD = (
+    "The story was ready to merge, and the person reviewing its change before the merge asked for "
+    "changes first. Their words:"
+)
 ANSWERED = """
 
 You stopped earlier with `BLOCKED_ON`, and the person running flowd answered:

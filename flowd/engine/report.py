@@ -12,6 +12,8 @@ from typing import Any
 
 from flowd.base.fsio import write_json_atomic, write_text_atomic
 from flowd.base.wire import WireModel
+from flowd.engine import epicgraph
+from flowd.engine.pictures import mermaid_blocks, render_html
 from flowd.engine.state import EpicPaths
 from flowd.plan.model import StoryPlan
 from flowd.trace.log import fold_trace, list_runs, trace_path
@@ -252,7 +254,8 @@ def _cell(text: str | None) -> str:
     return " ".join((text or "").split()).replace("|", "\\|")
 
 
-def render_markdown(report: EpicReport) -> str:
+def render_markdown(report: EpicReport, pictures: Sequence[str] = ()) -> str:
+    """The report as Markdown; `pictures` are the graph and timeline sections (`mermaid_blocks`)."""
     counts: dict[str, int] = {}
     for story in report.stories:
         counts[story.status] = counts.get(story.status, 0) + 1
@@ -284,7 +287,7 @@ def render_markdown(report: EpicReport) -> str:
             f"| {s.id} | {s.status} | {f'`{s.branch}`' if s.branch else '—'} | {tokens} | {_money(s.cost_usd)} "
             f"| {_cell(s.executor) or '—'} | {_cell(s.note)} |"
         )
-    lines += _revision_lines(report) + _flaky_lines(report) + _train_lines(report)
+    lines += _revision_lines(report) + _flaky_lines(report) + _train_lines(report) + list(pictures)
     if report.by_executor:
         lines += ["", "## By executor", ""]
         for e in report.by_executor:
@@ -363,7 +366,30 @@ def _epic_lines(report: EpicReport) -> list[str]:
     ]
 
 
-def write_report(paths: EpicPaths, report: EpicReport) -> None:
+def write_report(paths: EpicPaths, report: EpicReport, view: RunView | None = None) -> None:
+    """`report.json` and `report.md`; with the run's fold, the graph and timeline too, in
+    `report.md` as Mermaid and in `report.html` as a page of its own (docs/graph.md)."""
     data: dict[str, Any] = report.model_dump(mode="json", by_alias=True, exclude_none=True)
     write_json_atomic(paths.report_json, data)
-    write_text_atomic(paths.report_md, render_markdown(report))
+    if view is None:
+        write_text_atomic(paths.report_md, render_markdown(report))
+        return
+    graph, timeline = epicgraph.graph(view), epicgraph.timeline(view)
+    write_text_atomic(paths.report_md, render_markdown(report, mermaid_blocks(graph, timeline)))
+    title = f"Epic report: {report.epic_id}"
+    write_text_atomic(
+        paths.report_md.with_suffix(".html"), render_html(title, summary_lines(report), graph, timeline)
+    )
+
+
+def summary_lines(report: EpicReport) -> list[str]:
+    """The report's head as plain lines (the HTML page's)."""
+    counts: dict[str, int] = {}
+    for story in report.stories:
+        counts[story.status] = counts.get(story.status, 0) + 1
+    return [
+        f"Run {report.run_id}: {report.outcome}" + (f" ({report.reason})" if report.reason else ""),
+        f"Epic branch: {report.epic_branch}",
+        f"Stories: {len(report.stories)} (" + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) + ")",
+        f"Tokens: {report.tokens:,}; cost: {_money(report.cost_usd)}",
+    ]

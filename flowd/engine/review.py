@@ -93,6 +93,10 @@ def take_revision(ctx: RunContext, request: Revision) -> Reply:
         )
     )
     ctx.reviews.add(revision)
+    pauses = ctx.pauses
+    if pauses is not None and pauses.waits_for_approval(story):
+        # Waiting for approval: the comment sends it back now (engine/core/approval.py).
+        return Reply(ok=True, message=pauses.send_back(story, request.by, f"{path}:{request.line}"))
     when = "next, after its current task" if status == "active" else "when it starts or continues"
     return Reply(ok=True, message=f"Story {story} takes the revision on {path}:{request.line} {when}.")
 

@@ -42,6 +42,7 @@ from flowd.engine.core.scheduler import (
     StoryStopped,
 )
 from flowd.engine.core.scheduler import Event as SchedulerEvent
+from flowd.engine.detect import Detector
 from flowd.engine.lanes import Lanes, LocalLanes, open_lanes
 from flowd.engine.pauses import PauseDesk, earlier_pauses
 from flowd.engine.report import EpicReport, build_report, epic_history, write_report
@@ -243,6 +244,7 @@ class _Session:
         )
         self.lanes: Lanes | None = None
         self.ctx: RunContext | None = None
+        self.detector: Detector | None = None
 
     def _trace_failed(self, exc: OSError) -> None:
         self.broken.append(
@@ -289,6 +291,7 @@ class _Session:
                 titles={s.id: s.title for s in plan.stories},
                 budget_usd=setup.budget_usd,
                 pause_on=self.pause_on,
+                depends_on={s.id: list(s.depends_on) for s in plan.stories},
             )
         )
         for event in self.recovered:
@@ -302,6 +305,19 @@ class _Session:
         if note is not None:
             writer.emit(Info(message=note))
         writer.emit(StageCompleted(stage="epic branch"))
+        sandbox = setup.settings.sandbox
+        if sandbox.mode != "off":  # detection is on whatever enforces (docs/sandbox-detection.md)
+            self.detector = Detector(
+                root=repo.root,
+                common_dir=repo.common_dir,
+                epic_id=plan.epic_id,
+                epic_wt=setup.epic_wt,
+                worktree_root=setup.wt_root,
+                emit=writer.emit,
+                allow_write=tuple(sandbox.allow_write),
+                trace_guard=writer.outside_writes,
+            )
+            self.detector.start()
 
     async def _schedule(self) -> tuple[RunOutcome, str | None]:
         setup, writer = self.setup, self.writer
@@ -330,9 +346,12 @@ class _Session:
             budget_usd=setup.budget_usd,
             story_budget_usd=setup.settings.story_budget_usd,
             pause_on=frozenset(self.pause_on),
+            detect=self.detector,
         )
         self.ctx = ctx
         ctx.set_train(TrainShell(ctx))
+        if self.detector is not None:
+            self.detector.merge_lock = ctx.merge_lock
         # The first stories' agents start while their worktrees are prepared (docs/performance.md),
         # here or on the lanes' nodes (docs/scale-out.md).
         first = min(setup.concurrency, len(ready(setup.plan)))
@@ -363,6 +382,10 @@ class _Session:
         if self.pool is not None:
             with contextlib.suppress(Exception):
                 await asyncio.shield(self.pool.aclose())
+        if self.detector is not None:
+            # Nothing of the run is running any more: every place once more (a stray's last write).
+            with contextlib.suppress(Exception):
+                await asyncio.to_thread(self.detector.sweep, self.detector.lane_worktrees())
         done = view.count("done")
         failed = view.count("failed")
         skipped = len(setup.plan.stories) - done - failed
@@ -374,7 +397,7 @@ class _Session:
             earlier = []
         report = build_report(setup.plan, view, notes, earlier)
         with contextlib.suppress(OSError):
-            write_report(setup.paths, report)
+            write_report(setup.paths, report, view)
         try:
             write_run_record(
                 repo.root, self.record.model_copy(update={"ended_at": iso(), "outcome": outcome})

@@ -34,6 +34,8 @@ class StoryState(WireModel):
     # from a fresh one when deciding whether it was merged before a kill) and the last failure.
     base: str | None = None
     reason: str | None = None
+    # How many tasks (all done) a person approved the story's merge with (docs/answers.md: `merge`).
+    approved: int | None = None
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from flowd.base.errors import FlowdError
 from flowd.engine import prompts
 from flowd.engine.bootstrap import describe_prepared, prepare_lane
 from flowd.engine.context import HeldCoder, RunContext
+from flowd.engine.core.approval import approval_due, is_approved
 from flowd.engine.core.failure import StoryFacts, outcome_of
 from flowd.engine.core.outcome import StoryOutcome
 from flowd.engine.core.resume import OnFreshBranch, OnState, merged_before_stop, on_fresh_branch, on_state
@@ -31,7 +32,7 @@ from flowd.engine.core.revision import (
     resuming_round,
     rounds_not_counted,
 )
-from flowd.engine.core.stops import StoryFailed
+from flowd.engine.core.stops import AwaitingApproval, StoryFailed
 from flowd.engine.gates import run_command
 from flowd.engine.perimeter_now import perimeter_now
 from flowd.engine.state import (
@@ -125,7 +126,9 @@ class StoryRun:
         note: str | None = None
         while True:
             await loop.run_tasks()
-            note = await loop.judge() or note
+            if not self._approved(loop):  # an approved story was judged before it asked
+                note = await loop.judge() or note
+            self._ask_approval(loop)
             red: RedMerge | None = None
             while True:
                 # Catch-up and perimeter repair in one hold of the merge lock; review comments that
@@ -145,6 +148,7 @@ class StoryRun:
                     break
                 await loop.run_tasks()
                 note = await loop.judge() or note
+                self._ask_approval(loop)
             if red is not None:
                 coder = await self._revise(loop, red)
                 continue
@@ -156,6 +160,20 @@ class StoryRun:
         # A repair changed the story's work behind everyone's back: the report says so first.
         note = "; ".join(filter(None, [repaired, note or f"merged at {commit[:10]}"]))
         return StoryOutcome(story, "done", branch=self.branch, note=note, executors=coder.chain)
+
+    def _approved(self, loop: TaskLoop) -> bool:
+        return is_approved(self.state.approved if self.state is not None else None, len(loop.plan.tasks))
+
+    def _approval_due(self, loop: TaskLoop) -> bool:
+        approved = self.state.approved if self.state is not None else None
+        return approval_due(self.ctx.pause_on, approved, len(loop.plan.tasks))
+
+    def _ask_approval(self, loop: TaskLoop) -> None:
+        """The hook before the merge queue (`pauseOn` `merge`, docs/answers.md): a story whose
+        current plan has no approval yet stops here and waits `ready` (the rule is
+        engine/core/approval.py's); approved, it goes on to merge."""
+        if self._approval_due(loop):
+            raise AwaitingApproval(len(loop.plan.tasks))
 
     async def _revise(self, loop: TaskLoop, red: RedMerge) -> HeldCoder:
         """The merge was undone on red epic gates: reopen the story with a merge revision task, or
@@ -246,7 +264,9 @@ class StoryRun:
         if outcome.status == "paused":  # waits on a person (docs/answers.md)
             reason = f"paused ({outcome.pause}): {outcome.reason}"
         status: StoryStatus = "waiting"
-        if outcome.status in ("done", "failed"):
+        if outcome.pause == "merge":  # its work is done: it waits for approval to merge
+            status, reason = "ready", f"waiting for approval: {outcome.reason}"
+        elif outcome.status in ("done", "failed"):
             status = "done" if outcome.status == "done" else "failed"
         ctx.emit(StoryStatusChanged(story=self.story.id, status=status, reason=reason))
         return outcome
@@ -386,13 +406,14 @@ class StoryRun:
         ctx.emit(StageStarted(stage=stage, lane=story))
         for number, command in enumerate(ctx.settings.setup, start=1):
             log = ctx.paths.gate_logs(story).parent / "setup" / f"{number}.log"
-            result = await run_command(
-                command,
-                self.worktree,
-                log=log,
-                timeout_s=ctx.settings.gate_timeout_s,
-                env=ctx.lane_env(story),
-            )
+            async with ctx.step(story, self.worktree):
+                result = await run_command(
+                    command,
+                    self.worktree,
+                    log=log,
+                    timeout_s=ctx.settings.gate_timeout_s,
+                    env=ctx.lane_env(story),
+                )
             if not result.ok:
                 ctx.emit(StageFailed(stage=stage, lane=story, error=result.describe()[:500]))
                 raise StoryFailed(f"setup failed: {result.describe()}")
@@ -437,6 +458,11 @@ class StoryRun:
         conflicts with the stories ahead of it catches up with the epic and enters again, twice at
         most."""
         ctx, story = self.ctx, self.story.id
+        if ctx.detect is not None:
+            # What another lane put in the epic worktree is put back and blamed on that lane, and
+            # a story blamed for an escape fails here rather than merge (docs/sandbox-detection.md).
+            await asyncio.to_thread(ctx.detect.check_epic_worktree)
+            ctx.detect.raise_pending(story)
         for attempt in range(3):
             try:
                 commit = await ctx.merge_train().merge(story, self.branch)

@@ -398,6 +398,8 @@ class TrainShell:
                     step.lanes, Halt(f"could not move {ctx.epic_branch} to the gated candidate: {exc}")
                 )
                 return
+            if ctx.detect is not None:
+                ctx.detect.epic_settled()  # flowd's own move (docs/sandbox-detection.md)
             for story in step.lanes:
                 state = load_state(ctx.paths, story)
                 if state is not None:

@@ -7,7 +7,7 @@ first.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 from flowd.plan.model import Story, StoryPlan
 
@@ -83,11 +83,23 @@ def critical_path_rank(plan: StoryPlan, weights: Mapping[str, float] | None = No
     the highest rank among its direct dependents. Launching the highest rank first shortens the
     epic. A cycle contributes nothing beyond the first visit, so the function always ends.
     """
-    dependents: dict[str, list[str]] = {s.id: [] for s in plan.stories}
-    for s in plan.stories:
-        for d in s.depends_on:
-            if d in dependents and d != s.id and s.id not in dependents[d]:
-                dependents[d].append(s.id)
+    return rank_of_graph({s.id: list(s.depends_on) for s in plan.stories}, weights)
+
+
+def _dependents(depends: Mapping[str, Sequence[str]]) -> dict[str, list[str]]:
+    dependents: dict[str, list[str]] = {story_id: [] for story_id in depends}
+    for story_id, deps in depends.items():
+        for d in deps:
+            if d in dependents and d != story_id and story_id not in dependents[d]:
+                dependents[d].append(story_id)
+    return dependents
+
+
+def rank_of_graph(
+    depends: Mapping[str, Sequence[str]], weights: Mapping[str, float] | None = None
+) -> dict[str, float]:
+    """`critical_path_rank` of a graph given as story id → its dependencies (in plan order)."""
+    dependents = _dependents(depends)
     rank: dict[str, float] = {}
     visiting: set[str] = set()
 
@@ -114,6 +126,23 @@ def critical_path_rank(plan: StoryPlan, weights: Mapping[str, float] | None = No
             visiting.discard(story_id)
             rank[story_id] = weight(story_id) + max((rank.get(c, 0) for c in children), default=0)
     return rank
+
+
+def critical_path(depends: Mapping[str, Sequence[str]], rank: Mapping[str, float]) -> list[str]:
+    """The chain the epic's length hangs on: from the highest-ranked story with no dependency,
+    each step to its highest-ranked dependent (plan order breaking ties), to a story nothing
+    depends on. Empty for an empty graph."""
+    dependents = _dependents(depends)
+    roots = [s for s, deps in depends.items() if not [d for d in deps if d in depends and d != s]]
+    if not roots:
+        return []
+    path = [max(roots, key=lambda s: rank.get(s, 0))]  # max keeps the first of equals: plan order
+    while dependents.get(path[-1]):
+        step = max(dependents[path[-1]], key=lambda s: rank.get(s, 0))
+        if step in path:
+            break  # a cycle (an invalid plan): stop rather than loop
+        path.append(step)
+    return path
 
 
 def launch_order(plan: StoryPlan, ready_ids: Iterable[str], rank: Mapping[str, float]) -> list[str]:

@@ -70,6 +70,8 @@ ADD_REVISION = Method("flow.addRevision", "command", "AddRevisionArgs", "AddRevi
 STATUS = Method("flow/status", "request", "StatusParams", "StatusResult")
 COST_REPORT = Method("flow/costReport", "request", "CostReportParams", "CostReportResult")
 PERIMETER = Method("flow/perimeter", "request", "PerimeterParams", "PerimeterResult")
+GRAPH = Method("flow/graph", "request", "GraphParams", "GraphResult")
+TIMELINE = Method("flow/timeline", "request", "TimelineParams", "TimelineResult")
 
 # -- notifications (server → client) -----------------------------------------------------------
 RUN = Method("flow/run", "notification", "RunParams")
@@ -80,7 +82,7 @@ COST = Method("flow/cost", "notification", "CostParams")
 ATTENTION = Method("flow/attention", "notification", "AttentionParams")
 
 COMMANDS = (LAUNCH_EPIC, CANCEL_EPIC, RESUME_EPIC, VALIDATE_PLAN, ANSWER, ADD_REVISION)
-REQUESTS = (STATUS, COST_REPORT, PERIMETER)
+REQUESTS = (STATUS, COST_REPORT, PERIMETER, GRAPH, TIMELINE)
 NOTIFICATIONS = (RUN, LANE, TASK, CLONE, COST, ATTENTION)
 METHODS = (*COMMANDS, *REQUESTS, *NOTIFICATIONS)
 BY_NAME = {m.name: m for m in METHODS}

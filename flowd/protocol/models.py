@@ -49,7 +49,7 @@ class LaunchArgs(Params):
     fail_fast: bool | None = None
     budget_usd: float | None = Field(default=None, gt=0)
     # What waits for an answer instead of halting (docs/answers.md); absent: `pauseOn` in config.
-    pause_on: list[Literal["budget", "blocked", "noExecutor"]] | None = None
+    pause_on: list[Literal["budget", "blocked", "noExecutor", "merge"]] | None = None
 
 
 class LaunchResult(Shape):
@@ -156,6 +156,9 @@ class LaneParams(Shape):
     flaky: int | None = None
     merge_revision: int | None = None
     node: str | None = None  # where the lane runs when `[lanes] engine = "ray"` (docs/scale-out.md)
+    # The lane's ports, FLOWD_PORT and FLOWD_PORTS "first-last" (docs/worktree-bootstrap.md).
+    port: int | None = None
+    ports: str | None = None
     # The merge train's batch while `status` is `queued`/`merging` in one (docs/merging.md).
     batch: int | None = None
     # Not sent by this server; clients use them when a server does (docs/protocol.md).
@@ -212,7 +215,8 @@ class CostParams(Shape):
 class AttentionParams(Shape):
     """`flow/attention`: something needs a person, or no longer does (`cleared`).
 
-    `reason`: paused, blocked, failed, budget, repaired (a perimeter repair undid changes), cleared.
+    `reason`: paused, blocked, failed, budget, repaired (a perimeter repair undid changes),
+    escaped (a lane's process wrote past its story, docs/sandbox-detection.md), cleared.
     The server always sends `actions` (empty when there is nothing to answer)."""
 
     run_id: str
@@ -314,3 +318,62 @@ class PerimeterViolations(Shape):
 
 class PerimeterResult(RootModel[PerimeterOfFile | PerimeterViolations]):
     """With `uri`: who owns that file; without: every perimeter diagnostic now shown."""
+
+
+# -- the epic graph and timeline (docs/graph.md) ---------------------------------------------
+class GraphParams(Params):
+    run_id: str = Field(min_length=1)
+
+
+class GraphStory(Shape):
+    """A node: the story's status as `flow/lane` sends it, its edges, its times, and whether it is
+    on the critical path (the chain of dependents the epic's length hangs on)."""
+
+    id: str
+    title: str
+    status: str
+    depends_on: list[str]
+    lane: str | None = None
+    started_at: str | None = None
+    ended_at: str | None = None
+    merged_at: str | None = None
+    critical: bool
+
+
+class GraphBatch(Shape):
+    """A merge train batch: the lanes gated together on the epic, and (once known) whether they passed."""
+
+    batch: int
+    lanes: list[str]
+    ok: bool | None = None
+
+
+class GraphResult(Shape):
+    stories: list[GraphStory]
+    batches: list[GraphBatch]
+
+
+class TimelineParams(Params):
+    run_id: str = Field(min_length=1)
+
+
+class TimelinePhase(Shape):
+    """planned, coding, gated, queued, merging, merged, paused or failed, from `start` to `end`
+    (absent: it lasts; merged and failed are points, `end` = `start`)."""
+
+    phase: str
+    start: str
+    end: str | None = None
+
+
+class TimelineLane(Shape):
+    lane: str
+    title: str
+    status: str
+    phases: list[TimelinePhase]
+
+
+class TimelineResult(Shape):
+    started_at: str | None = None
+    ended_at: str | None = None
+    lanes: list[TimelineLane]

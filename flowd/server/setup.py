@@ -71,6 +71,8 @@ def build_server() -> FlowServer:
     _bind_command(server, protocol.ADD_REVISION, revisions.add_revision)
     _bind_request(server, protocol.STATUS, lambda p: _now(notes.status()))
     _bind_request(server, protocol.COST_REPORT, cost.report)
+    _bind_request(server, protocol.GRAPH, lambda p: _now(notes.graph(p.run_id)))
+    _bind_request(server, protocol.TIMELINE, lambda p: _now(notes.timeline(p.run_id)))
     _bind_request(
         server,
         protocol.PERIMETER,

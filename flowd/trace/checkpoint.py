@@ -34,6 +34,7 @@ from flowd.trace.view import (
     FlakyGate,
     LaneView,
     PauseView,
+    PhaseSpan,
     Pricer,
     RunView,
     TaskView,
@@ -119,7 +120,7 @@ _NESTED: dict[type, dict[str, tuple[str, type]]] = {
         "batches": ("list", BatchView),
         "pauses": ("pairs", PauseView),  # keyed by lane or None (the run's own pause)
     },
-    LaneView: {"tasks": ("list", TaskView)},
+    LaneView: {"tasks": ("list", TaskView), "phases": ("list", PhaseSpan)},
 }
 _SKIPPED = frozenset({"pricer", "run_id"})  # the reader's own
 

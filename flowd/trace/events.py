@@ -14,11 +14,16 @@ from pydantic import Field, TypeAdapter, ValidationError
 
 from flowd.base.wire import WireModel
 
-StoryStatus = Literal["planned", "active", "waiting", "done", "failed", "skipped"]
+StoryStatus = Literal["planned", "active", "waiting", "ready", "done", "failed", "skipped"]
 RunOutcome = Literal["done", "failed", "cancelled", "halted"]
 PerimeterKind = Literal["outside", "sharedReadOnly", "foreignOwned"]
 PerimeterAction = Literal["flagged", "restored", "failed"]
 GateWhere = Literal["task", "epic", "baseline"]
+# docs/sandbox-detection.md: the kind of place a lane wrote (or read) past its story, and what came of it.
+EscapeWhat = Literal[
+    "checkout", "home", "gitConfig", "gitHooks", "gitRef", "flowState", "otherLane", "secret", "outside"
+]
+EscapeAction = Literal["denied", "undone", "reported"]
 
 
 class Usage(WireModel):
@@ -63,6 +68,8 @@ class RunStarted(WireModel):
     budget_usd: float | None = None
     # What waits for an answer instead of halting (docs/answers.md); a resumed run keeps it.
     pause_on: list[str] | None = None
+    # Each story's dependencies, for the epic graph (docs/graph.md); absent in older traces.
+    depends_on: dict[str, list[str]] | None = None
 
 
 class RunEnded(WireModel):
@@ -311,18 +318,27 @@ class StoryPaused(WireModel):
 
     type: Literal["StoryPaused"] = "StoryPaused"
     lane: str | None = None
-    reason: Literal["budget", "blocked", "noExecutor"]
+    reason: Literal["budget", "blocked", "noExecutor", "merge"]
     question: str
     options: list[str] = []
 
 
+AnswerEffect = Literal["approve", "revise", "raise", "tell", "wait", "stop"]
+
+
 class StoryAnswered(WireModel):
-    """The answer that ended a pause of `lane` (none: the run's)."""
+    """The answer that ended a pause of `lane` (none: the run's).
+
+    `effect` is what the runner decided the answer does (engine/core/pause.py, approval.py), and
+    `raiseUsd` the USD a `raise` added, so readers never read the answer again; both absent in
+    traces written before they existed (readers then read `answer` as the runner did)."""
 
     type: Literal["StoryAnswered"] = "StoryAnswered"
     lane: str | None = None
     answer: str
     by: Literal["editor", "cli"]
+    effect: AnswerEffect | None = None
+    raise_usd: float | None = None
 
 
 class RevisionRequested(WireModel):
@@ -348,6 +364,17 @@ class LanePlaced(WireModel):
     lane: str
     engine: Literal["local", "ray"]
     node: str
+
+
+class LaneEscape(WireModel):
+    """A lane's process reached past its story (docs/sandbox-detection.md): `denied` by the OS,
+    `undone` (found after the fact and put back) or `reported` (found, could not be put back)."""
+
+    type: Literal["LaneEscape"] = "LaneEscape"
+    lane: str
+    path: str
+    what: EscapeWhat
+    action: EscapeAction
 
 
 class Info(WireModel):
@@ -391,6 +418,7 @@ Event = Annotated[
     | MergeBatchStarted
     | MergeBatchResult
     | MergeBisect
+    | LaneEscape
     | Info,
     Field(discriminator="type"),
 ]
@@ -405,6 +433,7 @@ EVENT_CLASSES: dict[str, type[WireModel]] = {
         StoryJudged, BudgetExceeded, StoryPaused, StoryAnswered, Info,
         WorktreePrepared, GateFlaky, MergeRevision, RevisionRequested, LanePlaced,
         MergeBatchStarted, MergeBatchResult, MergeBisect,
+        LaneEscape,
     )
 }  # fmt: skip
 EVENT_TYPES: frozenset[str] = frozenset(EVENT_CLASSES)

@@ -9,10 +9,14 @@ it), reached with less work:
   `_WRITER_PREFIX`, and the first `_TYPE_MARK` in such a line is its event's type (the envelope's
   other fields are scalars; `event` comes last). When every line of a chunk is in that format, one
   regular-expression scan finds the lines with a folded type's mark and nothing else is touched;
-- the lines that matter are parsed with orjson, and when the envelope and event have exactly their
-  fields' types, folded from the dict: no pydantic object for `TokensUsed` and lease lines (the
-  bulk of what is folded). Anything else (a missing field, text where a number belongs, another
-  writer's spacing) goes through pydantic, which decides as it does for `parse_line`.
+- `TokensUsed` and lease lines (the bulk of what is folded) are decoded by msgspec decoders typed
+  to exactly what the fold takes without pydantic: strict (no text for a number, no bool for an
+  int, no unknown usage or lease key), so a line they take is one pydantic would take unchanged,
+  and the decoded struct is folded as it is (no dict, no per-field checks in Python);
+- the other lines that matter, and any line those decoders refuse, are parsed with orjson and,
+  when the envelope and event have exactly their fields' types, folded from the dict. Anything
+  else (a missing field, text where a number belongs, another writer's spacing) goes through
+  pydantic, which decides as it does for `parse_line`.
 
 A trace's seq only grows (one writer per run, resumed runs continue it), so skipping lines does not
 change which lines `RunView.accept` takes as replays.
@@ -21,8 +25,9 @@ change which lines `RunView.accept` takes as replays.
 from __future__ import annotations
 
 import re
-from typing import Any, cast
+from typing import Annotated, Any, Literal, cast
 
+import msgspec
 import orjson
 from pydantic import ValidationError
 
@@ -37,6 +42,63 @@ _FOLDED_MARK = re.compile(re.escape(_TYPE_MARK) + b"(" + b"|".join(sorted(_FOLDE
 _OTHER_LINE = re.compile(rb"\n(?!" + re.escape(_WRITER_PREFIX) + rb"|\Z)")
 _USAGE_KEYS = frozenset({"input", "output", "total", "cachedRead", "cacheWrite", "costUsd"})
 _LEASE_KEYS = frozenset({"type", "executor", "clone", "role", "label", "borrowed"})
+_TOKENS_BYTES = b"TokensUsed"
+_LEASE_BYTES = (b"ExecutorLeased", b"ExecutorReleased")
+
+# The typed decoders of the two hot line kinds. orjson reads integers past 64 bits as floats (the
+# dict path then sends them to pydantic): they are refused here, and take that path.
+_Int = Annotated[int, msgspec.Meta(ge=-(1 << 63), le=(1 << 63) - 1)]
+
+
+class _Usage(msgspec.Struct, gc=False, rename="camel", forbid_unknown_fields=True):
+    """A usage exactly as `_tokens` takes it; also the `UsageLike` the fold prices."""
+
+    input: _Int = 0
+    output: _Int = 0
+    total: _Int = 0
+    cached_read: _Int | None = None
+    cache_write: _Int | None = None
+    cost_usd: _Int | float | None = None  # an int is read as one, and sent the dict way (coerced)
+
+
+class _TokensEvent(msgspec.Struct, gc=False):
+    type: Literal["TokensUsed"]
+    agent: str
+    usage: _Usage
+    lane: str | None = None
+    model: str | None = None
+    executor: str | None = None
+    clone: _Int | None = None
+    estimated: bool = False
+
+
+class _LeaseEvent(msgspec.Struct, gc=False, forbid_unknown_fields=True):
+    type: Literal["ExecutorLeased", "ExecutorReleased"]
+    executor: str
+    role: str
+    clone: _Int | None = None
+    label: str | None = None
+    borrowed: bool | None = None
+
+
+class _TokensLine(msgspec.Struct, gc=False, rename={"run_id": "runId"}):
+    seq: _Int
+    at: str
+    run_id: str
+    event: _TokensEvent
+    v: Literal[1] = 1
+
+
+class _LeaseLine(msgspec.Struct, gc=False, rename={"run_id": "runId"}):
+    seq: _Int
+    at: str
+    run_id: str
+    event: _LeaseEvent
+    v: Literal[1] = 1
+
+
+_DECODE_TOKENS = msgspec.json.Decoder(_TokensLine).decode
+_DECODE_LEASE = msgspec.json.Decoder(_LeaseLine).decode
 
 
 def fold_lines(view: RunView, chunk: bytes) -> None:
@@ -58,8 +120,47 @@ def fold_lines(view: RunView, chunk: bytes) -> None:
             continue  # a second mark in one line (an object nested in the event)
         last = start
         line = chunk[start : find(b"\n", match.end())]
-        if match[1] != b"TokensUsed" or not _fold_tokens(view, line):
-            fold_line(view, line)
+        kind = match[1]
+        if kind == _TOKENS_BYTES:
+            if _fold_typed_tokens(view, line):
+                continue
+        elif kind in _LEASE_BYTES and _fold_typed_lease(view, line):
+            continue
+        fold_line(view, line)
+
+
+def _fold_typed_tokens(view: RunView, line: bytes) -> bool:
+    """A `TokensUsed` line in exactly the fast path's shape, folded; False: nothing was done."""
+    try:
+        record = _DECODE_TOKENS(line)
+    except msgspec.MsgspecError:
+        return False
+    event = record.event
+    usage = event.usage
+    if type(usage.cost_usd) is int:
+        return False
+    if view.accept(record.seq, record.at, record.run_id):
+        view.apply_tokens(event.lane, event.model, usage, event.estimated)
+    return True
+
+
+def _fold_typed_lease(view: RunView, line: bytes) -> bool:
+    """A lease line in exactly `_lease_shape`, folded; False: nothing was done."""
+    try:
+        record = _DECODE_LEASE(line)
+    except msgspec.MsgspecError:
+        return False
+    event = record.event
+    if view.accept(record.seq, record.at, record.run_id):
+        view.apply_lease(
+            event.type == "ExecutorLeased",
+            event.executor,
+            event.clone,
+            event.role,
+            event.label,
+            event.borrowed,
+        )
+    return True
 
 
 def _folded(line: bytes) -> bool:
@@ -95,33 +196,6 @@ def fold_line(view: RunView, line: bytes) -> None:
     envelope = envelope_from_dict(raw)
     if envelope is not None:
         view.apply(envelope)
-
-
-def _fold_tokens(view: RunView, line: bytes) -> bool:
-    """The hot path: a `TokensUsed` line folded when it has exactly the writer's shape; False
-    (nothing folded) when `fold_line` must look at it instead."""
-    try:
-        raw = orjson.loads(line)
-        event = raw["event"]
-        usage = event["usage"]
-    except (orjson.JSONDecodeError, KeyError, TypeError):
-        return False
-    seq, at, run_id, version = raw.get("seq"), raw.get("at"), raw.get("runId"), raw.get("v", 1)
-    if not (
-        type(seq) is int
-        and type(at) is str
-        and type(run_id) is str
-        and type(version) is int
-        and version == 1
-        and event.get("type") == "TokensUsed"
-    ):
-        return False
-    tokens = _tokens(event, usage)
-    if tokens is None:
-        return False
-    if view.accept(seq, at, run_id):
-        view.apply_tokens(event.get("lane"), event.get("model"), tokens, event.get("estimated") is True)
-    return True
 
 
 def _tokens(event: dict[str, Any], usage: Any) -> Tokens | None:

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from datetime import timedelta
+from typing import Any, Literal, Protocol, cast
 
-from flowd.engine.core.pause import PAUSE_REASONS, AnswerRefused, Raise, read_answer
+from flowd.base.timeutil import iso, parse_iso
+from flowd.engine.core.pause import PAUSE_REASONS, AnswerRefused, PauseReason, Raise, read_answer
 from flowd.protocol import models as proto
 from flowd.trace.events import (
     BudgetExceeded,
@@ -23,6 +25,7 @@ from flowd.trace.events import (
     ExecutorReleased,
     ExecutorResumed,
     GateFlaky,
+    GateResult,
     LanePlaced,
     MergeBatchResult,
     MergeBatchStarted,
@@ -33,12 +36,14 @@ from flowd.trace.events import (
     RunStarted,
     StageStarted,
     StoryAnswered,
+    StoryMerged,
     StoryPaused,
     StoryStatusChanged,
     TaskCompleted,
     TasksPlanned,
     TaskStarted,
     TokensUsed,
+    WorktreePrepared,
 )
 
 TaskState = Literal["planned", "started", "completed"]
@@ -87,7 +92,8 @@ FOLDED_TYPES: frozenset[str] = frozenset(
         GateFlaky, MergeRevision,
         StoryPaused, StoryAnswered,
         LanePlaced,
-        StageStarted, MergeBatchStarted, MergeBatchResult, MergeBisect, MergeRolledBack,
+        GateResult, StageStarted, StoryMerged, WorktreePrepared,
+        MergeBatchStarted, MergeBatchResult, MergeBisect, MergeRolledBack,
     )
 )  # fmt: skip
 
@@ -107,6 +113,30 @@ class TaskView:
     clone: int | None = None
 
 
+# A lane's phases on the timeline (docs/graph.md), in the order a story usually goes through them.
+PHASES = ("planned", "coding", "gated", "queued", "merging", "merged", "paused", "failed")
+# The phases a lane ends in: drawn as a point at the time it got there.
+FINAL_PHASES = ("merged", "failed")
+# A story status (StoryStatusChanged, or a lane status the merge train or approval sends) → phase.
+_PHASE_OF_STATUS = {
+    "active": "coding",
+    "waiting": "paused",
+    "ready": "paused",
+    "queued": "queued",
+    "merging": "merging",
+    "failed": "failed",
+}
+
+
+@dataclass
+class PhaseSpan:
+    """One stretch of a lane's timeline: `end` None while it lasts (final phases end where they start)."""
+
+    phase: str
+    start: str
+    end: str | None = None
+
+
 @dataclass
 class LaneView:
     lane: str
@@ -124,6 +154,12 @@ class LaneView:
     flaky: int = 0  # gates of this lane green only on a rerun (docs/revisions.md)
     merge_revision: int = 0  # the merge revision round the story is in (0: none)
     node: str | None = None  # where the lane was last placed (LanePlaced; docs/scale-out.md)
+    port: int | None = None  # the lane's ports (WorktreePrepared; docs/worktree-bootstrap.md)
+    ports: str | None = None
+    started_at: str | None = None  # first active
+    ended_at: str | None = None  # done, failed or skipped
+    merged_at: str | None = None
+    phases: list[PhaseSpan] = field(default_factory=list)
     batch: int | None = None  # the merge train's batch it is in (docs/merging.md)
 
     @property
@@ -222,6 +258,8 @@ class RunView:
     # What `raise N` answers added to the epic budget and to stories' own (docs/answers.md).
     raised_usd: float = 0.0
     lane_raised_usd: dict[str, float] = field(default_factory=dict)
+    # Each story's dependencies (RunStarted.dependsOn; empty for traces written before it).
+    depends: dict[str, list[str]] = field(default_factory=dict)
     last_seq: int = 0
     pricer: Pricer = reported_cost
 
@@ -259,6 +297,7 @@ class RunView:
         return True
 
     def apply_event(self, event: Event, at: str | None = None) -> None:
+        self._timeline(event, at)
         if isinstance(event, RunStarted):
             self._started(event)
         elif isinstance(event, RunEnded):
@@ -268,10 +307,13 @@ class RunView:
         elif isinstance(event, StoryStatusChanged):
             lane = self._lane(event.story)
             lane.status, lane.reason, lane.batch = event.status, event.reason, None
-            if event.status in ("done", "failed", "skipped", "waiting"):
+            if event.status in ("done", "failed", "skipped", "waiting", "ready"):
                 lane.current = None
         elif isinstance(event, LanePlaced):
             self._lane(event.lane).node = event.node
+        elif isinstance(event, WorktreePrepared):
+            lane = self._lane(event.lane)
+            lane.port, lane.ports = event.port, event.ports
         elif isinstance(event, TasksPlanned):
             self._planned(event)
         elif isinstance(event, TaskStarted):
@@ -321,7 +363,75 @@ class RunView:
         elif isinstance(event, StoryAnswered):
             self._answered(event)
 
+    # -- the timeline (docs/graph.md) ------------------------------------------------------------
+    def _timeline(self, event: Event, at: str | None) -> None:
+        """The lanes' times and phases; events without a time (tests folding bare events) skip it."""
+        if at is None:
+            return
+        if isinstance(event, RunStarted):
+            for story in event.stories:
+                lane = self.lanes.get(story)
+                if lane is None or not lane.phases:
+                    _enter(self._lane(story, event.titles), "planned", at)
+        elif isinstance(event, StoryStatusChanged):
+            self._status_times(self._lane(event.story), event.status, at)
+        elif isinstance(event, TaskStarted):
+            _enter(self._lane(event.lane), "coding", at)
+        elif isinstance(event, GateResult) and event.lane is not None:
+            self._gate_times(self._lane(event.lane), event.where, _minus_ms(at, event.duration_ms), at)
+        elif isinstance(event, StageStarted) and event.lane is not None:
+            if event.stage == f"story {event.lane}{_MERGE_STAGE_SUFFIX}":
+                _enter(self._lane(event.lane), "queued", at)  # its turn at the merge (the train's queue)
+        elif isinstance(event, MergeBatchStarted):
+            for story in event.lanes:
+                _enter(self._lane(story), "merging", at)
+        elif isinstance(event, MergeRolledBack):
+            _enter(self._lane(event.lane), "coding", at)
+        elif isinstance(event, StoryMerged):
+            lane = self._lane(event.lane)
+            lane.merged_at = at
+            _enter(lane, "merged", at)
+        elif isinstance(event, MergeRevision):
+            _enter(self._lane(event.lane), "coding", at)
+        elif isinstance(event, StoryPaused) and event.lane is not None:
+            _enter(self._lane(event.lane), "paused", at)
+        elif isinstance(event, StoryAnswered) and event.lane is not None:
+            lane = self._lane(event.lane)
+            if lane.phases and lane.phases[-1].phase == "paused":
+                before = [p.phase for p in lane.phases if p.phase != "paused"]
+                _enter(lane, before[-1] if before else "coding", at)
+
+    @staticmethod
+    def _gate_times(lane: LaneView, where: str, start: str, at: str) -> None:
+        """A task gate is `gated` for as long as it ran; the epic gates a story's merge runs (without
+        the merge train, which says `MergeBatchStarted`) make its wait in the queue `merging`."""
+        current = lane.phases[-1].phase if lane.phases else None
+        if where == "task" and current in ("coding", "gated"):
+            _enter(lane, "gated", start)
+            _enter(lane, "coding", at)
+        elif where == "epic" and current == "queued":
+            _enter(lane, "merging", start)
+
+    def _status_times(self, lane: LaneView, status: str, at: str) -> None:
+        if status == "active" and lane.started_at is None:
+            lane.started_at = at
+        if status in ("done", "failed", "skipped"):
+            lane.ended_at = at
+        phase = _PHASE_OF_STATUS.get(status)
+        if status == "waiting" and lane.started_at is None:
+            phase = None  # never started (behind a failed dependency): its planned span just ends
+            _close(lane, at)
+        if status == "done":
+            phase = "merged"
+            lane.merged_at = lane.merged_at or at
+        if phase is not None:
+            _enter(lane, phase, at)
+        elif status == "skipped":
+            _close(lane, at)
+
     def _started(self, event: RunStarted) -> None:
+        if event.depends_on is not None:
+            self.depends = {k: list(v) for k, v in event.depends_on.items()}
         self.epic_id, self.epic_branch, self.plan = event.epic_id, event.epic_branch, event.plan
         self.concurrency = event.concurrency
         self.status, self.ended_at, self.reason = "running", None, None
@@ -392,18 +502,30 @@ class RunView:
         pause = self.pauses.pop(event.lane, None)
         if pause is None or pause.reason not in PAUSE_REASONS:
             return
+        usd = self._raised_by(event, pause.reason)
+        if usd is None:
+            return
+        if event.lane is None:
+            self.raised_usd += usd
+            self.budget_exceeded = False
+            if self.budget_usd is not None:
+                self.budget_usd += usd
+        else:
+            self.lane_raised_usd[event.lane] = self.lane_raised_usd.get(event.lane, 0.0) + usd
+
+    @staticmethod
+    def _raised_by(event: StoryAnswered, reason: str) -> float | None:
+        """The USD a `raise` answer added: from the decided effect, or (a trace written before
+        effects were recorded) the answer read as the runner read it then."""
+        if event.effect is not None:
+            return event.raise_usd if event.effect == "raise" else None
+        if reason == "merge":
+            return None
         try:
-            decision = read_answer(pause.reason, event.answer)
+            decision = read_answer(cast(PauseReason, reason), event.answer)
         except AnswerRefused:
-            return  # the runner records only answers it took
-        if isinstance(decision, Raise):
-            if event.lane is None:
-                self.raised_usd += decision.usd
-                self.budget_exceeded = False
-                if self.budget_usd is not None:
-                    self.budget_usd += decision.usd
-            else:
-                self.lane_raised_usd[event.lane] = self.lane_raised_usd.get(event.lane, 0.0) + decision.usd
+            return None  # the runner records only answers it took
+        return decision.usd if isinstance(decision, Raise) else None
 
     def apply_lease(
         self,
@@ -429,10 +551,10 @@ class RunView:
             if (lane.executor, lane.clone) == (executor, clone):
                 lane.executor = lane.clone = None
 
-    def _lane(self, story: str) -> LaneView:
+    def _lane(self, story: str, titles: dict[str, str] | None = None) -> LaneView:
         lane = self.lanes.get(story)
         if lane is None:
-            lane = self.lanes[story] = LaneView(lane=story, title=story)
+            lane = self.lanes[story] = LaneView(lane=story, title=(titles or {}).get(story, story))
         return lane
 
     @staticmethod
@@ -494,6 +616,8 @@ class RunView:
             flaky=lane.flaky or None,
             merge_revision=lane.merge_revision or None,
             node=lane.node,
+            port=lane.port,
+            ports=lane.ports,
             batch=lane.batch,
         ).wire()
 
@@ -546,6 +670,39 @@ class RunView:
             ],
             "exclusions": [{"executor": k, **v} for k, v in self.exclusions.items()],
         }
+
+
+def _enter(lane: LaneView, phase: str, at: str) -> None:
+    """The lane is in `phase` from `at` on (a repeat of the current phase changes nothing)."""
+    last = lane.phases[-1] if lane.phases else None
+    if last is not None and last.end is None and last.start >= at and len(lane.phases) > 1:
+        lane.phases.pop()  # an instant in between (coding again as a gate ends and the task too)
+        last = lane.phases[-1]
+        if last.phase == phase and last.end == at:
+            last.end = None
+            return
+    if last is not None:
+        if last.end is None and last.phase == phase:
+            return
+        if last.phase in FINAL_PHASES and phase == last.phase:
+            return
+        at = max(at, last.start)  # a gate's computed start may reach back before the last change
+        if last.end is None:
+            last.end = at
+    end = at if phase in FINAL_PHASES else None
+    lane.phases.append(PhaseSpan(phase, at, end))
+
+
+def _close(lane: LaneView, at: str) -> None:
+    if lane.phases and lane.phases[-1].end is None:
+        lane.phases[-1].end = max(at, lane.phases[-1].start)
+
+
+def _minus_ms(at: str, ms: int) -> str:
+    try:
+        return iso(parse_iso(at) - timedelta(milliseconds=ms))
+    except ValueError:
+        return at
 
 
 def fold(run_id: str, envelopes: Iterable[Envelope], pricer: Pricer = reported_cost) -> RunView:

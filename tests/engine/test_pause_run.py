@@ -79,7 +79,9 @@ def test_a_spent_budget_pauses_the_run_and_raise_goes_on(tmp_path: Path) -> None
     finally:
         kill_group(process)
     answered = [e for e in seen if e["type"] == "StoryAnswered"]
-    assert answered == [{"type": "StoryAnswered", "answer": "raise 5", "by": "cli"}]
+    assert answered == [
+        {"type": "StoryAnswered", "answer": "raise 5", "by": "cli", "effect": "raise", "raiseUsd": 5.0}
+    ]
     assert sc.merge_commits() == ["ep: merge story b", "ep: merge story a"]
     assert seen[-1]["type"] == "RunEnded" and seen[-1]["outcome"] == "done"
 
@@ -132,7 +134,13 @@ def test_a_blocked_story_pauses_and_the_answer_reaches_its_next_prompt(tmp_path:
     assert (sc.repo / "a.txt").exists() is False  # the user's checkout is untouched
     assert "a.txt" in sc.epic_files() and "b.txt" in sc.epic_files()
     assert [e for e in seen if e["type"] == "StoryAnswered"] == [
-        {"type": "StoryAnswered", "lane": "a", "answer": "say HOWDY to everyone", "by": "cli"}
+        {
+            "type": "StoryAnswered",
+            "lane": "a",
+            "answer": "say HOWDY to everyone",
+            "by": "cli",
+            "effect": "tell",
+        }
     ]
 
 
@@ -232,7 +240,7 @@ def test_no_executor_pauses_the_story_and_wait_takes_the_executor_back(tmp_path:
     finally:
         kill_group(process)
     assert [e for e in seen if e["type"] == "StoryAnswered"] == [
-        {"type": "StoryAnswered", "lane": "a", "answer": "wait", "by": "cli"}
+        {"type": "StoryAnswered", "lane": "a", "answer": "wait", "by": "cli", "effect": "wait"}
     ]
     assert "a.txt" in sc.epic_files()
     assert seen[-1]["type"] == "RunEnded" and seen[-1]["outcome"] == "done"

@@ -9,8 +9,10 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from flowd.trace.events import PerimeterViolation
-from flowd.vcs.gitops import Repo
+from flowd.vcs.gitops import GitError, Repo
 from tests.engine.scenario import Scenario, coder, git, story
 
 ID = ["-c", "user.name=t", "-c", "user.email=t@t"]
@@ -129,3 +131,17 @@ def test_files_left_inside_a_submodule_are_no_change(tmp_path: Path) -> None:
             ["git", "worktree", "list"], cwd=sc.repo, capture_output=True, text=True, check=True
         ).stdout
     )
+
+
+def test_a_submodule_no_local_copy_holds_and_no_url_serves_is_one_sentence(tmp_path: Path) -> None:
+    sc = Scenario.create(tmp_path, [story("a", ["a.txt"])], [coder("a")])
+    _add_submodule(sc, _library(tmp_path))
+    # The user never checked it out here (a plain clone), and its upstream is gone.
+    clone = tmp_path / "clone"
+    git(tmp_path, "clone", "-q", str(sc.repo), str(clone))
+    repo = Repo(clone)
+    with pytest.raises(GitError) as raised:
+        repo.worktree_add(tmp_path / "wt", "story/x", "HEAD")
+    said = str(raised.value)
+    assert said.startswith(f"could not check out the submodules of the worktree {tmp_path / 'wt'}: ")
+    assert "git submodule update --init --recursive" in said and "\n" not in said

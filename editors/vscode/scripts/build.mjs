@@ -11,6 +11,8 @@ const common = { bundle: true, platform: "node", format: "cjs", target: "node20"
 
 if (mode === "--extension") {
   await esbuild.build({ ...common, entryPoints: ["src/extension.ts"], outfile: "dist/extension.js", external: ["vscode"], minify: process.env.FLOWD_MINIFY === "1" });
+  // The Epic Graph webview's script: for the browser, one file the page loads (no remote asset).
+  await esbuild.build({ ...common, platform: "browser", format: "iife", target: "es2022", entryPoints: ["src/webview/graph.ts"], outfile: "dist/graphView.js", minify: process.env.FLOWD_MINIFY === "1" });
 } else if (mode === "--tests") {
   const tests = readdirSync(join(root, "test")).filter((f) => f.endsWith(".test.ts"));
   rmSync(join(root, "out", "test"), { recursive: true, force: true }); // no stale bundles of removed tests
@@ -22,7 +24,9 @@ if (mode === "--extension") {
   });
 } else if (mode === "--e2e") {
   // The real-editor test drives code-server; playwright-core stays a runtime require.
-  await esbuild.build({ ...common, entryPoints: ["test/e2e/run.ts"], outfile: "out/e2e/run.js", external: ["playwright-core"] });
+  // Each journey is its own entry point (harness.ts is shared code, bundled into each).
+  const journeys = readdirSync(join(root, "test", "e2e")).filter((f) => f.endsWith(".ts") && f !== "harness.ts");
+  await esbuild.build({ ...common, entryPoints: journeys.map((f) => join("test", "e2e", f)), outdir: "out/e2e", external: ["playwright-core"] });
 } else if (mode === "--preview") {
   await esbuild.build({ ...common, entryPoints: ["scripts/render-preview.ts"], outfile: "out/preview/render-preview.js" });
 } else {

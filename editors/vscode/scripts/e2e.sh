@@ -19,5 +19,9 @@ echo "== package"
 npm run --silent package >/dev/null
 echo "== e2e"
 node scripts/build.mjs --e2e
-CODE_SERVER_ENTRY="$entry" VSIX="$PWD/dist/flowd.vsix" SHOTS="$PWD/out/e2e/screenshots" \
-  node --test --test-reporter=spec out/e2e/run.js
+# One journey at a time (each starts its own code-server and chromium); run.js first, since it
+# clears the screenshot directory (approve.js keeps its own under approve/).
+for journey in run approve; do
+  CODE_SERVER_ENTRY="$entry" VSIX="$PWD/dist/flowd.vsix" SHOTS="$PWD/out/e2e/screenshots" \
+    node --test --test-reporter=spec "out/e2e/$journey.js"
+done

@@ -4,6 +4,8 @@
 import * as fs from "node:fs";
 import * as path from "node:path";
 import * as vscode from "vscode";
+import { APPROVE_ITEM, isApproval, launchPauseOn, REQUEST_CHANGES_ITEM, REVIEW_DIFF_ITEM } from "./approval";
+import { approveStory, requestChanges, reviewStory } from "./approvalView";
 import { ANSWER_ITEM, answerItems, DEFAULT_PAUSE_ON } from "./attention";
 import { diffCommand, findWorktree, mergeCommit, reportLine, shellQuote } from "./laneActions";
 import { costPhrase } from "./format";
@@ -182,8 +184,9 @@ export async function launchEpic(ctx: CommandContext, arg?: unknown): Promise<La
     },
   });
   if (concurrency === undefined) return undefined;
-  const pauseOn = vscode.workspace.getConfiguration("flowd").get<string[]>("pauseOn") ?? DEFAULT_PAUSE_ON;
-  const args: LaunchArgs = { plan: plan.fsPath, pauseOn: pauseOn as LaunchArgs["pauseOn"] };
+  const settings = vscode.workspace.getConfiguration("flowd");
+  const pauseOn = launchPauseOn(settings.get<string[]>("pauseOn") ?? DEFAULT_PAUSE_ON, settings.get<boolean>("pauseOnMerge") ?? false);
+  const args: LaunchArgs = { plan: plan.fsPath, pauseOn };
   const n = parseConcurrency(concurrency);
   if (n !== undefined) args.concurrency = n;
   const result = await guarded(ctx, "launching the epic", () => server.executeCommand<LaunchResult>(Commands.launchEpic, args));
@@ -478,6 +481,7 @@ export async function showAttention(ctx: CommandContext, p: AttentionParams): Pr
   const where = p.lane ? `story ${p.lane} (run ${p.runId})` : `run ${p.runId}`;
   ctx.log.appendLine(`[attention] ${where}: ${p.reason}: ${p.message}`);
   if (p.reason === "cleared") return undefined;
+  if (isApproval(p)) return showApproval(ctx, p);
   const actions = answerItems(p);
   const text = p.message.startsWith("flowd") ? p.message : `flowd: ${p.message}`;
   let choice = await vscode.window.showWarningMessage(text, ...actions, "Show Lanes");
@@ -495,6 +499,16 @@ export async function showAttention(ctx: CommandContext, p: AttentionParams): Pr
   if (!server) return undefined;
   const arg = p.lane ? { runId: p.runId, story: p.lane, answer: choice } : { runId: p.runId, answer: choice };
   await guarded(ctx, "answering", () => server.executeCommand<unknown>(ANSWER, arg));
+  return choice;
+}
+
+/** A story waits for approval to merge: review its diff, approve it, or ask for changes. */
+async function showApproval(ctx: CommandContext, p: AttentionParams): Promise<string | undefined> {
+  const target = { runId: p.runId, story: p.lane ?? "" };
+  const choice = await vscode.window.showInformationMessage(`flowd: ${p.message}`, REVIEW_DIFF_ITEM, APPROVE_ITEM, REQUEST_CHANGES_ITEM);
+  if (choice === REVIEW_DIFF_ITEM) await reviewStory(ctx, target);
+  else if (choice === APPROVE_ITEM) return approveStory(ctx, target);
+  else if (choice === REQUEST_CHANGES_ITEM) return requestChanges(ctx, target);
   return choice;
 }
 

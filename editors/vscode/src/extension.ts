@@ -1,6 +1,7 @@
 // Entry point: wires the model, the language client, the Lanes view, the status bar and commands.
 
 import * as vscode from "vscode";
+import { registerApproval } from "./approvalView";
 import { AttentionTracker, attentionBadge } from "./attention";
 import { CommandContext, LANES_VIEW, notifyRunEnded, registerCommands, showAttention } from "./commands";
 import { LanesModel } from "./lanesModel";
@@ -8,10 +9,15 @@ import { LanesTreeProvider } from "./lanesView";
 import { ADD_REVISION_COMMAND, ReviewComments } from "./reviewComments";
 import { ServerManager, serverRoot } from "./server";
 import { FlowStatusBar } from "./statusBar";
+import { GraphPanel, SHOW_GRAPH, showGraph } from "./graphView";
+import { mainCheckout } from "./repoRoot";
+import { TreeNode } from "./laneTree";
 
 export interface FlowdApi {
   model: LanesModel;
   manager: ServerManager;
+  /** The Epic Graph panel when open (the e2e test reads what it drew). */
+  graph(): GraphPanel | undefined;
 }
 
 let manager: ServerManager | undefined;
@@ -42,7 +48,31 @@ export function activate(context: vscode.ExtensionContext): FlowdApi {
   const lanesView = vscode.window.createTreeView(LANES_VIEW, { treeDataProvider: tree, showCollapseAll: true });
   // The badge counts the stories waiting on a person (docs/editors.md).
   const stopBadge = attention.onDidChange(() => (lanesView.badge = attentionBadge(attention.count)));
+  const findNode = (nodes: TreeNode[], id: string): TreeNode | undefined => {
+    for (const n of nodes) {
+      if (n.id === id) return n;
+      const inner = findNode(tree.getChildren(n), id);
+      if (inner) return inner;
+    }
+    return undefined;
+  };
+  const graphDeps = {
+    model,
+    server: () => mgr.server(),
+    extensionUri: context.extensionUri,
+    repo: () => {
+      const folder = vscode.workspace.workspaceFolders?.[0]?.uri.fsPath;
+      return folder ? mainCheckout(folder) : undefined;
+    },
+    revealLane: async (runId: string, lane: string) => {
+      const found = findNode(tree.getChildren(), `lane:${runId}:${lane}`);
+      if (found) await lanesView.reveal(found, { select: true, focus: false, expand: true });
+    },
+    laneCommand: (command: string, runId: string, lane: string): Thenable<unknown> => vscode.commands.executeCommand<unknown>(command, { runId, lane }),
+  };
   context.subscriptions.push(
+    vscode.commands.registerCommand(SHOW_GRAPH, (arg?: unknown) => showGraph(graphDeps, arg)),
+    { dispose: (): void => { GraphPanel.current?.panel.dispose(); } },
     { dispose: stopEndNotices },
     { dispose: stopBadge },
     log,
@@ -51,6 +81,7 @@ export function activate(context: vscode.ExtensionContext): FlowdApi {
     statusBar,
     lanesView,
     ...registerCommands(ctx, { restart: () => mgr.restart() }),
+    ...registerApproval(ctx),
     review,
     vscode.commands.registerCommand(ADD_REVISION_COMMAND, (reply: vscode.CommentReply) => review.submit(reply)),
     vscode.workspace.onDidChangeConfiguration((e) => {
@@ -58,7 +89,7 @@ export function activate(context: vscode.ExtensionContext): FlowdApi {
     }),
   );
   void mgr.start();
-  return { model, manager: mgr };
+  return { model, manager: mgr, graph: () => GraphPanel.current };
 }
 
 export async function deactivate(): Promise<void> {

@@ -60,6 +60,7 @@ const LANE_ICON: Record<string, NodeIcon> = {
   // The merge train (docs/merging.md): waiting for a candidate, and held by one.
   queued: { id: "list-ordered", color: "charts.purple" },
   merging: { id: "git-merge", color: "charts.purple" },
+  ready: { id: "git-pull-request", color: "charts.purple" }, // done, waiting for your approval to merge
   done: { id: "pass-filled", color: "charts.green" },
   failed: { id: "error", color: "charts.red" },
   skipped: { id: "debug-step-over", color: "disabledForeground" },
@@ -159,12 +160,15 @@ export function laneNode(run: RunEntry, lane: LaneEntry): TreeNode {
   const revision = lane.mergeRevision ? `merge revision ${lane.mergeRevision}` : "";
   const flaky = lane.flaky ? `flaky gates: ${lane.flaky}` : "";
   const status = lane.batch !== undefined ? `${lane.status} #${lane.batch}` : lane.status;
+  // The lane's FLOWD_PORT/FLOWD_PORTS once its worktree is prepared (docs/worktree-bootstrap.md).
+  const ports = lane.ports ? `ports ${lane.ports}` : lane.port !== undefined ? `port ${lane.port}` : "";
   const tooltip = [
     `${lane.lane}: ${lane.title}`,
     `Status: ${lane.status}${lane.reason ? ` (${lane.reason})` : ""}`,
     lane.batch !== undefined ? `Merge train: batch ${lane.batch}` : "",
     coder ? `Coder: ${coder}` : "",
     lane.node ? `Node: ${lane.node}` : "",
+    ports ? `Ports: ${lane.ports ?? lane.port} (FLOWD_PORT ${lane.port ?? "?"}, FLOWD_PORTS ${lane.ports ?? "?"})` : "",
     lane.task ? `Task ${lane.task.index}/${lane.task.count}: ${lane.task.title}` : "",
     `Tokens: ${lane.tokens}${lane.estimated ? " (estimated)" : ""}`,
     lane.costUsd !== undefined ? `Cost: ${laneCost(lane.costUsd, lane.estimated)}` : "",
@@ -175,10 +179,11 @@ export function laneNode(run: RunEntry, lane: LaneEntry): TreeNode {
     id: `lane:${run.runId}:${lane.lane}`,
     kind: "lane",
     label,
-    description: join(status, coder, node, task, tokens, laneCost(lane.costUsd, lane.estimated), revision, flaky),
+    description: join(status, coder, node, task, tokens, laneCost(lane.costUsd, lane.estimated), ports, revision, flaky),
     tooltip: tooltip.join("\n"),
     icon: LANE_ICON[lane.status] ?? { id: "circle-outline" },
-    contextValue: "lane",
+    // `lane.ready`: waiting for approval to merge, so the Approve / Request Changes items show.
+    contextValue: lane.status === "ready" ? "lane.ready" : "lane",
     collapsed: children.length === 0 ? "none" : isLaneRunning(lane.status) ? "expanded" : "collapsed",
     children,
     runId: run.runId,

@@ -22,10 +22,14 @@ export const Requests = {
   status: "flow/status",
   costReport: "flow/costReport",
   perimeter: "flow/perimeter",
+  graph: "flow/graph",
+  timeline: "flow/timeline",
 } as const;
 export const STATUS = "flow/status";
 export const COST_REPORT = "flow/costReport";
 export const PERIMETER = "flow/perimeter";
+export const GRAPH = "flow/graph";
+export const TIMELINE = "flow/timeline";
 
 export const Notifications = {
   run: "flow/run",
@@ -102,7 +106,8 @@ export interface AnswerResult {
 /**
  * `flow/attention`: something needs a person, or no longer does (`cleared`).
  *
- * `reason`: paused, blocked, failed, budget, repaired (a perimeter repair undid changes), cleared.
+ * `reason`: paused, blocked, failed, budget, repaired (a perimeter repair undid changes),
+ * escaped (a lane's process wrote past its story, docs/sandbox-detection.md), cleared.
  * The server always sends `actions` (empty when there is nothing to answer).
  */
 export interface AttentionParams {
@@ -169,6 +174,40 @@ export interface Exclusion {
   until?: string | null;
 }
 
+/** A merge train batch: the lanes gated together on the epic, and (once known) whether they passed. */
+export interface GraphBatch {
+  batch: number;
+  lanes: string[];
+  ok?: boolean;
+}
+
+export interface GraphParams {
+  workDoneToken?: number | string;
+  partialResultToken?: number | string;
+  runId: string;
+}
+
+export interface GraphResult {
+  stories: GraphStory[];
+  batches: GraphBatch[];
+}
+
+/**
+ * A node: the story's status as `flow/lane` sends it, its edges, its times, and whether it is
+ * on the critical path (the chain of dependents the epic's length hangs on).
+ */
+export interface GraphStory {
+  id: string;
+  title: string;
+  status: string;
+  dependsOn: string[];
+  lane?: string;
+  startedAt?: string;
+  endedAt?: string;
+  mergedAt?: string;
+  critical: boolean;
+}
+
 export interface HeldClone {
   executor: string;
   clone?: number | null;
@@ -191,6 +230,8 @@ export interface LaneParams {
   flaky?: number;
   mergeRevision?: number;
   node?: string;
+  port?: number;
+  ports?: string;
   batch?: number;
   worktree?: string;
   branch?: string;
@@ -209,7 +250,7 @@ export interface LaunchArgs {
   concurrency?: number;
   failFast?: boolean;
   budgetUsd?: number;
-  pauseOn?: ("budget" | "blocked" | "noExecutor")[];
+  pauseOn?: ("budget" | "blocked" | "noExecutor" | "merge")[];
 }
 
 export interface LaunchResult {
@@ -315,6 +356,35 @@ export interface TaskParams {
 }
 
 export type TaskState = "planned" | "started" | "completed";
+
+export interface TimelineLane {
+  lane: string;
+  title: string;
+  status: string;
+  phases: TimelinePhase[];
+}
+
+export interface TimelineParams {
+  workDoneToken?: number | string;
+  partialResultToken?: number | string;
+  runId: string;
+}
+
+/**
+ * planned, coding, gated, queued, merging, merged, paused or failed, from `start` to `end`
+ * (absent: it lasts; merged and failed are points, `end` = `start`).
+ */
+export interface TimelinePhase {
+  phase: string;
+  start: string;
+  end?: string;
+}
+
+export interface TimelineResult {
+  startedAt?: string;
+  endedAt?: string;
+  lanes: TimelineLane[];
+}
 
 export interface ValidateArgs {
   workDoneToken?: number | string;

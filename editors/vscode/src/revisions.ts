@@ -14,7 +14,7 @@ export interface RevisionTarget {
 
 /** Lane statuses of a story that may still take a revision (not merged, failed or skipped). */
 export function takesRevisions(status: string): boolean {
-  return isLaneRunning(status) || status === "planned" || status === "waiting" || status === "paused";
+  return isLaneRunning(status) || status === "planned" || status === "waiting" || status === "paused" || status === "ready";
 }
 
 function inside(dir: string, file: string): boolean {

@@ -25,7 +25,7 @@ describe("activate", () => {
     const api = activate(context as never);
     assert.ok(api.model);
     const ids = await stub.commands.getCommands();
-    for (const id of ["flowd.launchEpic", "flowd.cancelRun", "flowd.resumeRun", "flowd.validatePlan", "flowd.showCostReport", "flowd.draftPlan", "flowd.addRevision"]) {
+    for (const id of ["flowd.launchEpic", "flowd.cancelRun", "flowd.resumeRun", "flowd.validatePlan", "flowd.showCostReport", "flowd.draftPlan", "flowd.addRevision", "flowd.showGraph"]) {
       assert.ok(ids.includes(id), id);
     }
     assert.ok(!ids.some((id) => id.startsWith("flow.")), "the server's own command ids are left to the language client");

@@ -1,3 +1,4 @@
+import { SHOW_GRAPH } from "../src/graphView";
 import assert from "node:assert/strict";
 import * as fs from "node:fs";
 import * as os from "node:os";
@@ -15,6 +16,7 @@ import {
   showLaneReport,
   validatePlan,
 } from "../src/commands";
+import { registerApproval } from "../src/approvalView";
 import { LanesModel } from "../src/lanesModel";
 import { FlowServer, StatusResult } from "../src/protocol";
 import { ADD_REVISION_COMMAND } from "../src/reviewComments";
@@ -157,6 +159,16 @@ describe("Flow: Launch Epic", () => {
     stub.answers.inputBox.push("");
     await launchEpic(context(server));
     assert.deepEqual(server.commands(), [{ name: "flow.launchEpic", arg: { plan, pauseOn: ["budget"] } }]);
+  });
+
+  test("flowd.pauseOnMerge (off by default) adds merge: each finished story waits for approval", async () => {
+    const plan = write("auth.epic.json", "{}");
+    stub.settings.set("flowd.pauseOnMerge", true);
+    const server = new RecordingServer({ "flow.launchEpic": { runId: "r1", epicId: "auth", epicBranch: "epic/auth" }, "flow/status": { runs: [] } });
+    pick("auth.epic.json");
+    stub.answers.inputBox.push("");
+    await launchEpic(context(server));
+    assert.deepEqual(server.commands(), [{ name: "flow.launchEpic", arg: { plan, pauseOn: [...ALL_PAUSES, "merge"] } }]);
   });
 
   test("escaping the pick or the prompt launches nothing", async () => {
@@ -321,16 +333,17 @@ describe("registration", () => {
     // The language client registers the server's executeCommandProvider ids; simulate that first.
     for (const id of ["flow.launchEpic", "flow.cancelEpic", "flow.resumeEpic", "flow.validatePlan"]) stub.commands.registerCommand(id, () => undefined);
     const disposables = registerCommands(ctx, { restart: () => Promise.resolve() });
+    const approval = registerApproval(ctx); // beside them in extension.ts: 3 commands and the diff's content provider
     const ids = await stub.commands.getCommands();
-    assert.equal(ids.length, 4 + disposables.length);
+    assert.equal(ids.length, 4 + disposables.length + approval.length - 1);
     const manifest = JSON.parse(fs.readFileSync(path.join(__dirname, "..", "..", "package.json"), "utf8")) as {
       contributes: { commands: { command: string }[] };
       activationEvents: string[];
     };
-    // Registered beside its comment controller in extension.ts (see activate.test.ts).
+    // Registered beside its comment controller and the graph panel in extension.ts (see activate.test.ts).
     const contributed = manifest.contributes.commands
       .map((c) => c.command)
-      .filter((id) => id !== ADD_REVISION_COMMAND)
+      .filter((id) => id !== ADD_REVISION_COMMAND && id !== SHOW_GRAPH)
       .sort();
     assert.deepEqual(ids.filter((id) => id.startsWith("flowd.")).sort(), contributed);
     for (const id of ["flowd.launchEpic", "flowd.cancelRun", "flowd.resumeRun", "flowd.validatePlan", "flowd.showCostReport", "flowd.draftPlan"]) {

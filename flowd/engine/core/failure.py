@@ -2,7 +2,8 @@
 
 One table, first match wins (order matters: `NoExecutor` is a `FlowdError`, `BudgetHalt` a
 `Halt`). A reason in `pauseOn` (a `BLOCKED_ON`, a spent budget, no executor) makes the story
-`paused` instead: it waits on a person (engine/core/pause.py). Otherwise three results:
+`paused` instead: it waits on a person (engine/core/pause.py); so does a finished story waiting
+for its approval before merge (`AwaitingApproval`, engine/core/approval.py). Otherwise three results:
 `failed` (the story's fault; its dependents wait), `waiting` (not the story's fault; it resumes
 on the next run) and `waiting` with `halt` set (not the story's fault and the run stops
 launching). Cancellation is not in the table: a cancelled story task is the run's decision, not a
@@ -18,7 +19,7 @@ from typing import Any
 
 from flowd.base.errors import FlowdError, NoExecutor
 from flowd.engine.core.outcome import StoryOutcome
-from flowd.engine.core.stops import BudgetHalt, Halt, StoryFailed, StoryWaiting
+from flowd.engine.core.stops import AwaitingApproval, BudgetHalt, Halt, StoryFailed, StoryWaiting
 
 # A full disk, a quota, a file-size limit, a read-only file system: the machine's, not the story's.
 DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS})
@@ -59,6 +60,11 @@ def _waiting(exc: StoryWaiting, facts: StoryFacts) -> StoryOutcome:
     return StoryOutcome(
         facts.story, "waiting", reason=exc.reason, branch=facts.branch, executors=list(facts.executors)
     )
+
+
+def _approval(exc: AwaitingApproval, facts: StoryFacts) -> StoryOutcome:
+    # Raised only with `merge` in `pauseOn`: the story waits `ready` for its approval.
+    return _paused(facts, "merge", exc.reason)
 
 
 def _budget(exc: BudgetHalt, facts: StoryFacts) -> StoryOutcome:
@@ -106,6 +112,7 @@ def _anything(exc: Exception, facts: StoryFacts) -> StoryOutcome:
 Rule = Callable[[Any, StoryFacts], StoryOutcome]
 
 POLICY: tuple[tuple[type[Exception], Rule], ...] = (
+    (AwaitingApproval, _approval),
     (StoryWaiting, _waiting),
     (BudgetHalt, _budget),
     (Halt, _halt),

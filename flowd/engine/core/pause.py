@@ -10,6 +10,8 @@ Three reasons, each opted into with `pauseOn` (`.flow/config.toml`, `flowd run -
   prompt and the story resumes its task; `stop` leaves it waiting as without `pauseOn`.
 - `noExecutor`: no executor can serve a role any more. `wait` takes back the executors excluded
   for the run and tries again; `stop` halts as without `pauseOn`.
+- `merge`: a story whose work is done waits `ready` for approval before it merges; what its
+  answers mean is engine/core/approval.py's (`approve`, or changes for its coder).
 """
 
 from __future__ import annotations
@@ -19,8 +21,10 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-PauseReason = Literal["budget", "blocked", "noExecutor"]
-PAUSE_REASONS: tuple[PauseReason, ...] = ("budget", "blocked", "noExecutor")
+from flowd.engine.core import approval
+
+PauseReason = Literal["budget", "blocked", "noExecutor", "merge"]
+PAUSE_REASONS: tuple[PauseReason, ...] = ("budget", "blocked", "noExecutor", "merge")
 
 
 class AnswerRefused(ValueError):
@@ -54,6 +58,9 @@ class Question:
 def question_for(reason: PauseReason, story: str | None, detail: str) -> Question:
     """What the pause asks, and the answers it offers (free text is always possible for `blocked`)."""
     who = f"story {story}" if story is not None else "the run"
+    if reason == "merge":
+        asked, options = approval.question(story or "?", detail)
+        return Question(asked, options)
     if reason == "budget":
         return Question(
             f"{detail[:1].upper()}{detail[1:]}: raise it and go on, or stop {who}?", ["raise 5", "stop"]

@@ -37,3 +37,13 @@ class BudgetHalt(Halt):
     def __init__(self, reason: str, *, whole_run: bool) -> None:
         super().__init__(reason)
         self.whole_run = whole_run
+
+
+class AwaitingApproval(Exception):
+    """The story's work is done and `merge` is in `pauseOn`: it waits for a person's approval before
+    it enters the merge queue (engine/core/approval.py, docs/answers.md)."""
+
+    def __init__(self, tasks: int) -> None:
+        super().__init__(f"ready to merge with {tasks} task(s) done")
+        self.reason = str(self)
+        self.tasks = tasks

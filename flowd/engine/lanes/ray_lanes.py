@@ -23,12 +23,13 @@ from flowd.base.errors import EXIT_HALTED, FlowdError, InputError
 from flowd.base.fsio import write_text_atomic
 from flowd.engine import prompts
 from flowd.engine.context import RunContext
+from flowd.engine.core.approval import approval_due
 from flowd.engine.core.failure import StoryFacts, outcome_of
 from flowd.engine.core.outcome import StoryOutcome
 from flowd.engine.core.placement import GiveUp, Node, after_lost, lane_nodes, least_loaded, trusted
 from flowd.engine.core.revision import MERGE_SUBJECT, after_red_merge, merge_rounds_done
 from flowd.engine.core.revision import GiveUp as GiveUpRevising
-from flowd.engine.core.stops import Halt, StoryFailed
+from flowd.engine.core.stops import AwaitingApproval, Halt, StoryFailed
 from flowd.engine.lanes.node import HostSpec, LaneSpec, NodeHost
 from flowd.engine.reopen import reopen_with_revision
 from flowd.engine.state import StoryState, load_state, save_state
@@ -174,11 +175,28 @@ class RayLanes:
             if outcome.status != "done":
                 self._say_timing(story, timing)
                 return outcome
+            waiting = self._awaiting_approval(story, outcome)
+            if waiting is not None:
+                self._say_timing(story, timing)
+                return waiting
             merged = await self._merge(story, outcome, rounds_before, timing)
             self._say_timing(story, timing)
             if merged is not None:
                 return merged
             # A red merge reopened the story with a merge revision task: its lane goes out again.
+
+    def _awaiting_approval(self, story: str, pushed: StoryOutcome) -> StoryOutcome | None:
+        """The hook before the merge queue (`pauseOn` `merge`, docs/answers.md), on the runner: a
+        pushed story its approval does not cover waits `ready` (the rule is engine/core/approval.py's;
+        the node never asks). The answer's approval or revision task is in the runner's copies of
+        its state and checkpoint, which its next placement takes."""
+        state = load_state(self.ctx.paths, story)
+        tasks = len(self._plan(story).tasks)
+        if not approval_due(self.ctx.pause_on, state.approved if state is not None else None, tasks):
+            return None
+        return StoryRun(self.ctx, self.ctx.plan.require(story)).stopped_by(
+            AwaitingApproval(tasks), pushed.executors
+        )
 
     def _plan(self, story: str) -> TaskPlan:
         path = self.ctx.paths.checkpoint(story)

@@ -1,6 +1,6 @@
 """`flow/attention` for stories waiting on a person (docs/protocol.md): a pause (`StoryPaused`:
-reason `budget`, `blocked`, or `paused` for no executor) and a failed story (`failed`); then once
-more with `cleared` when it no longer waits (answered, the failed story running again, or the run
+reason `budget`, `blocked`, or `paused` for no executor and for a story waiting for approval to
+merge, whose actions hold `approve`) and a failed story (`failed`); then once more with `cleared` when it no longer waits (answered, the failed story running again, or the run
 over). A client re-attaching gets the open ones again. The notes go out at once (transitions), so
 the editor hears of a pause as soon as the server's trace follower reads it.
 """
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 ATTENTION = protocol.ATTENTION.name
 # `StoryPaused.reason` → `flow/attention.reason` (docs/protocol.md: paused, blocked, failed, budget).
-REASON = {"budget": "budget", "blocked": "blocked", "noExecutor": "paused"}
+REASON = {"budget": "budget", "blocked": "blocked", "noExecutor": "paused", "merge": "paused"}
 
 
 class Attention(Feature):

@@ -1,10 +1,12 @@
 """The `flow/*` notifications of each live run (built in `flowd/server/notify.py`, paced by the
-server's `Pacer`), and `flow/status`, the same views on request (docs/protocol.md)."""
+server's `Pacer`), and `flow/status`, `flow/graph` and `flow/timeline`, the same fold on request
+(docs/protocol.md, docs/graph.md)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from flowd import protocol
 from flowd.server.features import Feature
 from flowd.server.notify import cost_note, notes_for, run_note, snapshot
 
@@ -52,3 +54,27 @@ class RunNotifications(Feature):
             wire["startedAt"] = wire.get("startedAt") or run.record.started_at
             out.append(wire)
         return {"runs": out}
+
+    def graph(self, run_id: str) -> dict[str, Any]:
+        """`flow/graph`: the epic graph of a run the server follows (docs/graph.md)."""
+        from flowd.engine.epicgraph import graph_wire
+
+        return graph_wire(self._view(run_id, protocol.GRAPH.name))
+
+    def timeline(self, run_id: str) -> dict[str, Any]:
+        """`flow/timeline`: each lane's phases with their times (docs/graph.md)."""
+        from flowd.engine.epicgraph import timeline_wire
+
+        return timeline_wire(self._view(run_id, protocol.TIMELINE.name))
+
+    def _view(self, run_id: str, method: str) -> RunView:
+        from flowd.server.params import invalid
+
+        run = self.server.runs.find(run_id) if self.server.runs is not None else None
+        if run is None:
+            known = ", ".join(r.run_id for r in self.server.runs.ordered()) if self.server.runs else ""
+            raise invalid(
+                method,
+                f"runId: no run '{run_id}' in this repository" + (f" (known: {known})" if known else ""),
+            )
+        return run.view

@@ -25,6 +25,9 @@ M.config = {
   -- What a run launched with :FlowLaunch waits for your answer on (:FlowAnswer) instead of
   -- halting: `pauseOn` of flow.launchEpic (docs/answers.md). {} halts as `flowd run` does.
   pause_on = { "budget", "blocked", "noExecutor" },
+  -- Approve before merge: each finished story waits for :FlowApprove (or :FlowRequestChanges)
+  -- before it merges; adds `merge` to `pauseOn` (docs/answers.md). Off: stories merge at once.
+  pause_on_merge = false,
 }
 
 -- `flow/attention` reasons that mean a story waits on a person (`repaired` only informs).
@@ -102,6 +105,10 @@ local function runs_newest_first(s)
   return list
 end
 
+local function graph_changed(client_id, run_id)
+  require("flowd.graph").changed(M, client_id, run_id)
+end
+
 local function put_lane(s, p)
   local lanes = s.lanes[p.runId]
   if not lanes then
@@ -146,6 +153,7 @@ handlers[N.run] = function(_, p, ctx)
   elseif not before and p.status == "running" then
     notify(("epic %s running (run %s)"):format(p.epicId, p.runId))
   end
+  graph_changed(ctx.client_id, p.runId)
   redraw()
 end
 
@@ -163,10 +171,11 @@ handlers[N.lane] = function(_, p, ctx)
   if (p.flaky or 0) > ((before or {}).flaky or 0) then
     notify(("%s: flaky gates: %d (green only on a rerun; not charged)"):format(p.lane, p.flaky))
   end
+  graph_changed(ctx.client_id, p.runId)
   redraw()
 end
 
-handlers[N.task] = function() end
+handlers[N.task] = function(_, p, ctx) graph_changed(ctx.client_id, p.runId) end
 
 handlers[N.clone] = function(_, p)
   if p.state == "excluded" then
@@ -189,6 +198,7 @@ handlers[N.attention] = function(_, p, ctx)
   end
   local level = p.reason == "cleared" and vim.log.levels.INFO or vim.log.levels.WARN
   local hint = PAUSED[p.reason] and " (:FlowAnswer)" or ""
+  if require("flowd.approve").is_approval(p) then hint = " (:FlowReview, :FlowApprove, :FlowRequestChanges)" end
   -- A failed lane is already told by flow/lane; it still counts in the statusline.
   if p.reason ~= "failed" then notify(p.message .. hint, level) end
   redraw()
@@ -304,9 +314,29 @@ local function execute(command, argument, on_result)
   request("workspace/executeCommand", { command = command, arguments = { argument } }, on_result)
 end
 
--- For the plugin's other modules (flowd/revise.lua).
+-- For the plugin's other modules (flowd/revise.lua, flowd/graph.lua, flowd/approve.lua).
 M.execute = execute
 M.say = function(msg, level) notify(msg, level) end
+M.waiting = function() return waiting() end
+--- The epic id of a run some client told us of, or nil.
+M.epic_of = function(run_id)
+  for _, s in pairs(state) do
+    local run = s.runs and s.runs[run_id]
+    if run and run.epicId then return run.epicId end
+  end
+end
+
+--- What the server said of run `run_id` (flow/run params), or nil.
+function M.run_of(client_id, run_id) return st(client_id).runs[run_id] end
+
+--- The run :FlowGraph shows by default: the newest running one, else the newest.
+function M.default_run(client_id)
+  local runs = runs_newest_first(st(client_id))
+  for _, run in ipairs(runs) do
+    if ACTIVE[run.status] then return run.runId end
+  end
+  return runs[1] and runs[1].runId
+end
 
 -- -- statusline and lanes --------------------------------------------------------------------------
 
@@ -374,7 +404,8 @@ function M.lane_lines(client_id)
       if l.node then who = who .. " @" .. l.node end -- a lane on a cluster node (docs/scale-out.md)
       local task = l.task and ("task %d/%d %s"):format(l.task.index, l.task.count, l.task.title) or "-"
       local tokens = ("%s%d tok"):format(l.estimated and "~" or "", l.tokens or 0)
-      local extra = (l.mergeRevision and ("  merge revision " .. l.mergeRevision) or "")
+      local extra = (l.port and ("  port " .. (l.ports or l.port)) or "")
+        .. (l.mergeRevision and ("  merge revision " .. l.mergeRevision) or "")
         .. (l.flaky and ("  flaky gates: " .. l.flaky) or "")
       -- The merge train (docs/merging.md): `queued`, or `merging #<batch>` while a candidate holds it.
       local status = l.batch and (l.status .. " #" .. l.batch) or l.status
@@ -444,7 +475,7 @@ function M.launch(arg)
   local plan = plan_arg(arg or "")
   if not plan then return notify("give a plan: :FlowLaunch path/to/epic.json", vim.log.levels.ERROR) end
   local args = { plan = plan }
-  if M.config.pause_on then args.pauseOn = M.config.pause_on end
+  if M.config.pause_on or M.config.pause_on_merge then args.pauseOn = require("flowd.approve").pause_on(M.config) end
   execute(C.launchEpic, args, function(res)
     notify(("launched run %s (epic %s on %s)"):format(res.runId, res.epicId, res.epicBranch))
   end)
@@ -552,8 +583,12 @@ local COMMANDS = {
   FlowCost = { function() M.cost() end, {} },
   FlowValidate = { function(o) M.validate(o.args) end, { nargs = "?", complete = "file" } },
   FlowLanes = { function() M.lanes() end, {} },
+  FlowGraph = { function(o) require("flowd.graph").show(M, o.args) end, { nargs = "?" } },
   FlowAnswer = { function(o) M.answer(o.args) end, { nargs = "?" } },
   FlowRevise = { function(o) require("flowd.revise").revise(M, o.args) end, { nargs = "*" } },
+  FlowReview = { function(o) require("flowd.approve").review(M, o.args) end, { nargs = "?" } },
+  FlowApprove = { function(o) require("flowd.approve").approve(M, o.args) end, { nargs = "?" } },
+  FlowRequestChanges = { function(o) require("flowd.approve").request_changes(M, o.args) end, { nargs = "*" } },
 }
 
 function M.setup(opts)

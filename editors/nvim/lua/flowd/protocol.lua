@@ -14,6 +14,8 @@ return {
     status = "flow/status",
     costReport = "flow/costReport",
     perimeter = "flow/perimeter",
+    graph = "flow/graph",
+    timeline = "flow/timeline",
   },
   notifications = {
     run = "flow/run",

@@ -4,7 +4,7 @@
 local R = {}
 local P = require("flowd.protocol")
 
-local TAKES = { active = true, running = true, planned = true, waiting = true, paused = true }
+local TAKES = { active = true, running = true, planned = true, waiting = true, paused = true, ready = true }
 local LIVE = { running = true, paused = true }
 
 local function within(dir, file)
@@ -19,11 +19,13 @@ local function read_json(path)
 end
 
 --- The lane's worktree: its state file's, else the default `<root>/../<name>.flowd/<epic>/<lane>`.
-local function worktree_of(root, epic_id, lane)
+function R.worktree_of(root, epic_id, lane)
   local state = read_json(("%s/.flow/epics/%s/stories/%s.json"):format(root, epic_id, lane))
   if state and type(state.worktree) == "string" then return vim.fs.normalize(state.worktree) end
   return ("%s/%s.flowd/%s/%s"):format(vim.fs.dirname(root), vim.fs.basename(root), epic_id, lane)
 end
+
+R.worktree_of = worktree_of
 
 --- Stories of live runs a comment on `file` may go to: the one whose worktree holds it, or (in the
 --- main checkout) the one owning it by `owner` (flow/perimeter's answer). Returns those that may
@@ -35,7 +37,7 @@ function R.candidates(status, root, file, owner)
       for _, lane in ipairs(run.lanes or {}) do
         local entry = { runId = run.runId, story = lane.lane, status = lane.status }
         local list = TAKES[lane.status] and taking or others
-        if within(worktree_of(root, run.epicId, lane.lane), file) then return { entry }, {}, true end
+        if within(R.worktree_of(root, run.epicId, lane.lane), file) then return { entry }, {}, true end
         if owner and owner.story == lane.lane and (owner.runId == nil or owner.runId == run.runId) then
           table.insert(list, entry)
         end

@@ -13,7 +13,7 @@ import * as fs from "node:fs";
 import * as os from "node:os";
 import * as path from "node:path";
 import { after, before, describe, test } from "node:test";
-import { Browser, chromium, Locator, Page } from "playwright-core";
+import { Browser, chromium, Frame, Locator, Page } from "playwright-core";
 
 const ENTRY = need("CODE_SERVER_ENTRY");
 const FLOWD_BIN = need("FLOWD_BIN");
@@ -205,6 +205,43 @@ function treeRow(page: Page, name: RegExp): Locator {
   return page.locator(".monaco-list-row[role=treeitem]", { hasText: name }).first();
 }
 
+/** The Epic Graph webview's frame (the one drawing nodes), if open. */
+async function graphFrame(page: Page): Promise<Frame | undefined> {
+  for (const frame of page.frames()) {
+    if ((await frame.locator("#panel-graph").count().catch(() => 0)) > 0) return frame;
+  }
+  return undefined;
+}
+
+/** The nodes' statuses as drawn, and flow/graph's as the page received them. */
+async function graphState(frame: Frame): Promise<{ drawn: Record<string, string>; server: Record<string, string> }> {
+  const drawn = await frame.locator("g.node").evaluateAll((els) => Object.fromEntries(els.map((e) => [e.getAttribute("data-story") ?? "", e.getAttribute("data-status") ?? ""])));
+  const server = JSON.parse((await frame.locator("body").getAttribute("data-graph")) ?? "{}") as Record<string, string>;
+  return { drawn, server };
+}
+
+/**
+ * Opens (or reveals) the Epic Graph and waits until it draws `want` (story → status), the drawn
+ * statuses being flow/graph's and the Lanes view's (flow/lane) for each story.
+ */
+async function graphShows(page: Page, want: Record<string, RegExp>): Promise<Frame> {
+  await runCommand(page, "Flow: Show Epic Graph");
+  let found: Frame | undefined;
+  await until(page, `the epic graph to show ${JSON.stringify(Object.fromEntries(Object.entries(want).map(([k, v]) => [k, v.source])))}`, async () => {
+    found = await graphFrame(page);
+    if (!found) return false;
+    const { drawn, server } = await graphState(found);
+    if (JSON.stringify(drawn) !== JSON.stringify(server)) return false;
+    for (const [story, status] of Object.entries(want)) if (!status.test(drawn[story] ?? "")) return false;
+    for (const [story, status] of Object.entries(drawn)) {
+      const row = (await treeRow(page, new RegExp(`${story} — `)).textContent()) ?? "";
+      if (!row.includes(status)) return false;
+    }
+    return true;
+  });
+  return found as Frame;
+}
+
 // -------------------------------------------------------------------------------- test ---
 
 describe("VS Code (code-server) with the packaged extension", { timeout: 900_000 }, () => {
@@ -317,6 +354,12 @@ describe("VS Code (code-server) with the packaged extension", { timeout: 900_000
     });
     await shot(page, "02-running");
 
+    // The Epic Graph beside the editor, at launch: api running, drawn as flow/graph and the Lanes view say.
+    const atLaunch = await graphShows(page, { api: /active/, ui: /./ });
+    assert.equal(await atLaunch.locator("g.node[tabindex='0']").count(), 2);
+    assert.equal(await atLaunch.locator("g.node.critical").count() >= 1, true, "a critical path is marked");
+    await shot(page, "graph-1-launch");
+
     // Problems: typing in the checkout in a path the running api story owns.
     await runCommand(page, "Go to File...");
     await page.locator(".quick-input-widget input").fill("src/api/__init__.py");
@@ -343,6 +386,18 @@ describe("VS Code (code-server) with the packaged extension", { timeout: 900_000
       return false;
     });
     await shot(page, "04-cost");
+
+    // Mid-run: ui merged, api still coding; the timeline tab draws both lanes.
+    const mid = await graphShows(page, { api: /active/, ui: /done/ });
+    await shot(page, "graph-2-mid");
+    await mid.locator("#tab-timeline").click();
+    await until(page, "the timeline tab", async () => (await mid.locator("#panel-timeline rect.phase").count()) > 0 && (await mid.locator("#panel-graph").isHidden()));
+    assert.deepEqual(
+      [...new Set(await mid.locator("#panel-timeline text.lane").allTextContents())].sort(),
+      ["api", "ui"],
+    );
+    await shot(page, "graph-2-mid-timeline");
+    await mid.locator("#tab-graph").click();
 
     // Cancel the run (the api coder is still on its task).
     await runCommand(page, "Flow: Cancel Run");
@@ -372,5 +427,17 @@ describe("VS Code (code-server) with the packaged extension", { timeout: 900_000
       return false;
     });
     await shot(page, "08-report");
+
+    // The end: the resumed run's graph, every story done, in the light theme and then the dark one.
+    const end = await graphShows(page, { api: /done/, ui: /done/ });
+    await end.locator("g.node").first().press("ArrowDown");
+    assert.equal(await end.evaluate(() => document.activeElement?.getAttribute("data-story") ?? ""), "ui", "arrow keys move between nodes");
+    await shot(page, "graph-3-end");
+    await runCommand(page, "Preferences: Color Theme");
+    await pick(page, /Dark Modern/);
+    await until(page, "the dark theme", async () => (await page.locator(".monaco-workbench.vs-dark").count()) > 0);
+    const dark = await graphShows(page, { api: /done/, ui: /done/ });
+    await until(page, "the webview to follow the theme", async () => (await dark.locator("body.vscode-dark").count()) > 0);
+    await shot(page, "graph-3-end-dark");
   }
 });

@@ -350,7 +350,14 @@ export const workspace = {
   onDidChangeConfiguration(_listener: unknown): Disposable {
     return new Disposable();
   },
+  registerTextDocumentContentProvider(scheme: string, provider: { provideTextDocumentContent(uri: Uri): string }): Disposable {
+    contentProviders.set(scheme, provider);
+    return new Disposable(() => contentProviders.delete(scheme));
+  },
 };
+
+/** Content providers registered by scheme (`registerTextDocumentContentProvider`). */
+export const contentProviders = new Map<string, { provideTextDocumentContent(uri: Uri): string }>();
 
 // ---------------------------------------------------------------------------- commands ---
 

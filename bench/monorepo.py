@@ -1,0 +1,233 @@
+"""A big monorepo: flowd's worktree work against bare git doing the same, in the same run.
+
+Generates (no download) a repository of `--files` small files (25,000 by default) spread over
+folders of 100, with `--commits` commits of history each rewriting 2% of the files, through
+`git fast-import` so the generation itself is quick. Then, rounds interleaved so both see the
+same machine load:
+
+- bare git: the least an epic of 4 stories needs: 5 `git worktree add` (the epic and 4 stories),
+  a `git status` in each story worktree, the 5 removed;
+- flowd: the same through `flowd.vcs.gitops` (what the engine calls), a perimeter listing
+  (`changed_files`, what every task's scan runs) in place of each `git status`; each step right
+  after bare git's same step, so both meet the same load;
+- the perimeter scan alone against a bare `git status --porcelain` in one worktree.
+
+With `--epic`, also a real 4-story epic (the scripted agent, gates `true`) on the monorepo and on a
+one-file repository, and the monorepo epic against the small one plus one bare `git worktree add`.
+
+Prints medians and ratios; nothing is asserted.
+
+    .venv/bin/python bench/monorepo.py [--files 25000] [--commits 3] [--rounds 2] [--epic]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from flowd.vcs.gitops import Repo  # noqa: E402
+
+ENV = {
+    **os.environ,
+    "GIT_AUTHOR_NAME": "b",
+    "GIT_AUTHOR_EMAIL": "b@b",
+    "GIT_COMMITTER_NAME": "b",
+    "GIT_COMMITTER_EMAIL": "b@b",
+}
+STORIES = 4
+
+
+def git(cwd: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=cwd, check=True, env=ENV, capture_output=True, text=True).stdout
+
+
+def _blob(text: str) -> bytes:
+    data = text.encode()
+    return b"data %d\n%s\n" % (len(data), data)
+
+
+def generate(repo: Path, files: int, commits: int) -> None:
+    """`files` files in folders of 100, then `commits` commits each rewriting 2% of them."""
+    repo.mkdir(parents=True)
+    git(repo, "init", "-q", "-b", "main")
+    stream: list[bytes] = []
+    paths = [f"pkg{n // 100:04d}/mod{n % 100:02d}.py" for n in range(files)]
+    for c in range(commits + 1):
+        stream.append(b"commit refs/heads/main\n")
+        stream.append(b"committer b <b@b> %d +0000\n" % (1_700_000_000 + c))
+        stream.append(_blob(f"generation {c}"))
+        chosen = paths if c == 0 else paths[c % 50 :: 50]
+        for path in chosen:
+            body = f"# {path} generation {c}\nVALUE = {c}\n" + "x = 1\n" * 20
+            stream.append(b"M 100644 inline " + path.encode() + b"\n" + _blob(body))
+    subprocess.run(["git", "fast-import", "--quiet"], cwd=repo, input=b"".join(stream), check=True, env=ENV)
+    git(repo, "checkout", "-q", "-f", "main")
+
+
+def timed(action: Callable[[], object]) -> float:
+    started = time.perf_counter()
+    action()
+    return time.perf_counter() - started
+
+
+PHASES = ("add", "scan", "remove")
+
+
+def paired_round(repo: Path, base: Path) -> dict[str, tuple[float, float]]:
+    """One epic's worktree work done by bare git and by flowd, each step of one right after the
+    same step of the other (on a shared, loaded machine a whole round of one then of the other
+    would compare two different loads): seconds per phase, (bare, flowd)."""
+    r = Repo(repo)
+    bare = [base / f"bare{n}" for n in range(STORIES + 1)]
+    ours = [base / f"flowd{n}" for n in range(STORIES + 1)]
+    spent = {phase: [0.0, 0.0] for phase in PHASES}
+
+    turn = [0]
+
+    def pair(phase: str, bare_step: Callable[[], object], flowd_step: Callable[[], object]) -> None:
+        # Who goes first alternates: the second of two big checkouts meets a warmer cache.
+        turn[0] += 1
+        if turn[0] % 2:
+            spent[phase][0] += timed(bare_step)
+            spent[phase][1] += timed(flowd_step)
+        else:
+            spent[phase][1] += timed(flowd_step)
+            spent[phase][0] += timed(bare_step)
+
+    for n in range(STORIES + 1):
+        add = ["worktree", "add", "-q", "-b", f"bare/{base.name}/{n}", str(bare[n]), "main"]
+        pair(
+            "add",
+            partial(git, repo, *add),
+            partial(r.worktree_add, ours[n], f"flowd/{base.name}/{n}", "main"),
+        )
+    for n in range(1, STORIES + 1):
+        pair(
+            "scan", partial(git, bare[n], "status", "--porcelain"), partial(r.changed_files, ours[n], "main")
+        )
+    for n in range(STORIES + 1):
+        remove = ["worktree", "remove", "--force", str(bare[n])]
+        pair("remove", partial(git, repo, *remove), partial(r.worktree_remove, ours[n], force=True))
+    return {phase: (pair_[0], pair_[1]) for phase, pair_ in spent.items()}
+
+
+def scan_ratio(repo: Path, base: Path, rounds: int) -> tuple[float, float]:
+    r = Repo(repo)
+    wt = r.worktree_add(base / "scan", "scan/bench", "main")
+    (wt / "pkg0000" / "mod00.py").write_text("changed\n", encoding="utf-8")
+    bare = [timed(lambda: git(wt, "status", "--porcelain")) for _ in range(rounds * 3)]
+    ours = [timed(lambda: r.changed_files(wt, "main")) for _ in range(rounds * 3)]
+    r.worktree_remove(wt, force=True)
+    return statistics.median(bare), statistics.median(ours)
+
+
+def _epic_repo(repo: Path) -> Path:
+    """A 4-story epic (one-line stories, gates `true`) and a scripted roster in `repo`."""
+    stories = [
+        {
+            "id": f"s{n}",
+            "title": f"Story {n}",
+            "description": "one line",
+            "owned": [f"story{n}.txt"],
+            "dependsOn": [],
+        }
+        for n in range(STORIES)
+    ]
+    plan = repo / "bench.epic.json"
+    plan.write_text(json.dumps({"epicId": "bench", "epic": "bench", "stories": stories}), encoding="utf-8")
+    flow = repo / ".flow"
+    flow.mkdir(exist_ok=True)
+    rules = [
+        {"when": {"role": "coder", "story": f"s{n}"}, "writes": {f"story{n}.txt": "x\n"}, "reply": "done"}
+        for n in range(STORIES)
+    ]
+    (flow / "script.json").write_text(json.dumps({"model": "bench", "rules": rules}), encoding="utf-8")
+    (flow / "roster.toml").write_text(
+        '[[executors]]\nid = "demo"\nkind = "script"\nscript = "script.json"\nslots = 4\n'
+        'roles = ["planner", "coder", "reviewer", "judge"]\n',
+        encoding="utf-8",
+    )
+    (flow / "config.toml").write_text(
+        'gates = ["true"]\njudgeRounds = 0\nconcurrency = 4\n', encoding="utf-8"
+    )
+    return plan
+
+
+def epic_seconds(repo: Path) -> float:
+    from flowd.engine.runner import RunOptions, run_epic
+
+    plan = _epic_repo(repo)
+    started = time.perf_counter()
+    result = asyncio.run(run_epic(RunOptions(plan=plan, cwd=repo, handle_signals=False)))
+    took = time.perf_counter() - started
+    if result.outcome != "done":
+        raise SystemExit(f"the bench epic on {repo} ended {result.outcome}; see {repo}/.flow/runs/")
+    return took
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--files", type=int, default=25_000)
+    parser.add_argument("--commits", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument(
+        "--epic", action="store_true", help="also run a 4-story epic on it and on a small repo"
+    )
+    args = parser.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="flowd-monorepo-"))
+    try:
+        repo = tmp / "mono"
+        took = timed(lambda: generate(repo, args.files, args.commits))
+        size = sum(f.stat().st_size for f in (repo / ".git").rglob("*") if f.is_file())
+        print(
+            f"repository: {args.files} files, {args.commits + 1} commits, .git {size / 1e6:.1f} MB ({took:.1f} s)"
+        )
+        rounds = [paired_round(repo, tmp / f"round{n}") for n in range(args.rounds)]
+        for phase in PHASES:
+            b = statistics.median(r[phase][0] for r in rounds)
+            o = statistics.median(r[phase][1] for r in rounds)
+            print(f"  {phase:<6}: bare git {b:6.2f} s, flowd {o:6.2f} s ({o / b:.2f}x)")
+        b = statistics.median(sum(r[p][0] for p in PHASES) for r in rounds)
+        o = statistics.median(sum(r[p][1] for p in PHASES) for r in rounds)
+        print(f"5 worktrees added, 4 scanned, 5 removed: bare git {b:.2f} s, flowd {o:.2f} s ({o / b:.2f}x)")
+        sb, so = scan_ratio(repo, tmp, args.rounds)
+        print(
+            f"perimeter scan of one worktree: git status {sb * 1000:.0f} ms, flowd {so * 1000:.0f} ms ({so / sb:.2f}x)"
+        )
+        if args.epic:
+            one_add = timed(lambda: git(repo, "worktree", "add", "-q", "--detach", str(tmp / "one"), "main"))
+            small = tmp / "small"
+            small.mkdir()
+            (small / "README.md").write_text("# small\n", encoding="utf-8")
+            git(small, "init", "-q", "-b", "main")
+            git(small, "add", "-A")
+            git(small, "commit", "-q", "-m", "init")
+            e_small = epic_seconds(small)
+            e_mono = epic_seconds(repo)
+            goal = e_small + one_add
+            print(
+                f"4-story epic: small repo {e_small:.1f} s, monorepo {e_mono:.1f} s, "
+                f"one bare worktree add {one_add:.1f} s; monorepo / (small + one add) = {e_mono / goal:.2f}x"
+            )
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,183 @@
+// What the real-editor journeys share (test/e2e/approve.ts): processes in their own group with
+// their output kept, code-server with the packaged .vsix and chromium over CDP, and waiting on
+// the page. Generous guards for a loaded 2-core machine; a step that never happens fails with a
+// screenshot and what the status bar reads.
+
+import assert from "node:assert/strict";
+import { ChildProcess, execFileSync, spawn } from "node:child_process";
+import * as fs from "node:fs";
+import * as path from "node:path";
+import { Browser, chromium, Locator, Page } from "playwright-core";
+
+export const STEP_MS = 90_000;
+
+export function need(name: string): string {
+  const value = process.env[name];
+  if (!value) throw new Error(`e2e: ${name} is not set (run it through scripts/e2e.sh, or make test-e2e)`);
+  return value;
+}
+
+export function git(cwd: string, ...args: string[]): string {
+  return execFileSync("git", ["-c", "user.name=flowd e2e", "-c", "user.email=e2e@flowd.invalid", ...args], { cwd, encoding: "utf8" });
+}
+
+export interface Started {
+  proc: ChildProcess;
+  output: string[];
+}
+
+/** A process in its own group (killed with everything it started), its output kept. */
+export function start(command: string, args: string[], env: NodeJS.ProcessEnv): Started {
+  const proc = spawn(command, args, { env, detached: true, stdio: ["ignore", "pipe", "pipe"] });
+  const output: string[] = [];
+  proc.stdout?.setEncoding("utf8").on("data", (d: string) => output.push(d));
+  proc.stderr?.setEncoding("utf8").on("data", (d: string) => output.push(d));
+  return { proc, output };
+}
+
+export async function stop(started: Started | undefined): Promise<void> {
+  if (!started?.proc.pid || started.proc.exitCode !== null) return;
+  const exited = new Promise((resolve) => started.proc.once("exit", resolve));
+  try {
+    process.kill(-started.proc.pid, "SIGTERM");
+  } catch {
+    return;
+  }
+  const guard = setTimeout(() => {
+    try {
+      process.kill(-(started.proc.pid as number), "SIGKILL");
+    } catch {
+      // already gone
+    }
+  }, 5000);
+  await exited;
+  clearTimeout(guard);
+}
+
+/** Resolves with the first match of `pattern` in the process's output. */
+export function waitForOutput(started: Started, pattern: RegExp, what: string): Promise<RegExpMatchArray> {
+  return new Promise((resolve, reject) => {
+    const check = (): boolean => {
+      const m = started.output.join("").match(pattern);
+      if (m) {
+        clearInterval(timer);
+        clearTimeout(guard);
+        resolve(m);
+      }
+      return Boolean(m);
+    };
+    const timer = setInterval(check, 100);
+    const guard = setTimeout(() => {
+      clearInterval(timer);
+      reject(new Error(`${what} never came; output:\n${started.output.join("").slice(-3000)}`));
+    }, STEP_MS);
+    started.proc.once("exit", (code) => {
+      if (!check()) {
+        clearInterval(timer);
+        clearTimeout(guard);
+        reject(new Error(`${what}: the process exited (${code}); output:\n${started.output.join("").slice(-3000)}`));
+      }
+    });
+  });
+}
+
+/** A VS Code session: code-server on `folder` with the .vsix installed, a chromium page on it. */
+export interface Session {
+  page: Page;
+  close(): Promise<void>;
+}
+
+export async function openVsCode(tmp: string, folder: string, settings: Record<string, unknown>, env: NodeJS.ProcessEnv): Promise<Session> {
+  const entry = need("CODE_SERVER_ENTRY");
+  const userData = path.join(tmp, "code-user");
+  const extensions = path.join(tmp, "code-extensions");
+  fs.mkdirSync(path.join(userData, "User"), { recursive: true });
+  const quiet = {
+    "workbench.startupEditor": "none",
+    "workbench.tips.enabled": false,
+    "workbench.enableExperiments": false,
+    "telemetry.telemetryLevel": "off",
+    "update.mode": "none",
+    "extensions.autoCheckUpdates": false,
+    "extensions.autoUpdate": false,
+    "security.workspace.trust.enabled": false,
+    "git.enabled": false,
+    "files.autoSave": "off",
+  };
+  fs.writeFileSync(path.join(userData, "User", "settings.json"), JSON.stringify({ ...quiet, ...settings }));
+  const common = ["--user-data-dir", userData, "--extensions-dir", extensions];
+  execFileSync(process.execPath, [entry, ...common, "--install-extension", need("VSIX")], { env, encoding: "utf8", stdio: ["ignore", "pipe", "pipe"] });
+  assert.ok(fs.readdirSync(extensions).some((d) => d.startsWith("flowd.flowd-")), `the .vsix did not install into ${extensions}`);
+  const server = start(process.execPath, [entry, ...common, "--bind-addr", "127.0.0.1:0", "--auth", "none", "--disable-telemetry", "--disable-update-check", "--disable-workspace-trust", "--disable-getting-started-override", folder], env);
+  const [, url] = await waitForOutput(server, /HTTP server listening on (http:\/\/127\.0\.0\.1:\d+)\//, "code-server's address");
+  const profile = path.join(tmp, "chromium-profile");
+  const browserProc = start(
+    process.env.CHROMIUM ?? "/usr/bin/chromium",
+    ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync", "--disable-breakpad", "--disable-crash-reporter", `--user-data-dir=${profile}`, "--remote-debugging-port=0", "--window-size=1600,1000", "about:blank"],
+    env,
+  );
+  const [, ws] = await waitForOutput(browserProc, /DevTools listening on (ws:\/\/\S+)/, "chromium's DevTools endpoint");
+  const browser: Browser = await chromium.connectOverCDP(ws);
+  const context = browser.contexts()[0] ?? (await browser.newContext());
+  const page = await context.newPage();
+  await page.setViewportSize({ width: 1600, height: 1000 });
+  await page.goto(`${url}/?folder=${encodeURIComponent(folder)}`);
+  await page.locator(".monaco-workbench").waitFor({ timeout: STEP_MS });
+  return {
+    page,
+    close: async () => {
+      await browser.close().catch(() => undefined);
+      await stop(browserProc);
+      await stop(server);
+    },
+  };
+}
+
+export async function shot(page: Page, dir: string, name: string): Promise<void> {
+  await page.screenshot({ path: path.join(dir, `${name}.png`) });
+}
+
+export async function runCommand(page: Page, title: string): Promise<void> {
+  await page.keyboard.press("F1");
+  const input = page.locator(".quick-input-widget input");
+  await input.waitFor({ state: "visible", timeout: STEP_MS });
+  await input.fill(`>${title}`);
+  await pick(page, title);
+}
+
+/** Picks the quick-pick row holding `text` (the palette or a command's own pick). */
+export async function pick(page: Page, text: string | RegExp): Promise<void> {
+  const row = page.locator(".quick-input-list .monaco-list-row", { hasText: text }).first();
+  await row.waitFor({ timeout: STEP_MS });
+  await row.click();
+}
+
+export function statusItem(page: Page): Locator {
+  return page.locator("#workbench\\.parts\\.statusbar .statusbar-item", { hasText: /lanes|flowd|done|paused/ }).first();
+}
+
+export async function statusText(page: Page): Promise<string> {
+  return ((await statusItem(page).textContent()) ?? "").trim();
+}
+
+/** Waits until `ready` holds of the page, re-checking; fails with the status bar and a screenshot. */
+export async function until(page: Page, shots: string, what: string, ready: () => Promise<boolean>): Promise<void> {
+  const deadline = Date.now() + STEP_MS;
+  for (;;) {
+    if (await ready().catch(() => false)) return;
+    if (Date.now() > deadline) {
+      await shot(page, shots, `failed-${what.replace(/\W+/g, "-")}`).catch(() => undefined);
+      throw new Error(`${what}: never happened; the status bar reads ${JSON.stringify(await statusText(page).catch(() => "?"))}`);
+    }
+    await page.waitForTimeout(250);
+  }
+}
+
+export function treeRow(page: Page, name: RegExp): Locator {
+  return page.locator(".monaco-list-row[role=treeitem]", { hasText: name }).first();
+}
+
+/** The notification toast whose text matches `text`. */
+export function toast(page: Page, text: RegExp): Locator {
+  return page.locator(".notification-toast", { hasText: text }).first();
+}
