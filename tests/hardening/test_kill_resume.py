@@ -25,6 +25,7 @@ def test_three_kills_on_a_four_story_epic_lose_nothing_and_double_nothing(tmp_pa
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(420)  # a reference run and two rounds with 2-s epic gates, on a loaded machine
 def test_kills_mid_batch_and_mid_bisect_merge_each_story_once_and_leave_the_epic_green(
     tmp_path: Path,
 ) -> None:
