@@ -120,6 +120,16 @@ async def test_a_missing_command_is_unavailable(tmp_path: Path) -> None:
     assert caught.value.kind == "unavailable" and "cannot start" in caught.value.message
 
 
+async def gone(pid: int) -> bool:
+    """Whether `pid` ends: SIGKILL is sent when the turn fails, but on a loaded machine the kernel
+    may take a moment to finish the process off (bounded, polled)."""
+    for _ in range(200):
+        if not pid_alive(pid):
+            return True
+        await asyncio.sleep(0.05)
+    return False
+
+
 async def test_a_silent_agent_is_killed_as_a_stall(tmp_path: Path) -> None:
     record = tmp_path / "seen.json"
     executor = CliExecutor(spec("codex_success.jsonl", "--hang-after", "2", "--record", str(record)))
@@ -127,7 +137,7 @@ async def test_a_silent_agent_is_killed_as_a_stall(tmp_path: Path) -> None:
     with pytest.raises(AgentError) as caught:
         await executor.run_turn(turn(tmp_path, stall=3.0))
     assert caught.value.kind == "stall"
-    assert not pid_alive(json.loads(record.read_text())["pid"])
+    assert await gone(json.loads(record.read_text())["pid"])
 
 
 async def test_a_cancelled_turn_kills_the_agent(tmp_path: Path) -> None:
@@ -139,7 +149,7 @@ async def test_a_cancelled_turn_kills_the_agent(tmp_path: Path) -> None:
     task.cancel()  # the agent has printed its second line and now hangs
     with pytest.raises(asyncio.CancelledError):
         await task
-    assert not pid_alive(json.loads(record.read_text())["pid"])
+    assert await gone(json.loads(record.read_text())["pid"])
 
 
 def test_build_argv_adds_what_each_dialect_needs() -> None:
