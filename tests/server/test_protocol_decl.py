@@ -14,6 +14,7 @@ import pytest
 from flowd import protocol
 from flowd.protocol.typescript import render
 from flowd.server.notify import Note, notes_for, snapshot
+from flowd.server.shapes import status_wire
 from flowd.store.schema import protocol_schema
 from flowd.trace.events import (
     BudgetExceeded,
@@ -172,6 +173,22 @@ def test_every_notification_sent_fits_its_declared_model_exactly() -> None:
     # flow/status sends the same lanes and totals (with nulls where unknown): it fits StatusRun.
     from flowd.protocol.models import StatusRun
 
-    status = StatusRun.model_validate(view.status_wire())
+    status = StatusRun.model_validate(status_wire(view))
     assert [lane.lane for lane in status.lanes] == ["a"]
     assert status.totals is not None and status.totals.budget_usd == 2.0
+
+
+def test_a_status_run_sends_null_only_for_its_nullable_fields() -> None:
+    from flowd.server.shapes import status_wire
+
+    view = RunView(run_id="r", epic_id="e")
+    view.exclusions["x"] = {"reason": None, "until": None}
+    wire = status_wire(view)
+    assert list(wire) == [
+        "runId", "epicId", "status", "startedAt", "endedAt", "plan", "epicBranch", "lanes", "totals",
+        "clones", "exclusions",
+    ]  # fmt: skip
+    assert wire["startedAt"] is None and wire["endedAt"] is None
+    assert wire["totals"] == {"tokens": 0, "estimatedTokens": 0, "unpricedTokens": 0, "requests": 0}
+    assert wire["exclusions"] == [{"executor": "x", "reason": None, "until": None}]
+    assert status_wire(view, "2026-01-01T00:00:00.000Z")["startedAt"] == "2026-01-01T00:00:00.000Z"

@@ -311,10 +311,10 @@ export interface RunParams {
 
 export interface RunTotals {
   tokens?: number;
-  costUsd?: number | null;
+  costUsd?: number;
   estimatedTokens?: number;
   unpricedTokens?: number;
-  budgetUsd?: number | null;
+  budgetUsd?: number;
   requests?: number;
 }
 
