@@ -135,3 +135,35 @@ def test_bad_worktree_settings_name_each_field(tmp_path: Path) -> None:
         "worktree.portsPerLane: Input should be greater than or equal to 1; "
         "worktree.ports: unknown key (check the spelling)"
     )
+
+
+def test_sandbox_settings(tmp_path: Path) -> None:
+    assert load_settings(tmp_path).sandbox.model_dump() == {
+        "mode": "enforce",
+        "allow_write": [],
+        "allow_read": [],
+    }
+    write(
+        tmp_path / ".flow/config.toml",
+        '[sandbox]\nmode = "detect"\nallowWrite = ["~/.cache/build"]\nallowRead = ["/opt/keys"]\n',
+    )
+    sandbox = load_settings(tmp_path).sandbox
+    assert (sandbox.mode, sandbox.allow_write, sandbox.allow_read) == (
+        "detect",
+        ["~/.cache/build"],
+        ["/opt/keys"],
+    )
+
+
+def test_bad_sandbox_settings_name_each_field(tmp_path: Path) -> None:
+    path = write(
+        tmp_path / ".flow/config.toml",
+        '[sandbox]\nmode = "strict"\nallowWrite = [""]\nallowRead = "/opt"\nallow = []\n',
+    )
+    with pytest.raises(FileProblems) as caught:
+        load_settings(tmp_path)
+    message = str(caught.value)
+    assert message.startswith(f"{path} has 4 problems: sandbox.mode: ")
+    assert "'enforce', 'detect' or 'off'" in message
+    assert "sandbox.allowWrite: '' must name a path, like '~/.cache/my-build' or '/opt/cache'" in message
+    assert "sandbox.allowRead: " in message and "sandbox.allow: unknown key (check the spelling)" in message

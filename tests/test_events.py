@@ -22,6 +22,7 @@ def test_every_contract_event_type_is_known() -> None:
         "StoryJudged", "BudgetExceeded", "StoryPaused", "StoryAnswered", "Info",
         "WorktreePrepared", "GateFlaky", "MergeRevision", "RevisionRequested",
         "LanePlaced", "MergeBatchStarted", "MergeBatchResult", "MergeBisect",
+        "LaneEscape",
     }  # fmt: skip
     assert contract == EVENT_TYPES
 
@@ -92,3 +93,17 @@ def test_every_event_type_is_documented_with_its_fields() -> None:
             wire = field.alias or field.serialization_alias
             if wire and wire != "type":
                 assert f"`{wire}" in row, f"docs/trace.md: {name} lacks {wire}"
+
+
+def test_lane_escape_round_trips() -> None:
+    from flowd.trace.events import LaneEscape
+
+    event = LaneEscape(lane="api", path="/repo/.git/hooks/post-checkout", what="gitHooks", action="undone")
+    line = dump_envelope(Envelope(seq=3, at="2026-11-29T14:03:07.412Z", run_id="r1", event=event))
+    assert json.loads(line)["event"] == {
+        "type": "LaneEscape", "lane": "api", "path": "/repo/.git/hooks/post-checkout",
+        "what": "gitHooks", "action": "undone",
+    }  # fmt: skip
+    parsed = parse_line(line)
+    assert parsed is not None and parsed.event == event
+    assert parse_line(line.replace(b'"gitHooks"', b'"nowhere"')) is None

@@ -24,6 +24,7 @@ LAYERS: dict[str, int] = {
     "flowd.agents.script_model": 3,  # the scripted agent's file format, read by the roster loader
     "flowd.agents.script_rules": 3,
     "flowd.agents": 4,  # agent processes
+    "flowd.sandbox": 4,  # lane confinement, applied where agents and gates start
     "flowd.cost": 4,
     "flowd.roster": 5,  # the executor pool
     "flowd.control.runctl": 5,  # run ids, launch and cancel, which the runner uses too

@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from flowd.sandbox.confine import status_line
+
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "agents"
 REPLAY = FIXTURES / "replay.py"
 
@@ -84,7 +86,10 @@ def test_every_executor_is_checked_and_failures_are_classified(tmp_path: Path) -
     text = flowd(repo, "--role", "reviewer")
     assert text.returncode == 1
     lines = text.stdout.splitlines()
-    assert lines[-1] == "2 of 4 executors answered; 2 failed"  # demo serves every role
+    assert lines[-2] == "2 of 4 executors answered; 2 failed"  # demo serves every role
+    # The last line: the confinement a run gets here, as this kernel offers it (docs/sandbox.md).
+    assert lines[-1] == status_line("enforce") and lines[-1].startswith("sandbox: ")
+    assert report["sandbox"] == lines[-1]
     assert any("claude-out" in line and "failed" in line and "auth:" in line for line in lines)
     assert any(line.split()[:2] == ["demo", "ok"] and "as reviewer" in line for line in lines)
 

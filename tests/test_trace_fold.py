@@ -26,6 +26,7 @@ from flowd.trace.events import (
     GateResult,
     Info,
     JudgeIssue,
+    LaneEscape,
     LanePlaced,
     MergeBatchResult,
     MergeBatchStarted,
@@ -105,6 +106,7 @@ def one_of_each() -> list[Event]:
         MergeBatchStarted(batch=1, lanes=["b"], base="d" * 40),
         MergeBatchResult(batch=1, ok=False, duration_ms=12),
         MergeBisect(batch=1, lanes=["b"], culprit="b"),
+        LaneEscape(lane="a", path="/repo/.git/config", what="gitConfig", action="undone"),
         Info(lane="a", message="note"),
         StoryStatusChanged(story="a", status="done"),
         RunEnded(outcome="done", done=1, failed=0, skipped=1, reason="ok"),
@@ -229,7 +231,7 @@ def test_types_outside_folded_types_never_change_a_view() -> None:
     assert {e.type for e in events} == set(EVENT_CLASSES)  # the sample covers every type
     view = fold(RUN, [Envelope(seq=n, at="t", run_id=RUN, event=e) for n, e in enumerate(events[:-1], 1)])
     skipped = [e for e in events if e.type not in FOLDED_TYPES]
-    assert len(skipped) == 10
+    assert len(skipped) == 11
     for event in skipped:
         before = state(view)
         view.apply_event(event, "2026-11-30T10:00:00.000Z")

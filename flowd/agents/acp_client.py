@@ -61,8 +61,10 @@ from flowd.agents.base import (
     reaped,
 )
 from flowd.agents.faults import classify, worded
+from flowd.agents.program_dirs import program_key
 from flowd.agents.programs import program_named, too_old
 from flowd.agents.usage import capture_usage, model_usages
+from flowd.sandbox.confine import Scanner, current, spawning
 
 log = logging.getLogger("flowd.agents.acp")
 
@@ -94,6 +96,7 @@ BASE_ENV_KEYS = (
 )
 _STDOUT_LIMIT = 50 * 1024 * 1024  # agents send whole files in one JSON line
 _TAIL_BYTES = 8192
+_FULL_ACCESS = "agent-full-access"  # codex-acp's session mode without its own sandbox
 _SHUTDOWN_WAIT_S = 2.0
 _PATH_KEYS = ("path", "file_path", "filePath", "notebook_path", "abs_path", "absolutePath")
 
@@ -263,6 +266,7 @@ class AcpExecutor:
         self._start_timeout_s = start_timeout_s
         self._client = _Client(self)
         self._proc: asyncio.subprocess.Process | None = None
+        self._confined_to: str | None = None  # the lane worktree the process is confined to
         self._conn: Any = None
         self._drain: asyncio.Task[None] | None = None
         self._tail = bytearray()
@@ -457,6 +461,14 @@ class AcpExecutor:
     # -- process and session ----------------------------------------------------------------------
 
     async def _ensure_session(self, cwd: Path) -> str:
+        confinement = current()
+        if (
+            self._proc is not None
+            and confinement is not None
+            and confinement.key_for(cwd) != self._confined_to
+        ):
+            # A process confined to one lane cannot serve another: start one for this lane.
+            await self._stop(graceful=True)
         if self._proc is None or self._proc.returncode is not None or self._conn is None:
             if not _starts_alone(self._command):
                 await self._start(cwd)
@@ -476,6 +488,7 @@ class AcpExecutor:
         try:
             response = await self._conn.new_session(cwd=str(cwd), mcp_servers=[], **self._session_meta())
             await self._apply_model(response)
+            await self._unsandbox(response)
             await self._name_session(str(response.session_id), cwd)
         except RequestError as exc:
             text = error_text(exc)
@@ -489,6 +502,17 @@ class AcpExecutor:
         self._session = (cwd, session_id)
         self._sessions[session_id] = cwd
         return session_id
+
+    async def _unsandbox(self, response: Any) -> None:
+        """In a confined lane, codex-acp runs its commands in its full-access mode: its own
+        sandbox (bubblewrap) cannot start inside a Landlock domain, which may not mount, and
+        the lane's confinement takes its place (docs/sandbox.md "Agents' own sandboxes")."""
+        if self._conn is None or self._confined_to is None or "codex-acp" not in self._agent_name:
+            return
+        modes = getattr(response, "modes", None)
+        offered = {str(getattr(m, "id", "")) for m in getattr(modes, "available_modes", None) or []}
+        if _FULL_ACCESS in offered:
+            await self._conn.set_session_mode(session_id=str(response.session_id), mode_id=_FULL_ACCESS)
 
     def _session_meta(self) -> dict[str, Any]:
         """`_meta` for `session/new`: claude-agent-acp takes SDK options there (others ignore it)."""
@@ -561,23 +585,30 @@ class AcpExecutor:
         except AgentError as exc:
             raise AgentError(exc.kind, f"{self.label}: {exc.message}") from None
         try:
-            proc = await asyncio.create_subprocess_exec(
-                *argv,
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                env=env,
-                cwd=str(cwd),
-                limit=_STDOUT_LIMIT,
-                start_new_session=True,
-            )
+            # Confined to the lane of `cwd` for its whole life (docs/sandbox.md).
+            with spawning(cwd, program_key("acp", self._command), env) as confined:
+                proc = await asyncio.create_subprocess_exec(
+                    *confined.argv(argv),
+                    stdin=asyncio.subprocess.PIPE,
+                    stdout=asyncio.subprocess.PIPE,
+                    stderr=asyncio.subprocess.PIPE,
+                    env={**env, **confined.env},
+                    cwd=str(cwd),
+                    limit=_STDOUT_LIMIT,
+                    start_new_session=True,
+                    preexec_fn=confined.preexec_fn,
+                    pass_fds=confined.pass_fds,
+                )
+            self._confined_to = confined.key
         except OSError as exc:
             raise AgentError(
                 "unavailable", f"{self.label}: cannot start {self._command[0]}: {exc.strerror or exc}"
             )
         assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
         self._proc = proc
-        self._drain = asyncio.create_task(self._drain_stderr(proc.stderr))
+        self._drain = asyncio.create_task(
+            self._drain_stderr(proc.stderr, Scanner(current(), cwd, f"its agent {self.label}"))
+        )
         self._conn = acp.connect_to_agent(
             cast(acp.Client, self._client), proc.stdin, proc.stdout, observers=[self._heard]
         )
@@ -654,7 +685,7 @@ class AcpExecutor:
             except (TimeoutError, asyncio.CancelledError):
                 drain.cancel()
 
-    async def _drain_stderr(self, stream: asyncio.StreamReader) -> None:
+    async def _drain_stderr(self, stream: asyncio.StreamReader, scanner: Scanner) -> None:
         sink = None
         if self._log_path is not None:
             with contextlib.suppress(OSError):
@@ -664,6 +695,7 @@ class AcpExecutor:
             while chunk := await stream.read(65536):
                 self._tail += chunk
                 del self._tail[:-_TAIL_BYTES]
+                scanner.feed(chunk)  # the scripted agent's commands say what the OS refused here
                 if sink is not None:
                     sink.write(chunk)
                     sink.flush()

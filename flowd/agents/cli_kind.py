@@ -36,7 +36,9 @@ from flowd.agents.base import (
     reaped,
 )
 from flowd.agents.faults import classify, worded
+from flowd.agents.program_dirs import program_key
 from flowd.agents.programs import cli_version, program_of, too_old
+from flowd.sandbox.confine import Scanner, current, spawning
 from flowd.store.config import ExecutorSpec
 
 Dialect = Literal["claude", "codex", "other"]
@@ -65,7 +67,9 @@ def dialect_of(command: list[str]) -> Dialect:
     return "other"
 
 
-def build_argv(command: list[str], *, model: str | None, resume: str | None = None) -> list[str]:
+def build_argv(
+    command: list[str], *, model: str | None, resume: str | None = None, confined: bool = False
+) -> list[str]:
     """The command with the flags its dialect needs for JSON output, the model and a resumed session."""
     argv = list(command)
     dialect = dialect_of(command)
@@ -89,7 +93,28 @@ def build_argv(command: list[str], *, model: str | None, resume: str | None = No
             argv.append("--skip-git-repo-check")  # `flowd roster check` runs in a plain temp dir
         if model and "--model" not in argv and "-m" not in argv:
             argv += ["--model", model]
+        if confined:
+            argv = unsandboxed_codex(argv)
     return argv
+
+
+def unsandboxed_codex(argv: list[str]) -> list[str]:
+    """`codex exec` with `--sandbox danger-full-access`: inside flowd's Landlock, codex's own
+    sandbox (bubblewrap: user namespaces and mounts, which a Landlock domain may not make)
+    cannot start and every command it runs fails; the lane's confinement takes its place
+    (docs/sandbox.md "Agents' own sandboxes")."""
+    out, skip = [], False
+    for word in argv:
+        if skip:
+            skip = False
+            continue
+        if word in ("--sandbox", "-s"):
+            skip = True
+            continue
+        if word.startswith("--sandbox="):
+            continue
+        out.append(word)
+    return [*out, "--sandbox", "danger-full-access"]
 
 
 # --- the pure event fold -------------------------------------------------------------------------
@@ -275,7 +300,9 @@ class CliExecutor:
         assert self.spec.command is not None
         key = (str(request.cwd), request.role, request.meta.story or "", request.meta.task or "")
         resume = self._sessions.get(key) if dialect_of(self.spec.command) == "claude" else None
-        argv = build_argv(self.spec.command, model=self.spec.model, resume=resume)
+        confinement = current()
+        confined = confinement is not None and confinement.key_for(request.cwd) is not None
+        argv = build_argv(self.spec.command, model=self.spec.model, resume=resume, confined=confined)
         if not self._version_checked:
             await self._check_version()
         try:
@@ -313,22 +340,26 @@ class CliExecutor:
         # One process per turn: the lane's FLOWD_* variables can be in its own environment.
         env = {**cli_environment(self.spec.resolved_env), **(request.meta.env or {})}
         try:
-            proc = await asyncio.create_subprocess_exec(
-                *reaped(argv, env.get("PATH")),
-                cwd=request.cwd,
-                env=env,
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                limit=_LINE_LIMIT,
-                start_new_session=True,  # its own process group: a kill reaches its children too
-            )
+            with spawning(request.cwd, program_key("cli", self.spec.command), env) as confined:
+                proc = await asyncio.create_subprocess_exec(
+                    *confined.argv(reaped(argv, env.get("PATH"))),
+                    cwd=request.cwd,
+                    env={**env, **confined.env},
+                    stdin=asyncio.subprocess.PIPE,
+                    stdout=asyncio.subprocess.PIPE,
+                    stderr=asyncio.subprocess.PIPE,
+                    limit=_LINE_LIMIT,
+                    start_new_session=True,  # its own process group: a kill reaches its children too
+                    preexec_fn=confined.preexec_fn,  # confined to the turn's lane (docs/sandbox.md)
+                    pass_fds=confined.pass_fds,
+                )
         except OSError as exc:
             raise AgentError("unavailable", f"cannot start {argv[0]}: {exc.strerror or exc}") from exc
         self._proc = proc
         assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
         stderr_tail: deque[str] = deque(maxlen=_STDERR_KEEP)
-        drain = asyncio.create_task(self._drain(proc.stderr, stderr_tail))
+        scanner = Scanner(current(), request.cwd, f"its agent {self.spec.id}#{self.clone}")
+        drain = asyncio.create_task(self._drain(proc.stderr, stderr_tail, scanner))
         turn = CliTurn()
         try:
             with contextlib.suppress(BrokenPipeError, ConnectionResetError):
@@ -365,13 +396,14 @@ class CliExecutor:
             raise AgentError(kind, f"{self.spec.id}#{self.clone}: {worded(message)}", reset_at=reset)
         return turn
 
-    async def _drain(self, stream: asyncio.StreamReader, tail: deque[str]) -> None:
+    async def _drain(self, stream: asyncio.StreamReader, tail: deque[str], scanner: Scanner) -> None:
         """Read stderr as it comes: a full pipe would block the agent."""
         while True:
             line = await stream.readline()
             if not line:
                 return
             self._write_log(b"stderr: " + line)
+            scanner.feed(line)  # what the OS refused it (docs/sandbox.md "Refusals")
             text = line.decode("utf-8", "replace").strip()
             if text:
                 tail.append(text)

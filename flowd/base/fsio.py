@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import tempfile
@@ -13,9 +14,18 @@ from pydantic import BaseModel
 
 from flowd.base.errors import FileProblems
 
+# What this process last wrote to each file, by digest: detection (docs/sandbox-detection.md) takes
+# a state file that changed to exactly these bytes as flowd's own write, not a lane's.
+_OWN_WRITES: dict[str, bytes] = {}
+
+
+def written_by_us(path: Path, data: bytes) -> bool:
+    return _OWN_WRITES.get(str(path)) == hashlib.sha256(data).digest()
+
 
 def write_text_atomic(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
+    _OWN_WRITES[str(path)] = hashlib.sha256(text.encode("utf-8")).digest()
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:

@@ -20,6 +20,7 @@ from flowd.trace.events import (
     ExecutorResumed,
     GateFlaky,
     GateResult,
+    LaneEscape,
     LanePlaced,
     MergeRevision,
     MergeRolledBack,
@@ -203,6 +204,8 @@ def _lane_line(view: RunView, event: object) -> str | None:
         return f"{where}: `{event.gate}` flaky: green on a rerun after {runs} (not charged)"
     if isinstance(event, MergeRevision):
         return f"{event.lane}: epic gates red after merging; merge revision {event.round}: `{event.gate}`"
+    if isinstance(event, LaneEscape):
+        return f"{event.lane}: wrote past its lane, {event.action}: {event.path} ({event.what})"
     if isinstance(event, PerimeterViolation):
         paths = ", ".join(f"{p.path} ({p.kind})" for p in event.paths)
         return f"{event.lane}: perimeter violation, {event.action}: {paths}"

@@ -265,9 +265,10 @@ class TaskGraph:
         ctx = self.ctx
         for number, command in enumerate(ctx.settings.setup, start=1):
             log = ctx.paths.gate_logs(self.story_id).parent / "setup" / f"task-{index}-{number}.log"
-            result = await run_command(
-                command, worktree, log=log, timeout_s=ctx.settings.gate_timeout_s, env=env
-            )
+            async with ctx.step(self.story_id, worktree):
+                result = await run_command(
+                    command, worktree, log=log, timeout_s=ctx.settings.gate_timeout_s, env=env
+                )
             if not result.ok:
                 raise StoryFailed(f"setup failed in the task worktree: {result.describe()}")
 

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from flowd.agents.base import (
     EXECUTOR_FAULTS,
@@ -58,6 +60,9 @@ class PauseAnswers(Protocol):
         ...
 
 
+if TYPE_CHECKING:
+    from flowd.engine.detect import Detector
+
 # Failures that are the executor's, not the reply's: a held coder moves to another executor.
 MESSAGE_CHARS = 600
 TOOL_ARG_CHARS = 300
@@ -86,6 +91,8 @@ class RunContext:
     holders: dict[str, HeldCoder] = field(default_factory=dict)  # lane → its held coder
     reviews: ReviewQueue = field(default_factory=ReviewQueue)  # review comments due (engine/review.py)
     _budget_told: set[str] = field(default_factory=set)
+    # Detection after every turn, gate and setup command (docs/sandbox-detection.md); None: off.
+    detect: Detector | None = None
     # Running lanes' port ranges (docs/worktree-bootstrap.md), keyed by story id or `<story>#t<n>`.
     ports: PortSlots = field(init=False)
 
@@ -96,6 +103,14 @@ class RunContext:
         """FLOWD_LANE/PORT/PORTS of a running lane (empty when it holds no range)."""
         held = self.ports.held(key) if key is not None else None
         return held.env() if held is not None else {}
+
+    def step(
+        self, lane: str | None, home: Path | None, *, own_home: bool = True
+    ) -> AbstractAsyncContextManager[None]:
+        """One turn, gate or setup command of `lane` in `home`, checked when it ends (engine/detect.py)."""
+        if self.detect is None or lane is None:
+            return contextlib.nullcontext()
+        return self.detect.step(lane, home, own_home=own_home)
 
     @property
     def epic_id(self) -> str:
@@ -201,17 +216,18 @@ class RunContext:
         """The run's gates in `cwd`, with its timeout, retries and trace (engine/gates.py), in the
         lane's environment (`env`, else the lane's ports: docs/worktree-bootstrap.md); the first
         red one."""
-        return await run_gates(
-            self.settings.gates,
-            cwd,
-            where=where,
-            lane=lane,
-            emit=self.emit,
-            log_dir=log_dir,
-            timeout_s=self.settings.gate_timeout_s,
-            env=env if env is not None else self.lane_env(lane),
-            retries=self.settings.gate_retries,
-        )
+        async with self.step(lane, cwd, own_home=where != "epic"):
+            return await run_gates(
+                self.settings.gates,
+                cwd,
+                where=where,
+                lane=lane,
+                emit=self.emit,
+                log_dir=log_dir,
+                timeout_s=self.settings.gate_timeout_s,
+                env=env if env is not None else self.lane_env(lane),
+                retries=self.settings.gate_retries,
+            )
 
     # -- turns ---------------------------------------------------------------------------------
     def observer(self, lane: str | None, executor: str | None) -> Callable[[ToolCall | str], None]:
@@ -280,14 +296,16 @@ class RunContext:
         """
         holder = self.holders.get(lane) if lane is not None else None
         if holder is not None and role in holder.lease.spec.roles and self._only_coders_hold(role):
-            return await holder.borrowed_turn(request)
+            async with self.step(lane, request.cwd):
+                return await holder.borrowed_turn(request)
         # A reviewer or judge other than the story's own coder is preferred (never waited for).
         independent = (
             frozenset({holder.lease.executor_id}) if holder is not None and role != "planner" else frozenset()
         )
-        result, info = await self.pool.run(
-            role, request, label=lane, observe=self.observer(lane, None), prefer_not=independent
-        )
+        async with self.step(lane, request.cwd):
+            result, info = await self.pool.run(
+                role, request, label=lane, observe=self.observer(lane, None), prefer_not=independent
+            )
         self.record_turn(request, result, info, lane=lane, coder_clone=False)
         return result
 
@@ -339,6 +357,10 @@ class HeldCoder:
             )
 
     async def turn(self, request: TurnRequest) -> TurnResult:
+        async with self.ctx.step(self.lane, request.cwd):
+            return await self._turn(request)
+
+    async def _turn(self, request: TurnRequest) -> TurnResult:
         handed_over = False
         while True:
             lease = self.lease

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from flowd.engine.core.flaky import Failed, Rerun, after_gate_run
+from flowd.sandbox.confine import Scanner, current, spawning
 from flowd.trace.events import Event, GateFlaky, GateResult, GateWhere
 
 TAIL_CHARS = 3000
@@ -52,16 +53,22 @@ async def run_command(
     if log is not None:
         log.parent.mkdir(parents=True, exist_ok=True)
     sink = log.open("wb") if log is not None else None
+    # Confined like the lane's agent (docs/sandbox.md); what the OS refuses, the output names.
+    scanner = Scanner(current(), cwd, f"`{command}`")
     try:
-        process = await asyncio.create_subprocess_shell(
-            command,
-            cwd=cwd,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT,
-            start_new_session=True,
-            env={**os.environ, **(env or {})},
-        )
+        with spawning(cwd, env=env) as confined:
+            # `sh -c`, as `create_subprocess_shell` runs it, through the binder when confined.
+            process = await asyncio.create_subprocess_exec(
+                *confined.argv(["/bin/sh", "-c", command]),
+                cwd=cwd,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT,
+                start_new_session=True,
+                env={**os.environ, **(env or {}), **confined.env},
+                preexec_fn=confined.preexec_fn,
+                pass_fds=confined.pass_fds,
+            )
         tail = bytearray()
         assert process.stdout is not None
 
@@ -70,6 +77,7 @@ async def run_command(
             while chunk := await process.stdout.read(65536):
                 if sink is not None:
                     sink.write(chunk)
+                scanner.feed(chunk)
                 tail.extend(chunk)
                 del tail[: max(0, len(tail) - TAIL_CHARS * 2)]
 
@@ -86,6 +94,7 @@ async def run_command(
                 await asyncio.shield(process.wait())
             raise
     finally:
+        scanner.close()
         if sink is not None:
             sink.close()
     text = tail.decode("utf-8", errors="replace")[-TAIL_CHARS:]

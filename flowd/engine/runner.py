@@ -23,6 +23,7 @@ from flowd.base.timeutil import iso
 from flowd.control.runctl import new_run_id
 from flowd.cost.prices import pricer
 from flowd.engine.bootstrap import bootstrap_epic, preflight
+from flowd.engine.confinement import announcement, run_confinement
 from flowd.engine.context import RunContext
 from flowd.engine.core.budget import BudgetLimits, budget_spent
 from flowd.engine.core.scheduler import (
@@ -41,6 +42,7 @@ from flowd.engine.core.scheduler import (
     StoryStopped,
 )
 from flowd.engine.core.scheduler import Event as SchedulerEvent
+from flowd.engine.detect import Detector
 from flowd.engine.lanes import Lanes, LocalLanes, open_lanes
 from flowd.engine.pauses import PauseDesk, earlier_pauses
 from flowd.engine.report import EpicReport, build_report, epic_history, write_report
@@ -53,6 +55,7 @@ from flowd.plan.hashing import story_hash
 from flowd.plan.model import StoryPlan
 from flowd.plan.parse import load_plan
 from flowd.roster.pool import RosterPool
+from flowd.sandbox.confine import active, current
 from flowd.store.config import Roster, Settings, load_roster, load_settings
 from flowd.store.inbox import InboxReader
 from flowd.trace.events import (
@@ -239,6 +242,7 @@ class _Session:
             if p is not None
         )
         self.lanes: Lanes | None = None
+        self.detector: Detector | None = None
 
     def _trace_failed(self, exc: OSError) -> None:
         self.broken.append(
@@ -250,9 +254,17 @@ class _Session:
     async def run(self) -> RunResult:
         outcome: RunOutcome = "failed"
         reason: str | None = None
+        setup = self.setup
+        confinement = run_confinement(
+            setup.repo, setup.settings, setup.wt_root, setup.plan.epic_id, setup.paths, self.writer.emit
+        )
         try:
-            self._start()
-            outcome, reason = await self._schedule()
+            with active(confinement):
+                self._start()
+                said = announcement(confinement, setup.settings.sandbox.mode)
+                if said is not None:
+                    self.writer.emit(said)
+                outcome, reason = await self._schedule()
         except FlowdError as exc:
             outcome, reason = ("halted" if exc.exit_code == EXIT_HALTED else "failed"), str(exc)
             self.writer.emit(Info(message=f"run stopped: {exc}"))
@@ -299,9 +311,22 @@ class _Session:
         if note is not None:
             writer.emit(Info(message=note))
         writer.emit(StageCompleted(stage="epic branch"))
+        sandbox = setup.settings.sandbox
+        if sandbox.mode != "off":  # detection is on whatever enforces (docs/sandbox-detection.md)
+            self.detector = Detector(
+                root=repo.root,
+                common_dir=repo.common_dir,
+                epic_id=plan.epic_id,
+                epic_wt=setup.epic_wt,
+                worktree_root=setup.wt_root,
+                emit=writer.emit,
+                allow_write=tuple(sandbox.allow_write),
+                trace_guard=writer.outside_writes,
+            )
+            self.detector.start()
 
     async def _schedule(self) -> tuple[RunOutcome, str | None]:
-        setup, writer = self.setup, self.writer
+        setup, writer, confinement = self.setup, self.writer, current()
 
         def emit(event: Event) -> None:
             writer.emit(event)
@@ -327,11 +352,16 @@ class _Session:
             budget_usd=setup.budget_usd,
             story_budget_usd=setup.settings.story_budget_usd,
             pause_on=frozenset(self.pause_on),
+            detect=self.detector,
         )
+        if self.detector is not None:
+            self.detector.merge_lock = ctx.merge_lock
         # The first stories' agents start while their worktrees are prepared (docs/performance.md),
         # here or on the lanes' nodes (docs/scale-out.md).
         first = min(setup.concurrency, len(ready(setup.plan)))
-        if setup.settings.lanes.engine == "local":
+        # A confined agent process serves one lane for life (docs/sandbox.md): none starts ahead.
+        enforcing = confinement is not None and confinement.enforcing
+        if setup.settings.lanes.engine == "local" and not enforcing:
             self.pool.prestart({"coder": first, "planner": first}, setup.repo.root)
         self.lanes = await open_lanes(ctx, first)
         shell = SchedulerShell(
@@ -355,6 +385,10 @@ class _Session:
         if self.pool is not None:
             with contextlib.suppress(Exception):
                 await asyncio.shield(self.pool.aclose())
+        if self.detector is not None:
+            # Nothing of the run is running any more: every place once more (a stray's last write).
+            with contextlib.suppress(Exception):
+                await asyncio.to_thread(self.detector.sweep, self.detector.lane_worktrees())
         done = view.count("done")
         failed = view.count("failed")
         skipped = len(setup.plan.stories) - done - failed

@@ -416,13 +416,14 @@ class StoryRun:
         ctx.emit(StageStarted(stage=stage, lane=story))
         for number, command in enumerate(ctx.settings.setup, start=1):
             log = ctx.paths.gate_logs(story).parent / "setup" / f"{number}.log"
-            result = await run_command(
-                command,
-                self.worktree,
-                log=log,
-                timeout_s=ctx.settings.gate_timeout_s,
-                env=ctx.lane_env(story),
-            )
+            async with ctx.step(story, self.worktree):
+                result = await run_command(
+                    command,
+                    self.worktree,
+                    log=log,
+                    timeout_s=ctx.settings.gate_timeout_s,
+                    env=ctx.lane_env(story),
+                )
             if not result.ok:
                 ctx.emit(StageFailed(stage=stage, lane=story, error=result.describe()[:500]))
                 raise StoryFailed(f"setup failed: {result.describe()}")
@@ -467,7 +468,19 @@ class StoryRun:
 
     async def _merge_locked(self) -> str:
         """Merge into the epic behind its gates; the caller holds the merge lock."""
+        try:
+            return await self._merge_behind_gates()
+        finally:
+            if self.ctx.detect is not None:
+                self.ctx.detect.epic_settled()  # flowd's own move (docs/sandbox-detection.md)
+
+    async def _merge_behind_gates(self) -> str:
         ctx, repo, story = self.ctx, self.ctx.repo, self.story.id
+        if ctx.detect is not None:
+            # What another lane put in the epic worktree is put back and blamed on that lane, and
+            # a story blamed for an escape fails here rather than merge (docs/sandbox-detection.md).
+            await asyncio.to_thread(ctx.detect.check_epic_worktree)
+            ctx.detect.raise_pending(story)
         dirty = await asyncio.to_thread(repo.status_paths, ctx.epic_wt)
         if dirty:
             raise Halt(

@@ -106,8 +106,18 @@ ENUMS: dict[str, tuple[str, ...]] = {
         "failed",
         "skipped",
     ),
-    # `flow/attention.reason`; `repaired` only informs, `cleared` ends a wait.
-    "attentionReasons": ("paused", "blocked", "failed", "budget", "repaired", "cleared"),
+    # `flow/attention.reason`; `repaired`, `escaped` and `unconfined` only inform, `cleared` ends
+    # a wait.
+    "attentionReasons": (
+        "paused",
+        "blocked",
+        "failed",
+        "budget",
+        "repaired",
+        "escaped",
+        "unconfined",
+        "cleared",
+    ),
     # The attention reasons a story waits on a person with.
     "waitingReasons": ("paused", "blocked", "budget", "failed"),
     # What `flow.launchEpic`'s `pauseOn` may name (docs/answers.md).

@@ -250,7 +250,9 @@ class CostParams(Shape):
 class AttentionParams(Shape):
     """`flow/attention`: something needs a person, or no longer does (`cleared`).
 
-    `reason`: paused, blocked, failed, budget, repaired (a perimeter repair undid changes), cleared.
+    `reason`: paused, blocked, failed, budget, repaired (a perimeter repair undid changes),
+    escaped (a lane's process wrote past its story, docs/sandbox-detection.md), unconfined (the
+    run's lanes are not confined, docs/sandbox.md), cleared.
     The server always sends `actions` (empty when there is nothing to answer)."""
 
     run_id: str

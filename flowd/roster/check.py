@@ -19,7 +19,8 @@ from flowd.agents.base import AgentError, FlowdMeta, TurnRequest
 from flowd.agents.factory import make_executor
 from flowd.base.errors import EXIT_FAILED, EXIT_OK, FlowdError, InputError
 from flowd.base.wire import WireModel
-from flowd.store.config import ROLES, TEXT_ROLES, ExecutorSpec, load_roster
+from flowd.sandbox.confine import status_line
+from flowd.store.config import ROLES, TEXT_ROLES, ExecutorSpec, load_roster, load_settings
 from flowd.vcs.gitops import toplevel
 
 PROMPT = "Reply with the single word: ready"
@@ -46,6 +47,7 @@ class CheckReport(WireModel):
     ok: bool
     roster: str
     executors: list[CheckResult]
+    sandbox: str | None = None  # the confinement a run here gets (docs/sandbox.md)
 
 
 def role_for(spec: ExecutorSpec, asked: str | None) -> str:
@@ -119,11 +121,22 @@ def render(report: CheckReport) -> str:
     lines.append(
         f"{total - failed} of {total} executors answered" + ("" if not failed else f"; {failed} failed")
     )
+    if report.sandbox is not None:
+        lines.append(report.sandbox)
     return "\n".join(lines)
 
 
 def _repo() -> Path:
     return toplevel(Path.cwd()) or Path.cwd()  # outside a checkout: the user's roster only
+
+
+def _sandbox(repo: Path) -> str:
+    """`sandbox: landlock ABI 7 (enforce)`: what a run in `repo` gets, by its `[sandbox] mode`."""
+    try:
+        mode = load_settings(repo).sandbox.mode
+    except FlowdError:
+        mode = "enforce"  # the run itself names a bad config.toml
+    return status_line(mode)
 
 
 def check_command(args: argparse.Namespace) -> int:
@@ -137,7 +150,9 @@ def check_command(args: argparse.Namespace) -> int:
         raise InputError(f"no executor{which} ({roster.described}); see docs/roster.md")
     timeout_s = float(getattr(args, "timeout", None) or DEFAULT_TIMEOUT_S)
     results = asyncio.run(check_all(specs, role, timeout_s))
-    report = CheckReport(ok=all(r.ok for r in results), roster=roster.described, executors=results)
+    report = CheckReport(
+        ok=all(r.ok for r in results), roster=roster.described, executors=results, sandbox=_sandbox(_repo())
+    )
     if getattr(args, "json", False):
         print(report.model_dump_json(by_alias=True, exclude_none=True))
     else:

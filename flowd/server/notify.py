@@ -24,6 +24,7 @@ if TYPE_CHECKING:  # flowd.trace.events needs pydantic: imported on first use (d
         ExecutorLeased,
         ExecutorReleased,
         ExecutorResumed,
+        LaneEscape,
         PerimeterViolation,
     )
     from flowd.trace.view import LaneView, RunView
@@ -160,6 +161,38 @@ def repair_note(view: RunView, event: PerimeterViolation) -> Note:
     return Note(ATTENTION, params, (ATTENTION, view.run_id, event.lane, "repaired"), True)
 
 
+ESCAPE_DONE = {
+    "denied": "was refused by the OS",
+    "undone": "was put back",
+    "reported": "could not be put back",
+}
+
+
+def escape_note(view: RunView, event: LaneEscape) -> Note:
+    """A lane's process wrote past its story (docs/sandbox-detection.md): `flow/attention` with
+    `reason: "escaped"`. It informs, like `repaired`: the story fails for it (and that `failed`
+    attention is what waits on the user), so `actions` is empty and no `cleared` follows."""
+    from flowd.protocol.models import AttentionParams
+
+    message = f"story '{event.lane}' wrote past its lane: {event.path} ({event.what}); it {ESCAPE_DONE[event.action]}"
+    params = AttentionParams(
+        run_id=view.run_id, lane=event.lane, reason="escaped", message=message, actions=[], paths=[event.path]
+    ).wire()
+    return Note(ATTENTION, params, (ATTENTION, view.run_id, event.lane, "escaped", event.path), True)
+
+
+SANDBOX_NOTE = "sandbox: "  # the run's one word on its confinement (flowd/engine/confinement.py)
+
+
+def unconfined_note(view: RunView, message: str) -> Note:
+    """The run is not confined (no Landlock, or `[sandbox] mode` says so; docs/sandbox.md):
+    `flow/attention` with `reason: "unconfined"`, once per run, nothing to answer."""
+    from flowd.protocol.models import AttentionParams
+
+    params = AttentionParams(run_id=view.run_id, reason="unconfined", message=message, actions=[]).wire()
+    return Note(ATTENTION, params, (ATTENTION, view.run_id, "unconfined"), True)
+
+
 def notes_for(view: RunView, event: Event) -> list[Note]:
     """The notifications implied by `event`, already folded into `view`."""
     from flowd.trace.events import (
@@ -169,6 +202,8 @@ def notes_for(view: RunView, event: Event) -> list[Note]:
         ExecutorReleased,
         ExecutorResumed,
         GateFlaky,
+        Info,
+        LaneEscape,
         LanePlaced,
         MergeBatchStarted,
         MergeRevision,
@@ -225,6 +260,10 @@ def notes_for(view: RunView, event: Event) -> list[Note]:
     if isinstance(event, StoryPaused | StoryAnswered):
         # The run may be `paused` now (or no longer): the pause comes after its story's status.
         return [run_note(view)]
+    if isinstance(event, LaneEscape):
+        return [escape_note(view, event)]
+    if isinstance(event, Info) and event.lane is None and event.message.startswith(SANDBOX_NOTE):
+        return [unconfined_note(view, event.message)]
     if isinstance(event, GateFlaky | MergeRevision):
         return _lane(view, event.lane)  # a transition: `flaky`/`mergeRevision` changed its signature
     return []

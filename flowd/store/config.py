@@ -61,6 +61,27 @@ class LanesSettings(StrictWireModel):
     remote: str = Field(default="origin", min_length=1)  # a git remote name or URL
 
 
+SandboxMode = Literal["enforce", "detect", "off"]
+
+
+class SandboxSettings(StrictWireModel):
+    """`[sandbox]`: how lanes are confined (docs/sandbox.md) and checked (docs/sandbox-detection.md).
+
+    `allowWrite`/`allowRead` entries are absolute, `~/`-relative or repository-relative paths."""
+
+    mode: SandboxMode = "enforce"
+    allow_write: list[str] = Field(default_factory=list)
+    allow_read: list[str] = Field(default_factory=list)
+
+    @field_validator("allow_write", "allow_read")
+    @classmethod
+    def _paths(cls, value: list[str]) -> list[str]:
+        for entry in value:
+            if not entry.strip() or "\0" in entry:
+                raise ValueError(f"{entry!r} must name a path, like '~/.cache/my-build' or '/opt/cache'")
+        return value
+
+
 class Settings(StrictWireModel):
     """`.flow/config.toml` (docs/running.md). Every key is optional."""
 
@@ -91,6 +112,7 @@ class Settings(StrictWireModel):
     gate_timeout_s: float = Field(default=1800.0, gt=0)
     worktree: WorktreeSettings = Field(default_factory=WorktreeSettings)
     lanes: LanesSettings = Field(default_factory=LanesSettings)
+    sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
 
     @field_validator("time_zone")
     @classmethod

@@ -19,6 +19,11 @@ RunOutcome = Literal["done", "failed", "cancelled", "halted"]
 PerimeterKind = Literal["outside", "sharedReadOnly", "foreignOwned"]
 PerimeterAction = Literal["flagged", "restored", "failed"]
 GateWhere = Literal["task", "epic", "baseline"]
+# docs/sandbox-detection.md: the kind of place a lane wrote (or read) past its story, and what came of it.
+EscapeWhat = Literal[
+    "checkout", "home", "gitConfig", "gitHooks", "gitRef", "flowState", "otherLane", "secret", "outside"
+]
+EscapeAction = Literal["denied", "undone", "reported"]
 
 
 class Usage(WireModel):
@@ -361,6 +366,17 @@ class LanePlaced(WireModel):
     node: str
 
 
+class LaneEscape(WireModel):
+    """A lane's process reached past its story (docs/sandbox-detection.md): `denied` by the OS,
+    `undone` (found after the fact and put back) or `reported` (found, could not be put back)."""
+
+    type: Literal["LaneEscape"] = "LaneEscape"
+    lane: str
+    path: str
+    what: EscapeWhat
+    action: EscapeAction
+
+
 class Info(WireModel):
     type: Literal["Info"] = "Info"
     lane: str | None = None
@@ -402,6 +418,7 @@ Event = Annotated[
     | MergeBatchStarted
     | MergeBatchResult
     | MergeBisect
+    | LaneEscape
     | Info,
     Field(discriminator="type"),
 ]
@@ -416,6 +433,7 @@ EVENT_CLASSES: dict[str, type[WireModel]] = {
         StoryJudged, BudgetExceeded, StoryPaused, StoryAnswered, Info,
         WorktreePrepared, GateFlaky, MergeRevision, RevisionRequested, LanePlaced,
         MergeBatchStarted, MergeBatchResult, MergeBisect,
+        LaneEscape,
     )
 }  # fmt: skip
 EVENT_TYPES: frozenset[str] = frozenset(EVENT_CLASSES)

@@ -149,6 +149,9 @@ class TraceWriter:
                     self._handle.write(b"\n")
         self._end = self._handle.tell()  # the trace's length once every written line is flushed
         self._last_line: bytes | None = None  # the last line written by this writer
+        # Once detection asks (`outside_writes`): our lines since it last found the trace intact.
+        self._since_asked: list[bytes] | None = None
+        self._intact = self._end
         self._subscribers: list[Callable[[Envelope], None]] = []
         self._view: RunView | None = None
         self.checkpoints: Checkpoints | None = None
@@ -188,6 +191,8 @@ class TraceWriter:
                 else:
                     self._end += len(line)
                     self._last_line = line
+                    if self._since_asked is not None:
+                        self._since_asked.append(line)
             if self._view is not None:
                 # Folded even when the trace can no longer be written: budgets still count.
                 self._view.apply(envelope)
@@ -205,6 +210,34 @@ class TraceWriter:
             return
         if at_close or checkpoints.due(self._end):
             checkpoints.write(self._end, line)
+
+    def outside_writes(self) -> str | None:
+        """Whether something other than this writer changed the trace since the last time it was
+        asked (docs/sandbox-detection.md): None (no), "undone" (bytes were added among ours: the
+        trace is cut back to where it was last found intact and our lines are written again) or
+        "reported" (it was shortened or replaced: what it lost cannot be written back from here)."""
+        with self._lock:
+            if self._handle.closed:
+                return None
+            if self._since_asked is None:  # from now on, keep the lines written between two asks
+                self._since_asked, self._intact = [], self._end
+            try:
+                on_disk = os.stat(self.path)
+                ours = os.fstat(self._handle.fileno())
+            except OSError:
+                return "reported"
+            replaced = (on_disk.st_ino, on_disk.st_dev) != (ours.st_ino, ours.st_dev)
+            if replaced or on_disk.st_size < self._end:
+                action: str | None = "reported"
+            elif on_disk.st_size == self._end:
+                action = None
+            else:
+                os.truncate(self._handle.fileno(), self._intact)
+                self._handle.write(b"".join(self._since_asked))
+                self._handle.flush()
+                action = "undone"
+            self._since_asked, self._intact = [], self._end
+            return action
 
     def close(self) -> None:
         with self._lock:

@@ -27,14 +27,27 @@ NEVER_GREEN = f"sh -c '{ON_EPIC} || {{ echo \"epic check: never green\"; exit 1;
 
 
 def flaky_gate(marker: Path, *, only_epic: bool = False) -> str:
-    """Red on its first run (where it applies), green ever after: the marker file remembers."""
+    """Red on its first run (where it applies), green ever after: the marker file remembers. It
+    lives outside the lane, so the run must let gates write its folder (`gate_state`)."""
     skip = f"{ON_EPIC} && exit 0; " if only_epic else ""
     return f"sh -c '{skip}test -f {marker} && exit 0; touch {marker}; echo flaked; exit 1'"
 
 
-def settings(gate: str, **more: object) -> str:
+def gate_state(root: Path) -> Path:
+    """A folder confined gates may write (docs/sandbox.md "Widening it"), for the flaky marker."""
+    folder = root / "gate-state"
+    folder.mkdir(exist_ok=True)
+    return folder
+
+
+def sandbox_allowing(folder: Path) -> str:
+    return f"[sandbox]\nallowWrite = [{json.dumps(str(folder))}]\n"
+
+
+def settings(gate: str, allow: Path | None = None, **more: object) -> str:
     lines = [f"gates = [{json.dumps(gate)}]", "judgeRounds = 0", "maxReviewRounds = 1"]
-    return "\n".join([*lines, *(f"{k} = {json.dumps(v)}" for k, v in more.items())]) + "\n"
+    top = "\n".join([*lines, *(f"{k} = {json.dumps(v)}" for k, v in more.items())]) + "\n"
+    return top + (sandbox_allowing(allow) if allow is not None else "")
 
 
 def fix_rule(**extra: Any) -> dict[str, Any]:
@@ -164,10 +177,13 @@ def test_a_run_killed_mid_revision_resumes_the_revision(tmp_path: Path) -> None:
 
 
 def test_a_flaky_task_gate_is_rerun_and_not_charged(tmp_path: Path) -> None:
-    marker = tmp_path / "flaked-once"
+    marker = gate_state(tmp_path) / "flaked-once"
     gate = flaky_gate(marker)
     sc = Scenario.create(
-        tmp_path, [story("a", ["a/"])], [coder("a", {"a/x.txt": "x\n"})], settings=settings(gate)
+        tmp_path,
+        [story("a", ["a/"])],
+        [coder("a", {"a/x.txt": "x\n"})],
+        settings=settings(gate, marker.parent),
     )
     result = sc.run()
     assert result.outcome == "done"
@@ -197,12 +213,12 @@ def test_a_flaky_task_gate_is_rerun_and_not_charged(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("retries", [0, 1])
 def test_a_flaky_epic_gate_with_and_without_retries(tmp_path: Path, retries: int) -> None:
-    gate = flaky_gate(tmp_path / "flaked-once", only_epic=True)
+    gate = flaky_gate(gate_state(tmp_path) / "flaked-once", only_epic=True)
     sc = Scenario.create(
         tmp_path,
         [story("a", ["a/"])],
         [coder("a", {"a/x.txt": "x\n"})],
-        settings=settings(gate, gateRetries=retries, mergeRevisionRounds=0),
+        settings=settings(gate, gate_state(tmp_path), gateRetries=retries, mergeRevisionRounds=0),
     )
     result = sc.run()
     flaky = [e.event for e in sc.events(result.run_id) if isinstance(e.event, GateFlaky)]

@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from flowd.trace.events import AssistantMessage, PerimeterViolation
+from flowd.trace.events import AssistantMessage, LaneEscape, PerimeterViolation
 from tests.engine.scenario import Scenario, coder, git, story
 
 FILES = {"lib/core.py": "CORE = 1\n", "docs/guide.md": "# guide\n"}
+DETECT = 'judgeRounds = 0\nmaxReviewRounds = 1\n[sandbox]\nmode = "detect"\n'
 
 
 @pytest.fixture(autouse=True)
@@ -73,10 +74,11 @@ def test_writes_outside_the_worktree_are_refused_and_deletions_are_restored(tmp_
     assert git(sc.repo, "show", "epic/ep:lib/core.py") == "CORE = 1\n"
 
 
-def test_a_shell_command_can_write_anywhere_flowd_halts_before_merging_onto_it(tmp_path: Path) -> None:
-    """The limit: a command is the agent's own process. Written into the epic worktree, it is found
-    before the next merge and the run halts naming it; written into the user's checkout, flowd
-    neither sees nor touches it (it is never committed anywhere)."""
+def test_a_shell_command_that_writes_past_its_lane_is_caught_and_its_story_fails(tmp_path: Path) -> None:
+    """A command is the agent's own process: without OS confinement it can write anywhere the user
+    can. Detection (docs/sandbox-detection.md) finds it when the turn ends: the file written into
+    the epic worktree is put back, the one in the user's checkout is reported (it may be the
+    user's own edit, so it is left), and the story that did it fails naming the path."""
     rules = [
         coder(
             "sneaky",
@@ -84,14 +86,19 @@ def test_a_shell_command_can_write_anywhere_flowd_halts_before_merging_onto_it(t
             run=["echo pwned > ../_epic/pwned.txt", "echo pwned > ../../../repo/pwned.txt"],
         )
     ]
-    sc = Scenario.create(tmp_path, [story("sneaky", ["src/"])], rules)
+    sc = Scenario.create(tmp_path, [story("sneaky", ["src/"])], rules, settings=DETECT)
     result = sc.run()
-    assert result.outcome == "halted" and result.exit_code == 3
+    assert result.outcome == "failed" and result.exit_code == 1
     reason = result.view.lanes["sneaky"].reason or ""
-    assert "has uncommitted changes" in reason and "pwned.txt" in reason
-    assert sc.merge_commits() == []
-    assert "pwned.txt" not in sc.epic_files()
-    # Outside flowd's reach: the file is in the user's checkout, untracked, never committed by flowd.
+    assert reason.startswith(f"story 'sneaky' wrote past its lane: it changed {sc.repo / 'pwned.txt'}")
+    escapes = {(e.path, e.what, e.action) for e in _of(sc, result.run_id, LaneEscape)}
+    epic_wt = sc.worktree_root / "ep" / "_epic"
+    assert escapes == {
+        (str(sc.repo / "pwned.txt"), "checkout", "reported"),
+        (str(epic_wt / "pwned.txt"), "otherLane", "undone"),
+    }
+    assert sc.merge_commits() == [] and not (epic_wt / "pwned.txt").exists()
+    # Reported, never touched: the file is in the user's checkout, untracked, never committed by flowd.
     assert (sc.repo / "pwned.txt").read_text(encoding="utf-8") == "pwned\n"
     assert git(sc.repo, "log", "--format=%s", "main").split("\n")[0] == "init"
 

@@ -6,18 +6,19 @@ import json
 from pathlib import Path
 
 from tests.engine.scenario import Scenario, coder, story
-from tests.engine.test_revisions import NEEDS_FIX, fix_rule, flaky_gate
+from tests.engine.test_revisions import NEEDS_FIX, fix_rule, flaky_gate, gate_state, sandbox_allowing
 from tests.nvim.conftest import drive
 from tests.server.demo_repo import kill_runs
 
 
 def test_the_lanes_buffer_shows_a_merge_revision_and_a_flaky_gate(nvim: Path, tmp_path: Path) -> None:
-    gates = [flaky_gate(tmp_path / "flaked-once"), NEEDS_FIX]
+    gates = [flaky_gate(gate_state(tmp_path) / "flaked-once"), NEEDS_FIX]
     sc = Scenario.create(
         tmp_path,
         [story("a", ["a/"])],
         [fix_rule(), coder("a", {"a/x.txt": "x\n"})],
-        settings=f"gates = {json.dumps(gates)}\njudgeRounds = 0\nmaxReviewRounds = 1\n",
+        settings=f"gates = {json.dumps(gates)}\njudgeRounds = 0\nmaxReviewRounds = 1\n"
+        + sandbox_allowing(gate_state(tmp_path)),
     )
     try:
         out = drive(nvim, "revisions.lua", tmp_path, {"REPO": str(sc.repo), "PLAN": str(sc.plan_path)})

@@ -216,3 +216,16 @@ def test_a_flaky_gate_and_a_merge_revision_send_the_lane_at_once() -> None:
     assert [(lane.get("flaky"), lane.get("mergeRevision")) for lane in lanes] == [(1, None), (1, 1)]
     assert feed(view, [GateFlaky(where="epic", gate="pytest", attempts=2)]) == []  # no lane: nothing
     assert "flaky" not in lane_wire(view, view.lanes["b"]) and view.flaky_gates[-1].lane is None
+
+
+def test_a_lane_escape_is_an_attention_naming_the_path() -> None:
+    from flowd.trace.events import LaneEscape
+
+    view = RunView(run_id="r")
+    escape = LaneEscape(lane="b", path="/repo/.flow/config.toml", what="flowState", action="undone")
+    (note,) = feed(view, [START, escape])[-1:]
+    assert note.transition and note.params == {
+        "runId": "r", "lane": "b", "reason": "escaped", "actions": [],
+        "message": "story 'b' wrote past its lane: /repo/.flow/config.toml (flowState); it was put back",
+        "paths": ["/repo/.flow/config.toml"],
+    }  # fmt: skip

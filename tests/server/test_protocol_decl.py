@@ -207,8 +207,11 @@ def test_the_declared_enums_are_the_words_the_server_uses() -> None:
     pause_on = LaunchArgs.model_fields["pause_on"].annotation
     assert set(get_args(get_args(get_args(pause_on)[0])[0])) == set(PAUSE_REASONS)
     assert enums["timelinePhases"] == PHASES
-    assert {*REASON.values(), "failed", "repaired", "cleared"} == set(enums["attentionReasons"])
-    assert set(enums["waitingReasons"]) <= set(enums["attentionReasons"]) - {"repaired", "cleared"}
+    informs = {"repaired", "escaped", "unconfined", "cleared"}  # flowd/server/notify.py, attention.py
+    assert {*REASON.values(), "failed", *informs} == set(enums["attentionReasons"])
+    assert set(enums["waitingReasons"]) <= set(enums["attentionReasons"]) - informs
+    notify = (ROOT / "flowd" / "server" / "notify.py").read_text(encoding="utf-8")
+    assert set(re.findall(r'reason="(\w+)"', notify)) <= set(enums["attentionReasons"])
 
 
 def test_the_editors_take_the_enums_from_the_generated_modules() -> None:

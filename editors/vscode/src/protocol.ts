@@ -51,7 +51,7 @@ export const RUN_OUTCOMES = ["done", "failed", "cancelled", "halted"] as const;
 
 /** The words of status and reason fields (flowd.protocol.ENUMS). */
 export const LANE_STATUSES = ["planned", "active", "waiting", "ready", "queued", "merging", "done", "failed", "skipped"] as const;
-export const ATTENTION_REASONS = ["paused", "blocked", "failed", "budget", "repaired", "cleared"] as const;
+export const ATTENTION_REASONS = ["paused", "blocked", "failed", "budget", "repaired", "escaped", "unconfined", "cleared"] as const;
 export const WAITING_REASONS = ["paused", "blocked", "budget", "failed"] as const;
 export const PAUSE_REASONS = ["budget", "blocked", "noExecutor", "merge"] as const;
 export const TIMELINE_PHASES = ["planned", "coding", "gated", "queued", "merging", "merged", "paused", "failed"] as const;
@@ -110,7 +110,9 @@ export interface AnswerResult {
 /**
  * `flow/attention`: something needs a person, or no longer does (`cleared`).
  *
- * `reason`: paused, blocked, failed, budget, repaired (a perimeter repair undid changes), cleared.
+ * `reason`: paused, blocked, failed, budget, repaired (a perimeter repair undid changes),
+ * escaped (a lane's process wrote past its story, docs/sandbox-detection.md), unconfined (the
+ * run's lanes are not confined, docs/sandbox.md), cleared.
  * The server always sends `actions` (empty when there is nothing to answer).
  */
 export interface AttentionParams {

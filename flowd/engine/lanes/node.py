@@ -31,6 +31,7 @@ from typing import IO
 
 from flowd.base.fsio import write_text_atomic
 from flowd.cost.prices import pricer
+from flowd.engine.confinement import run_confinement
 from flowd.engine.context import RunContext
 from flowd.engine.core.failure import StoryFacts, outcome_of
 from flowd.engine.core.outcome import StoryOutcome
@@ -40,6 +41,8 @@ from flowd.engine.state import EpicPaths, StoryState, save_state
 from flowd.engine.story import StoryRun
 from flowd.plan.model import Story, StoryPlan
 from flowd.roster.pool import RosterPool
+from flowd.sandbox import landlock
+from flowd.sandbox.confine import active, effective_mode
 from flowd.store.config import Roster, Settings
 from flowd.trace.events import Event, Info, StoryStatusChanged, TaskCompleted
 from flowd.trace.view import RunView
@@ -209,7 +212,8 @@ class NodeHost:
         """Clone the remote and start the first lanes' agent clones before any lane is placed."""
         await asyncio.to_thread(self.ensure_clone)
         count = self.spec.prestart
-        if count > 0:
+        # A confined agent process serves one lane for life (docs/sandbox.md): none starts ahead.
+        if count > 0 and effective_mode(self.spec.settings.sandbox.mode, landlock.abi()) != "enforce":
             self.pool().prestart({"coder": count, "planner": count}, self.clone)
 
     def _route(self, event: Event) -> None:
@@ -455,8 +459,13 @@ class NodeLane:
         )  # fmt: skip
         ctx.ports = host.ports  # lanes side by side on this node get distinct port ranges
         host.attach(spec.story, emit)
+        # The same policy as a local lane's (docs/sandbox.md), on this node's clone and worktrees.
+        confinement = run_confinement(
+            ctx.repo, spec.settings, ctx.worktree_root, spec.plan.epic_id, self.paths, emit
+        )
         try:
-            outcome = await _PushingStoryRun(ctx, spec.plan.require(spec.story), self).run()
+            with active(confinement):
+                outcome = await _PushingStoryRun(ctx, spec.plan.require(spec.story), self).run()
         finally:
             host.detach(spec.story)
         self.timing.pipeline = time.monotonic() - started

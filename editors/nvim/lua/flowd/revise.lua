@@ -25,8 +25,6 @@ function R.worktree_of(root, epic_id, lane)
   return ("%s/%s.flowd/%s/%s"):format(vim.fs.dirname(root), vim.fs.basename(root), epic_id, lane)
 end
 
-R.worktree_of = worktree_of
-
 --- Stories of live runs a comment on `file` may go to: the one whose worktree holds it, or (in the
 --- main checkout) the one owning it by `owner` (flow/perimeter's answer). Returns those that may
 --- still take a revision, and those that cannot (merged, failed), so the run can say why.

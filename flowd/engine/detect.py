@@ -1,0 +1,630 @@
+"""Detection, the second line behind confinement (docs/sandbox-detection.md).
+
+Every agent turn, task gate and setup command of a lane runs inside `Detector.step`: a window
+opens, and when the step ends the lane's stray processes are killed and the shared places are
+compared with their fingerprints (the repository's git config, hooks and info, its refs, flowd's
+settings and state, the user's checkout, the home directory's startup and git files). A lane's own
+worktree is fingerprinted when its step ends and compared when its next step starts, so a change
+made there meanwhile is another lane's. The rule (what counts, who is blamed, what is done) is
+`engine/core/escape.py`'s; this module fingerprints, puts back and reports.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+
+from flowd.base.fsio import written_by_us
+from flowd.engine.core.escape import (
+    Blame,
+    Change,
+    Foreign,
+    Places,
+    Unsure,
+    Verdict,
+    Window,
+    holds_secret,
+    judge,
+    sentence,
+    unsure_note,
+    what_of,
+)
+from flowd.engine.core.stops import StoryFailed
+from flowd.engine.fingerprint import (
+    MISSING,
+    Entry,
+    FilePrint,
+    RefPrint,
+    changed_at,
+    files_under,
+    head_file,
+    print_file,
+    read_refs,
+    ref_changed_at,
+    same,
+    status,
+)
+from flowd.trace.events import EscapeAction, Event, Info, LaneEscape
+
+# Startup and git files of the home directory: a write there runs later with the user's rights.
+HOME_FILES = (
+    ".gitconfig", ".config/git/config", ".bashrc", ".bash_profile", ".bash_login", ".profile",
+    ".zshrc", ".zprofile", ".zshenv", ".config/fish/config.fish", ".ssh/authorized_keys",
+    ".ssh/config", ".config/flowd/roster.toml",
+)  # fmt: skip
+# New entries of the home directory the agent programs make for their own state (docs/sandbox.md).
+AGENT_STATE = (
+    ".claude", ".claude.json", ".codex", ".gemini", ".npm", ".cache", ".config", ".local",
+    ".bun", ".cursor", ".qwen", ".opencode", ".node-gyp", ".pki", ".dotnet", ".cargo", ".rustup",
+    # and the caches and histories common tools make on first use
+    ".yarn", ".yarnrc", ".pnpm-store", ".m2", ".gradle", "go", ".deno", ".nvm", ".pyenv", ".conda",
+    ".ipython", ".jupyter", ".wget-hsts", ".lesshst", ".python_history", ".node_repl_history",
+    ".bash_history", ".sudo_as_admin_successful", ".android", ".vscode-server", ".dbus",
+)  # fmt: skip
+FLOW_FILES = ("config.toml", "roster.toml", "roster-state.json")
+SECRET_HEAD = 8192  # how much of a changed file is read for a private key
+
+
+@dataclass
+class _Snap:
+    """A lane worktree as its last step left it."""
+
+    entries: dict[str, Entry]
+    taken: float
+    admin: Path | None  # the worktree's private git dir
+    head: FilePrint  # its HEAD file (another lane may point it elsewhere)
+
+
+@dataclass
+class Detector:
+    """One run's detection. `enabled` False (`[sandbox] mode = "off"`) makes every call a no-op."""
+
+    root: Path
+    common_dir: Path
+    epic_id: str
+    epic_wt: Path
+    worktree_root: Path
+    emit: Callable[[Event], object]
+    home: Path = field(default_factory=Path.home)
+    enabled: bool = True
+    allow_write: tuple[str, ...] = ()
+    trace_guard: Callable[[], str | None] | None = None
+    windows: list[Window] = field(default_factory=list)
+    pending: dict[str, list[tuple[Change, EscapeAction]]] = field(default_factory=dict)
+    _files: dict[str, FilePrint] = field(default_factory=dict)
+    _refs: dict[str, RefPrint] = field(default_factory=dict)
+    _checkout: dict[str, Entry] = field(default_factory=dict)
+    _checkout_head: bytes = b""
+    _home_names: set[str] = field(default_factory=set)
+    _snaps: dict[str, _Snap] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _checked: float = 0.0
+    # The run's merge lock: the epic worktree is checked only while no merge is writing it.
+    merge_lock: asyncio.Lock | None = None
+    epic_head: RefPrint | None = None  # the epic branch as flowd's last merge left it
+
+    @property
+    def places(self) -> Places:
+        return Places(
+            checkout=str(self.root),
+            common_dir=str(self.common_dir),
+            home=str(self.home),
+            flow_dir=str(self.root / ".flow"),
+            worktree_root=str(self.worktree_root),
+        )
+
+    # -- the steps -------------------------------------------------------------------------------
+    def start(self) -> None:
+        """Take the first fingerprints (after flowd's own set-up writes: info/exclude, the epic)."""
+        if not self.enabled:
+            return
+        with self._lock:
+            self._files = {key: print_file(Path(key)) for key in self._file_places()}
+            self._refs = self._watched_refs()
+            self._checkout = status(self.root) or {}
+            self._checkout_head = head_file(self.common_dir)
+            self._home_names = self._home_listing()
+            self._checked = time.time()
+        self.epic_settled()
+
+    def epic_settled(self) -> None:
+        """flowd moved the epic branch (a merge, a rollback): that is where it belongs now."""
+        self.epic_head = read_refs(self.common_dir).get(f"refs/heads/epic/{self.epic_id}")
+
+    @contextlib.asynccontextmanager
+    async def step(
+        self, lane: str | None, home: Path | None, *, own_home: bool = True
+    ) -> AsyncIterator[None]:
+        """Run one step of `lane` (a turn, a gate, a setup command) with `home` its worktree
+        (`own_home` False: a worktree that is not the lane's own, the epic's for its gates)."""
+        if not self.enabled or lane is None:
+            yield
+            return
+        self.raise_pending(lane)
+        if home is not None and own_home:
+            await asyncio.to_thread(self.check_lane_worktree, lane, home)
+        self.raise_pending(lane)
+        window = Window(lane=lane, start=time.time(), home=str(home) if home else None)
+        self.windows.append(window)  # the window list changes in the event loop's thread only
+        done = False
+        try:
+            yield
+            done = True
+        finally:
+            alone = not any(w.lane == lane and w.end is None and w is not window for w in self.windows)
+            if alone:  # no other step of the lane (a parallel task) is running: strays are strays
+                await asyncio.shield(asyncio.to_thread(self._kill_strays, lane, window.start))
+            self._close(window)
+            await asyncio.shield(asyncio.to_thread(self._after_step, lane, home if own_home else None))
+            await asyncio.shield(self._check_epic_if_quiet())
+        if done:
+            self.raise_pending(lane)
+
+    def _close(self, window: Window) -> None:
+        index = next(i for i, w in enumerate(self.windows) if w is window)
+        self.windows[index] = Window(window.lane, window.start, time.time(), window.home)
+        self._forget_old_windows()
+
+    def _after_step(self, lane: str, home: Path | None) -> None:
+        self.check_shared()
+        if home is not None:
+            entries = self.snapshot(home)
+            self._check_secrets(lane, home, entries or {})
+
+    async def _check_epic_if_quiet(self) -> None:
+        lock = self.merge_lock
+        if lock is None or lock.locked():
+            return  # a merge (or its epic gates) is writing the epic worktree right now
+        async with lock:
+            await asyncio.to_thread(self.check_epic_worktree)
+
+    def raise_pending(self, lane: str) -> None:
+        found = self.pending.pop(lane, None)
+        if found:
+            change, action = found[0]
+            raise StoryFailed(sentence(lane, change, action, more=len(found) - 1))
+
+    def _forget_old_windows(self) -> None:
+        # Windows older than every snapshot and check can no longer be asked about.
+        horizon = min([self._checked, *(s.taken for s in self._snaps.values())]) - 60.0
+        self.windows = [w for w in self.windows if w.end is None or w.end >= horizon]
+
+    # -- verdicts -------------------------------------------------------------------------------
+    def _settle(self, change: Change, since: float, restore: Callable[[], bool]) -> Verdict:
+        """Judge a change and carry out the verdict; returns it (Foreign: take it as it is now)."""
+        verdict = judge(change, self.windows, since=since, now=time.time())
+        if isinstance(verdict, Foreign):
+            return verdict
+        if isinstance(verdict, Unsure):
+            # Not put back: it may be the user's change made while several lanes ran.
+            self.emit(Info(message=unsure_note(change, Unsure(verdict.lanes, "reported"))))
+            return Unsure(verdict.lanes, "reported")
+        action = verdict.action
+        if action == "undone" and not _safely(restore):
+            action = "reported"
+        self.emit(LaneEscape(lane=verdict.lane, path=change.path, what=change.what, action=action))
+        self.pending.setdefault(verdict.lane, []).append((change, action))
+        return Blame(verdict.lane, action)
+
+    # -- shared places --------------------------------------------------------------------------
+    def check_shared(self) -> None:
+        """Compare every shared place with its fingerprint; put back, blame, report."""
+        if not self.enabled:
+            return
+        with self._lock:
+            since, self._checked = self._checked, time.time()
+            self._check_trace(since)  # first: what the checks below report is appended to it
+            self._check_files(since)
+            self._check_refs(since)
+            self._check_checkout(since)
+            self._check_home(since)
+
+    def _file_places(self) -> list[str]:
+        common, flow = self.common_dir, self.root / ".flow"
+        paths = [common / "config", *files_under(common / "hooks"), *files_under(common / "info")]
+        paths += [self.home / name for name in HOME_FILES]
+        paths += [flow / name for name in FLOW_FILES]
+        return [str(p) for p in paths if not self._allowed(p)]
+
+    def _allowed(self, path: Path) -> bool:
+        """Inside a path `[sandbox] allowWrite` names (`~/…`, absolute, or repository-relative)."""
+        for entry in self.allow_write:
+            root = self.home / entry[2:] if entry == "~" or entry.startswith("~/") else Path(entry)
+            root = root if root.is_absolute() else self.root / root
+            if path == root or root in path.parents:
+                return True
+        return False
+
+    def _check_files(self, since: float) -> None:
+        current = set(self._file_places())
+        for key in sorted(current | set(self._files)):
+            before = self._files.get(key, MISSING)
+            now = print_file(Path(key), before)
+            if same(before, now) or (now.data is not None and written_by_us(Path(key), now.data)):
+                self._files[key] = now  # unchanged, or flowd's own write (roster-state.json)
+                continue
+            change = Change(
+                path=key,
+                what=what_of(key, self.places),
+                at=changed_at(Path(key), now),
+                restorable=before.data is not None or not before.exists,
+            )
+            verdict = self._settle(change, since, partial(_put_file_back, Path(key), before))
+            if isinstance(verdict, Foreign) or verdict.action != "undone":
+                self._files[key] = print_file(Path(key))
+        for key in [k for k in self._files if k not in current and not self._files[k].exists]:
+            del self._files[key]
+
+    def _watched_refs(self) -> dict[str, RefPrint]:
+        refs = read_refs(self.common_dir)
+        stories, epic = f"refs/heads/story/{self.epic_id}/", f"refs/heads/epic/{self.epic_id}"
+        return {
+            name: ref
+            for name, ref in refs.items()
+            if name != epic and not name.startswith(stories) and not self._other_run_owns(name)
+        }
+
+    def _other_run_owns(self, name: str) -> bool:
+        """A branch of another epic whose run is live: that run moves it."""
+        for prefix in ("refs/heads/epic/", "refs/heads/story/"):
+            if name.startswith(prefix):
+                epic = name[len(prefix) :].split("/")[0]
+                return (self.root / ".flow" / "epics" / epic / "lock").exists()
+        return False
+
+    def _check_refs(self, since: float) -> None:
+        now = self._watched_refs()
+        checked_out = head_file(self.common_dir).decode(errors="replace").removeprefix("ref:").strip()
+        for name in sorted(set(now) | set(self._refs)):
+            before, after = self._refs.get(name), now.get(name)
+            if (before and before.sha) == (after and after.sha):
+                continue
+            change = Change(
+                path=name,
+                what="gitRef",
+                at=ref_changed_at(self.common_dir, name, after),
+                restorable=name != checked_out,  # the user's own branch: maybe their commit
+            )
+            verdict = self._settle(change, since, partial(_put_ref_back, self.common_dir, name, before))
+            if isinstance(verdict, Foreign) or verdict.action != "undone":
+                if after is None:
+                    self._refs.pop(name, None)
+                else:
+                    self._refs[name] = after
+
+    def _check_checkout(self, since: float) -> None:
+        """The user's checkout: reported, never put back (the user may be editing it)."""
+        head = head_file(self.common_dir)
+        entries = status(self.root)
+        if entries is None:
+            return
+        if head != self._checkout_head:
+            change = Change(
+                str(self.common_dir / "HEAD"), "checkout", changed_at_path(self.common_dir / "HEAD"), False
+            )
+            self._settle(change, since, lambda: False)
+        inside = _rel_inside(self.worktree_root, self.root)
+        for rel, entry in sorted(entries.items()):
+            if self._checkout.get(rel) == entry or (inside and (rel + "/").startswith(inside)):
+                continue
+            path = self.root / rel
+            at = entry.mtime_ns / 1e9 if entry.mtime_ns is not None else changed_at(path, MISSING)
+            self._settle(Change(str(path), "checkout", at, False), since, lambda: False)
+        self._checkout, self._checkout_head = entries, head
+
+    def _home_listing(self) -> set[str]:
+        try:
+            return set(os.listdir(self.home))
+        except OSError:
+            return set()
+
+    def _check_home(self, since: float) -> None:
+        names = self._home_listing()
+        for name in sorted(names - self._home_names):
+            if name in AGENT_STATE or name.startswith(".claude.json") or self._allowed(self.home / name):
+                continue
+            path = self.home / name
+            change = Change(str(path), what_of(str(path), self.places), changed_at_path(path), False)
+            self._settle(change, since, lambda: False)
+        self._home_names = names
+
+    def _check_trace(self, since: float) -> None:
+        if self.trace_guard is None:
+            return
+        action = self.trace_guard()
+        if action is None:
+            return
+        path = str(self.root / ".flow" / "runs")
+        # No time of its own (flowd appends all the time): the lanes that ran since the last check.
+        lanes = sorted({w.lane for w in self.windows if w.end is None or w.end >= since})
+        done: EscapeAction = "undone" if action == "undone" else "reported"
+        change = Change(path + "/…/trace.jsonl", "flowState", None, done == "undone")
+        if len(lanes) == 1:
+            self.emit(LaneEscape(lane=lanes[0], path=change.path, what="flowState", action=done))
+            self.pending.setdefault(lanes[0], []).append((change, done))
+
+    # -- lane worktrees ------------------------------------------------------------------------
+    def snapshot(self, wt: Path, entries: dict[str, Entry] | None = None) -> dict[str, Entry] | None:
+        """Fingerprint a lane worktree as its step leaves it (`entries`: its status, if just read)."""
+        entries = status(wt) if entries is None else entries
+        if entries is not None:
+            admin = admin_dir(wt)
+            head = print_file(admin / "HEAD") if admin is not None else MISSING
+            self._snaps[str(wt)] = _Snap(entries, time.time(), admin, head)
+        return entries
+
+    def _check_secrets(self, lane: str, wt: Path, entries: dict[str, Entry]) -> None:
+        """A private key copied into the lane's own files would be committed on its branch."""
+        found = False
+        for rel, entry in sorted(entries.items()):
+            if entry.size is None or entry.code[1] == "D":
+                continue
+            try:
+                with open(wt / rel, "rb") as handle:
+                    head = handle.read(SECRET_HEAD)
+            except OSError:
+                continue
+            if not holds_secret(head):
+                continue
+            action: EscapeAction = (
+                "undone" if _safely(partial(_put_worktree_path_back, wt, rel, entry)) else "reported"
+            )
+            change = Change(str(wt / rel), "secret", None, action == "undone")
+            self.emit(LaneEscape(lane=lane, path=change.path, what="secret", action=action))
+            self.pending.setdefault(lane, []).append((change, action))
+            found = True
+        if found:
+            self.snapshot(wt)
+
+    def check_lane_worktree(self, lane: str | None, wt: Path) -> None:
+        """Changes in a worktree since its lane's last step ended: not that lane's doing."""
+        snap = self._snaps.get(str(wt))
+        if snap is None:
+            self.snapshot(wt)
+            return
+        if not any(w.lane != lane and (w.end is None or w.end >= snap.taken) for w in list(self.windows)):
+            return  # no other lane ran since: nothing here can be another lane's (a single lane: free)
+        entries = status(wt)
+        if entries is None:
+            return
+        with self._lock:
+            self._check_admin_head(lane, wt, snap)
+            for rel, entry in sorted(entries.items()):
+                if snap.entries.get(rel) == entry:
+                    continue
+                path = wt / rel
+                at = entry.mtime_ns / 1e9 if entry.mtime_ns is not None else changed_at(path, MISSING)
+                change = Change(str(path), "otherLane", at, rel not in snap.entries, owner=lane, home=str(wt))
+                verdict = self._settle(change, snap.taken, partial(_put_worktree_path_back, wt, rel, entry))
+                if not isinstance(verdict, Foreign) and verdict.action == "undone":
+                    entries = None  # put back: read it again
+        self.snapshot(wt, entries)
+
+    def _check_admin_head(self, lane: str | None, wt: Path, snap: _Snap) -> None:
+        if snap.admin is None or admin_dir(wt) != snap.admin:
+            return  # flowd made the worktree again
+        path = snap.admin / "HEAD"
+        now = print_file(path, snap.head)
+        if snap.head.exists and now.exists and not same(snap.head, now):
+            change = Change(str(path), "otherLane", changed_at(path, now), True, owner=lane, home=str(wt))
+            self._settle(change, snap.taken, partial(_put_file_back, path, snap.head))
+
+    def check_epic_worktree(self) -> list[str]:
+        """The epic worktree and branch are flowd's alone (checked under the merge lock): whatever
+        changed there another lane did. Returns the paths left (the user's, or not put back)."""
+        if not self.enabled:
+            return []
+        entries = status(self.epic_wt) or {}
+        left = []
+        with self._lock:
+            self._check_epic_ref()
+            for rel, entry in sorted(entries.items()):
+                path = self.epic_wt / rel
+                at = entry.mtime_ns / 1e9 if entry.mtime_ns is not None else changed_at(path, MISSING)
+                change = Change(str(path), "otherLane", at, True, home=str(self.epic_wt))
+                verdict = self._settle(
+                    change, 0.0, partial(_put_worktree_path_back, self.epic_wt, rel, entry)
+                )
+                if isinstance(verdict, Foreign) or verdict.action != "undone":
+                    left.append(rel)
+        return left
+
+    def _check_epic_ref(self) -> None:
+        name = f"refs/heads/epic/{self.epic_id}"
+        now, before = read_refs(self.common_dir).get(name), self.epic_head
+        if before is None or now is None or now.sha == before.sha:
+            return
+        if _descends(self.common_dir, now.sha, before.sha):
+            self.epic_head = now  # commits on top: the user may work on the epic branch
+            return
+        change = Change(name, "gitRef", ref_changed_at(self.common_dir, name, now), True)
+        verdict = self._settle(change, 0.0, partial(_put_ref_back, self.common_dir, name, before))
+        if isinstance(verdict, Foreign) or verdict.action != "undone":
+            self.epic_head = now
+
+    def lane_worktrees(self) -> list[Path]:
+        return [Path(key) for key in self._snaps]
+
+    def sweep(self, worktrees: list[Path]) -> None:
+        """At the end of the run: every place once more, nothing running any more."""
+        if not self.enabled:
+            return
+        self.check_shared()
+        for wt in worktrees:
+            if str(wt) in self._snaps and wt.exists():
+                self.check_lane_worktree(None, wt)
+        self.check_epic_worktree()
+
+    # -- stray processes ------------------------------------------------------------------------
+    def _kill_strays(self, lane: str, since: float) -> None:
+        strays = lane_processes(lane, since, (self.worktree_root / self.epic_id, self.root))
+        for pid, _cmd in strays:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        if strays:
+            listed = ", ".join(f"{pid} ({cmd[:60]})" for pid, cmd in strays[:5])
+            self.emit(
+                Info(
+                    lane=lane,
+                    message=f"story '{lane}' left {len(strays)} process(es) running after its command "
+                    f"ended; flowd killed them: {listed}",
+                )
+            )
+
+
+def admin_dir(wt: Path) -> Path | None:
+    """A linked worktree's private git dir, from its `.git` file."""
+    try:
+        text = (wt / ".git").read_text(encoding="utf-8").strip()
+    except OSError:
+        return None
+    if not text.startswith("gitdir:"):
+        return None
+    path = Path(text.removeprefix("gitdir:").strip())
+    return path if path.is_absolute() else (wt / path).resolve()
+
+
+def _rel_inside(path: Path, root: Path) -> str | None:
+    """`path` relative to `root` with a trailing slash, when it lies inside it."""
+    try:
+        return str(path.resolve().relative_to(root.resolve())) + "/"
+    except ValueError:
+        return None
+
+
+def changed_at_path(path: Path) -> float | None:
+    return changed_at(path, print_file(path))
+
+
+def _safely(restore: Callable[[], bool]) -> bool:
+    try:
+        return restore()
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+def _put_file_back(path: Path, before: FilePrint) -> bool:
+    if not before.exists:
+        if path.is_dir() and not path.is_symlink():
+            return False
+        path.unlink(missing_ok=True)
+        return True
+    if before.data is None:
+        return False
+    tmp = path.with_name(f".{path.name}.flowd-restore")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp.write_bytes(before.data)
+    if before.mode is not None:
+        os.chmod(tmp, before.mode & 0o7777)
+    os.replace(tmp, path)
+    return True
+
+
+def _put_ref_back(common_dir: Path, name: str, before: RefPrint | None) -> bool:
+    args = ["update-ref", name, before.sha] if before is not None else ["update-ref", "-d", name]
+    proc = subprocess.run(
+        ["git", f"--git-dir={common_dir}", *args], capture_output=True, stdin=subprocess.DEVNULL, check=False
+    )
+    return proc.returncode == 0
+
+
+def _descends(common_dir: Path, new: str, old: str) -> bool:
+    proc = subprocess.run(
+        ["git", f"--git-dir={common_dir}", "merge-base", "--is-ancestor", old, new],
+        capture_output=True,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
+    return proc.returncode == 0
+
+
+def _put_worktree_path_back(wt: Path, rel: str, entry: Entry) -> bool:
+    if entry.code == "??":
+        path = wt / rel
+        if path.is_dir() and not path.is_symlink():
+            return False
+        path.unlink(missing_ok=True)
+        return True
+    proc = subprocess.run(
+        ["git", "restore", "--source=HEAD", "--staged", "--worktree", "--", rel],
+        cwd=wt,
+        capture_output=True,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
+    return proc.returncode == 0
+
+
+def _boot_time() -> float:
+    try:
+        with open("/proc/stat") as handle:
+            for line in handle:
+                if line.startswith("btime "):
+                    return float(line.split()[1])
+    except OSError:
+        pass
+    return 0.0
+
+
+def lane_processes(lane: str, since: float, roots: tuple[Path, ...]) -> list[tuple[int, str]]:
+    """Processes a lane left behind: this user's, carrying `FLOWD_LANE=<lane>`, started since
+    `since`, working under one of `roots` (this run's worktrees: another run's lane of the same
+    name is not ours), and no longer flowd's descendants (an agent's own children are)."""
+    mark = f"FLOWD_LANE={lane}".encode()
+    me, tick = os.getpid(), os.sysconf("SC_CLK_TCK")
+    boot = _boot_time()
+    found = []
+    try:
+        pids = [int(n) for n in os.listdir("/proc") if n.isdigit()]
+    except OSError:
+        return []
+    for pid in pids:
+        if pid == me or not _works_under(pid, roots):  # the cheap test first
+            continue
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as handle:
+                if mark not in handle.read().split(b"\0"):
+                    continue
+            with open(f"/proc/{pid}/stat", "rb") as handle:
+                fields = handle.read().rsplit(b")", 1)[1].split()
+            with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                cmd = handle.read().replace(b"\0", b" ").decode(errors="replace").strip()
+        except (OSError, IndexError):
+            continue
+        started = boot + int(fields[19]) / tick
+        if fields[0] == b"Z" or started < since - 1.0:
+            continue
+        if not _descends_from(int(fields[1]), me):
+            found.append((pid, cmd))
+    return found
+
+
+def _works_under(pid: int, roots: tuple[Path, ...]) -> bool:
+    try:
+        cwd = os.readlink(f"/proc/{pid}/cwd")
+    except OSError:
+        return False
+    return any(cwd == str(r) or cwd.startswith(f"{r}/") for r in roots)
+
+
+def _descends_from(ppid: int, ancestor: int) -> bool:
+    seen = 0
+    while ppid > 1 and seen < 64:
+        if ppid == ancestor:
+            return True
+        try:
+            with open(f"/proc/{ppid}/stat", "rb") as handle:
+                ppid = int(handle.read().rsplit(b")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            return False
+        seen += 1
+    return ppid == ancestor

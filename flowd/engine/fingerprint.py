@@ -1,0 +1,180 @@
+"""Cheap fingerprints of the places lanes must not write (docs/sandbox-detection.md): files kept
+with their bytes (so they can be put back), directories by their entries, refs read straight from
+the ref store, and worktrees by their `git status`. Reading only: putting back is
+`engine/detect.py`'s.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+KEEP_BYTES = 1 << 20  # files up to this size are kept whole, so they can be put back
+
+
+@dataclass(frozen=True)
+class FilePrint:
+    """A file as it was: `None` fields when it did not exist."""
+
+    ino: int | None
+    size: int | None
+    mtime_ns: int | None
+    mode: int | None
+    data: bytes | None  # the bytes, when small enough to keep
+
+    @property
+    def exists(self) -> bool:
+        return self.ino is not None
+
+
+MISSING = FilePrint(None, None, None, None, None)
+
+
+def print_file(path: Path, before: FilePrint | None = None) -> FilePrint:
+    """A file's fingerprint; its bytes are read again only when its stat moved since `before`."""
+    try:
+        st = os.stat(path, follow_symlinks=False)
+    except OSError:
+        return MISSING
+    if not stat.S_ISREG(st.st_mode):
+        return FilePrint(st.st_ino, st.st_size, st.st_mtime_ns, st.st_mode, None)
+    if before is not None and (before.ino, before.size, before.mtime_ns) == (
+        st.st_ino,
+        st.st_size,
+        st.st_mtime_ns,
+    ):
+        return before
+    data = None
+    if st.st_size <= KEEP_BYTES:
+        try:
+            data = path.read_bytes()
+        except OSError:
+            data = None
+    return FilePrint(st.st_ino, st.st_size, st.st_mtime_ns, st.st_mode, data)
+
+
+def same(a: FilePrint, b: FilePrint) -> bool:
+    """Whether two prints are the same content (a touched but unchanged file is the same)."""
+    if a.exists != b.exists:
+        return False
+    if not a.exists:
+        return True
+    if a.data is not None and b.data is not None:
+        return a.data == b.data and a.mode == b.mode
+    return (a.ino, a.size, a.mtime_ns, a.mode) == (b.ino, b.size, b.mtime_ns, b.mode)
+
+
+def changed_at(path: Path, now: FilePrint) -> float | None:
+    """When a change happened: the file's mtime, or for a removal its nearest directory's."""
+    if now.mtime_ns is not None:
+        return now.mtime_ns / 1e9
+    for parent in path.parents:
+        try:
+            return os.stat(parent).st_mtime_ns / 1e9
+        except OSError:
+            continue
+    return None
+
+
+def files_under(root: Path, depth: int = 2) -> list[Path]:
+    """Every file (or symlink) under `root`, `depth` levels down at most."""
+    out: list[Path] = []
+    try:
+        entries = list(os.scandir(root))
+    except OSError:
+        return out
+    for entry in entries:
+        if entry.is_dir(follow_symlinks=False):
+            if depth > 1:
+                out.extend(files_under(Path(entry.path), depth - 1))
+        else:
+            out.append(Path(entry.path))
+    return out
+
+
+# -- refs ---------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class RefPrint:
+    sha: str
+    where: Path  # the loose ref file, or packed-refs
+
+
+def read_refs(common_dir: Path) -> dict[str, RefPrint]:
+    """Every ref of the repository: packed-refs, then the loose files over them (git's order)."""
+    refs: dict[str, RefPrint] = {}
+    packed = common_dir / "packed-refs"
+    try:
+        text = packed.read_text(encoding="utf-8", errors="surrogateescape")
+    except OSError:
+        text = ""
+    for line in text.splitlines():
+        if line and line[0] not in "#^":
+            sha, _, name = line.partition(" ")
+            refs[name] = RefPrint(sha, packed)
+    root = common_dir / "refs"
+    for dirpath, _dirs, names in os.walk(root):
+        for name in names:
+            path = Path(dirpath) / name
+            try:
+                sha = path.read_text(encoding="utf-8", errors="surrogateescape").strip()
+            except OSError:
+                continue
+            if sha and not sha.startswith("ref:"):
+                refs[str(path.relative_to(common_dir))] = RefPrint(sha, path)
+    return refs
+
+
+def ref_changed_at(common_dir: Path, name: str, now: RefPrint | None) -> float | None:
+    where = now.where if now is not None else common_dir / name
+    return changed_at(where, print_file(where))
+
+
+# -- worktrees ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Entry:
+    """One path `git status` lists, with its code and stat."""
+
+    code: str
+    mtime_ns: int | None
+    size: int | None
+
+
+def status(wt: Path) -> dict[str, Entry] | None:
+    """The worktree's changed and untracked paths (None: it is gone or git failed).
+
+    `--no-optional-locks`: a fingerprint must never take the index lock of a checkout in use."""
+    try:
+        proc = subprocess.run(
+            ["git", "--no-optional-locks", "status", "--porcelain", "-z", "--no-renames", "-uall"],
+            cwd=wt,
+            capture_output=True,
+            stdin=subprocess.DEVNULL,
+            check=False,
+        )
+    except OSError:
+        return None
+    if proc.returncode != 0:
+        return None
+    out: dict[str, Entry] = {}
+    for raw in proc.stdout.split(b"\0"):
+        if len(raw) < 4:
+            continue
+        rel = os.fsdecode(raw[3:])
+        if rel == ".flow" or rel.startswith(".flow/"):
+            continue
+        try:
+            st = os.stat(wt / rel, follow_symlinks=False)
+            out[rel] = Entry(raw[:2].decode(), st.st_mtime_ns, st.st_size)
+        except OSError:
+            out[rel] = Entry(raw[:2].decode(), None, None)
+    return out
+
+
+def head_file(git_dir: Path) -> bytes:
+    try:
+        return (git_dir / "HEAD").read_bytes()
+    except OSError:
+        return b""

@@ -1,0 +1,1 @@
+"""Lane confinement (docs/sandbox.md): Landlock rules for every process of a lane."""

@@ -1,0 +1,336 @@
+"""The confinement of one run: which lane a process belongs to, its rules, and how it starts.
+
+Every lane process (agents, setup commands, gates, parallel-task worktrees, `_epic` gates) is
+started through `Confinement.spawn`, which builds a Landlock ruleset for the process's working
+directory in flowd and hands the child a two-call `preexec_fn` that binds it before `exec`;
+everything the child starts inherits it. The run's confinement lives in a context variable the
+runner (or a Ray node's lane) sets, so the spawn sites need no new parameter.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from flowd.agents.program_dirs import shared_caches, state_paths
+from flowd.sandbox import landlock
+from flowd.sandbox.bind import binder
+from flowd.sandbox.policy import LanePlaces, Protected, read_rules, secret_paths, what_is, write_rules
+
+Report = Callable[[str, str, str, str], None]  # (lane, path, what, by whom): a refusal the OS made
+
+
+def mechanism() -> tuple[str, int]:
+    """What this machine offers: ("landlock ABI 7", 7) or ("none available", 0)."""
+    version = landlock.abi()
+    return (f"landlock ABI {version}", version) if version > 0 else ("none available", 0)
+
+
+# ABI 1 refuses every rename and link across directories, git's way of storing an object.
+MINIMUM_ABI = 2
+
+
+def effective_mode(setting: str, version: int) -> str:
+    """`off` only when chosen; `enforce` only where the OS can; everything else `detect`."""
+    if setting == "off":
+        return "off"
+    return "enforce" if setting == "enforce" and version >= MINIMUM_ABI else "detect"
+
+
+def status_line(setting: str) -> str:
+    """The last line of `flowd roster check` (docs/sandbox.md)."""
+    name, version = mechanism()
+    return f"sandbox: {name} ({effective_mode(setting, version)})"
+
+
+@dataclass
+class SpawnOptions:
+    """How to start a confined process: `argv(...)` its command line, `env` added to its
+    environment, and `pass_fds`/`preexec_fn` given to the spawn call as they are."""
+
+    preexec_fn: Callable[[], None] | None = None  # binds in the child where there is no binder
+    env: dict[str, str] = field(default_factory=dict)  # TMPDIR and friends, added to the child's
+    key: str | None = None  # the lane worktree the process is confined to (None: no lane)
+    prefix: tuple[str, ...] = ()  # the binder and the ruleset fd (flowd/sandbox/bind.py)
+    pass_fds: tuple[int, ...] = ()
+
+    def argv(self, argv: list[str]) -> list[str]:
+        if not self.prefix:
+            return argv
+        program = shutil.which(argv[0]) or argv[0]  # the binder `execve`s: no PATH search
+        return [*self.prefix, program, *argv]
+
+
+@dataclass(frozen=True)
+class Lane:
+    name: str  # the story id (a parallel task's story), or `_epic`
+    places: LanePlaces
+    env: dict[str, str] = field(default_factory=dict)  # what pins the program's state dirs
+
+
+_CURRENT: ContextVar[Confinement | None] = ContextVar("flowd_confinement", default=None)
+
+
+def current() -> Confinement | None:
+    return _CURRENT.get()
+
+
+@contextlib.contextmanager
+def active(confinement: Confinement | None) -> Iterator[None]:
+    token = _CURRENT.set(confinement)
+    try:
+        yield
+    finally:
+        _CURRENT.reset(token)
+
+
+class Confinement:
+    def __init__(
+        self,
+        setting: str,
+        *,
+        checkout: Path,
+        common_dir: Path,
+        lanes_root: Path,
+        epic: str,
+        allow_write: list[str] = [],  # noqa: B006 - never mutated
+        allow_read: list[str] = [],  # noqa: B006
+        report: Report | None = None,
+        home: Path | None = None,
+        version: int | None = None,
+    ) -> None:
+        self.version = landlock.abi() if version is None else version
+        self.mode = effective_mode(setting, self.version)
+        self.home = Path(os.path.realpath(home or Path.home()))
+        self.checkout = Path(os.path.realpath(checkout))
+        self.common_dir = Path(os.path.realpath(common_dir))
+        self.lanes_root = Path(os.path.realpath(lanes_root))
+        self.epic = epic
+        self.allow_write = tuple(self._resolve(entry) for entry in allow_write)
+        self.allow_read = [self._resolve(entry) for entry in allow_read]
+        self.report = report
+        self.protected = Protected(
+            checkout=self.checkout,
+            common_dir=self.common_dir,
+            flow_dir=self.checkout / ".flow",
+            lanes_root=self.lanes_root,
+            home=self.home,
+            secrets=tuple(secret_paths(self.home, self.allow_read)),
+        )
+        self._reads: list[landlock.Rule] | None = None
+        self._spare_temp: Path | None = None
+        self._told: set[tuple[str, str, str]] = set()
+
+    def _resolve(self, entry: str) -> Path:
+        path = Path(entry).expanduser()
+        return Path(os.path.realpath(path if path.is_absolute() else self.checkout / path))
+
+    @property
+    def enforcing(self) -> bool:
+        return self.mode == "enforce"
+
+    # -- lanes --------------------------------------------------------------------------------
+    def lane_top(self, cwd: Path) -> Path | None:
+        """The lane worktree `cwd` lies in (`<lanes root>/<epic>/<name>`), or None."""
+        real = Path(os.path.realpath(cwd))
+        root = self.lanes_root / self.epic
+        try:
+            parts = real.relative_to(root).parts
+        except ValueError:
+            return None
+        if not parts or not (root / parts[0] / ".git").is_file():
+            return None
+        return root / parts[0]
+
+    def lane(self, cwd: Path, program: str | None = None, env: dict[str, str] | None = None) -> Lane:
+        top = self.lane_top(cwd)
+        admin = self._admin_dir(top) if top is not None else None
+        ref_dir, reflog = self._own_ref(admin) if admin is not None else (None, None)
+        temp = admin / "flowd-tmp" if admin is not None else self._spare()
+        temp.mkdir(exist_ok=True)
+        state: list[Path] = [p for p in shared_caches(self.home) if p.exists()]
+        owned, pins = state_paths(program, env or {}, self.home)
+        for path, create in owned:
+            if create:
+                with contextlib.suppress(OSError):
+                    path.mkdir(mode=0o700, parents=True, exist_ok=True)  # private, as the programs make them
+            state.append(path)
+        places = LanePlaces(
+            worktree=top,
+            admin_dir=admin,
+            objects=self.common_dir / "objects" if top is not None else None,
+            ref_dir=ref_dir,
+            reflog=reflog,
+            temp=temp,
+            state=tuple(state),
+            extra=self.allow_write,
+        )
+        name = top.name.split(".task-")[0] if top is not None else ""
+        return Lane(name, places, pins)
+
+    def _admin_dir(self, top: Path) -> Path | None:
+        """The worktree's private git dir, only if it is one of this repository's (the `.git`
+        file is the lane's to write: a pointer elsewhere must not widen what it may write)."""
+        try:
+            text = (top / ".git").read_text(encoding="utf-8").strip()
+        except OSError:
+            return None
+        if not text.startswith("gitdir:"):
+            return None
+        admin = Path(os.path.realpath(top / text.removeprefix("gitdir:").strip()))
+        return admin if admin.parent == self.common_dir / "worktrees" else None
+
+    def _own_ref(self, admin: Path) -> tuple[Path | None, Path | None]:
+        """The story branch's directory of refs (locks are made there) and its reflog."""
+        try:
+            head = (admin / "HEAD").read_text(encoding="utf-8").strip()
+        except OSError:
+            return None, None
+        prefix = f"ref: refs/heads/story/{self.epic}/"
+        leaf = head.removeprefix(prefix)
+        if not head.startswith(prefix) or not leaf or "/" in leaf or leaf.startswith("."):
+            return None, None
+        ref_dir = self.common_dir / "refs" / "heads" / "story" / self.epic
+        with contextlib.suppress(OSError):
+            ref_dir.mkdir(parents=True, exist_ok=True)  # packed away by gc: git takes it empty
+        reflog = self.common_dir / "logs" / "refs" / "heads" / "story" / self.epic / leaf
+        return ref_dir, reflog if reflog.is_file() else None
+
+    def _spare(self) -> Path:
+        if self._spare_temp is None:
+            self._spare_temp = Path(tempfile.mkdtemp(prefix="flowd-lane-"))
+        return self._spare_temp
+
+    # -- starting processes -------------------------------------------------------------------
+    def rules(self, lane: Lane) -> list[landlock.Rule]:
+        if self._reads is None:
+            self._reads = read_rules(self.home, self.allow_read)
+        return [*self._reads, *write_rules(lane.places)]
+
+    def key_for(self, cwd: Path) -> str | None:
+        top = self.lane_top(cwd) if self.enforcing else None
+        return str(top) if top is not None else None
+
+    @contextlib.contextmanager
+    def spawn(
+        self, cwd: Path, program: str | None = None, env: dict[str, str] | None = None
+    ) -> Iterator[SpawnOptions]:
+        """The options that confine a process started in `cwd`; the ruleset is closed on exit
+        (the child holds its own copy from the moment it forked)."""
+        if not self.enforcing:
+            yield SpawnOptions()
+            return
+        lane = self.lane(cwd, program, env)
+        temp = str(lane.places.temp)
+        ruleset = landlock.build(self.rules(lane), self.version)
+        env = {**lane.env, "TMPDIR": temp, "TMP": temp, "TEMP": temp}
+        helper = binder()
+        try:
+            if helper is not None:
+                yield SpawnOptions(
+                    env=env, key=self.key_for(cwd), prefix=(helper, str(ruleset.fd)), pass_fds=(ruleset.fd,)
+                )
+            else:
+                yield SpawnOptions(preexec_fn=ruleset.binder(), env=env, key=self.key_for(cwd))
+        finally:
+            ruleset.close()
+
+    # -- refusals -----------------------------------------------------------------------------
+    def denials(self, text: str, cwd: Path) -> list[tuple[str, str]]:
+        """(path, what) for every protected path a refusal in `text` names (docs/sandbox.md
+        "Refusals"): the messages of sh, coreutils, git, Python and Node all name the path on
+        the line that says `Permission denied` / `EACCES` / `Operation not permitted`."""
+        lane = self.lane_top(cwd)
+        own = tuple(p for p in (lane, self._admin_dir(lane) if lane else None) if p is not None)
+        found: list[tuple[str, str]] = []
+        for line in text.splitlines():
+            if not _DENIED.search(line):
+                continue
+            for match in _PATH.finditer(line):
+                if match.start() == len(line) - len(line.lstrip()) and line[match.end() :].startswith(":"):
+                    continue  # the program naming itself: `/bin/sh: 1: cannot create …`
+                full = _where(match.group(1) or match.group(2), cwd)
+                what = what_is(full, own, self.protected)
+                if what is not None and (full, what) not in found:
+                    found.append((full, what))
+        return found
+
+    def scan(self, text: str, cwd: Path, origin: str) -> None:
+        """Report each new refusal `text` shows, once per lane, path and `origin` (who tried)."""
+        if not self.enforcing or self.report is None or not _DENIED.search(text):
+            return
+        top = self.lane_top(cwd)
+        lane = top.name.split(".task-")[0] if top is not None else ""
+        for path, what in self.denials(text, cwd):
+            if (lane, path, origin) not in self._told:
+                self._told.add((lane, path, origin))
+                self.report(lane, path, what, origin)
+
+
+# EXDEV is how Landlock refuses a link or rename across the lane's boundary.
+_DENIED = re.compile(
+    r"permission denied|EACCES|EPERM|operation not permitted|cross-device link", re.IGNORECASE
+)
+_MARKS = (b"denied", b"EACCES", b"EPERM", b"not permitted", b"cross-device")
+_PROC = re.compile(r"^/proc/(?:self|\d+)/(root|cwd)(?=/|$)")
+
+
+def _where(token: str, cwd: Path) -> str:
+    """Where a path a refusal names would have landed: relative to the command's directory,
+    through `/proc/<pid>/root` and `/proc/<pid>/cwd` (taken as the command's), lock files as
+    the file they guard."""
+    path = os.path.expanduser(token.removesuffix(".lock"))
+    proc = _PROC.match(path)
+    if proc is not None:
+        path = (str(cwd) if proc.group(1) == "cwd" else "") + path[proc.end() :] or "/"
+    return os.path.normpath(path if path.startswith("/") else os.path.join(cwd, path))
+
+
+# A path as the tools print it: quoted, or a bare word holding a slash.
+_PATH = re.compile(r"""['"`]((?:~|\.{1,2})?/[^'"`]*|[^'"`\s]*/[^'"`]*)['"`]|((?:~|\.{1,2})?/[^\s:'",;)]+)""")
+
+
+@contextlib.contextmanager
+def spawning(
+    cwd: Path, program: str | None = None, env: dict[str, str] | None = None
+) -> Iterator[SpawnOptions]:
+    """`Confinement.spawn` of the run's confinement; no options outside a confined run."""
+    confinement = current()
+    if confinement is None:
+        yield SpawnOptions()
+        return
+    with confinement.spawn(cwd, program, env) as options:
+        yield options
+
+
+class Scanner:
+    """Feeds a process's output, chunk by chunk, to `Confinement.scan`, line-aligned."""
+
+    def __init__(self, confinement: Confinement | None, cwd: Path, origin: str) -> None:
+        self.confinement = confinement if confinement is not None and confinement.enforcing else None
+        self.cwd, self.origin = cwd, origin
+        self._rest = b""
+
+    def feed(self, chunk: bytes) -> None:
+        if self.confinement is None:
+            return
+        data = self._rest + chunk
+        cut = data.rfind(b"\n")
+        if cut < 0:
+            self._rest = data[-4096:]
+            return
+        self._rest = data[cut + 1 :][-4096:]
+        lines = data[: cut + 1]
+        if any(mark in lines for mark in _MARKS):
+            self.confinement.scan(lines.decode("utf-8", "replace"), self.cwd, self.origin)
+
+    def close(self) -> None:
+        if self._rest:
+            self.feed(b"\n")

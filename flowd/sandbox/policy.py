@@ -1,0 +1,158 @@
+"""What a lane's processes may read and write (docs/sandbox.md "The policy"), as Landlock rules.
+
+Landlock only grants: a right is refused unless a rule on the path or one of its parents grants
+it, and a rule cannot carve a hole beneath itself. So writes are a short allow-list (the lane's
+own places), and reads are an allow-list of everything except the secrets: every entry of `/`
+whole, except the directories that lead to a secret, which are opened one level further (their
+own listing is readable, their other entries whole), down to the secret itself, which gets no
+rule. Entries made after the rules were built (a new file in `$HOME`) are not readable until the
+next process starts.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from flowd.sandbox.landlock import MAKE_REG, READ, READ_DIR, REMOVE_FILE, TRUNCATE, WRITE, WRITE_FILE, Rule
+
+# Relative to $HOME: what no lane reads unless `allowRead` names it.
+SECRETS: tuple[str, ...] = (
+    ".ssh",
+    ".gnupg",
+    ".aws",
+    ".azure",
+    ".config/gcloud",
+    ".kube",
+    ".netrc",
+    ".git-credentials",
+    ".docker/config.json",
+    ".config/*/credentials",
+    ".config/*/credentials.json",
+)
+# The devices a process writes to; the rest of /dev stays read-only (no raw disks).
+DEVICES: tuple[str, ...] = (
+    "/dev/null",
+    "/dev/zero",
+    "/dev/full",
+    "/dev/random",
+    "/dev/urandom",
+    "/dev/tty",
+    "/dev/ptmx",
+    "/dev/pts",
+    "/dev/shm",
+)
+# A ref update is `<ref>.lock` made beside the ref, then renamed onto it.
+REF_DIR_RIGHTS = MAKE_REG | REMOVE_FILE | WRITE_FILE | TRUNCATE | READ
+
+
+def secret_paths(home: Path, allow_read: list[Path]) -> list[str]:
+    """The secrets present on this machine, resolved, minus those `allowRead` lets through."""
+    found: list[str] = []
+    for pattern in SECRETS:
+        for match in glob.glob(str(home / pattern)):
+            real = os.path.realpath(match)
+            if not any(_within(real, str(allowed)) for allowed in allow_read):
+                found.append(real)
+    return sorted(set(found))
+
+
+def _within(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def read_rules(home: Path, allow_read: list[Path]) -> list[Rule]:
+    """Read everything but the secrets (module docstring): a handful of rules per secret."""
+    secrets = secret_paths(home, allow_read)
+    rules: list[Rule] = []
+    _grant_read("/", secrets, rules)
+    rules.extend(Rule(str(path), READ) for path in allow_read)
+    return rules
+
+
+def _grant_read(directory: str, secrets: list[str], rules: list[Rule]) -> None:
+    rules.append(Rule(directory, READ_DIR))
+    try:
+        entries = sorted(os.scandir(directory), key=lambda e: e.name)
+    except OSError:
+        return
+    for entry in entries:
+        real = os.path.realpath(entry.path)
+        if any(_within(real, secret) for secret in secrets):
+            continue  # a secret, or a link to (or into) one
+        leads_to_secret = [s for s in secrets if _within(s, real)]
+        if not leads_to_secret:
+            rules.append(Rule(real, READ))
+        elif entry.is_symlink():
+            continue  # reached through its real path, which is opened where it lies
+        else:
+            _grant_read(real, secrets, rules)
+
+
+@dataclass(frozen=True)
+class LanePlaces:
+    """Where one lane's processes may write. `worktree` None: a process of no lane (a planner,
+    a version check): it may write only its temp dir and its program's state."""
+
+    worktree: Path | None
+    admin_dir: Path | None  # <common>/worktrees/<id>
+    objects: Path | None
+    ref_dir: Path | None  # <common>/refs/heads/story/<epic>/
+    reflog: Path | None
+    temp: Path
+    state: tuple[Path, ...] = ()
+    extra: tuple[Path, ...] = ()  # `allowWrite`
+
+
+def write_rules(places: LanePlaces) -> list[Rule]:
+    rules = [Rule(path, WRITE | READ) for path in DEVICES]
+    dirs = [places.worktree, places.admin_dir, places.objects, places.temp, *places.state, *places.extra]
+    rules.extend(Rule(str(path), WRITE | READ) for path in dirs if path is not None)
+    if places.ref_dir is not None:
+        rules.append(Rule(str(places.ref_dir), REF_DIR_RIGHTS))
+    if places.reflog is not None:
+        rules.append(Rule(str(places.reflog), WRITE_FILE | READ))
+    return rules
+
+
+@dataclass(frozen=True)
+class Protected:
+    """The places a refusal or a change is named by (LaneEscape `what`)."""
+
+    checkout: Path
+    common_dir: Path
+    flow_dir: Path
+    lanes_root: Path
+    home: Path
+    secrets: tuple[str, ...]
+
+
+def what_is(path: str, own: tuple[Path, ...], places: Protected) -> str | None:
+    """The kind of protected place `path` is, or None when it is one of the lane's own."""
+    real = os.path.realpath(path)
+    common = str(places.common_dir)
+    if any(_within(real, str(mine)) for mine in own):
+        return None
+    if any(_within(real, secret) for secret in places.secrets):
+        return "secret"
+    if real == str(places.home / ".gitconfig") or _within(real, str(places.home / ".config" / "git")):
+        return "gitConfig"
+    if _within(real, os.path.join(common, "hooks")):
+        return "gitHooks"
+    if real == os.path.join(common, "config") or _within(real, os.path.join(common, "info")):
+        return "gitConfig"
+    if _within(real, os.path.join(common, "refs")) or _within(real, os.path.join(common, "packed-refs")):
+        return "gitRef"
+    if _within(real, os.path.join(common, "worktrees")):
+        return "otherLane"
+    if _within(real, str(places.flow_dir)):
+        return "flowState"
+    if _within(real, str(places.checkout)):
+        return "checkout"
+    if _within(real, str(places.lanes_root)):
+        return "otherLane"
+    if _within(real, str(places.home)):
+        return "home"
+    return "outside"

@@ -1,0 +1,173 @@
+"""The detector's shell (engine/detect.py) on a real repository and real files: what a step that
+writes past its lane leaves behind, and what the user (no step running) or two lanes at once do."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from flowd.engine.core.stops import StoryFailed
+from flowd.engine.detect import Detector
+from flowd.trace.events import Event, Info, LaneEscape
+
+
+def _git(cwd: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=cwd, check=True, capture_output=True,
+        text=True,
+    ).stdout  # fmt: skip
+
+
+def _detector(tmp_path: Path) -> tuple[Detector, list[Event], Path]:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    _git(repo, "init", "-q", "-b", "main")
+    (repo / "README.md").write_text("# r\n")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", "init")
+    _git(repo, "branch", "epic/ep")
+    wt = tmp_path / "repo.flowd" / "ep" / "a"
+    _git(repo, "worktree", "add", "-q", "-b", "story/ep/a", str(wt), "epic/ep")
+    home = tmp_path / "home"
+    home.mkdir()
+    events: list[Event] = []
+    detector = Detector(
+        root=repo,
+        common_dir=repo / ".git",
+        epic_id="ep",
+        epic_wt=tmp_path / "repo.flowd" / "ep" / "_epic",
+        worktree_root=tmp_path / "repo.flowd",
+        emit=events.append,
+        home=home,
+    )
+    detector.start()
+    return detector, events, wt
+
+
+def test_a_step_that_writes_the_shared_config_fails_and_the_config_is_put_back(tmp_path: Path) -> None:
+    detector, events, wt = _detector(tmp_path)
+    config = tmp_path / "repo" / ".git" / "config"
+    original = config.read_bytes()
+
+    async def step() -> None:
+        async with detector.step("a", wt):
+            _git(wt, "config", "core.hooksPath", "/tmp/evil")
+
+    with pytest.raises(StoryFailed) as failed:
+        asyncio.run(step())
+    assert failed.value.reason.startswith(f"story 'a' wrote past its lane: it changed {config} ")
+    assert config.read_bytes() == original
+    assert events == [LaneEscape(lane="a", path=str(config), what="gitConfig", action="undone")]
+
+
+def test_what_the_user_changes_while_no_step_runs_is_theirs(tmp_path: Path) -> None:
+    detector, events, wt = _detector(tmp_path)
+    repo = tmp_path / "repo"
+    _git(repo, "config", "user.name", "me")
+    _git(repo, "tag", "mine")
+    (repo / "notes.txt").write_text("mine\n")
+    earlier = time.time() - 5  # made a moment before the step, as a person would
+    for path in (repo / ".git" / "config", repo / ".git" / "refs" / "tags" / "mine", repo / "notes.txt"):
+        os.utime(path, (earlier, earlier))
+
+    async def step() -> None:
+        async with detector.step("a", wt):
+            pass
+
+    asyncio.run(step())
+    assert events == []
+    assert "name = me" in (tmp_path / "repo" / ".git" / "config").read_text()
+    assert _git(tmp_path / "repo", "tag").split() == ["mine"]
+
+
+def test_two_lanes_running_at_once_are_neither_blamed_and_nothing_is_undone(tmp_path: Path) -> None:
+    detector, events, wt = _detector(tmp_path)
+    other = tmp_path / "repo.flowd" / "ep" / "b"
+    _git(tmp_path / "repo", "worktree", "add", "-q", "-b", "story/ep/b", str(other), "epic/ep")
+    hook = tmp_path / "repo" / ".git" / "hooks" / "post-checkout"
+    a_in, b_in, written = asyncio.Event(), asyncio.Event(), asyncio.Event()
+
+    async def a() -> None:
+        async with detector.step("a", wt):
+            a_in.set()
+            await b_in.wait()  # both lanes are in a step when the hook is written
+            hook.write_text("#!/bin/sh\n")
+            written.set()
+
+    async def b() -> None:
+        await a_in.wait()
+        async with detector.step("b", other):
+            b_in.set()
+            await written.wait()
+
+    async def both() -> None:
+        await asyncio.gather(a(), b())
+
+    asyncio.run(both())
+    assert not any(isinstance(e, LaneEscape) for e in events)
+    notes = [e.message for e in events if isinstance(e, Info)]
+    assert len(notes) == 1 and notes[0].startswith(f"{hook} (the repository's git hooks) changed while")
+    assert "stories 'a', 'b'" in notes[0] and hook.exists()
+
+
+def test_a_write_into_a_quiet_lanes_worktree_is_blamed_on_the_writer(tmp_path: Path) -> None:
+    detector, events, wt = _detector(tmp_path)
+    victim = tmp_path / "repo.flowd" / "ep" / "b"
+    _git(tmp_path / "repo", "worktree", "add", "-q", "-b", "story/ep/b", str(victim), "epic/ep")
+
+    async def steps() -> None:
+        async with detector.step("b", victim):
+            (victim / "own.txt").write_text("b's own work\n")
+        async with detector.step("a", wt):
+            (victim / "INTRUDER.txt").write_text("x\n")
+        async with detector.step("b", victim):  # b's next step: it finds the intruder first
+            pass
+
+    asyncio.run(steps())
+    with pytest.raises(StoryFailed, match=r"^story 'a' wrote past its lane: it changed .*INTRUDER\.txt"):
+        detector.raise_pending("a")  # at a's next step
+    assert [(e.lane, e.path, e.what, e.action) for e in events if isinstance(e, LaneEscape)] == [
+        ("a", str(victim / "INTRUDER.txt"), "otherLane", "undone")
+    ]
+    assert not (victim / "INTRUDER.txt").exists() and (victim / "own.txt").exists()
+
+
+def test_another_epic_named_alike_is_watched_and_this_epics_story_branches_are_not(tmp_path: Path) -> None:
+    detector, events, wt = _detector(tmp_path)
+    repo = tmp_path / "repo"
+    _git(repo, "branch", "epic/ep2")
+    detector.start()
+    evil = _git(repo, "commit-tree", "-m", "evil", "HEAD^{tree}").strip()
+
+    async def step() -> None:
+        async with detector.step("a", wt):
+            _git(wt, "update-ref", "refs/heads/epic/ep2", evil)
+            _git(wt, "commit", "-q", "--allow-empty", "-m", "the lane's own commit")  # its own branch
+
+    with pytest.raises(StoryFailed):
+        asyncio.run(step())
+    assert [(e.path, e.action) for e in events if isinstance(e, LaneEscape)] == [
+        ("refs/heads/epic/ep2", "undone")
+    ]
+    assert _git(repo, "rev-parse", "epic/ep2").strip() == _git(repo, "rev-parse", "main").strip()
+
+
+def test_what_allow_write_names_is_not_an_escape(tmp_path: Path) -> None:
+    detector, events, wt = _detector(tmp_path)
+    detector.allow_write = ("~/.bashrc", "~/build-cache")
+    bashrc = detector.home / ".bashrc"
+    bashrc.write_text("# mine\n")
+    detector.start()
+
+    async def step() -> None:
+        async with detector.step("a", wt):
+            bashrc.write_text("# the build's\n")
+            (detector.home / "build-cache").mkdir()
+
+    asyncio.run(step())
+    assert events == [] and bashrc.read_text() == "# the build's\n"

@@ -1,0 +1,134 @@
+"""Confined processes on this machine's kernel: git works in the lane, the secrets stay hidden,
+`allowRead`/`allowWrite` widen the policy, an agent program's own state stays writable, and the
+binder fails closed."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from flowd.sandbox import landlock
+from flowd.sandbox.bind import binder
+from flowd.sandbox.confine import Confinement
+
+
+@pytest.fixture
+def lane(tmp_path: Path) -> Path:
+    assert landlock.abi() >= 1, "these tests need the kernel's Landlock (Linux 5.13+, the LSM enabled)"
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "README.md").write_text("# r\n", encoding="utf-8")
+    for args in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-q", "-m", "init"]):
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=repo, check=True)
+    wt = tmp_path / "repo.flowd" / "ep" / "a"
+    subprocess.run(["git", "worktree", "add", "-q", "-b", "story/ep/a", str(wt)], cwd=repo, check=True)
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "id_ed25519").write_text("SECRET\n", encoding="utf-8")
+    return wt
+
+
+def _confinement(
+    wt: Path,
+    setting: str = "enforce",
+    allow_read: list[str] | None = None,
+    allow_write: list[str] | None = None,
+) -> Confinement:
+    root = wt.parents[2]
+    return Confinement(
+        setting, checkout=root / "repo", common_dir=root / "repo" / ".git", lanes_root=root / "repo.flowd",
+        epic="ep", home=root / "home", allow_read=allow_read or [], allow_write=allow_write or [],
+    )  # fmt: skip
+
+
+GIT_ID = {
+    "GIT_AUTHOR_NAME": "t",
+    "GIT_AUTHOR_EMAIL": "t@t",
+    "GIT_COMMITTER_NAME": "t",
+    "GIT_COMMITTER_EMAIL": "t@t",
+}
+
+
+def _sh(
+    c: Confinement, wt: Path, script: str, program: str | None = None, env: dict[str, str] | None = None
+) -> str:
+    with c.spawn(wt, program, env) as confined:
+        done = subprocess.run(
+            confined.argv(["/bin/sh", "-c", script]),
+            cwd=wt,
+            env={**os.environ, **GIT_ID, **(env or {}), **confined.env},
+            pass_fds=confined.pass_fds,
+            preexec_fn=confined.preexec_fn,
+            capture_output=True,
+            text=True,
+        )
+    return done.stdout + done.stderr
+
+
+def test_git_works_on_the_lanes_own_branch(lane: Path) -> None:
+    c = _confinement(lane)
+    out = _sh(c, lane, "echo x > new.txt && git status --short && git add new.txt && git diff --cached --stat "
+                       "&& git commit -q -m own && git log --format=%s -1 && echo tmp > $TMPDIR/t && echo OK")  # fmt: skip
+    assert out.splitlines()[0] == "?? new.txt" and out.rstrip().endswith("own\nOK"), out
+    repo = lane.parents[2] / "repo"
+    log = subprocess.run(
+        ["git", "log", "--format=%s", "story/ep/a"], cwd=repo, capture_output=True, text=True
+    )
+    assert log.stdout.split("\n")[0] == "own"
+
+
+def test_secrets_hidden_unless_allow_read(lane: Path) -> None:
+    home = lane.parents[2] / "home"
+    script = f"cat {home}/.ssh/id_ed25519"
+    assert "Permission denied" in _sh(_confinement(lane), lane, script)
+    assert _sh(_confinement(lane, allow_read=[str(home / ".ssh")]), lane, script) == "SECRET\n"
+
+
+def test_allow_write_widens_the_policy(lane: Path) -> None:
+    shared = lane.parents[2] / "build-cache"
+    shared.mkdir()
+    script = f"echo x > {shared}/o && echo wrote"
+    assert "Permission denied" in _sh(_confinement(lane), lane, script)
+    assert _sh(_confinement(lane, allow_write=[str(shared)]), lane, script) == "wrote\n"
+
+
+def test_an_agent_programs_own_state_stays_writable(lane: Path) -> None:
+    config = lane.parents[2] / "claude-config"
+    script = f"echo s > {config}/state.json && echo wrote"
+    env = {"CLAUDE_CONFIG_DIR": str(config)}
+    assert _sh(_confinement(lane), lane, script, "claude-agent-acp", env) == "wrote\n"  # made for it
+    assert "Permission denied" in _sh(_confinement(lane), lane, f"echo s > {config}/state.json", None, env)
+
+
+def test_off_and_detect_confine_nothing(lane: Path) -> None:
+    target = lane.parents[2] / "repo" / "LANDED.txt"
+    for setting in ("off", "detect"):
+        _sh(_confinement(lane, setting), lane, f"echo x > {target}")
+        assert target.exists()
+        target.unlink()
+
+
+def test_the_binder_fails_closed() -> None:
+    path = binder()
+    assert path is not None, "x86-64 has a binder"
+    bad = subprocess.run([path, "999", "/bin/true", "true"], capture_output=True, text=True)
+    assert bad.returncode == 126 and "landlock_restrict_self failed" in bad.stderr
+    assert subprocess.run([path, "1"], capture_output=True).returncode == 126  # too few arguments
+
+
+def test_without_the_binder_the_child_binds_in_a_preexec_fn(
+    lane: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Other architectures than x86-64 have no binder: the same policy, bound between fork and exec."""
+    import flowd.sandbox.confine as confine
+
+    monkeypatch.setattr(confine, "binder", lambda: None)
+    c = _confinement(lane)
+    with c.spawn(lane) as confined:
+        assert confined.prefix == () and confined.preexec_fn is not None
+    target = lane.parents[2] / "repo" / "x.txt"
+    out = _sh(c, lane, f"echo x > {target}; echo own > own.txt && echo wrote")
+    assert "Permission denied" in out and out.startswith("wrote\n") and not target.exists()  # stdout first
