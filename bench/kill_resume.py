@@ -4,12 +4,12 @@ nothing was lost or doubled.
 Run: .venv/bin/python bench/kill_resume.py [--kills 20] [--stories 10] [--seed 7]
 
 The epic: up to 10 stories with dependencies, two real gates (every Python file parses; a
-policy gate that refuses `src/flaky.py` on the epic branch, so story `flaky` is merged, rolled
-back and fails every run, and its dependent waits). The scripted ACP agent plays every role.
+policy gate that refuses `src/flaky.py` on the epic, so story `flaky` is sent back by the merge
+train and fails every run, and its dependent waits). The scripted ACP agent plays every role.
 
 A kill waits for a seeded random moment on the runner's `--json` stdout — task planning, a
-coder turn, a gate, a merge, between the merge and its rollback, right after a merge, the
-report — then SIGKILLs the runner's process group. The next run resumes. When a run ends on
+coder turn, a gate, a merge, a red epic gate before its story is sent back, right after a merge,
+a merge train batch being gated, a bisection under way, the report — then SIGKILLs the runner's process group. The next run resumes. When a run ends on
 its own, the round is checked against one uninterrupted reference run:
 
 - the epic branch's tree equals the reference's (same paths, same contents);
@@ -56,10 +56,31 @@ PARSE_GATE = (
 )
 # Passes in story worktrees; on the epic branch it refuses the flaky story's module (after a pause,
 # so a kill can land between the merge and its rollback).
+# The epic's gates run in the merge train's candidates, each named `_epic` like the epic worktree
+# (docs/merging.md), never in a story worktree (named after its story).
 POLICY_GATE = (
-    'sh -c \'if [ "$(git branch --show-current)" = epic/ep ] && [ -f src/flaky.py ]; '
+    'sh -c \'if [ "$(basename "$(pwd)")" = _epic ] && [ -f src/flaky.py ]; '
     "then sleep 0.4; echo flaky.py is not allowed on the epic; exit 1; fi'"
 )
+
+
+@dataclass(frozen=True)
+class Shape:
+    """How the merge train is driven (the defaults: as the campaign always ran). `epic_sleep`
+    makes every epic gate run take that long, `delays` holds stories' coder turns back (ms), so
+    stories queue up behind a candidate and are batched; `settings` are added to the config."""
+
+    epic_sleep: float = 0.0
+    delays: tuple[tuple[str, int], ...] = ()
+    settings: str = ""
+
+    def gate(self) -> str:
+        if not self.epic_sleep:
+            return POLICY_GATE
+        return POLICY_GATE.replace(
+            "sh -c '", f'sh -c \'[ "$(basename "$(pwd)")" = _epic ] && sleep {self.epic_sleep:g}; ', 1
+        )
+
 
 # (id, owned, depends, tasks): each task writes one file of the story's own.
 STORIES: list[tuple[str, str, list[str], int]] = [
@@ -82,7 +103,10 @@ MOMENTS: dict[str, Callable[[dict[str, Any]], bool]] = {
     "gate": lambda e: e["type"] == "GateResult" and e.get("where") == "task",
     "merge": lambda e: e["type"] == "StageStarted" and str(e.get("stage", "")).endswith(": merge"),
     "after merge": lambda e: e["type"] == "StoryMerged",
-    "rollback": lambda e: e["type"] == "GateResult" and e.get("where") == "epic" and e.get("lane") == "flaky",
+    "rollback": lambda e: e["type"] == "GateResult" and e.get("where") == "epic" and e.get("ok") is False,
+    # The merge train (docs/merging.md): a candidate being built and gated, a bisection under way.
+    "mid batch": lambda e: e["type"] == "MergeBatchStarted",
+    "mid bisect": lambda e: e["type"] == "MergeBisect" and not e.get("culprit"),
     "report": lambda e: e["type"] == "RunEnded",
 }
 
@@ -91,7 +115,7 @@ def _file(owned: str, n: int) -> str:
     return owned if not owned.endswith("/") else f"{owned}part{n}.py"
 
 
-def build(root: Path, size: int) -> Scenario:
+def build(root: Path, size: int, shape: Shape = Shape()) -> Scenario:
     chosen = STORIES[:size]
     ids = {sid for sid, *_ in chosen}
     stories = [story(sid, [owned], [d for d in deps if d in ids]) for sid, owned, deps, _ in chosen]
@@ -108,14 +132,15 @@ def build(root: Path, size: int) -> Scenario:
             content = f"# {sid} part {n}\nVALUE_{n} = {n}\n" if path.endswith(".py") else f"{sid} {n}\n"
             rules.append(
                 {"when": {"role": "coder", "story": sid, "task": f"part {n}$"}, "writes": {path: content},
-                 "reply": f"{sid} part {n} written", "usage": {"input": 900, "output": 120, "costUsd": 0.001}}
+                 "reply": f"{sid} part {n} written", "usage": {"input": 900, "output": 120, "costUsd": 0.001},
+                 **({"delayMs": dict(shape.delays)[sid]} if sid in dict(shape.delays) else {})}
             )  # fmt: skip
     settings = (
-        f"gates = [{json.dumps(PARSE_GATE)}, {json.dumps(POLICY_GATE)}]\n"
+        f"gates = [{json.dumps(PARSE_GATE)}, {json.dumps(shape.gate())}]\n"
         "concurrency = 3\njudgeRounds = 1\nmaxReviewRounds = 1\n"
         # The campaign is about kills around merges: story `flaky` fails at its first red merge, as
         # it always did (docs/revisions.md: no merge revision, no gate rerun).
-        "mergeRevisionRounds = 0\ngateRetries = 0\n"
+        "mergeRevisionRounds = 0\ngateRetries = 0\n" + shape.settings
     )
     return Scenario.create(root, stories, rules, settings=settings, epic_id=EPIC)
 
@@ -350,8 +375,8 @@ class Report:
     reference_seconds: float = 0.0
 
 
-def reference_run(root: Path, size: int, timeout: float) -> Snapshot:
-    sc = build(root / "reference", size)
+def reference_run(root: Path, size: int, timeout: float, shape: Shape = Shape()) -> Snapshot:
+    sc = build(root / "reference", size, shape)
     env = env_for(root / "reference")
     runner = Runner(sc, env)
     code = runner.finish(timeout)
@@ -368,19 +393,20 @@ def campaign(
     moments: list[str] | None = None,
     timeout: float = 180.0,
     log: Callable[[str], None] = lambda _: None,
+    shape: Shape = Shape(),
 ) -> Report:
     """`kills` seeded kills (or exactly `moments`, in order); every round checked against the reference."""
     rng = random.Random(seed)
     report = Report()
     started = time.monotonic()
-    reference = reference_run(root, size, timeout)
+    reference = reference_run(root, size, timeout, shape)
     report.reference_seconds = time.monotonic() - started
     log(f"reference: exit {reference.exit_code}, {len(reference.merges)} merges, {len(reference.tree)} files")
     planned = list(moments) if moments is not None else [rng.choice(sorted(MOMENTS)) for _ in range(kills)]
     while planned:
         report.rounds += 1
         where = root / f"round{report.rounds}"
-        sc = build(where, size)
+        sc = build(where, size, shape)
         env = env_for(where)
         round_kills = 0
         while True:
@@ -393,7 +419,9 @@ def campaign(
                 else:
                     # Chosen moments (a test) come at their first occurrence; seeded ones at a random one.
                     count = (
-                        1 if moments is not None or moment in ("rollback", "report") else rng.randint(1, 3)
+                        1
+                        if moments is not None or moment in ("rollback", "report", "mid bisect")
+                        else rng.randint(1, 3)
                     )
                     seen = runner.until(MOMENTS[moment], count, timeout)
                     if seen < 0:

@@ -74,6 +74,37 @@ def test_a_narrow_terminal_shortens_the_task_not_the_ids_or_statuses() -> None:
     assert "xxx…" in row and len(row) <= 60
 
 
+def test_the_merge_train_is_shown_live_and_as_plain_lines() -> None:
+    from flowd.control.progress import plain_lines
+    from flowd.trace.events import MergeBatchResult, MergeBatchStarted, MergeBisect, StageStarted
+    from flowd.trace.view import RunView
+
+    events: list[Event] = [
+        RunStarted(epic_id="e", epic_branch="epic/e", plan="p", stories=["a", "b", "c"], concurrency=3),
+        *(StoryStatusChanged(story=s, status="active") for s in "abc"),
+        *(StageStarted(stage=f"story {s}: merge", lane=s) for s in "abc"),
+        MergeBatchStarted(batch=4, lanes=["a", "b"], base="0123456789abcdef"),
+    ]
+    out = text_of(*events)
+    assert "merging #4" in out and "queued" in out
+    assert "merge train — batch 4: a, b; queued: c" in out
+    view = RunView(run_id="r")
+    lines: list[str] = []
+    more: list[Event] = [
+        MergeBatchResult(batch=4, ok=False, duration_ms=2500),
+        MergeBisect(batch=4, lanes=["a"]),
+        MergeBisect(batch=4, lanes=["b"], culprit="b"),
+    ]
+    for n, event in enumerate([*events, *more], 1):
+        envelope = Envelope(seq=n, at="2026-11-29T10:00:00.000Z", run_id="r", event=event)
+        view.apply(envelope)
+        lines += [line.split(" ", 1)[1] for line in plain_lines(view, envelope)]
+    assert "merge train: batch 4 gating a, b on 0123456789" in lines
+    assert "merge train: batch 4 red in 2.5s" in lines
+    assert "merge train: batch 4 bisecting: gating a" in lines
+    assert "merge train: batch 4 bisected: b is red alone" in lines
+
+
 def test_a_lanes_ports_are_shown_in_status_and_plain_status() -> None:
     from flowd.control.progress import plain_run
     from flowd.trace.events import WorktreePrepared

@@ -75,3 +75,29 @@ def test_a_bisected_batch_counts_its_runs_and_sends_the_culprit_back() -> None:
         fold("r", envelopes(START, StageStarted(stage="story a: merge", lane="b"))).lanes["b"].status
         == "planned"
     )
+
+
+def test_a_one_story_batch_red_names_its_culprit_and_the_report_lists_the_train() -> None:
+    from flowd.engine.report import build_report, render_markdown
+    from flowd.plan.model import Story, StoryPlan
+
+    events: list[Event] = [
+        START,
+        *(StoryStatusChanged(story=s, status="active") for s in "abc"),
+        MergeBatchStarted(batch=1, lanes=["a", "b"], base="f" * 40),
+        MergeBatchResult(batch=1, ok=True, duration_ms=2000),
+        *(StoryStatusChanged(story=s, status="done") for s in "ab"),
+        MergeBatchStarted(batch=2, lanes=["c"], base="e" * 40),
+        MergeBatchResult(batch=2, ok=False, duration_ms=4000),
+        MergeRolledBack(lane="c", reason="red"),
+    ]
+    view = fold("r", envelopes(*events))
+    assert view.batches[1].culprits == ["c"] and view.lanes["c"].status == "active"
+    plan = StoryPlan(epic_id="e", stories=[Story(id=s, title=s, owned=[f"{s}/"]) for s in "abc"])
+    report = build_report(plan, view, {})
+    train = report.merge_train
+    assert train is not None and [b.batch for b in train.batches] == [1, 2]
+    # One at a time: a, b and c's attempt, each a 2-s run; the train took 2 + 4 s.
+    assert (train.one_at_a_time_ms, train.gate_ms, train.saved_ms) == (6000, 6000, 0)
+    markdown = render_markdown(report)
+    assert "## Merge train" in markdown and "- batch 2: c — red in 4.0 s; culprit c" in markdown

@@ -22,6 +22,9 @@ from flowd.trace.events import (
     GateResult,
     LaneEscape,
     LanePlaced,
+    MergeBatchResult,
+    MergeBatchStarted,
+    MergeBisect,
     MergeRevision,
     MergeRolledBack,
     PerimeterViolation,
@@ -39,6 +42,8 @@ from flowd.trace.view import LaneView, RunView
 STATUS_STYLE = {
     "planned": "dim",
     "active": "cyan",
+    "queued": "blue",  # the merge train's (docs/merging.md)
+    "merging": "magenta",
     "waiting": "yellow",
     "ready": "magenta",  # done, waiting for approval to merge (docs/answers.md)
     "done": "green",
@@ -65,9 +70,10 @@ def lane_row(view: RunView, lane: LaneView) -> list[Text | str]:
     )
     if lane.node:  # a lane placed on a cluster node (docs/scale-out.md)
         executor = f"{executor} @ {lane.node}" if executor else f"@ {lane.node}"
+    status = f"{lane.status} #{lane.batch}" if lane.batch is not None else lane.status
     return [
         Text(lane.lane, style="bold"),
-        Text(lane.status, style=STATUS_STYLE.get(lane.status, "")),
+        Text(status, style=STATUS_STYLE.get(lane.status, "")),
         executor,
         lane.ports
         or (str(lane.port) if lane.port is not None else ""),  # FLOWD_PORTS (docs/worktree-bootstrap.md)
@@ -131,6 +137,9 @@ def _footer(view: RunView) -> list[tuple[str, str]]:
     if held:
         names = ", ".join(f"{c.name} {c.role}" + (f" ({c.label})" if c.label else "") for c in held)
         lines.append((f"clones held: {names}", "dim"))
+    train = _train_line(view)
+    if train:
+        lines.append((train, "magenta"))
     for executor, exclusion in view.exclusions.items():
         until = f" until {exclusion['until']}" if exclusion.get("until") else ""
         lines.append((f"{executor} excluded{until}: {exclusion['reason']}", "yellow"))
@@ -157,6 +166,21 @@ def plain_run(view: RunView) -> list[str]:
 
 
 # -- plain lines (not a terminal) --------------------------------------------------------------------
+def _train_line(view: RunView) -> str:
+    """The merge train at a glance (docs/merging.md): who waits, who is being gated, in which batch."""
+    queued = [lane.lane for lane in view.lanes.values() if lane.status == "queued"]
+    merging: dict[int, list[str]] = {}
+    for lane in view.lanes.values():
+        if lane.status == "merging" and lane.batch is not None:
+            merging.setdefault(lane.batch, []).append(lane.lane)
+    if not queued and not merging:
+        return ""
+    parts = [f"batch {b}: {', '.join(lanes)}" for b, lanes in sorted(merging.items())]
+    if queued:
+        parts.append(f"queued: {', '.join(queued)}")
+    return "merge train — " + "; ".join(parts)
+
+
 def _one_line(text: str | None) -> str:
     return " ".join((text or "").split())
 
@@ -209,6 +233,20 @@ def _lane_line(view: RunView, event: object) -> str | None:
     if isinstance(event, PerimeterViolation):
         paths = ", ".join(f"{p.path} ({p.kind})" for p in event.paths)
         return f"{event.lane}: perimeter violation, {event.action}: {paths}"
+    return _train_event_line(event)
+
+
+def _train_event_line(event: object) -> str | None:
+    """The merge train's events as plain lines (docs/merging.md)."""
+    if isinstance(event, MergeBatchStarted):
+        return f"merge train: batch {event.batch} gating {', '.join(event.lanes)} on {event.base[:10]}"
+    if isinstance(event, MergeBatchResult):
+        verdict = "green" if event.ok else "red"
+        return f"merge train: batch {event.batch} {verdict} in {event.duration_ms / 1000:.1f}s"
+    if isinstance(event, MergeBisect):
+        if event.culprit is not None:
+            return f"merge train: batch {event.batch} bisected: {event.culprit} is red alone"
+        return f"merge train: batch {event.batch} bisecting: gating {', '.join(event.lanes)}"
     return None
 
 

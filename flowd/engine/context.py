@@ -63,6 +63,16 @@ class PauseAnswers(Protocol):
 if TYPE_CHECKING:
     from flowd.engine.detect import Detector
 
+
+class MergeQueue(Protocol):
+    """What a story needs of the merge train (`engine/train.py`'s `TrainShell`, docs/merging.md):
+    the one door into the epic. Declared here so the context stands below the train."""
+
+    async def merge(self, story: str, branch: str) -> str: ...
+
+    async def aclose(self) -> None: ...
+
+
 # Failures that are the executor's, not the reply's: a held coder moves to another executor.
 MESSAGE_CHARS = 600
 TOOL_ARG_CHARS = 300
@@ -91,6 +101,10 @@ class RunContext:
     holders: dict[str, HeldCoder] = field(default_factory=dict)  # lane → its held coder
     reviews: ReviewQueue = field(default_factory=ReviewQueue)  # review comments due (engine/review.py)
     _budget_told: set[str] = field(default_factory=set)
+    _train: MergeQueue | None = None
+    # Told when a story enters the merge train (True: its lane is free) and when it is sent back
+    # to work (False); the scheduler's shell sets it (docs/merging.md).
+    lane_freed: Callable[[str, bool], None] | None = None
     # Detection after every turn, gate and setup command (docs/sandbox-detection.md); None: off.
     detect: Detector | None = None
     # Running lanes' port ranges (docs/worktree-bootstrap.md), keyed by story id or `<story>#t<n>`.
@@ -98,6 +112,21 @@ class RunContext:
 
     def __post_init__(self) -> None:
         self.ports = PortSlots(self.settings.worktree.port_base, self.settings.worktree.ports_per_lane)
+
+    def merge_train(self) -> MergeQueue:
+        """The run's merge train (docs/merging.md): every story's one way into the epic. The
+        runner sets it up; a context without one (a cluster node's) merges nothing."""
+        if self._train is None:
+            raise RuntimeError("this run context has no merge train (only the runner merges)")
+        return self._train
+
+    def set_train(self, train: MergeQueue) -> None:
+        self._train = train
+
+    async def close_train(self) -> None:
+        """Nothing of the merge train (its candidate worktrees, its gate runs) outlives the run."""
+        if self._train is not None:
+            await self._train.aclose()
 
     def lane_env(self, key: str | None) -> dict[str, str]:
         """FLOWD_LANE/PORT/PORTS of a running lane (empty when it holds no range)."""

@@ -81,8 +81,12 @@ async def run_command(
                 tail.extend(chunk)
                 del tail[: max(0, len(tail) - TAIL_CHARS * 2)]
 
+        both = asyncio.gather(pump(), process.wait())
+        # Stopped (a timeout, a cancel: the merge train discards a candidate), the gathering
+        # ends with the cancel as its exception; it is expected, not left unretrieved.
+        both.add_done_callback(lambda f: None if f.cancelled() else f.exception())
         try:
-            await asyncio.wait_for(asyncio.gather(pump(), process.wait()), timeout_s)
+            await asyncio.wait_for(both, timeout_s)
             code = process.returncode if process.returncode is not None else -1
         except TimeoutError:
             _kill_group(process.pid)

@@ -43,6 +43,28 @@ class FlakyLine(WireModel):
     attempts: int
 
 
+class BatchLine(WireModel):
+    """One merge train batch (docs/merging.md)."""
+
+    batch: int
+    lanes: list[str]
+    ok: bool | None = None
+    duration_ms: int | None = None
+    bisections: int = 0
+    culprits: list[str] = []
+
+
+class TrainLine(WireModel):
+    """The merge train's account (docs/merging.md): its batches and the epic gate time it took
+    against merging one story at a time (an estimate from the median green batch's run)."""
+
+    batches: list[BatchLine]
+    bisections: int
+    gate_ms: int
+    one_at_a_time_ms: int
+    saved_ms: int
+
+
 class ExecutorLine(WireModel):
     executor: str
     stories: list[str]
@@ -73,6 +95,7 @@ class EpicReport(WireModel):
     epic_estimated_tokens: int = 0
     epic_unpriced_tokens: int = 0
     flaky_gates: list[FlakyLine] = []  # this run's
+    merge_train: TrainLine | None = None  # this run's, when it merged anything
 
 
 def epic_history(repo: Path, epic_id: str, run_id: str, price: Pricer = reported_cost) -> list[RunView]:
@@ -179,7 +202,37 @@ def build_report(
         flaky_gates=[
             FlakyLine(story=f.lane, where=f.where, gate=f.gate, attempts=f.attempts) for f in view.flaky_gates
         ],
+        merge_train=train_line(view),
     )
+
+
+def train_line(view: RunView) -> TrainLine | None:
+    """The train's batches, and its epic gate time against one at a time: one run per merge
+    attempt (stories landed, culprits sent back) at the median green batch's run time, against the
+    batches' own time plus each bisection run at that median."""
+    if not view.batches:
+        return None
+    timed = sorted(b.duration_ms for b in view.batches if b.ok and b.duration_ms is not None)
+    every = sorted(b.duration_ms for b in view.batches if b.duration_ms is not None)
+    median = (timed or every or [0])[len(timed or every or [0]) // 2]
+    bisections = sum(b.bisections for b in view.batches)
+    culprits = sum(len(b.culprits) for b in view.batches)
+    merged = sum(1 for lane in view.lanes.values() if lane.status == "done")
+    gate_ms = sum(b.duration_ms or 0 for b in view.batches) + bisections * median
+    one = (merged + culprits) * median
+    return TrainLine(
+        batches=[
+            BatchLine(
+                batch=b.batch, lanes=b.lanes, ok=b.ok, duration_ms=b.duration_ms,
+                bisections=b.bisections, culprits=b.culprits,
+            )
+            for b in view.batches
+        ],
+        bisections=bisections,
+        gate_ms=gate_ms,
+        one_at_a_time_ms=one,
+        saved_ms=one - gate_ms,
+    )  # fmt: skip
 
 
 def _sum_costs(views: Sequence[RunView]) -> float | None:
@@ -234,7 +287,7 @@ def render_markdown(report: EpicReport, pictures: Sequence[str] = ()) -> str:
             f"| {s.id} | {s.status} | {f'`{s.branch}`' if s.branch else '—'} | {tokens} | {_money(s.cost_usd)} "
             f"| {_cell(s.executor) or '—'} | {_cell(s.note)} |"
         )
-    lines += _revision_lines(report) + _flaky_lines(report) + list(pictures)
+    lines += _revision_lines(report) + _flaky_lines(report) + _train_lines(report) + list(pictures)
     if report.by_executor:
         lines += ["", "## By executor", ""]
         for e in report.by_executor:
@@ -272,6 +325,32 @@ def _flaky_lines(report: EpicReport) -> list[str]:
     for f in report.flaky_gates:
         runs = f"{f.attempts} red run{'s' if f.attempts != 1 else ''}"
         lines.append(f"- {f.story or 'epic'} ({f.where} gate): `{_cell(f.gate)}` — {runs} before green")
+    return lines
+
+
+def _train_lines(report: EpicReport) -> list[str]:
+    """`## Merge train`: each batch, its bisections, and the gate time saved (docs/merging.md)."""
+    train = report.merge_train
+    if train is None:
+        return []
+    lines = [
+        "",
+        "## Merge train",
+        "",
+        f"{len(train.batches)} batch(es), {train.bisections} bisection run(s); epic gates "
+        f"{train.gate_ms / 1000:.1f} s against about {train.one_at_a_time_ms / 1000:.1f} s one story "
+        f"at a time: {train.saved_ms / 1000:.1f} s saved.",
+        "",
+    ]
+    for b in train.batches:
+        verdict = "green" if b.ok else "red" if b.ok is False else "not finished"
+        took = f" in {b.duration_ms / 1000:.1f} s" if b.duration_ms is not None else ""
+        more = (
+            f"; bisected ({b.bisections} run(s)), culprit(s) {', '.join(b.culprits)}" if b.bisections else ""
+        )
+        if b.culprits and not b.bisections:
+            more = f"; culprit {', '.join(b.culprits)}"
+        lines.append(f"- batch {b.batch}: {', '.join(b.lanes)} — {verdict}{took}{more}")
     return lines
 
 

@@ -30,6 +30,7 @@ from flowd.engine.core.scheduler import (
     AskPerson,
     Cancelled,
     Instruction,
+    LaneFreed,
     Launch,
     MarkWaiting,
     Paused,
@@ -50,6 +51,7 @@ from flowd.engine.requests import RequestDesk
 from flowd.engine.review import carry_over
 from flowd.engine.state import EpicLock, EpicPaths, load_state
 from flowd.engine.story import StoryOutcome, undo_interrupted_merge
+from flowd.engine.train import TrainShell, recover_train
 from flowd.plan.graph import critical_path_rank, estimate_durations, ready
 from flowd.plan.hashing import story_hash
 from flowd.plan.model import StoryPlan
@@ -183,6 +185,7 @@ def _recover(setup: _Setup, options: RunOptions) -> tuple[list[Event], RunResult
     repo, epic_wt = setup.repo, setup.epic_wt
     recovered: list[Event] = []
     undo_interrupted_merge(repo, setup.paths, epic_wt, recovered.append)
+    recover_train(repo, setup.paths, epic_wt, setup.wt_root, recovered.append)
     if (epic_wt / ".git").exists():
         dirty = repo.status_paths(epic_wt)
         if dirty:
@@ -242,6 +245,7 @@ class _Session:
             if p is not None
         )
         self.lanes: Lanes | None = None
+        self.ctx: RunContext | None = None
         self.detector: Detector | None = None
 
     def _trace_failed(self, exc: OSError) -> None:
@@ -354,6 +358,8 @@ class _Session:
             pause_on=frozenset(self.pause_on),
             detect=self.detector,
         )
+        self.ctx = ctx
+        ctx.set_train(TrainShell(ctx))
         if self.detector is not None:
             self.detector.merge_lock = ctx.merge_lock
         # The first stories' agents start while their worktrees are prepared (docs/performance.md),
@@ -382,6 +388,9 @@ class _Session:
         if self.lanes is not None:
             with contextlib.suppress(Exception):
                 await asyncio.shield(self.lanes.aclose())
+        if self.ctx is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self.ctx.close_train())
         if self.pool is not None:
             with contextlib.suppress(Exception):
                 await asyncio.shield(self.pool.aclose())
@@ -469,6 +478,14 @@ class SchedulerShell:
         self.carried: dict[str, PauseView] = {}  # the epic's previous run's unanswered pauses
         self.cancel = stop or asyncio.Event()
         self.broken = broken if broken is not None else []
+        # Stories entering and leaving the merge train (docs/merging.md): a lane freed may launch one.
+        self.lanes_changed: list[LaneFreed] = []
+        self.lanes_wake = asyncio.Event()
+        ctx.lane_freed = self._lane_freed
+
+    def _lane_freed(self, story: str, freed: bool) -> None:
+        self.lanes_changed.append(LaneFreed(story, freed))
+        self.lanes_wake.set()
 
     async def run(self, handle_signals: bool) -> tuple[RunOutcome, str | None]:
         loop = asyncio.get_running_loop()
@@ -502,12 +519,13 @@ class SchedulerShell:
         desk = asyncio.create_task(inbox.serve(RequestDesk(self.ctx).handle), name="inbox")
         # An answer wakes the loop as a finished story does (docs/answers.md).
         answered = asyncio.create_task(self.pauses.wake.wait(), name="answers")
+        freed = asyncio.create_task(self.lanes_wake.wait(), name="lanes freed")
         try:
             # Pauses a killed run left unanswered stay paused (docs/answers.md).
             await self._carry_out(machine.handle(*self.pauses.restore(self.carried), self._poll()))
             while machine.ended is None:
                 finished, _ = await asyncio.wait(
-                    [*self.tasks.values(), cancel_wait, answered], return_when=asyncio.FIRST_COMPLETED
+                    [*self.tasks.values(), cancel_wait, answered, freed], return_when=asyncio.FIRST_COMPLETED
                 )
                 if self.cancel.is_set():
                     await self._carry_out(machine.handle(Cancelled(self.broken[0] if self.broken else None)))
@@ -515,8 +533,12 @@ class SchedulerShell:
                 events: list[SchedulerEvent] = [
                     self._finished(cast(asyncio.Task[StoryOutcome], task))
                     for task in finished
-                    if task is not answered
+                    if task is not answered and task is not freed
                 ]
+                if freed in finished:
+                    self.lanes_wake.clear()
+                    events[:0], self.lanes_changed = self.lanes_changed, []
+                    freed = asyncio.create_task(self.lanes_wake.wait(), name="lanes freed")
                 if answered in finished:
                     events += self.pauses.take()
                     answered = asyncio.create_task(self.pauses.wake.wait(), name="answers")
@@ -524,6 +546,7 @@ class SchedulerShell:
                 await self._carry_out(machine.handle(self._poll()))
         finally:
             answered.cancel()
+            freed.cancel()
             cancel_wait.cancel()
             desk.cancel()
             with contextlib.suppress(asyncio.CancelledError):

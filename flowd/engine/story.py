@@ -32,21 +32,20 @@ from flowd.engine.core.revision import (
     resuming_round,
     rounds_not_counted,
 )
-from flowd.engine.core.stops import AwaitingApproval, Halt, StoryFailed
+from flowd.engine.core.stops import AwaitingApproval, StoryFailed
 from flowd.engine.gates import run_command
 from flowd.engine.perimeter_now import perimeter_now
 from flowd.engine.state import (
     EpicPaths,
-    MergeIntent,
     StoryState,
     append_findings,
     clear_intent,
     load_intent,
     load_state,
-    save_intent,
     save_state,
 )
 from flowd.engine.taskloop import TaskLoop
+from flowd.engine.train import Ejected, RedMerge
 from flowd.plan.hashing import story_hash
 from flowd.plan.model import Story
 from flowd.plan.perimeter import classify
@@ -59,7 +58,6 @@ from flowd.trace.events import (
     StageCompleted,
     StageFailed,
     StageStarted,
-    StoryMerged,
     StoryStatus,
     StoryStatusChanged,
     WorktreePrepared,
@@ -67,15 +65,6 @@ from flowd.trace.events import (
 from flowd.vcs.gitops import Repo
 
 __all__ = ["RedMerge", "StoryOutcome", "StoryRun", "undo_interrupted_merge"]
-
-
-class RedMerge(StoryFailed):
-    """The epic gates were red on the story's merge, and the merge was undone (docs/revisions.md)."""
-
-    def __init__(self, gate: str, output: str) -> None:
-        super().__init__(f"epic gates failed after merging; merge undone:\n{output}")
-        self.gate = gate
-        self.output = output
 
 
 class StoryRun:
@@ -142,20 +131,21 @@ class StoryRun:
             self._ask_approval(loop)
             red: RedMerge | None = None
             while True:
-                # Catch-up, perimeter repair and merge in one hold of the merge lock: one wait in
-                # its queue per story, not two.
+                # Catch-up and perimeter repair in one hold of the merge lock; review comments that
+                # came while it was judged or waited its turn go first; once it is ready to merge,
+                # it takes no more (docs/answers.md: revisions).
                 async with ctx.merge_lock:
-                    # Review comments that came while it was judged or waited its turn go first;
-                    # once its merge begins, it takes no more (docs/answers.md: revisions).
-                    if ctx.reviews.close_if_idle(story):
+                    admitted = ctx.reviews.close_if_idle(story)
+                    if admitted:
                         await asyncio.to_thread(self._catch_up)
                         repaired = await asyncio.to_thread(self._repair_perimeter)
-                        coder.release()
-                        try:
-                            commit = await self._merge_locked()
-                        except RedMerge as undone:
-                            red = undone
-                        break
+                if admitted:
+                    coder.release()
+                    try:
+                        commit = await self._merge()
+                    except RedMerge as undone:
+                        red = undone
+                    break
                 await loop.run_tasks()
                 note = await loop.judge() or note
                 self._ask_approval(loop)
@@ -463,83 +453,33 @@ class StoryRun:
         return done
 
     async def _merge(self) -> str:
-        async with self.ctx.merge_lock:
-            return await self._merge_locked()
-
-    async def _merge_locked(self) -> str:
-        """Merge into the epic behind its gates; the caller holds the merge lock."""
-        try:
-            return await self._merge_behind_gates()
-        finally:
-            if self.ctx.detect is not None:
-                self.ctx.detect.epic_settled()  # flowd's own move (docs/sandbox-detection.md)
-
-    async def _merge_behind_gates(self) -> str:
-        ctx, repo, story = self.ctx, self.ctx.repo, self.story.id
+        """Ready to merge: into the merge train (engine/train.py, docs/merging.md), which lands the
+        story behind the epic gates (its merge commit) or sends it back (`RedMerge`). A story that
+        conflicts with the stories ahead of it catches up with the epic and enters again, twice at
+        most."""
+        ctx, story = self.ctx, self.story.id
         if ctx.detect is not None:
             # What another lane put in the epic worktree is put back and blamed on that lane, and
             # a story blamed for an escape fails here rather than merge (docs/sandbox-detection.md).
             await asyncio.to_thread(ctx.detect.check_epic_worktree)
             ctx.detect.raise_pending(story)
-        dirty = await asyncio.to_thread(repo.status_paths, ctx.epic_wt)
-        if dirty:
-            raise Halt(
-                f"the epic worktree {ctx.epic_wt} has uncommitted changes (found after story '{story}' "
-                f"finished): {', '.join(dirty[:5])}; move or discard them, then run again"
-            )
-        checkpoint = await asyncio.to_thread(repo.head_of, ctx.epic_wt)
-        stage = f"story {story}: merge"
-        ctx.emit(StageStarted(stage=stage, lane=story))
-        # Until the gates pass, the merge is provisional; a run killed meanwhile leaves this
-        # behind and the next run undoes the merge (`undo_interrupted_merge`).
-        save_intent(ctx.paths, MergeIntent(story=story, branch=self.branch, checkpoint=checkpoint))
-        try:
-            commit = await self._merge_verified(stage, checkpoint)
-        except (StoryFailed, asyncio.CancelledError):
-            raise
-        except Exception:
-            # Whatever broke (git, a gate that could not start), the epic keeps only verified merges.
-            recorded = self.state is not None and self.state.status == "merged"
-            with contextlib.suppress(Exception):
-                if not recorded and await asyncio.to_thread(repo.head_of, ctx.epic_wt) != checkpoint:
-                    await asyncio.to_thread(repo.reset_hard, ctx.epic_wt, checkpoint)
-                clear_intent(ctx.paths)
-            raise
-        ctx.emit(StoryMerged(lane=story, branch=self.branch, commit=commit))
-        ctx.emit(StageCompleted(stage=stage, lane=story))
-        return commit
-
-    async def _merge_verified(self, stage: str, checkpoint: str) -> str:
-        """Merge, run the epic gates, and record the story merged (or undo the merge)."""
-        ctx, repo, story = self.ctx, self.ctx.repo, self.story.id
-        result = await asyncio.to_thread(
-            repo.merge, ctx.epic_wt, self.branch, f"{ctx.epic_id}: merge story {story}"
-        )
-        if not result.ok:
-            clear_intent(ctx.paths)
-            ctx.emit(StageFailed(stage=stage, lane=story, error="conflict"))
-            raise StoryFailed(
-                f"merging {self.branch} into {ctx.epic_branch} conflicted: {', '.join(result.conflicts)}"
-            )
-        if not result.already_merged:
-            red = await ctx.gates(
-                ctx.epic_wt,
-                where="epic",
-                lane=story,
-                log_dir=ctx.paths.gate_logs(story).parent / "epic-gates",
-            )
-            if red is not None:
-                await asyncio.to_thread(repo.reset_hard, ctx.epic_wt, checkpoint)
-                clear_intent(ctx.paths)
-                reason = f"epic gates failed after merging; merge undone:\n{red.describe()}"
-                ctx.emit(MergeRolledBack(lane=story, reason=reason[:2000]))
-                ctx.emit(StageFailed(stage=stage, lane=story, error="epic gates red"))
-                raise RedMerge(red.command, red.describe())
-        assert self.state is not None
-        self.state = self.state.model_copy(update={"status": "merged", "reason": None})
-        save_state(ctx.paths, self.state)
-        clear_intent(ctx.paths)
-        return result.commit or checkpoint
+        for attempt in range(3):
+            try:
+                commit = await ctx.merge_train().merge(story, self.branch)
+            except Ejected as ejected:
+                if attempt == 2:
+                    raise StoryFailed(
+                        f"merging {self.branch} into {ctx.epic_branch} conflicted: {ejected.detail}"
+                    ) from None
+                self.info(
+                    f"its merge conflicted with stories merged ahead of it ({ejected.detail}); catching up"
+                )
+                async with ctx.merge_lock:
+                    await asyncio.to_thread(self._catch_up)
+                continue
+            self.state = load_state(ctx.paths, story) or self.state
+            return commit
+        raise AssertionError("unreachable")
 
     def _clean_up(self) -> None:
         self._clean_up_at(self.worktree)

@@ -27,6 +27,10 @@ from flowd.sandbox.policy import LanePlaces, Protected, read_rules, secret_paths
 Report = Callable[[str, str, str, str], None]  # (lane, path, what, by whom): a refusal the OS made
 
 
+# The merge train's candidate worktrees live under `<worktreeRoot>/<epic>/_train/` (flowd/engine/train.py).
+TRAIN_DIR = "_train"
+
+
 def mechanism() -> tuple[str, int]:
     """What this machine offers: ("landlock ABI 7", 7) or ("none available", 0)."""
     version = landlock.abi()
@@ -145,9 +149,12 @@ class Confinement:
             parts = real.relative_to(root).parts
         except ValueError:
             return None
-        if not parts or not (root / parts[0] / ".git").is_file():
+        # A story's or the epic's worktree is `<epic>/<name>`; a merge-train candidate's is
+        # `<epic>/_train/w<n>/_epic` (docs/merging.md), gated like the epic worktree.
+        depth = 3 if parts and parts[0] == TRAIN_DIR else 1
+        if len(parts) < depth or not (root.joinpath(*parts[:depth]) / ".git").is_file():
             return None
-        return root / parts[0]
+        return root.joinpath(*parts[:depth])
 
     def lane(self, cwd: Path, program: str | None = None, env: dict[str, str] | None = None) -> Lane:
         top = self.lane_top(cwd)

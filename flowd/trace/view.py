@@ -465,6 +465,9 @@ class RunView:
             lane = self._lane(event.lane)
             if lane.status in ("queued", "merging"):
                 lane.status = "active"
+            batch = self.batch(lane.batch) if lane.batch is not None else None
+            if batch is not None and event.lane not in batch.culprits:
+                batch.culprits.append(event.lane)  # red alone: its batch's culprit
             lane.batch = None
         else:
             batch = self.batch(event.batch)

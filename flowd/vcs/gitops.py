@@ -790,6 +790,27 @@ class Repo:
         """A merge stopped half-way in `wt` (MERGE_HEAD is set): a process killed mid-merge."""
         return merge_in_progress(Path(wt))
 
+    def check_out_detached(self, wt: Path, commit: str) -> None:
+        """Put a throwaway detached worktree exactly at `commit`: tracked files as there, every
+        other file removed (ignored ones too: nothing a previous use built is left to fool a gate).
+        Cheaper than a new worktree: only the files that differ are written."""
+        wt = self._owned_worktree(wt, "check out")
+        what = f"could not check out {commit[:10]} in the worktree {wt}"
+        if self.merge_in_progress(wt):
+            _git(wt, ["merge", "--abort"], what)
+        _git(wt, ["checkout", "-q", "--detach", "-f", commit], what)
+        _git(wt, ["clean", "-fdxq"], what)
+
+    def fast_forward(self, wt: Path, commit: str) -> None:
+        """Move the worktree and its branch forward to `commit`, a descendant of its HEAD; refuses
+        (GitError) when it is not one: the branch moved since `commit` was built on it."""
+        wt = self._owned_worktree(wt, "fast-forward")
+        _git(
+            wt,
+            ["merge", "--ff-only", "-q", "--no-verify", commit],
+            f"could not fast-forward the worktree {wt} to {commit[:10]}",
+        )
+
     def reset_hard(self, wt: Path, commit: str) -> None:
         """Roll the worktree and its branch back to `commit`; untracked files are kept."""
         wt = self._owned_worktree(wt, "reset")

@@ -208,7 +208,10 @@ def test_eight_parallel_stories_whose_gate_binds_its_port_never_collide(tmp_path
     result = sc.run()
     events = sc.events(result.run_id)
     gates = [e.event for e in events if isinstance(e.event, GateResult)]
-    assert result.outcome == "done" and len(gates) == 16 and all(g.ok for g in gates)
+    # One task gate per story; the epic's per candidate of the merge train (docs/merging.md).
+    task_gates = [g for g in gates if g.where == "task"]
+    assert result.outcome == "done" and len(task_gates) == 8 and 1 <= len(gates) - 8 <= 8
+    assert all(g.ok for g in gates)
     # The trace's own account: a port is never held by two lanes at once (held from
     # WorktreePrepared until the story's last status).
     holder: dict[int, str] = {}

@@ -11,6 +11,7 @@ from flowd.engine.core.scheduler import (
     End,
     Event,
     Instruction,
+    LaneFreed,
     Launch,
     MarkWaiting,
     Poll,
@@ -318,3 +319,31 @@ def test_stories_stopped_by_fail_fast_do_not_hold_their_dependents() -> None:
         MarkWaiting("c", "not started: fail-fast after a"),
         End("failed", "story a failed (fail-fast)"),
     ]
+
+
+def test_a_story_in_the_merge_train_frees_its_lane_and_takes_it_back_when_sent_back() -> None:
+    m = machine(FLAT, concurrency=1)
+    assert launched(m.handle(Poll(coder_slots=4))) == ["x"]
+    assert launched(m.handle(Poll(coder_slots=4))) == []
+    # x waits in the merge train: its lane launches y while x's task still runs.
+    assert launched(m.handle(LaneFreed("x"), Poll(coder_slots=4))) == ["y"]
+    assert m.running == ["x", "y"]
+    # x is sent back to work: it holds a lane again, so nothing more launches when y merges.
+    m.handle(LaneFreed("x", freed=False))
+    m.handle(LaneFreed("y"))
+    assert launched(m.handle(Poll(coder_slots=4))) == []
+    m.handle(StoryFinished("y", "done"))
+    assert launched(m.handle(Poll(coder_slots=4))) == []
+    assert launched(m.handle(StoryFinished("x", "done"), Poll(coder_slots=4))) == ["z"]
+
+
+def test_a_story_in_the_merge_train_is_still_stopped_by_a_cancel() -> None:
+    m = machine(FLAT, concurrency=1)
+    m.handle(Poll(coder_slots=4))
+    m.handle(LaneFreed("x"), Poll(coder_slots=4))
+    assert m.handle(Cancelled()) == [StopAll()]
+    m.handle(StoryStopped("x", "cancelled"))
+    assert ended(m.handle(StoryStopped("y", "cancelled"))) == End("cancelled", "cancelled by a signal")
+    # A lane freed for a story no longer running changes nothing.
+    m.handle(LaneFreed("x"))
+    assert m.merging == set()

@@ -132,3 +132,16 @@ def test_without_the_binder_the_child_binds_in_a_preexec_fn(
     target = lane.parents[2] / "repo" / "x.txt"
     out = _sh(c, lane, f"echo x > {target}; echo own > own.txt && echo wrote")
     assert "Permission denied" in out and out.startswith("wrote\n") and not target.exists()  # stdout first
+
+
+def test_a_merge_train_candidate_is_a_lane_of_its_own(lane: Path) -> None:
+    """The epic gates run in a candidate worktree (`<epic>/_train/w<n>/_epic`, docs/merging.md):
+    they write there, and still nowhere else."""
+    repo = lane.parents[2] / "repo"
+    candidate = lane.parents[1] / "ep" / "_train" / "w1" / "_epic"
+    subprocess.run(["git", "worktree", "add", "-q", "--detach", str(candidate)], cwd=repo, check=True)
+    c = _confinement(lane)
+    assert c.lane_top(candidate / "sub") == candidate
+    out = _sh(c, candidate, f"echo ok > built.txt && cat built.txt; echo x > {lane}/INTRUDER.txt")
+    assert (candidate / "built.txt").read_text(encoding="utf-8") == "ok\n"
+    assert not (lane / "INTRUDER.txt").exists(), out

@@ -57,6 +57,9 @@ const LANE_ICON: Record<string, NodeIcon> = {
   running: { id: "sync~spin", color: "charts.blue" },
   planned: { id: "circle-large-outline" },
   waiting: { id: "watch", color: "charts.yellow" },
+  // The merge train (docs/merging.md): waiting for a candidate, and held by one.
+  queued: { id: "list-ordered", color: "charts.purple" },
+  merging: { id: "git-merge", color: "charts.purple" },
   ready: { id: "git-pull-request", color: "charts.purple" }, // done, waiting for your approval to merge
   done: { id: "pass-filled", color: "charts.green" },
   failed: { id: "error", color: "charts.red" },
@@ -156,11 +159,13 @@ export function laneNode(run: RunEntry, lane: LaneEntry): TreeNode {
   const label = lane.title && lane.title !== lane.lane ? `${lane.lane} — ${lane.title}` : lane.lane;
   const revision = lane.mergeRevision ? `merge revision ${lane.mergeRevision}` : "";
   const flaky = lane.flaky ? `flaky gates: ${lane.flaky}` : "";
+  const status = lane.batch !== undefined ? `${lane.status} #${lane.batch}` : lane.status;
   // The lane's FLOWD_PORT/FLOWD_PORTS once its worktree is prepared (docs/worktree-bootstrap.md).
   const ports = lane.ports ? `ports ${lane.ports}` : lane.port !== undefined ? `port ${lane.port}` : "";
   const tooltip = [
     `${lane.lane}: ${lane.title}`,
     `Status: ${lane.status}${lane.reason ? ` (${lane.reason})` : ""}`,
+    lane.batch !== undefined ? `Merge train: batch ${lane.batch}` : "",
     coder ? `Coder: ${coder}` : "",
     lane.node ? `Node: ${lane.node}` : "",
     ports ? `Ports: ${lane.ports ?? lane.port} (FLOWD_PORT ${lane.port ?? "?"}, FLOWD_PORTS ${lane.ports ?? "?"})` : "",
@@ -174,7 +179,7 @@ export function laneNode(run: RunEntry, lane: LaneEntry): TreeNode {
     id: `lane:${run.runId}:${lane.lane}`,
     kind: "lane",
     label,
-    description: join(lane.status, coder, node, task, tokens, laneCost(lane.costUsd, lane.estimated), ports, revision, flaky),
+    description: join(status, coder, node, task, tokens, laneCost(lane.costUsd, lane.estimated), ports, revision, flaky),
     tooltip: tooltip.join("\n"),
     icon: LANE_ICON[lane.status] ?? { id: "circle-outline" },
     // `lane.ready`: waiting for approval to merge, so the Approve / Request Changes items show.

@@ -77,7 +77,8 @@ export interface ModelChange {
   lane?: string;
 }
 
-const RUNNING_LANE = new Set(["active", "running"]);
+// `queued`/`merging`: its work is done and it is in the merge train (docs/merging.md); still running.
+const RUNNING_LANE = new Set(["active", "running", "queued", "merging"]);
 
 export function isLaneRunning(status: string): boolean {
   return RUNNING_LANE.has(status);
@@ -363,6 +364,7 @@ export class LanesModel {
     // docs/revisions.md: absent means none (the server omits zeros).
     lane.flaky = p.flaky ?? undefined;
     lane.mergeRevision = p.mergeRevision ?? undefined;
+    lane.batch = p.batch ?? undefined; // the merge train's batch, while it is in one
     lane.worktree = p.worktree ?? lane.worktree;
     lane.branch = p.branch ?? lane.branch;
     lane.node = p.node ?? lane.node;

@@ -8,7 +8,8 @@ every running story, end the run.
 
 Rules (docs/architecture.md: one run):
 - Ready stories (every dependency done) launch by critical-path rank, plan order breaking ties,
-  up to min(concurrency, coder slots) at once (at least one slot).
+  up to min(concurrency, coder slots) at once (at least one slot). A story waiting in the merge
+  train holds no slot (`LaneFreed`): its lane's work is done (docs/merging.md).
 - Nothing launches once the run is halted, failed fast or cancelled; a spent epic budget halts the
   run when a story would launch.
 - A story that did not finish puts its transitive dependents in `waiting for <id>`; a failed one
@@ -92,7 +93,16 @@ class Answered:
     go_on: bool
 
 
-Event = Poll | StoryFinished | StoryStopped | Cancelled | Paused | Answered
+@dataclass(frozen=True)
+class LaneFreed:
+    """`story`'s work is done and it waits in the merge train (docs/merging.md): its task still
+    runs, but it no longer holds a lane (`freed` False: sent back to work, it holds one again)."""
+
+    story: str
+    freed: bool = True
+
+
+Event = Poll | StoryFinished | StoryStopped | Cancelled | Paused | Answered | LaneFreed
 
 # -- instructions --------------------------------------------------------------------------------
 
@@ -150,6 +160,7 @@ class Scheduler:
     pause_on: frozenset[str] = frozenset()
     statuses: dict[str, OutcomeStatus] = field(default_factory=dict)
     running: list[str] = field(default_factory=list)
+    merging: set[str] = field(default_factory=set)  # running, but in the merge train: no lane held
     waiting: dict[str, str] = field(default_factory=dict)
     halted: str | None = None
     failed_fast: str | None = None
@@ -174,6 +185,11 @@ class Scheduler:
                 out += self._paused(event)
             elif isinstance(event, Answered):
                 out += self._answered(event)
+            elif isinstance(event, LaneFreed):
+                if event.freed and event.story in self.running:
+                    self.merging.add(event.story)
+                else:
+                    self.merging.discard(event.story)
             else:
                 out += self._cancel(event)
         # After the whole batch: stories finishing together are all recorded before failFast stops
@@ -201,7 +217,7 @@ class Scheduler:
         if not ready_ids:
             return []
         slots = min(self.concurrency, max(1, poll.coder_slots))
-        free = max(0, slots - len(self.running))
+        free = max(0, slots - len(self.running) + len(self.merging))
         chosen = launch_order(self.plan, ready_ids, self.rank)[:free]
         if chosen and poll.budget_spent is not None:
             if "budget" in self.pause_on:
@@ -268,6 +284,7 @@ class Scheduler:
     def _forget(self, story: str) -> None:
         if story in self.running:
             self.running.remove(story)
+        self.merging.discard(story)
 
     @property
     def _stopping_for_good(self) -> bool:

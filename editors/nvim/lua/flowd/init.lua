@@ -383,7 +383,8 @@ local function money(v)
 end
 
 --- The lines of the lanes buffer: per run (running ones, else the latest), a header and one line per
---- lane with status, executor#clone, task i/n, tokens and cost, then its merge revision and flaky gates if any.
+--- lane with status (with the merge train's batch), executor#clone, task i/n, tokens and cost, then its
+--- merge revision and flaky gates if any.
 function M.lane_lines(client_id)
   local s = state[client_id]
   if not s then return { "flowd: no server" } end
@@ -407,7 +408,9 @@ function M.lane_lines(client_id)
       local extra = (l.port and ("  port " .. (l.ports or l.port)) or "")
         .. (l.mergeRevision and ("  merge revision " .. l.mergeRevision) or "")
         .. (l.flaky and ("  flaky gates: " .. l.flaky) or "")
-      table.insert(lines, ("  %-12s %-9s %-12s %-40s %12s %8s%s"):format(l.lane, l.status, who, task, tokens,
+      -- The merge train (docs/merging.md): `queued`, or `merging #<batch>` while a candidate holds it.
+      local status = l.batch and (l.status .. " #" .. l.batch) or l.status
+      table.insert(lines, ("  %-12s %-11s %-12s %-40s %12s %8s%s"):format(l.lane, status, who, task, tokens,
         money(l.costUsd), extra))
     end
   end

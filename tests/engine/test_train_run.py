@@ -1,0 +1,100 @@
+"""The merge train end to end (docs/merging.md): real repositories, the scripted agent, real gates.
+
+Every epic gate run that passes records the commit it passed (outside the repository), so the
+tests can check the one invariant that matters most: the epic branch only ever pointed at commits
+the epic gates passed.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from flowd.trace.events import MergeBatchStarted, MergeBisect, MergeRevision, StoryMerged
+from tests.engine.scenario import Scenario, coder, git, story
+
+ON_EPIC = '[ "$(basename "$(pwd)")" = _epic ]'
+
+
+def gate(green_log: Path, sleep: float = 0.0) -> str:
+    """Red on the epic while a file says BROKEN; green runs on the epic log the commit they passed."""
+    return (
+        f"sh -c '{ON_EPIC} || exit 0; sleep {sleep:g}; "
+        'if grep -l BROKEN src/*.py 2>/dev/null; then echo "epic check: BROKEN"; exit 1; fi; '
+        f"git rev-parse HEAD >> {green_log}'"
+    )
+
+
+def settings(green_log: Path, *more: str, sleep: float = 0.0) -> str:
+    lines = [
+        f"gates = [{json.dumps(gate(green_log, sleep))}]",
+        "concurrency = 4",
+        "judgeRounds = 0",
+        "maxReviewRounds = 0",
+        "gateRetries = 0",
+        *more,
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def epic_positions(sc: Scenario) -> list[str]:
+    """Every commit `epic/ep` pointed at, oldest first, but its creation."""
+    lines = git(sc.repo, "reflog", "--format=%H", "epic/ep").split()
+    return list(reversed(lines))[1:]
+
+
+def test_a_red_story_in_a_batch_is_found_by_bisection_and_every_story_merges_once(tmp_path: Path) -> None:
+    green = tmp_path / "green.log"
+    ids = ["a", "b", "c", "d"]
+    fix = coder("c", {"src/c.py": "C = 3\n"})
+    fix["when"]["prompt"] = "epic check: BROKEN"  # the merge revision's prompt carries the red output
+    # `a` is quick, the others take a while: they queue behind a's candidate and are gated together.
+    broken = {s: f"{s.upper()} = 1{'  # BROKEN' if s == 'c' else ''}\n" for s in ids}
+    work = [coder(s, {f"src/{s}.py": broken[s]}, delayMs=0 if s == "a" else 800) for s in ids]
+    rules = [fix, *work]
+    sc = Scenario.create(
+        tmp_path,
+        [story(s, [f"src/{s}.py"]) for s in ids],
+        rules,
+        settings=settings(green, "mergeConcurrency = 1", sleep=1.5),
+    )
+    result = sc.run()
+    assert result.outcome == "done", result.view.reason
+    events = [e.event for e in sc.events(result.run_id)]
+    # Every story merged exactly once, with its own merge commit; only c was revised.
+    assert sorted(sc.merge_commits()) == [f"ep: merge story {s}" for s in ids]
+    merged = [e for e in events if isinstance(e, StoryMerged)]
+    assert sorted(m.lane for m in merged) == ids and len({m.commit for m in merged}) == 4
+    assert [e.lane for e in events if isinstance(e, MergeRevision)] == ["c"]
+    # The epic only ever moved to commits its gates passed.
+    passed = set(green.read_text(encoding="utf-8").split())
+    assert epic_positions(sc) and set(epic_positions(sc)) <= passed
+    # A batch of several that held c was bisected down to it, or c was alone in its batch.
+    batches = [e for e in events if isinstance(e, MergeBatchStarted)]
+    holding_c = next(b for b in batches if "c" in b.lanes)
+    culprits = [e.culprit for e in events if isinstance(e, MergeBisect) and e.culprit]
+    assert culprits == (["c"] if len(holding_c.lanes) > 1 else [])
+    assert not (sc.worktree_root / "ep" / "_train").exists()
+    report = json.loads((sc.repo / ".flow/epics/ep/report.json").read_text(encoding="utf-8"))
+    assert [b["batch"] for b in report["mergeTrain"]["batches"]] == [b.batch for b in batches]
+
+
+def test_a_story_after_its_dependency_and_one_at_a_time_as_before(tmp_path: Path) -> None:
+    green = tmp_path / "green.log"
+    stories = [
+        story("base", ["src/base.py"]),
+        story("top", ["src/top.py"], ["base"]),
+        story("x", ["src/x.py"]),
+    ]
+    rules = [coder(s["id"], {f"src/{s['id']}.py": "V = 1\n"}) for s in stories]
+    sc = Scenario.create(
+        tmp_path, stories, rules, settings=settings(green, "mergeBatch = 1", "mergeConcurrency = 1")
+    )
+    result = sc.run()
+    assert result.outcome == "done"
+    events = [e.event for e in sc.events(result.run_id)]
+    batches = [e for e in events if isinstance(e, MergeBatchStarted)]
+    assert all(len(b.lanes) == 1 for b in batches) and len(batches) == 3
+    order = [e.lane for e in events if isinstance(e, StoryMerged)]
+    assert order.index("base") < order.index("top")
+    assert set(epic_positions(sc)) <= set(green.read_text(encoding="utf-8").split())
