@@ -800,6 +800,7 @@ class Repo:
             _git(wt, ["merge", "--abort"], what)
         _git(wt, ["checkout", "-q", "--detach", "-f", commit], what)
         _git(wt, ["clean", "-fdxq"], what)
+        self.sync_submodules(wt)
 
     def fast_forward(self, wt: Path, commit: str) -> None:
         """Move the worktree and its branch forward to `commit`, a descendant of its HEAD; refuses
@@ -810,6 +811,7 @@ class Repo:
             ["merge", "--ff-only", "-q", "--no-verify", commit],
             f"could not fast-forward the worktree {wt} to {commit[:10]}",
         )
+        self.sync_submodules(wt)
 
     def reset_hard(self, wt: Path, commit: str) -> None:
         """Roll the worktree and its branch back to `commit`; untracked files are kept."""

@@ -25,6 +25,14 @@ def gate(green_log: Path, sleep: float = 0.0) -> str:
     )
 
 
+def green_log_in(tmp_path: Path) -> Path:
+    """The gates' log, in a folder of its own: the only place outside its worktree a confined gate
+    may write (`[sandbox] allowWrite`, docs/sandbox.md)."""
+    folder = tmp_path / "gate-log"
+    folder.mkdir()
+    return folder / "green.log"
+
+
 def settings(green_log: Path, *more: str, sleep: float = 0.0) -> str:
     lines = [
         f"gates = [{json.dumps(gate(green_log, sleep))}]",
@@ -34,7 +42,8 @@ def settings(green_log: Path, *more: str, sleep: float = 0.0) -> str:
         "gateRetries = 0",
         *more,
     ]
-    return "\n".join(lines) + "\n"
+    sandbox = f"[sandbox]\nallowWrite = [{json.dumps(str(green_log.parent))}]\n"
+    return "\n".join(lines) + "\n" + sandbox
 
 
 def epic_positions(sc: Scenario) -> list[str]:
@@ -44,7 +53,7 @@ def epic_positions(sc: Scenario) -> list[str]:
 
 
 def test_a_red_story_in_a_batch_is_found_by_bisection_and_every_story_merges_once(tmp_path: Path) -> None:
-    green = tmp_path / "green.log"
+    green = green_log_in(tmp_path)
     ids = ["a", "b", "c", "d"]
     fix = coder("c", {"src/c.py": "C = 3\n"})
     fix["when"]["prompt"] = "epic check: BROKEN"  # the merge revision's prompt carries the red output
@@ -80,7 +89,7 @@ def test_a_red_story_in_a_batch_is_found_by_bisection_and_every_story_merges_onc
 
 
 def test_a_story_after_its_dependency_and_one_at_a_time_as_before(tmp_path: Path) -> None:
-    green = tmp_path / "green.log"
+    green = green_log_in(tmp_path)
     stories = [
         story("base", ["src/base.py"]),
         story("top", ["src/top.py"], ["base"]),
