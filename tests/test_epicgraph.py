@@ -7,6 +7,7 @@ import pytest
 
 from flowd.engine.epicgraph import critical_stories, graph_wire, timeline_wire
 from flowd.plan.graph import critical_path, rank_of_graph
+from flowd.server.shapes import lane_wire
 from flowd.trace.events import (
     Envelope,
     Event,
@@ -192,5 +193,5 @@ def test_the_lane_carries_its_ports() -> None:
     view = folded(
         [(0, started()), (1, WorktreePrepared(lane="core", copied=[], port=41000, ports="41000-41009"))]
     )
-    wire = view.lane_wire(view.lanes["core"])
+    wire = lane_wire(view, view.lanes["core"])
     assert (wire["port"], wire["ports"]) == (41000, "41000-41009")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from flowd.control.progress import lane_row, plain_lines
 from flowd.server.notify import notes_for
+from flowd.server.shapes import lane_wire
 from flowd.trace.events import Envelope, LanePlaced, RunStarted
 from flowd.trace.view import RunView
 
@@ -25,8 +26,8 @@ def _view() -> tuple[RunView, Envelope]:
 def test_the_fold_keeps_the_node_and_the_wire_and_notes_carry_it() -> None:
     view, placed = _view()
     assert view.lanes["a"].node == "n1/1a2b" and view.lanes["b"].node is None
-    assert view.lane_wire(view.lanes["a"])["node"] == "n1/1a2b"
-    assert "node" not in view.lane_wire(view.lanes["b"])  # local lanes: unchanged wire
+    assert lane_wire(view, view.lanes["a"])["node"] == "n1/1a2b"
+    assert "node" not in lane_wire(view, view.lanes["b"])  # local lanes: unchanged wire
     notes = notes_for(view, placed.event)
     assert [n.params["node"] for n in notes] == ["n1/1a2b"]
 

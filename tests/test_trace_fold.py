@@ -10,6 +10,7 @@ from typing import Any
 import orjson
 import pytest
 
+from flowd.server.shapes import status_wire
 from flowd.trace.events import (
     EVENT_CLASSES,
     AssistantMessage,
@@ -187,7 +188,7 @@ def price(model: str | None, usage: UsageLike) -> float | None:
 
 def state(view: RunView) -> dict[str, Any]:
     return {
-        "wire": view.status_wire(),
+        "wire": status_wire(view),
         "lanes": copy.deepcopy(view.lanes),
         "clones": copy.deepcopy(view.clones),
         "pauses": copy.deepcopy(view.pauses),

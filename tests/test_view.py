@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from flowd.server.shapes import cost_wire, lane_wire, run_wire
 from flowd.trace.events import (
     Envelope,
     Event,
@@ -61,14 +62,14 @@ def test_fold_builds_lanes_tasks_clones_and_totals() -> None:
     assert api.title == "Login API" and api.status == "active"
     assert (api.executor, api.clone) == ("demo", 1)
     assert [t.state for t in api.tasks] == ["completed", "started"]
-    assert view.lane_wire(api) == {
+    assert lane_wire(view, api) == {
         "runId": "r", "lane": "api", "title": "Login API", "status": "active", "executor": "demo", "clone": 1,
         "task": {"index": 2, "count": 2, "title": "two"}, "tokens": 135, "costUsd": 0.5, "estimated": True,
     }  # fmt: skip
-    assert view.cost_wire() == {
+    assert cost_wire(view) == {
         "runId": "r", "tokens": 135, "costUsd": 0.5, "estimatedTokens": 15, "unpricedTokens": 15, "budgetUsd": 5.0,
     }  # fmt: skip
-    assert view.run_wire() == {
+    assert run_wire(view) == {
         "runId": "r",
         "epicId": "e",
         "status": "running",
@@ -93,7 +94,7 @@ def test_fold_ends_runs_and_releases_clones() -> None:
     )
     assert view.status == "done" and view.lanes["a"].executor is None
     assert not any(c.held for c in view.clones.values())
-    assert view.run_wire()["done"] == 1
+    assert run_wire(view)["done"] == 1
 
 
 def test_fold_prices_with_the_given_pricer_and_never_counts_unknown_as_zero() -> None:

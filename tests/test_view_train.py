@@ -3,6 +3,7 @@ back to `active` when a merge is undone; batches with their verdicts and bisecti
 
 from __future__ import annotations
 
+from flowd.server.shapes import lane_wire
 from flowd.trace.events import (
     Envelope,
     Event,
@@ -41,7 +42,7 @@ def test_a_lane_is_queued_then_merging_with_its_batch_then_done() -> None:
     events.append(MergeBatchStarted(batch=1, lanes=["a", "b"], base="f" * 40))
     view = fold("r", envelopes(*events))
     assert [(view.lanes[s].status, view.lanes[s].batch) for s in "ab"] == [("merging", 1), ("merging", 1)]
-    assert view.lane_wire(view.lanes["a"])["batch"] == 1 and "batch" not in view.lane_wire(view.lanes["c"])
+    assert lane_wire(view, view.lanes["a"])["batch"] == 1 and "batch" not in lane_wire(view, view.lanes["c"])
     events += [
         MergeBatchResult(batch=1, ok=True, duration_ms=2000),
         StoryMerged(lane="a", branch="story/e/a", commit="1" * 40),

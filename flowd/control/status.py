@@ -9,6 +9,7 @@ from pathlib import Path
 
 from flowd.base.errors import FlowdError
 from flowd.cost.prices import pricer
+from flowd.server.shapes import status_wire
 from flowd.store.config import load_settings
 from flowd.trace.log import fold_trace, is_active, list_runs, trace_path
 from flowd.trace.view import RunView
@@ -39,7 +40,7 @@ def status_command(args: argparse.Namespace) -> int:
     repo = Repo.discover(Path.cwd())
     views = run_views(repo.root)
     if args.json:
-        print(json.dumps({"runs": [v.status_wire() for v in views]}, indent=2))
+        print(json.dumps({"runs": [status_wire(v) for v in views]}, indent=2))
         return 0
     # rich only for people: `--json` (scripts, the benchmarks) does without it (docs/performance.md).
     from rich.console import Console

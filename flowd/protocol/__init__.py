@@ -87,9 +87,41 @@ NOTIFICATIONS = (RUN, LANE, TASK, CLONE, COST, ATTENTION)
 METHODS = (*COMMANDS, *REQUESTS, *NOTIFICATIONS)
 BY_NAME = {m.name: m for m in METHODS}
 
-# Names docs/protocol.md reserves for pausing and answering, which this server does not serve
-# yet: clients may probe for them (the Neovim plugin checks the server's command list first).
-RESERVED: tuple[str, ...] = ()
-
 # The statuses a run ends with (`RunEnded.outcome`); any other run status means it is going on.
 RUN_OUTCOMES = ("done", "failed", "cancelled", "halted")
+
+# The words some string fields take, generated into the clients (`protocol.ts`, `protocol.lua`)
+# so the editors compare against these names instead of copies; tests/server/test_protocol_decl.py
+# ties each to what the server sends. Wire name (the schema's `enums` key) → words.
+ENUMS: dict[str, tuple[str, ...]] = {
+    # `flow/lane.status` (and a `flow/graph` story's): a story's status, and the merge train's.
+    "laneStatuses": (
+        "planned",
+        "active",
+        "waiting",
+        "ready",
+        "queued",
+        "merging",
+        "done",
+        "failed",
+        "skipped",
+    ),
+    # `flow/attention.reason`; `repaired`, `escaped` and `unconfined` only inform, `cleared` ends
+    # a wait.
+    "attentionReasons": (
+        "paused",
+        "blocked",
+        "failed",
+        "budget",
+        "repaired",
+        "escaped",
+        "unconfined",
+        "cleared",
+    ),
+    # The attention reasons a story waits on a person with.
+    "waitingReasons": ("paused", "blocked", "budget", "failed"),
+    # What `flow.launchEpic`'s `pauseOn` may name (docs/answers.md).
+    "pauseReasons": ("budget", "blocked", "noExecutor", "merge"),
+    # A `flow/timeline` phase, in the order a lane passes through them (docs/graph.md).
+    "timelinePhases": ("planned", "coding", "gated", "queued", "merging", "merged", "paused", "failed"),
+}

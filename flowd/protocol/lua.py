@@ -5,9 +5,10 @@
 name from; `editors/vscode/scripts/protocol.mjs` regenerates it beside the extension's
 `protocol.ts`, and `tests/server/test_protocol_lua.py` fails when the committed file drifts.
 
-The module returns one table: `commands`, `requests`, `notifications` and `reserved` map each
+The module returns one table: `commands`, `requests` and `notifications` map each
 method's short name (as in `protocol.ts`: `launchEpic`, `status`, `run`, `answer`) to its wire
-name, and `run_outcomes` lists the statuses a run ends with. Lua needs no shapes: the plugin reads
+name, `run_outcomes` lists the statuses a run ends with, and
+`lane_statuses`, `attention_reasons`, ... the words of `flowd.protocol.ENUMS`. Lua needs no shapes: the plugin reads
 params as plain tables.
 """
 
@@ -45,6 +46,11 @@ def _names(table: str, names: Iterable[str]) -> list[str]:
     return [f"  {table} = {{", *fields, "  },"]
 
 
+def _snake(name: str) -> str:
+    """`laneStatuses` → `lane_statuses`, as the plugin's other tables are named."""
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+
+
 def render(schema: dict[str, Any]) -> str:
     """protocol.lua from the document `flowd schema protocol` prints."""
     outcomes = ", ".join(json.dumps(o) for o in schema["runOutcomes"])
@@ -53,10 +59,13 @@ def render(schema: dict[str, Any]) -> str:
         *_names("commands", schema["commands"]),
         *_names("requests", schema["requests"]),
         *_names("notifications", schema["notifications"]),
-        "  -- Reserved for pausing and answering, not served yet: the plugin probes for them.",
-        *_names("reserved", schema["reserved"]),
         "  -- Outcomes a run ends with (RunEnded.outcome); any other status means it is still going.",
         f"  run_outcomes = {{ {outcomes} }},",
+        "  -- The words of status and reason fields (flowd.protocol.ENUMS), by snake_case name.",
+        *(
+            f"  {_snake(name)} = {{ {', '.join(json.dumps(w) for w in words)} }},"
+            for name, words in schema["enums"].items()
+        ),
         "}",
     ]
     return "\n".join(lines) + "\n"

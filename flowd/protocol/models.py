@@ -5,8 +5,9 @@ TypeScript name in the generated `editors/vscode/src/protocol.ts`. Params a clie
 strict (an unknown key is a typo worth a -32602); shapes the server sends are strict too, so a
 misspelt field fails where it is built rather than reaching the editor.
 
-`Optional` fields are absent on the wire when unset, except those made with `nullable()`, which
-`flow/status` sends as `null` (the generated TypeScript says `| null` only for those).
+`Optional` fields are absent on the wire when unset, except those made with `nullable()` in a
+`NullableShape`, which `flow/status` sends as `null` (the generated TypeScript says `| null` only
+for those).
 """
 
 from __future__ import annotations
@@ -14,23 +15,57 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import ConfigDict, Field, RootModel, model_validator
+from pydantic import (
+    ConfigDict,
+    Field,
+    RootModel,
+    SerializationInfo,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
+from pydantic.config import JsonDict
 
 from flowd.base.wire import WireModel
 
 _STRICT = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", defer_build=True)
 
 
+_NULLABLE: JsonDict = {"nullable": True}
+
+
 def nullable() -> Any:
     """A field `flow/status` sends as `null` when unknown (rather than leaving it out)."""
-    return Field(default=None, json_schema_extra={"nullable": True})
+    return Field(default=None, json_schema_extra=_NULLABLE)
 
 
 class Shape(WireModel):
     """What the server sends: a notification's params or a request's result."""
 
     model_config = _STRICT
+
+
+class NullableShape(Shape):
+    """A shape whose `nullable()` fields are sent as `null` when unknown, even where every other
+    unset field is left out (`exclude_none`, as `wire()` dumps)."""
+
+    @model_serializer(mode="wrap")
+    def _keep_nulls(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> Any:
+        out = handler(self)
+        if not info.exclude_none:
+            return out
+        fields = type(self).model_fields
+        if all(f.json_schema_extra != _NULLABLE or getattr(self, n) is not None for n, f in fields.items()):
+            return out
+        kept: dict[str, Any] = {}
+        for name, field in fields.items():  # in declaration order, as the plain dump
+            key = (field.alias or to_camel(name)) if info.by_alias else name
+            if key in out:
+                kept[key] = out[key]
+            elif field.json_schema_extra == _NULLABLE and getattr(self, name) is None:
+                kept[key] = None
+        return kept
 
 
 class Params(WireModel):
@@ -235,27 +270,27 @@ class StatusParams(Params):
 
 class RunTotals(Shape):
     tokens: int | None = None
-    cost_usd: float | None = nullable()
+    cost_usd: float | None = None
     estimated_tokens: int | None = None
     unpriced_tokens: int | None = None
-    budget_usd: float | None = nullable()
+    budget_usd: float | None = None
     requests: int | None = None
 
 
-class HeldClone(Shape):
+class HeldClone(NullableShape):
     executor: str
     clone: int | None = nullable()
     role: str
     label: str | None = nullable()
 
 
-class Exclusion(Shape):
+class Exclusion(NullableShape):
     executor: str
     reason: str | None = nullable()
     until: str | None = nullable()
 
 
-class StatusRun(Shape):
+class StatusRun(NullableShape):
     run_id: str
     epic_id: str
     status: str

@@ -6,8 +6,7 @@ extension's build and test, and `tests/server/test_protocol_decl.py` fails when 
 differs from what the declaration renders.
 
 Names: `Commands`, `Requests` and `Notifications` map short names to wire names, and each method
-is also a constant named as in `flowd.protocol` (`LAUNCH_EPIC`, `ATTENTION`); a reserved command
-is `<NAME>_COMMAND` (`ANSWER_COMMAND`). Types: a model becomes an interface of the same name, a string enum a union of literals, a root
+is also a constant named as in `flowd.protocol` (`LAUNCH_EPIC`, `ATTENTION`); Types: a model becomes an interface of the same name, a string enum a union of literals, a root
 union a type alias. A field that may be left out is optional (`?`); `null` is kept only where the
 schema says the server sends it (`nullable`, see `flowd.protocol.models`).
 """
@@ -53,12 +52,6 @@ def _names(const: str, methods: dict[str, Any]) -> str:
     lines = [f'  {key_of(name)}: "{name}",' for name in methods]
     singles = [f'export const {_screaming(name)} = "{name}";' for name in methods]
     return "\n".join([f"export const {const} = {{", *lines, "} as const;", *singles, ""])
-
-
-def _reserved(names: list[str]) -> str:
-    singles = [f'export const {_screaming(name)}_COMMAND = "{name}";' for name in names]
-    doc = "/** Names reserved for pausing and answering, not served yet: clients may probe for them. */"
-    return "\n".join([doc, f"export const Reserved = {json.dumps(names)} as const;", *singles, ""])
 
 
 def _type(schema: dict[str, Any], *, keep_null: bool = True) -> str:
@@ -117,11 +110,15 @@ def render(schema: dict[str, Any]) -> str:
     out.append(_names("Commands", schema["commands"]))
     out.append(_names("Requests", schema["requests"]))
     out.append(_names("Notifications", schema["notifications"]))
-    out.append(_reserved(schema["reserved"]))
     out.append(
         "/** Outcomes a run ends with (RunEnded.outcome); any other run status means it is still going. */"
     )
     out.append(f"export const RUN_OUTCOMES = {json.dumps(schema['runOutcomes'])} as const;\n")
+    out.append("/** The words of status and reason fields (flowd.protocol.ENUMS). */")
+    for name, words in schema["enums"].items():
+        const = re.sub(r"(?<!^)(?=[A-Z])", "_", name).upper()
+        out.append(f"export const {const} = {json.dumps(words)} as const;")
+    out.append("")
     out.append(TRAILER)
     for name, definition in schema["$defs"].items():
         out.append("\n".join(_declaration(name, definition)))

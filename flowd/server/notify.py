@@ -60,15 +60,21 @@ def lane_note(view: RunView, lane: LaneView, *, transition: bool = False) -> Not
         lane.flaky,
         lane.merge_revision,
     )
-    return Note(LANE, view.lane_wire(lane), (LANE, view.run_id, lane.lane), transition, sig)
+    from flowd.server.shapes import lane_wire
+
+    return Note(LANE, lane_wire(view, lane), (LANE, view.run_id, lane.lane), transition, sig)
 
 
 def run_note(view: RunView) -> Note:
-    return Note(RUN, view.run_wire(), (RUN, view.run_id), True)
+    from flowd.server.shapes import run_wire
+
+    return Note(RUN, run_wire(view), (RUN, view.run_id), True)
 
 
 def cost_note(view: RunView, *, transition: bool = False) -> Note:
-    return Note(COST, view.cost_wire(), (COST, view.run_id), transition, view.budget_exceeded)
+    from flowd.server.shapes import cost_wire
+
+    return Note(COST, cost_wire(view), (COST, view.run_id), transition, view.budget_exceeded)
 
 
 def clone_params(
@@ -108,6 +114,8 @@ def _exclusion_params(view: RunView, event: ExecutorExcluded | ExecutorResumed, 
 
 
 def _task_notes(view: RunView, lane_id: str, indexes: list[int]) -> list[Note]:
+    from flowd.server.shapes import task_wire
+
     lane = view.lanes.get(lane_id)
     if lane is None:
         return []
@@ -116,7 +124,7 @@ def _task_notes(view: RunView, lane_id: str, indexes: list[int]) -> list[Note]:
         if 1 <= index <= len(lane.tasks):
             task = lane.tasks[index - 1]
             key = (TASK, view.run_id, lane_id, index, task.state)
-            notes.append(Note(TASK, view.task_wire(lane, task), key, True))
+            notes.append(Note(TASK, task_wire(view, lane, task), key, True))
     return notes
 
 

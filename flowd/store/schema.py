@@ -35,9 +35,8 @@ def schema_for(what: str) -> dict[str, Any]:
 def protocol_schema() -> dict[str, Any]:
     """Every custom method with its params (and result) as `$ref`s into one `$defs`.
 
-    `commands`, `requests` and `notifications` map each wire name to its shapes; `reserved` lists
-    names clients may probe for that this server does not serve; `runOutcomes` the final run
-    statuses (docs/protocol.md)."""
+    `commands`, `requests` and `notifications` map each wire name to its shapes; `runOutcomes` the
+    final run statuses; `enums` the words of the status and reason fields (docs/protocol.md)."""
     from pydantic.json_schema import models_json_schema
 
     from flowd import protocol
@@ -62,8 +61,8 @@ def protocol_schema() -> dict[str, Any]:
         "commands": {m.name: shapes(m) for m in protocol.COMMANDS},
         "requests": {m.name: shapes(m) for m in protocol.REQUESTS},
         "notifications": {m.name: shapes(m) for m in protocol.NOTIFICATIONS},
-        "reserved": list(protocol.RESERVED),
         "runOutcomes": list(protocol.RUN_OUTCOMES),
+        "enums": {name: list(words) for name, words in protocol.ENUMS.items()},
         "$defs": defs.get("$defs", {}),
     }
 

@@ -2,8 +2,8 @@
 
 One pure fold serves every view: the CLI's live progress, `flowd status`, and the language
 server's notifications. `RunView.apply` is incremental (the server feeds events as they arrive);
-`fold` runs it over a whole trace. The `*_wire` methods give the
-protocol's shapes (docs/protocol.md), built through its models (`flowd.protocol.models`).
+`fold` runs it over a whole trace. It is pure state: how that state looks on the wire
+(docs/protocol.md) is `flowd/server/shapes.py`'s.
 """
 
 from __future__ import annotations
@@ -11,11 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, Literal, Protocol, cast
+from typing import Literal, Protocol, cast
 
 from flowd.base.timeutil import iso, parse_iso
 from flowd.engine.core.pause import PAUSE_REASONS, AnswerRefused, PauseReason, Raise, read_answer
-from flowd.protocol import models as proto
 from flowd.trace.events import (
     BudgetExceeded,
     Envelope,
@@ -586,90 +585,6 @@ class RunView:
             lane.estimated = lane.estimated or estimated
             if cost is not None:
                 lane.cost_usd = (lane.cost_usd or 0.0) + cost
-
-    # -- wire shapes (docs/protocol.md), built through the declared models (flowd.protocol) -----
-    def run_wire(self) -> dict[str, Any]:
-        return proto.RunParams(
-            run_id=self.run_id,
-            epic_id=self.epic_id,
-            status=self.shown_status,
-            done=self.count("done"),
-            failed=self.count("failed"),
-            skipped=self.count("skipped"),
-            total=self.total,
-        ).wire()
-
-    def lane_wire(self, lane: LaneView) -> dict[str, Any]:
-        task = lane.task
-        return proto.LaneParams(
-            run_id=self.run_id,
-            lane=lane.lane,
-            title=lane.title,
-            status=lane.status,
-            executor=lane.executor,
-            clone=lane.clone,
-            task=proto.LaneTask(index=task.index, count=lane.count, title=task.title) if task else None,
-            tokens=lane.tokens,
-            cost_usd=round(lane.cost_usd, 6) if lane.cost_usd is not None else None,
-            estimated=lane.estimated,
-            reason=lane.reason or None,
-            flaky=lane.flaky or None,
-            merge_revision=lane.merge_revision or None,
-            node=lane.node,
-            port=lane.port,
-            ports=lane.ports,
-            batch=lane.batch,
-        ).wire()
-
-    def task_wire(self, lane: LaneView, task: TaskView) -> dict[str, Any]:
-        return proto.TaskParams(
-            run_id=self.run_id,
-            lane=lane.lane,
-            index=task.index,
-            count=lane.count,
-            title=task.title,
-            state=proto.TaskState(task.state),
-            satisfies=task.satisfies,
-            parallel=task.parallel,
-            executor=task.executor,
-            clone=task.clone,
-        ).wire()
-
-    def cost_wire(self) -> dict[str, Any]:
-        cost = self.totals.cost_usd
-        return proto.CostParams(
-            run_id=self.run_id,
-            tokens=self.totals.tokens,
-            cost_usd=round(cost, 6) if cost is not None else None,
-            estimated_tokens=self.totals.estimated_tokens,
-            unpriced_tokens=self.totals.unpriced_tokens,
-            budget_usd=self.budget_usd,
-        ).wire()
-
-    def totals_wire(self) -> dict[str, Any]:
-        out = self.cost_wire()
-        out.pop("runId")
-        out["requests"] = self.totals.requests
-        return out
-
-    def status_wire(self) -> dict[str, Any]:
-        return {
-            "runId": self.run_id,
-            "epicId": self.epic_id,
-            "status": self.shown_status,
-            "startedAt": self.started_at,
-            "endedAt": self.ended_at,
-            "plan": self.plan,
-            "epicBranch": self.epic_branch,
-            "lanes": [self.lane_wire(lane) for lane in self.lanes.values()],
-            "totals": self.totals_wire(),
-            "clones": [
-                {"executor": c.executor, "clone": c.clone, "role": c.role, "label": c.label}
-                for c in self.clones.values()
-                if c.held
-            ],
-            "exclusions": [{"executor": k, **v} for k, v in self.exclusions.items()],
-        }
 
 
 def _enter(lane: LaneView, phase: str, at: str) -> None:

@@ -13,6 +13,7 @@ import pytest
 
 from flowd.base.errors import FileProblems
 from flowd.control.progress import plain_lines
+from flowd.server.shapes import lane_wire
 from flowd.trace.events import AssistantMessage, GateFlaky, GateResult, MergeRevision
 from flowd.trace.view import RunView
 from tests.engine.scenario import FLOWD, Scenario, coder, kill_group, story, types
@@ -85,7 +86,7 @@ def test_a_red_merge_goes_back_for_revision_then_merges(tmp_path: Path) -> None:
     findings = (sc.repo / ".flow/epics/ep/stories/a.findings.md").read_text(encoding="utf-8")
     assert "merge undone; revising (merge revision 1 of 1)" in findings
     lane = result.view.lanes["a"]
-    assert lane.merge_revision == 1 and result.view.lane_wire(lane)["mergeRevision"] == 1
+    assert lane.merge_revision == 1 and lane_wire(result.view, lane)["mergeRevision"] == 1
     assert report(sc)["stories"][0]["mergeRevisions"] == 1
     markdown = (sc.repo / ".flow/epics/ep/report.md").read_text(encoding="utf-8")
     assert "## Merge revisions\n\n- a: 1 round (epic gates red after merging" in markdown
@@ -196,7 +197,7 @@ def test_a_flaky_task_gate_is_rerun_and_not_charged(tmp_path: Path) -> None:
     gates = [(e.event.where, e.event.ok) for e in events if isinstance(e.event, GateResult)]
     assert gates == [("task", False), ("task", True), ("epic", True)]
     lane = result.view.lanes["a"]
-    assert lane.flaky == 1 and result.view.lane_wire(lane)["flaky"] == 1
+    assert lane.flaky == 1 and lane_wire(result.view, lane)["flaky"] == 1
     data = report(sc)
     assert data["flakyGates"] == [{"story": "a", "where": "task", "gate": gate, "attempts": 1}]
     assert data["stories"][0]["flakyGates"] == 1

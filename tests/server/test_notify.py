@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from flowd.server.notify import Note, Pacer, notes_for, snapshot
+from flowd.server.shapes import lane_wire
 from flowd.trace.events import (
     Envelope,
     Event,
@@ -214,7 +215,7 @@ def test_a_flaky_gate_and_a_merge_revision_send_the_lane_at_once() -> None:
     lanes = [params for method, params in sent if method == "flow/lane"]
     assert [(lane.get("flaky"), lane.get("mergeRevision")) for lane in lanes] == [(1, None), (1, 1)]
     assert feed(view, [GateFlaky(where="epic", gate="pytest", attempts=2)]) == []  # no lane: nothing
-    assert "flaky" not in view.lane_wire(view.lanes["b"]) and view.flaky_gates[-1].lane is None
+    assert "flaky" not in lane_wire(view, view.lanes["b"]) and view.flaky_gates[-1].lane is None
 
 
 def test_a_lane_escape_is_an_attention_naming_the_path() -> None:

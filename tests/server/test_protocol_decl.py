@@ -14,6 +14,7 @@ import pytest
 from flowd import protocol
 from flowd.protocol.typescript import render
 from flowd.server.notify import Note, notes_for, snapshot
+from flowd.server.shapes import status_wire
 from flowd.store.schema import protocol_schema
 from flowd.trace.events import (
     BudgetExceeded,
@@ -121,9 +122,7 @@ def test_the_neovim_plugin_uses_only_declared_names_and_handles_every_notificati
     lua = "\n".join(p.read_text() for p in sorted((ROOT / "editors" / "nvim").rglob("*.lua")))
     named = set(METHOD_NAME.findall(lua))
     assert named, "the pattern finds the plugin's method names"
-    assert named <= set(protocol.BY_NAME) | set(protocol.RESERVED), sorted(
-        named - set(protocol.BY_NAME) - set(protocol.RESERVED)
-    )
+    assert named <= set(protocol.BY_NAME), sorted(named - set(protocol.BY_NAME))
     for method in protocol.NOTIFICATIONS:  # by the generated names (tests/server/test_protocol_lua.py)
         assert f"handlers[N.{method.key}]" in lua
 
@@ -172,6 +171,52 @@ def test_every_notification_sent_fits_its_declared_model_exactly() -> None:
     # flow/status sends the same lanes and totals (with nulls where unknown): it fits StatusRun.
     from flowd.protocol.models import StatusRun
 
-    status = StatusRun.model_validate(view.status_wire())
+    status = StatusRun.model_validate(status_wire(view))
     assert [lane.lane for lane in status.lanes] == ["a"]
     assert status.totals is not None and status.totals.budget_usd == 2.0
+
+
+def test_a_status_run_sends_null_only_for_its_nullable_fields() -> None:
+    from flowd.server.shapes import status_wire
+
+    view = RunView(run_id="r", epic_id="e")
+    view.exclusions["x"] = {"reason": None, "until": None}
+    wire = status_wire(view)
+    assert list(wire) == [
+        "runId", "epicId", "status", "startedAt", "endedAt", "plan", "epicBranch", "lanes", "totals",
+        "clones", "exclusions",
+    ]  # fmt: skip
+    assert wire["startedAt"] is None and wire["endedAt"] is None
+    assert wire["totals"] == {"tokens": 0, "estimatedTokens": 0, "unpricedTokens": 0, "requests": 0}
+    assert wire["exclusions"] == [{"executor": "x", "reason": None, "until": None}]
+    assert status_wire(view, "2026-01-01T00:00:00.000Z")["startedAt"] == "2026-01-01T00:00:00.000Z"
+
+
+def test_the_declared_enums_are_the_words_the_server_uses() -> None:
+    from typing import get_args
+
+    from flowd.engine.core.pause import PAUSE_REASONS
+    from flowd.protocol.models import LaunchArgs
+    from flowd.server.features.attention import REASON
+    from flowd.trace.events import StoryStatus
+    from flowd.trace.view import PHASES
+
+    enums = protocol.ENUMS
+    assert set(enums["laneStatuses"]) == {*get_args(StoryStatus), "queued", "merging"}
+    assert enums["pauseReasons"] == PAUSE_REASONS
+    pause_on = LaunchArgs.model_fields["pause_on"].annotation
+    assert set(get_args(get_args(get_args(pause_on)[0])[0])) == set(PAUSE_REASONS)
+    assert enums["timelinePhases"] == PHASES
+    informs = {"repaired", "escaped", "unconfined", "cleared"}  # flowd/server/notify.py, attention.py
+    assert {*REASON.values(), "failed", *informs} == set(enums["attentionReasons"])
+    assert set(enums["waitingReasons"]) <= set(enums["attentionReasons"]) - informs
+    notify = (ROOT / "flowd" / "server" / "notify.py").read_text(encoding="utf-8")
+    assert set(re.findall(r'reason="(\w+)"', notify)) <= set(enums["attentionReasons"])
+
+
+def test_the_editors_take_the_enums_from_the_generated_modules() -> None:
+    ts = (ROOT / "editors" / "vscode" / "src" / "attention.ts").read_text(encoding="utf-8")
+    assert 'WAITING_REASONS as WAITING } from "./protocol"' in ts
+    lua = ROOT / "editors" / "nvim" / "lua" / "flowd"
+    assert "P.waiting_reasons" in (lua / "init.lua").read_text(encoding="utf-8")
+    assert "G.PHASES = P.timeline_phases" in (lua / "graph.lua").read_text(encoding="utf-8")

@@ -24,15 +24,12 @@ def test_the_committed_protocol_lua_is_what_the_declaration_renders() -> None:
     )
 
 
-def test_protocol_lua_names_every_declared_and_reserved_method_by_its_short_name() -> None:
+def test_protocol_lua_names_every_declared_method_by_its_short_name() -> None:
     text = PROTOCOL_LUA.read_text(encoding="utf-8")
     sections = {"command": "commands", "request": "requests", "notification": "notifications"}
     for method in protocol.METHODS:
         table = text.split(f"  {sections[method.kind]} = {{\n", 1)[1].split("  },", 1)[0]
         assert f'    {method.key} = "{method.name}",' in table, method.name
-    reserved = text.split("  reserved = {\n", 1)[1].split("  },", 1)[0]
-    for name in protocol.RESERVED:
-        assert f'    {protocol.key_of(name)} = "{name}",' in reserved, name
 
 
 def test_the_plugin_spells_no_method_name_outside_the_generated_module() -> None:

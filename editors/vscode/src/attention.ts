@@ -1,10 +1,10 @@
 // Stories waiting on a person (`flow/attention`, docs/protocol.md): which are open, how many, and
 // the words for the status bar and the Lanes view's badge. Pure: no vscode API here.
 
-import { AttentionParams } from "./protocol";
+import { AttentionParams, WAITING_REASONS as WAITING } from "./protocol";
 
-/** Reasons a story waits on a person; `repaired` only informs, `cleared` ends a wait. */
-export const WAITING_REASONS = ["paused", "blocked", "budget", "failed"];
+/** Reasons a story waits on a person (generated); `repaired` only informs, `cleared` ends a wait. */
+export const WAITING_REASONS: readonly string[] = WAITING;
 
 /** The answers every pause offers beside its buttons: free text in an input box. */
 export const ANSWER_ITEM = "Answer…";

@@ -46,11 +46,15 @@ export const CLONE = "flow/clone";
 export const COST = "flow/cost";
 export const ATTENTION = "flow/attention";
 
-/** Names reserved for pausing and answering, not served yet: clients may probe for them. */
-export const Reserved = [] as const;
-
 /** Outcomes a run ends with (RunEnded.outcome); any other run status means it is still going. */
 export const RUN_OUTCOMES = ["done", "failed", "cancelled", "halted"] as const;
+
+/** The words of status and reason fields (flowd.protocol.ENUMS). */
+export const LANE_STATUSES = ["planned", "active", "waiting", "ready", "queued", "merging", "done", "failed", "skipped"] as const;
+export const ATTENTION_REASONS = ["paused", "blocked", "failed", "budget", "repaired", "escaped", "unconfined", "cleared"] as const;
+export const WAITING_REASONS = ["paused", "blocked", "budget", "failed"] as const;
+export const PAUSE_REASONS = ["budget", "blocked", "noExecutor", "merge"] as const;
+export const TIMELINE_PHASES = ["planned", "coding", "gated", "queued", "merging", "merged", "paused", "failed"] as const;
 
 export function isRunActive(status: string): boolean {
   return !(RUN_OUTCOMES as readonly string[]).includes(status);
@@ -313,10 +317,10 @@ export interface RunParams {
 
 export interface RunTotals {
   tokens?: number;
-  costUsd?: number | null;
+  costUsd?: number;
   estimatedTokens?: number;
   unpricedTokens?: number;
-  budgetUsd?: number | null;
+  budgetUsd?: number;
   requests?: number;
 }
 

@@ -142,7 +142,7 @@ describe("LanesModel fed a run's notifications", () => {
             { runId: "r1", lane: "api", title: "Login API", status: "active", executor: "claude", clone: 2, task: { index: 2, count: 4, title: "Handler" }, tokens: 1200, costUsd: 0.5, estimated: true },
             { runId: "r1", lane: "ui", title: "Login page", status: "done", tokens: 300, estimated: false },
           ],
-          totals: { tokens: 1500, costUsd: null, estimatedTokens: 1200, unpricedTokens: 300, requests: 4 },
+          totals: { tokens: 1500, estimatedTokens: 1200, unpricedTokens: 300, requests: 4 },
           clones: [{ executor: "claude", clone: 2, role: "coder", label: "api" }],
         },
       ],

@@ -32,4 +32,8 @@ class CostReports(Feature):
             )
         except InputError as exc:
             raise JsonRpcInvalidParams(f"{protocol.COST_REPORT.name}: {exc}")
-        return {"text": report} if isinstance(report, str) else report
+        from flowd.protocol.models import CostReportResult
+
+        result = CostReportResult(text=report) if isinstance(report, str) else CostReportResult(**report)
+        # Unset, not None: the JSON report is sent exactly as `flowd cost --json` prints it.
+        return result.model_dump(mode="json", by_alias=True, exclude_unset=True)

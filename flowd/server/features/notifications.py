@@ -48,12 +48,11 @@ class RunNotifications(Feature):
         runs = self.server.runs
         if runs is None:
             return {"runs": []}
-        out = []
-        for run in runs.ordered():
-            wire = run.view.status_wire()
-            wire["startedAt"] = wire.get("startedAt") or run.record.started_at
-            out.append(wire)
-        return {"runs": out}
+        from flowd.protocol import models as proto
+        from flowd.server.shapes import status_run
+
+        runs_out = [status_run(run.view, run.record.started_at) for run in runs.ordered()]
+        return proto.StatusResult(runs=runs_out).wire()
 
     def graph(self, run_id: str) -> dict[str, Any]:
         """`flow/graph`: the epic graph of a run the server follows (docs/graph.md)."""

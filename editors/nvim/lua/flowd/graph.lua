@@ -10,7 +10,7 @@ G.SIGNS = { planned = "○", active = "●", queued = "◔", merging = "◑", re
 -- One character per phase on the timeline's bars.
 G.MARKS = { planned = ".", coding = "=", gated = "g", queued = "q", merging = "m", merged = "M", paused = "p",
   failed = "X" }
-G.PHASES = { "planned", "coding", "gated", "queued", "merging", "merged", "paused", "failed" }
+G.PHASES = P.timeline_phases -- generated (flowd.protocol.ENUMS)
 local BAR = 60
 local NS = vim.api.nvim_create_namespace("flowd.graph")
 -- Defaults the user's colorscheme may override (`default`); also defined by syntax/flowgraph.vim.

@@ -30,8 +30,9 @@ M.config = {
   pause_on_merge = false,
 }
 
--- `flow/attention` reasons that mean a story waits on a person (`repaired` only informs).
-local WAITING = { paused = true, blocked = true, budget = true, failed = true }
+-- `flow/attention` reasons that mean a story waits on a person (generated; `repaired` only informs).
+local WAITING = {}
+for _, reason in ipairs(P.waiting_reasons) do WAITING[reason] = true end
 local PAUSED = { paused = true, blocked = true, budget = true }
 local OTHER = "other answer…"
 

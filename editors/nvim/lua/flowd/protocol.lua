@@ -25,9 +25,12 @@ return {
     cost = "flow/cost",
     attention = "flow/attention",
   },
-  -- Reserved for pausing and answering, not served yet: the plugin probes for them.
-  reserved = {
-  },
   -- Outcomes a run ends with (RunEnded.outcome); any other status means it is still going.
   run_outcomes = { "done", "failed", "cancelled", "halted" },
+  -- The words of status and reason fields (flowd.protocol.ENUMS), by snake_case name.
+  lane_statuses = { "planned", "active", "waiting", "ready", "queued", "merging", "done", "failed", "skipped" },
+  attention_reasons = { "paused", "blocked", "failed", "budget", "repaired", "escaped", "unconfined", "cleared" },
+  waiting_reasons = { "paused", "blocked", "budget", "failed" },
+  pause_reasons = { "budget", "blocked", "noExecutor", "merge" },
+  timeline_phases = { "planned", "coding", "gated", "queued", "merging", "merged", "paused", "failed" },
 }
