@@ -39,6 +39,7 @@ LAYERS: dict[str, int] = {
     "flowd.protocol.typescript": 7,
     "flowd.demo": 8,
     "flowd.server": 8,
+    "flowd.server.shapes": 7,  # the views' wire shapes, for `flowd status --json` too
     "flowd.cli": 9,
     "flowd.__main__": 9,
 }

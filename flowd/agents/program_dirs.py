@@ -75,5 +75,15 @@ def state_paths(
     return [*((home / entry.rstrip("/"), entry.endswith("/")) for entry in table.home), *fixed], {}
 
 
+def every_state_root(home: Path) -> list[Path]:
+    """Where any known agent program keeps its state for this user and environment: the places
+    detection does not count as escapes when they appear (docs/sandbox-detection.md)."""
+    roots: list[Path] = []
+    for key in STATE_DIRS:
+        owned, _pins = state_paths(key, {}, home)
+        roots += [path for path, _create in owned]
+    return roots + shared_caches(home)
+
+
 def shared_caches(home: Path) -> list[Path]:
     return [home / entry for entry in SHARED_CACHES]

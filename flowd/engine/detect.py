@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
+from flowd.agents.program_dirs import every_state_root
 from flowd.base.fsio import written_by_us
 from flowd.engine.core.escape import (
     Blame,
@@ -327,10 +328,18 @@ class Detector:
         except OSError:
             return set()
 
+    def _agent_state(self, path: Path) -> bool:
+        """A home entry an agent program's own state lives in (flowd/agents/program_dirs.py): the
+        table's places and what its variables pin (`CODEX_HOME`, `FLOWD_SCRIPT_STATE`, …)."""
+        return any(root == path or path in root.parents for root in every_state_root(self.home))
+
     def _check_home(self, since: float) -> None:
         names = self._home_listing()
         for name in sorted(names - self._home_names):
-            if name in AGENT_STATE or name.startswith(".claude.json") or self._allowed(self.home / name):
+            path = self.home / name
+            if name in AGENT_STATE or name.startswith(".claude.json") or self._allowed(path):
+                continue
+            if self._agent_state(path):
                 continue
             path = self.home / name
             change = Change(str(path), what_of(str(path), self.places), changed_at_path(path), False)
