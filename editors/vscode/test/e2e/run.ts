@@ -239,6 +239,8 @@ async function mermaidPreview(page: Page, theme: "default" | "dark"): Promise<Fr
       // The graph's nodes are the plan's stories, as text Mermaid laid out.
       const labels = (await frame.locator("div.flowd-mermaid > svg .node").allTextContents()).join(" ");
       if (!/api/.test(labels) || !/ui/.test(labels)) continue;
+      // The pictures sit below the report's tables: bring the graph into view for the shot.
+      await frame.locator("div.flowd-mermaid").first().scrollIntoViewIfNeeded();
       found = frame;
       return true;
     }
