@@ -13,6 +13,9 @@ if (mode === "--extension") {
   await esbuild.build({ ...common, entryPoints: ["src/extension.ts"], outfile: "dist/extension.js", external: ["vscode"], minify: process.env.FLOWD_MINIFY === "1" });
   // The Epic Graph webview's script: for the browser, one file the page loads (no remote asset).
   await esbuild.build({ ...common, platform: "browser", format: "iife", target: "es2022", entryPoints: ["src/webview/graph.ts"], outfile: "dist/graphView.js", minify: process.env.FLOWD_MINIFY === "1" });
+  // Mermaid for the built-in Markdown preview (`markdown.previewScripts`): the preview loads it
+  // as a classic script, so one IIFE with every diagram Mermaid loads lazily inlined (no splitting).
+  await esbuild.build({ ...common, platform: "browser", format: "iife", target: "es2022", sourcemap: false, entryPoints: ["src/preview/mermaidPreview.ts"], outfile: "dist/mermaidPreview.js", minify: true });
 } else if (mode === "--tests") {
   const tests = readdirSync(join(root, "test")).filter((f) => f.endsWith(".test.ts"));
   rmSync(join(root, "out", "test"), { recursive: true, force: true }); // no stale bundles of removed tests

@@ -221,6 +221,35 @@ async function graphState(frame: Frame): Promise<{ drawn: Record<string, string>
 }
 
 /**
+ * The Markdown preview's frame where Mermaid (the extension's `markdown.previewScripts`) drew
+ * every block of report.md, the graph and the timeline, as SVGs in `theme` (none failed).
+ */
+async function mermaidPreview(page: Page, theme: "default" | "dark"): Promise<Frame> {
+  let found: Frame | undefined;
+  await until(page, `the report preview's Mermaid SVGs (${theme})`, async () => {
+    for (const frame of page.frames()) {
+      if (frame === page.mainFrame()) continue;
+      const count = await frame.locator("div.flowd-mermaid").count().catch(() => 0);
+      if (count < 2) continue;
+      const failed = frame.locator("div.flowd-mermaid[data-error]");
+      if ((await failed.count()) > 0) throw new Error(`Mermaid could not draw a block: ${await failed.first().textContent()}`);
+      if ((await frame.locator(`div.flowd-mermaid[data-theme='${theme}'] > svg`).count()) !== count) continue;
+      const kinds = await frame.locator("div.flowd-mermaid > svg").evaluateAll((els) => els.map((e) => e.getAttribute("aria-roledescription") ?? ""));
+      if (!kinds.some((k) => k.startsWith("flowchart")) || !kinds.includes("gantt")) continue;
+      // The graph's nodes are the plan's stories, as text Mermaid laid out.
+      const labels = (await frame.locator("div.flowd-mermaid > svg .node").allTextContents()).join(" ");
+      if (!/api/.test(labels) || !/ui/.test(labels)) continue;
+      // The pictures sit below the report's tables: bring the graph into view for the shot.
+      await frame.locator("div.flowd-mermaid").first().scrollIntoViewIfNeeded();
+      found = frame;
+      return true;
+    }
+    return false;
+  });
+  return found as Frame;
+}
+
+/**
  * Opens (or reveals) the Epic Graph and waits until it draws `want` (story → status), the drawn
  * statuses being flow/graph's and the Lanes view's (flow/lane) for each story.
  */
@@ -426,6 +455,8 @@ describe("VS Code (code-server) with the packaged extension", { timeout: 900_000
       }
       return false;
     });
+    // VS Code's preview does not draw Mermaid: the extension's preview script does, as SVGs.
+    await mermaidPreview(page, "default");
     await shot(page, "08-report");
 
     // The end: the resumed run's graph, every story done, in the light theme and then the dark one.
@@ -439,5 +470,9 @@ describe("VS Code (code-server) with the packaged extension", { timeout: 900_000
     const dark = await graphShows(page, { api: /done/, ui: /done/ });
     await until(page, "the webview to follow the theme", async () => (await dark.locator("body.vscode-dark").count()) > 0);
     await shot(page, "graph-3-end-dark");
+    // Back on the report's preview: its pictures are drawn again in Mermaid's dark palette.
+    await page.locator(".tabs-container .tab", { hasText: "Preview report.md" }).first().click();
+    await mermaidPreview(page, "dark");
+    await shot(page, "09-report-dark");
   }
 });
