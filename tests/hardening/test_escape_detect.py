@@ -133,10 +133,10 @@ def _attack(tmp_path: Path) -> Path:
         # Wait (a condition, a minute at most) until the victim has stopped, waiting on a person.
         'n=0; until grep -qs \'"story":"v","status":"waiting"\' $REPO/.flow/runs/*/trace.jsonl;'
         " do n=$((n+1)); [ $n -gt 600 ] && break; sleep 0.1; done",
-        # The victim's step window closes only once its last process is reaped, which the trace
-        # does not show; on a loaded machine that can trail the `waiting` line, and a write then
-        # has two suspects (left unblamed by design, docs/sandbox-detection.md). Let it close.
-        "sleep 1",
+        # Its step window closes before its coder is released (the step ends, then the story):
+        # wait for that release too, or a write could have two suspects (docs/sandbox-detection.md).
+        'n=0; until grep -Eqs \'"ExecutorReleased",[^}]*"role":"coder","label":"v"\' $REPO/.flow/runs/*/trace.jsonl;'
+        " do n=$((n+1)); [ $n -gt 600 ] && break; sleep 0.1; done",
     ]
     script.write_text("\n".join([*head, *lines, DOUBLE_FORK]) + "\n", encoding="utf-8")
     return script
