@@ -117,6 +117,8 @@ def read_refs(common_dir: Path) -> dict[str, RefPrint]:
     root = common_dir / "refs"
     for dirpath, _dirs, names in os.walk(root):
         for name in names:
+            if name.endswith(".lock"):
+                continue  # git's transient lock (flowd's own update of a ref): never a ref name
             path = Path(dirpath) / name
             try:
                 sha = path.read_text(encoding="utf-8", errors="surrogateescape").strip()

@@ -171,3 +171,19 @@ def test_what_allow_write_names_is_not_an_escape(tmp_path: Path) -> None:
 
     asyncio.run(step())
     assert events == [] and bashrc.read_text() == "# the build's\n"
+
+
+def test_a_ref_lock_file_is_not_a_ref(tmp_path: Path) -> None:
+    """git's `<ref>.lock` while flowd moves the epic branch (a merge-train landing) is no ref a
+    lane could have written; it was once blamed on the lane whose step was running."""
+    import subprocess
+
+    from flowd.engine.fingerprint import read_refs
+
+    repo = tmp_path / "r"
+    repo.mkdir()
+    for args in (["init", "-q", "-b", "main"], ["commit", "-q", "--allow-empty", "-m", "i"]):
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=repo, check=True)
+    head = (repo / ".git" / "refs" / "heads" / "main").read_text(encoding="utf-8")
+    (repo / ".git" / "refs" / "heads" / "main.lock").write_text(head, encoding="utf-8")
+    assert sorted(read_refs(repo / ".git")) == ["refs/heads/main"]
