@@ -222,8 +222,18 @@ class Confinement:
         return [*self._reads, *write_rules(lane.places)]
 
     def key_for(self, cwd: Path) -> str | None:
+        """Which lane a process started in `cwd` is confined to: the worktree's path and the
+        directory's identity, since Landlock binds a rule to the inode, not the name. A worktree
+        removed and made again at the same path (a Ray lane placed again) is a new lane: a
+        process confined to the old directory could not write the new one."""
         top = self.lane_top(cwd) if self.enforcing else None
-        return str(top) if top is not None else None
+        if top is None:
+            return None
+        try:
+            info = top.stat()
+        except OSError:
+            return None
+        return f"{top}@{info.st_dev}:{info.st_ino}"
 
     @contextlib.contextmanager
     def spawn(

@@ -145,3 +145,25 @@ def test_a_merge_train_candidate_is_a_lane_of_its_own(lane: Path) -> None:
     out = _sh(c, candidate, f"echo ok > built.txt && cat built.txt; echo x > {lane}/INTRUDER.txt")
     assert (candidate / "built.txt").read_text(encoding="utf-8") == "ok\n"
     assert not (lane / "INTRUDER.txt").exists(), out
+
+
+def test_a_worktree_made_again_at_its_path_is_a_new_lane(lane: Path) -> None:
+    """Landlock binds a rule to the directory, not its name: a worktree removed and added again
+    at the same path (a Ray lane placed again) is a new key, so no process confined to the old
+    directory is handed the new one (it could not write there)."""
+    repo = lane.parents[2] / "repo"
+    c = _confinement(lane)
+    before = c.key_for(lane / "sub")
+    assert before is not None and before.startswith(f"{lane}@")
+    with c.spawn(lane) as confined:
+        old = subprocess.Popen(
+            confined.argv(["/bin/sh", "-c", "read line; echo x > new.txt && echo wrote"]),
+            cwd=lane, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            env={**os.environ, **confined.env}, pass_fds=confined.pass_fds, preexec_fn=confined.preexec_fn,
+        )  # fmt: skip
+    subprocess.run(["git", "worktree", "remove", "--force", str(lane)], cwd=repo, check=True)
+    subprocess.run(["git", "worktree", "add", "-q", str(lane), "story/ep/a"], cwd=repo, check=True)
+    out, _ = old.communicate("go\n", timeout=30)
+    assert "wrote" not in out and not (lane / "new.txt").exists(), out  # the old process: refused
+    assert c.key_for(lane) not in (None, before)
+    assert _sh(c, lane, "echo x > new.txt && echo wrote").strip() == "wrote"  # a new one: fine

@@ -20,6 +20,7 @@ import fcntl
 import hashlib
 import os
 import shutil
+import socket
 import statistics
 import threading
 import time
@@ -31,6 +32,7 @@ from typing import IO
 
 from flowd.base.fsio import write_text_atomic
 from flowd.cost.prices import pricer
+from flowd.engine.confinement import run_confinement
 from flowd.engine.context import RunContext
 from flowd.engine.core.failure import StoryFacts, outcome_of
 from flowd.engine.core.outcome import StoryOutcome
@@ -315,6 +317,7 @@ class NodeLane:
         self.worktree = host.cache / "wt" / self.epic / spec.story
         self.paths = host.paths
         self.mirror = Mirror()
+        self.findings_sent = 0  # how much of the node's findings file the runner has (bytes)
         self.timing = LaneTiming()
         self.pushed: str | None = None  # the commit the remote has for the story branch
         self.retried: list[str] = []  # why a push had to be tried again
@@ -370,6 +373,9 @@ class NodeLane:
     def _write_story_files(self) -> None:
         spec, story = self.spec, self.spec.story
         state_file, checkpoint = self.paths.state(story), self.paths.checkpoint(story)
+        # Findings the node wrote on an earlier placement have reached the runner already.
+        with contextlib.suppress(OSError):
+            self.findings_sent = self.paths.findings(story).stat().st_size
         if spec.state is None:
             for stale in (state_file, checkpoint):
                 with contextlib.suppress(FileNotFoundError):
@@ -427,9 +433,27 @@ class NodeLane:
         story = self.spec.story
         now = Mirror(_read(self.paths.state(story)), _read(self.paths.checkpoint(story)))
         changed = {k: v for k, v in vars(now).items() if v is not None and v != getattr(self.mirror, k)}
+        added = self._new_findings()
+        if added:
+            changed["findings"] = added
         if changed:
             self.mirror = now
             self.post("files", changed)
+
+    def _new_findings(self) -> str | None:
+        """What the lane added to its findings (a confinement refusal, review findings) since
+        the runner last heard: the runner appends it to its own copy."""
+        try:
+            data = self.paths.findings(self.spec.story).read_bytes()
+        except OSError:
+            return None
+        if len(data) <= self.findings_sent:
+            return None
+        added = data[self.findings_sent :].decode("utf-8", "replace")
+        if self.findings_sent == 0:  # the node's file began with its own title: the runner has one
+            added = added.split("\n", 1)[1] if added.startswith("# Findings") else added
+        self.findings_sent = len(data)
+        return added.strip() or None
 
     async def run(self) -> StoryOutcome:
         spec, host, loop = self.spec, self.host, asyncio.get_running_loop()
@@ -458,12 +482,17 @@ class NodeLane:
         )  # fmt: skip
         ctx.ports = host.ports  # lanes side by side on this node get distinct port ranges
         host.attach(spec.story, emit)
-        # Not confined yet (docs/sandbox.md "Ray lanes"): under the node's policy a lane placed
-        # again (a merge revision, an approval's changes) could not write its own worktree, and
-        # the Ray suite went red. Said on every placement, never claimed.
-        confinement = None
-        if spec.settings.sandbox.mode != "off":
-            emit(Info(lane=spec.story, message=RAY_UNCONFINED))
+        # The same policy as a local lane's (docs/sandbox.md), on this node's clone and worktrees;
+        # its refusals reach the runner as events and as findings (`files`).
+        confinement = run_confinement(
+            ctx.repo, spec.settings, ctx.worktree_root, spec.plan.epic_id, self.paths, emit
+        )
+        if confinement.mode == "detect":  # never claimed where the node's kernel cannot
+            emit(
+                Info(
+                    lane=spec.story, message=node_unconfined(spec.settings.sandbox.mode, confinement.version)
+                )
+            )
         try:
             with active(confinement):
                 outcome = await _PushingStoryRun(ctx, spec.plan.require(spec.story), self).run()
@@ -474,10 +503,18 @@ class NodeLane:
         return outcome
 
 
-RAY_UNCONFINED = (
-    "sandbox: this lane runs on a Ray node, where lanes are not confined yet; its processes have "
-    "your rights there (docs/sandbox.md)"
-)
+def node_unconfined(setting: str, version: int) -> str:
+    """What a lane placed on a node that does not enforce says (docs/sandbox.md): detection
+    runs on the runner's machine only, so such a lane is neither confined nor checked."""
+    why = (
+        '[sandbox] mode = "detect"'
+        if setting == "detect"
+        else f"this node offers {f'Landlock ABI {version}' if version else 'no Landlock'} (ABI 2 needed)"
+    )
+    return (
+        f"sandbox: this lane runs on {socket.gethostname()} unconfined ({why}); detection runs on "
+        "the runner's machine only, so its processes have your rights on that node (docs/sandbox.md)"
+    )
 
 
 class _PushingStoryRun(StoryRun):

@@ -32,7 +32,7 @@ from flowd.engine.core.revision import GiveUp as GiveUpRevising
 from flowd.engine.core.stops import AwaitingApproval, Halt, StoryFailed
 from flowd.engine.lanes.node import HostSpec, LaneSpec, NodeHost
 from flowd.engine.reopen import reopen_with_revision
-from flowd.engine.state import StoryState, load_state, save_state
+from flowd.engine.state import StoryState, append_findings, load_state, save_state
 from flowd.engine.story import RedMerge, StoryRun
 from flowd.plan.hashing import story_hash
 from flowd.store.config import load_roster
@@ -335,6 +335,8 @@ class RayLanes:
                 save_state(ctx.paths, state.model_copy(update={"worktree": str(ctx.story_worktree(story))}))
             if isinstance(body.get("checkpoint"), str):
                 write_text_atomic(ctx.paths.checkpoint(story), body["checkpoint"])
+            if isinstance(body.get("findings"), str):
+                append_findings(ctx.paths, story, body["findings"])
 
     async def _merge(
         self, story: str, outcome: StoryOutcome, rounds_before: int, timing: dict[str, float]
