@@ -36,6 +36,7 @@ from flowd.engine.core.escape import (
     holds_secret,
     judge,
     sentence,
+    suspects,
     unsure_note,
     what_of,
 )
@@ -53,6 +54,7 @@ from flowd.engine.fingerprint import (
     ref_changed_at,
     same,
     status,
+    unlogged_move,
 )
 from flowd.trace.events import EscapeAction, Event, Info, LaneEscape
 
@@ -226,6 +228,7 @@ class Detector:
             self._check_trace(since)  # first: what the checks below report is appended to it
             self._check_files(since)
             self._check_refs(since)
+            self._check_story_refs(since)
             self._check_checkout(since)
             self._check_home(since)
 
@@ -301,6 +304,22 @@ class Detector:
                     self._refs.pop(name, None)
                 else:
                     self._refs[name] = after
+
+    def _check_story_refs(self, since: float) -> None:
+        """This epic's story branches share one directory every lane may write (docs/sandbox.md):
+        a story's branch moved with no reflog entry was written past git, by another lane."""
+        prefix = f"refs/heads/story/{self.epic_id}/"
+        for name in sorted(n for n in read_refs(self.common_dir) if n.startswith(prefix)):
+            logged = unlogged_move(self.common_dir, name)
+            if logged is None:
+                continue
+            now = read_refs(self.common_dir).get(name)
+            change = Change(path=name, what="gitRef", at=ref_changed_at(self.common_dir, name, now),
+                            restorable=True)  # fmt: skip
+            if name.removeprefix(prefix) in suspects(change, self.windows, since=since, now=time.time()):
+                continue  # its own lane was running then: it may move its own branch
+            before = RefPrint(logged, self.common_dir / name)
+            self._settle(change, since, partial(_put_ref_back, self.common_dir, name, before))
 
     def _check_checkout(self, since: float) -> None:
         """The user's checkout: reported, never put back (the user may be editing it)."""

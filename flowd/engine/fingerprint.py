@@ -129,6 +129,27 @@ def read_refs(common_dir: Path) -> dict[str, RefPrint]:
     return refs
 
 
+def unlogged_move(common_dir: Path, name: str) -> str | None:
+    """The sha git's reflog says `name` was last set to, when the ref now holds another one
+    that no git command logged (a ref file written directly); None when they agree, the ref has
+    no reflog, or git is moving it right now (docs/sandbox-detection.md "Story branches").
+
+    git appends to the reflog before it renames `<ref>.lock` over the ref, so between the two
+    they disagree; read around the lock so that moment is never taken for a write."""
+    log = common_dir / "logs" / name
+    try:
+        last = log.read_bytes().rstrip(b"\n").rsplit(b"\n", 1)[-1].split(b" ", 2)
+    except OSError:
+        return None
+    logged = last[1].decode("ascii", "replace") if len(last) == 3 else ""
+    before = read_refs(common_dir).get(name)
+    locked = (common_dir / f"{name}.lock").exists()
+    after = read_refs(common_dir).get(name)
+    if not logged or locked or before is None or after is None or before.sha != after.sha:
+        return None
+    return logged if after.sha != logged else None
+
+
 def ref_changed_at(common_dir: Path, name: str, now: RefPrint | None) -> float | None:
     where = now.where if now is not None else common_dir / name
     return changed_at(where, print_file(where))

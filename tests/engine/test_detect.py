@@ -187,3 +187,46 @@ def test_a_ref_lock_file_is_not_a_ref(tmp_path: Path) -> None:
     head = (repo / ".git" / "refs" / "heads" / "main").read_text(encoding="utf-8")
     (repo / ".git" / "refs" / "heads" / "main.lock").write_text(head, encoding="utf-8")
     assert sorted(read_refs(repo / ".git")) == ["refs/heads/main"]
+
+
+def test_a_sibling_story_branch_written_past_git_is_put_back_and_the_writer_blamed(tmp_path: Path) -> None:
+    """Lanes of one epic share the directory their branches live in (docs/sandbox.md): a ref
+    file written directly (no reflog entry; git's own update is refused its reflog) is caught."""
+    detector, events, wt = _detector(tmp_path)
+    repo = tmp_path / "repo"
+    wt_b = tmp_path / "repo.flowd" / "ep" / "b"
+    _git(repo, "worktree", "add", "-q", "-b", "story/ep/b", str(wt_b), "epic/ep")
+    detector.start()
+    b_head = _git(repo, "rev-parse", "story/ep/b").strip()
+    evil = _git(repo, "commit-tree", "-m", "evil", "HEAD^{tree}").strip()
+
+    async def step() -> None:
+        async with detector.step("a", wt):
+            (repo / ".git" / "refs" / "heads" / "story" / "ep" / "b").write_text(evil + "\n")
+            _git(wt, "commit", "-q", "--allow-empty", "-m", "the lane's own commit")  # its own branch
+
+    with pytest.raises(StoryFailed) as failed:
+        asyncio.run(step())
+    assert "refs/heads/story/ep/b" in failed.value.reason
+    assert [(e.lane, e.path, e.action) for e in events if isinstance(e, LaneEscape)] == [
+        ("a", "refs/heads/story/ep/b", "undone")
+    ]
+    assert _git(repo, "rev-parse", "story/ep/b").strip() == b_head
+
+
+def test_story_branches_flowd_and_their_own_lanes_move_are_not_escapes(tmp_path: Path) -> None:
+    detector, events, wt = _detector(tmp_path)
+    repo = tmp_path / "repo"
+    wt_b = tmp_path / "repo.flowd" / "ep" / "b"
+    _git(repo, "worktree", "add", "-q", "-b", "story/ep/b", str(wt_b), "epic/ep")
+    detector.start()
+
+    async def steps() -> None:
+        async with detector.step("a", wt):
+            _git(wt_b, "commit", "-q", "--allow-empty", "-m", "flowd's commit in b (logged)")
+        async with detector.step("b", wt_b):  # b writes its own ref file: its own business
+            head = _git(wt_b, "commit-tree", "-m", "b's own", "HEAD^{tree}").strip()
+            (repo / ".git" / "refs" / "heads" / "story" / "ep" / "b").write_text(head + "\n")
+
+    asyncio.run(steps())
+    assert [e for e in events if isinstance(e, LaneEscape)] == []

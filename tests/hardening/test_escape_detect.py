@@ -92,6 +92,10 @@ TECHNIQUES = [
     ),
     Technique("the epic worktree", "echo x > ../_epic/E.txt", "{epic}/E.txt", "otherLane", "undone"),
     Technique(
+        "another story's branch, written past git", "echo $EVIL > $COMMON/refs/heads/story/ep/v",
+        "refs/heads/story/ep/v", "gitRef", "undone",
+    ),
+    Technique(
         ".flow/config.toml", "echo 'gates = [\"true\"]' > $REPO/.flow/config.toml",
         "{repo}/.flow/config.toml", "flowState", "undone",
     ),
@@ -179,7 +183,9 @@ def test_every_escape_is_caught_and_blamed_on_the_lane_that_did_it(
     found = {(e.path, e.what, e.action) for e in escapes}
     names = _names(sc, home)
     missing = [t.name for t in TECHNIQUES if (t.path.format(**names), t.what, t.action) not in found]
-    assert missing == [], "\n".join(map(str, sorted(found)))
+    assert missing == [], "\n".join(
+        [*map(str, sorted(found)), *(str(e) for e in events if isinstance(e, Info))]
+    )
     lanes = result.view.lanes
     assert lanes["x"].status == "failed"
     assert (lanes["x"].reason or "").startswith("story 'x' wrote past its lane: it changed ")
@@ -187,6 +193,7 @@ def test_every_escape_is_caught_and_blamed_on_the_lane_that_did_it(
     # What could be put back is as it was; the double-forked child never wrote.
     assert _state(sc) == before
     assert not (Path(names["victim"]) / "INTRUDER.txt").exists()
+    assert "evil" not in git(sc.repo, "log", "--format=%s", "story/ep/v")
     assert not (Path(names["epic"]) / "E.txt").exists()
     assert not (Path(names["wt"]) / "src/x/key.txt").exists()
     assert not (home / "late.txt").exists()
