@@ -64,7 +64,7 @@ from flowd.agents.faults import classify, worded
 from flowd.agents.program_dirs import program_key
 from flowd.agents.programs import program_named, too_old
 from flowd.agents.usage import capture_usage, model_usages
-from flowd.sandbox.confine import Scanner, current, spawning
+from flowd.sandbox.confine import Confinement, Scanner, current, spawning
 
 log = logging.getLogger("flowd.agents.acp")
 
@@ -267,6 +267,7 @@ class AcpExecutor:
         self._client = _Client(self)
         self._proc: asyncio.subprocess.Process | None = None
         self._confined_to: str | None = None  # the lane worktree the process is confined to
+        self._confinement: Confinement | None = None  # the run's, when the process started
         self._conn: Any = None
         self._drain: asyncio.Task[None] | None = None
         self._tail = bytearray()
@@ -600,6 +601,7 @@ class AcpExecutor:
                     pass_fds=confined.pass_fds,
                 )
             self._confined_to = confined.key
+            self._confinement = current()
         except OSError as exc:
             raise AgentError(
                 "unavailable", f"{self.label}: cannot start {self._command[0]}: {exc.strerror or exc}"
@@ -716,6 +718,10 @@ class AcpExecutor:
         turn = self._turn
         if turn is None or session_id != turn.session_id:
             return  # e.g. available_commands_update after session/new: nothing to record
+        if isinstance(update, (ToolCallStart, ToolCallProgress)) and self._confinement is not None:
+            # A refusal the OS made to the agent's own tool (its shell) is told in the tool's
+            # output, not on the agent's stderr (docs/sandbox.md "Refusals").
+            self._confinement.scan(tool_output_text(update), turn.cwd, f"its agent {self.label}")
         if isinstance(update, AgentMessageChunk):
             if _is_notice(update.field_meta):
                 log.info("%s: agent notice: %s", self.label, getattr(update.content, "text", ""))
@@ -853,6 +859,31 @@ def _tool_name(update: ToolCallStart | ToolCallUpdate) -> str:
     if named:
         return named.group(1)
     return update.title or str(update.kind or "tool")
+
+
+_OUTPUT_CAP = 256 * 1024  # a refusal is a short line: what a huge output holds past this is not read
+
+
+def tool_output_text(update: ToolCallStart | ToolCallProgress) -> str:
+    """What a tool call's update says it printed: its text content and every string of its
+    `rawOutput` (claude's `{"output": …}`, codex's `stdout`/`stderr`/`formatted_output`, …)."""
+    parts: list[str] = []
+    for item in update.content or []:
+        block = getattr(item, "content", None)
+        if isinstance(block, TextContentBlock):
+            parts.append(block.text)
+    stack: list[Any] = [update.raw_output]
+    size = sum(map(len, parts))
+    while stack and size < _OUTPUT_CAP:
+        value = stack.pop()
+        if isinstance(value, str):
+            parts.append(value)
+            size += len(value)
+        elif isinstance(value, dict):
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
+    return "\n".join(parts)
 
 
 def _tool_args(update: ToolCallStart | ToolCallUpdate) -> Any:

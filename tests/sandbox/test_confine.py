@@ -167,3 +167,32 @@ def test_a_worktree_made_again_at_its_path_is_a_new_lane(lane: Path) -> None:
     assert "wrote" not in out and not (lane / "new.txt").exists(), out  # the old process: refused
     assert c.key_for(lane) not in (None, before)
     assert _sh(c, lane, "echo x > new.txt && echo wrote").strip() == "wrote"  # a new one: fine
+
+
+def test_a_refusal_told_in_an_agents_tool_output_is_named(lane: Path) -> None:
+    """A real agent's shell tool reports what it printed in its ACP tool-call update, not on the
+    agent's stderr: the OS's refusal there is found as on stderr."""
+    from acp.schema import ToolCallProgress
+
+    from flowd.agents.acp_client import tool_output_text
+
+    reported: list[tuple[str, str, str, str]] = []
+    c = _confinement(lane)
+    c.report = lambda *told: reported.append(told)
+    repo = lane.parents[2] / "repo"
+    printed = _sh(c, lane, f"echo x > {repo}/ESCAPED.txt; git config core.hooksPath /tmp/h")
+    assert not (repo / "ESCAPED.txt").exists() and "denied" in printed.lower(), printed
+    # As the agents send them on the wire: claude's `rawOutput`, gemini's text content.
+    for wire in (
+        {"sessionUpdate": "tool_call_update", "toolCallId": "1", "status": "failed",
+         "rawOutput": {"output": printed, "exit_code": 1}},
+        {"sessionUpdate": "tool_call_update", "toolCallId": "2", "status": "completed",
+         "content": [{"type": "content", "content": {"type": "text", "text": printed}}]},
+    ):  # fmt: skip
+        update = ToolCallProgress.model_validate(wire)
+        c.scan(tool_output_text(update), lane, "its agent claude")
+    assert sorted((r[1], r[2]) for r in reported) == [
+        (str(repo / ".git" / "config"), "gitConfig"),
+        (str(repo / "ESCAPED.txt"), "checkout"),
+    ]  # each once: the second update says nothing new
+    assert {r[0] for r in reported} == {"a"}
