@@ -64,7 +64,7 @@ from flowd.agents.faults import classify, worded
 from flowd.agents.program_dirs import program_key
 from flowd.agents.programs import program_named, too_old
 from flowd.agents.usage import capture_usage, model_usages
-from flowd.sandbox.confine import Confinement, Scanner, current, spawning
+from flowd.sandbox.confine import Confinement, Scanner, current, spawning, strings_in
 
 log = logging.getLogger("flowd.agents.acp")
 
@@ -861,29 +861,15 @@ def _tool_name(update: ToolCallStart | ToolCallUpdate) -> str:
     return update.title or str(update.kind or "tool")
 
 
-_OUTPUT_CAP = 256 * 1024  # a refusal is a short line: what a huge output holds past this is not read
-
-
 def tool_output_text(update: ToolCallStart | ToolCallProgress) -> str:
-    """What a tool call's update says it printed: its text content and every string of its
-    `rawOutput` (claude's `{"output": …}`, codex's `stdout`/`stderr`/`formatted_output`, …)."""
-    parts: list[str] = []
-    for item in update.content or []:
-        block = getattr(item, "content", None)
-        if isinstance(block, TextContentBlock):
-            parts.append(block.text)
-    stack: list[Any] = [update.raw_output]
-    size = sum(map(len, parts))
-    while stack and size < _OUTPUT_CAP:
-        value = stack.pop()
-        if isinstance(value, str):
-            parts.append(value)
-            size += len(value)
-        elif isinstance(value, dict):
-            stack.extend(value.values())
-        elif isinstance(value, list):
-            stack.extend(value)
-    return "\n".join(parts)
+    """What a tool call's update says it printed: its text content (gemini) and every string of
+    its `rawOutput` (claude's `{"output": …}`) and `_meta` (codex's `terminal_output_delta`)."""
+    parts = [
+        block.text
+        for item in update.content or []
+        if isinstance(block := getattr(item, "content", None), TextContentBlock)
+    ]
+    return "\n".join([*parts, *strings_in([update.raw_output, update.field_meta])])
 
 
 def _tool_args(update: ToolCallStart | ToolCallUpdate) -> Any:

@@ -377,6 +377,7 @@ class CliExecutor:
                 if not line:
                     break
                 self._write_log(line)
+                scanner.feed_json(line)  # its tools' output, where the OS's refusals show
                 for seen in fold_line(turn, line):
                     if observe is not None:
                         observe(seen)

@@ -10,6 +10,7 @@ runner (or a Ray node's lane) sets, so the spawn sites need no new parameter.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import shutil
@@ -310,8 +311,11 @@ def _where(token: str, cwd: Path) -> str:
     return os.path.normpath(path if path.startswith("/") else os.path.join(cwd, path))
 
 
-# A path as the tools print it: quoted, or a bare word holding a slash.
-_PATH = re.compile(r"""['"`]((?:~|\.{1,2})?/[^'"`]*|[^'"`\s]*/[^'"`]*)['"`]|((?:~|\.{1,2})?/[^\s:'",;)]+)""")
+# A path as the tools print it: quoted (coreutils quotes ‘thus’ in a UTF-8 locale), or a bare
+# word holding a slash.
+_PATH = re.compile(
+    r"""['"`‘]((?:~|\.{1,2})?/[^'"`‘’]*|[^'"`‘’\s]*/[^'"`‘’]*)['"`’]|((?:~|\.{1,2})?/[^\s:'",;)‘’]+)"""
+)
 
 
 @contextlib.contextmanager
@@ -325,6 +329,25 @@ def spawning(
         return
     with confinement.spawn(cwd, program, env) as options:
         yield options
+
+
+_TEXT_CAP = 256 * 1024  # a refusal is a short line: what a huge output holds past this is not read
+
+
+def strings_in(value: object) -> list[str]:
+    """Every string a decoded JSON value holds (a tool's output inside an agent's event)."""
+    found: list[str] = []
+    stack, size = [value], 0
+    while stack and size < _TEXT_CAP:
+        item = stack.pop()
+        if isinstance(item, str):
+            found.append(item)
+            size += len(item)
+        elif isinstance(item, dict):
+            stack.extend(reversed(list(item.values())))
+        elif isinstance(item, list):
+            stack.extend(reversed(item))
+    return found
 
 
 class Scanner:
@@ -347,6 +370,17 @@ class Scanner:
         lines = data[: cut + 1]
         if any(mark in lines for mark in _MARKS):
             self.confinement.scan(lines.decode("utf-8", "replace"), self.cwd, self.origin)
+
+    def feed_json(self, line: bytes) -> None:
+        """One JSON line of an agent's event stream (a CLI agent's stdout): the refusals its
+        tools' outputs hold are inside its strings, quotes and newlines escaped."""
+        if self.confinement is None or not any(mark in line for mark in _MARKS):
+            return
+        try:
+            value = json.loads(line)
+        except ValueError:
+            return
+        self.confinement.scan("\n".join(strings_in(value)), self.cwd, self.origin)
 
     def close(self) -> None:
         if self._rest:

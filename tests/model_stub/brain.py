@@ -107,12 +107,36 @@ def target_file(prompt: str) -> tuple[str, str] | None:
     return f"{worktree.rstrip('/')}/{rel}", rel
 
 
+# A story whose description says `ESCAPE-PROBE <path>`: its coder's one tool call is the agent's
+# own shell, writing the owned file and then trying `<path>` (tests/agents_real: confinement).
+PROBE = re.compile(r"ESCAPE-PROBE (\S+)")
+SHELL_TOOLS = ("Bash", "run_shell_command", "shell_command", "exec_command", "shell")
+
+
+def _shell_call(conv: Conversation, script: str, rel: str) -> ToolCallReply | None:
+    name = next((t for t in SHELL_TOOLS if t in conv.tools), None)
+    if name is None:
+        return None
+    if name == "exec_command":
+        return ToolCallReply(name, "function", {"cmd": script}, rel)
+    if name == "shell":
+        return ToolCallReply(name, "function", {"command": ["bash", "-lc", script]}, rel)
+    return ToolCallReply(name, "function", {"command": script}, rel)
+
+
 def _tool_call(conv: Conversation, prompt: str) -> ToolCallReply | None:
     target = target_file(prompt)
     if target is None:
         return None
     absolute, rel = target
     content = f"{_task_title(prompt)}\nwritten by the model stub\n"
+    probe = PROBE.search(conv.all_user_text)
+    if probe is not None:
+        # No `$(…)`: gemini's shell tool refuses command substitution.
+        write = (
+            f"mkdir -p '{rel.rsplit('/', 1)[0] if '/' in rel else '.'}' && printf '%s' '{content}' > '{rel}'"
+        )
+        return _shell_call(conv, f"{write}; echo escaped > '{probe.group(1)}'; true", rel)
     if "Write" in conv.tools:
         return ToolCallReply("Write", "function", {"file_path": absolute, "content": content}, rel)
     if "write_file" in conv.tools:

@@ -97,6 +97,7 @@ def test_refusals_are_read_from_what_the_tools_print(tmp_path: Path) -> None:
             f"ln: failed to create hard link 'own' => '{r}/README.md': Invalid cross-device link",
             "sh: 1: cannot create ../../../repo/up.txt: Permission denied",
             f"sh: 1: cannot create /proc/123/root{r}/root.txt: Permission denied",
+            f"mktemp: failed to create file via template \u2018{h}/.pyenv/tmp.XX\u2019: Permission denied",
             f"all good in {r}/fine.txt",  # no refusal on this line
             "cannot create own.txt: Permission denied",  # the lane's own: not an escape
         ]
@@ -111,6 +112,7 @@ def test_refusals_are_read_from_what_the_tools_print(tmp_path: Path) -> None:
         (f"{r}/README.md", "checkout"),
         (f"{r}/up.txt", "checkout"),
         (f"{r}/root.txt", "checkout"),
+        (f"{h}/.pyenv/tmp.XX", "home"),  # coreutils' quotes in a UTF-8 locale
     ]
 
 
