@@ -101,6 +101,8 @@ class Detector:
     enabled: bool = True
     allow_write: tuple[str, ...] = ()
     trace_guard: Callable[[], str | None] | None = None
+    # Refs flowd itself makes and drops mid-run (a Ray node's fetched story branches).
+    own_refs: tuple[str, ...] = ()
     windows: list[Window] = field(default_factory=list)
     pending: dict[str, list[tuple[Change, EscapeAction]]] = field(default_factory=dict)
     _files: dict[str, FilePrint] = field(default_factory=dict)
@@ -274,7 +276,9 @@ class Detector:
         return {
             name: ref
             for name, ref in refs.items()
-            if name != epic and not name.startswith(stories) and not self._other_run_owns(name)
+            if name != epic
+            and not name.startswith((stories, *self.own_refs))
+            and not self._other_run_owns(name)
         }
 
     def _other_run_owns(self, name: str) -> bool:
@@ -389,6 +393,11 @@ class Detector:
             head = print_file(admin / "HEAD") if admin is not None else MISSING
             self._snaps[str(wt)] = _Snap(entries, time.time(), admin, head)
         return entries
+
+    def forget(self, wt: Path) -> None:
+        """flowd removed `wt` and makes it again (a Ray lane placed again): nothing in it since
+        its last step is another lane's doing."""
+        self._snaps.pop(str(wt), None)
 
     def _check_secrets(self, lane: str, wt: Path, entries: dict[str, Entry]) -> None:
         """A private key copied into the lane's own files would be committed on its branch."""

@@ -65,11 +65,26 @@ def test_a_ray_lanes_escapes_are_refused_on_its_node_and_named_on_the_runner(
     assert no_lane_actors_left(cluster)
 
 
-def test_a_ray_lane_on_a_node_that_does_not_enforce_says_so(tmp_path: Path, cluster: Cluster) -> None:
-    sc = on_ray(tmp_path, [story("a", ["a/"])], [coder("a", {"a/x.txt": "x\n"})])
+def test_on_a_node_that_does_not_enforce_a_lane_is_checked_after_each_step(
+    tmp_path: Path, cluster: Cluster
+) -> None:
+    """`detect` on the node: said on the placement; a write to the node clone's shared config is
+    put back there and fails the story that made it, on the runner (docs/sandbox-detection.md)."""
+    evil = coder("a", {"a/x.txt": "x\n"}, run=["git config core.hooksPath /tmp/ray-evil-hooks"])
+    sc = on_ray(tmp_path, [story("a", ["a/"]), story("b", ["b/"])], [evil, coder("b", {"b/y.txt": "y\n"})])
     config = sc.repo / ".flow" / "config.toml"
     config.write_text(config.read_text(encoding="utf-8") + '\n[sandbox]\nmode = "detect"\n', encoding="utf-8")
     done = run(sc, cluster, "--run-id", "dt")
-    assert done.returncode == 0, done.stderr + done.stdout[-3000:]
-    said = [e["message"] for e in trace(sc, "dt") if e["type"] == "Info" and e.get("lane") == "a"]
-    assert any(m.startswith("sandbox: this lane runs on ") and "unconfined" in m for m in said), said
+    assert done.returncode != 0, done.stdout[-3000:]
+    events = trace(sc, "dt")
+    said = [e["message"] for e in events if e["type"] == "Info" and e.get("lane") == "a"]
+    assert any(m.startswith("sandbox: this lane runs on ") and "not confined" in m for m in said), said
+    escapes = [(e["lane"], e["path"].rsplit("/repo/", 1)[-1], e["what"], e["action"])
+               for e in events if e["type"] == "LaneEscape"]  # fmt: skip
+    assert escapes == [("a", ".git/config", "gitConfig", "undone")], escapes
+    status = {e["story"]: e for e in events if e["type"] == "StoryStatusChanged"}
+    assert status["a"]["status"] == "failed" and "wrote past its lane" in status["a"]["reason"]
+    assert status["b"]["status"] == "done"  # blame goes to the lane that did it, never another
+    for clone in node_clones(cluster):
+        assert "ray-evil-hooks" not in (clone / ".git" / "config").read_text(encoding="utf-8")
+    assert no_lane_actors_left(cluster)

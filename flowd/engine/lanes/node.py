@@ -38,6 +38,7 @@ from flowd.engine.core.failure import StoryFacts, outcome_of
 from flowd.engine.core.outcome import StoryOutcome
 from flowd.engine.core.ports import PortSlots
 from flowd.engine.core.stops import Halt
+from flowd.engine.detect import Detector
 from flowd.engine.state import EpicPaths, StoryState, save_state
 from flowd.engine.story import StoryRun
 from flowd.plan.model import Story, StoryPlan
@@ -45,7 +46,7 @@ from flowd.roster.pool import RosterPool
 from flowd.sandbox import landlock
 from flowd.sandbox.confine import active, effective_mode
 from flowd.store.config import Roster, Settings
-from flowd.trace.events import Event, Info, StoryStatusChanged, TaskCompleted
+from flowd.trace.events import Event, Info, LaneEscape, StoryStatusChanged, TaskCompleted
 from flowd.trace.view import RunView
 from flowd.vcs.gitops import GitError, Repo, _git
 
@@ -90,6 +91,7 @@ class Mirror:
 # latency from the third field (docs/scale-out.md: figures).
 LaneMessage = tuple[str, object, float]
 PUSH_TRIES = 3
+FETCHED_REFS = "flowd-lanes"  # where a placement fetches its story branch to, for a moment
 _PUSH = "push"  # a marker in the lane's queue: push the story branch before what follows goes out
 
 
@@ -171,6 +173,7 @@ class NodeHost:
         self.unrouted: list[Event] = []
         self._repo: NodeRepo | None = None
         self._pool: RosterPool | None = None
+        self._detector: Detector | None = None
 
     def ensure_clone(self) -> NodeRepo:
         """The node's clone of the remote (made on first use; lanes fetch what they need)."""
@@ -216,6 +219,28 @@ class NodeHost:
         # A confined agent process serves one lane for life (docs/sandbox.md): none starts ahead.
         if count > 0 and effective_mode(self.spec.settings.sandbox.mode, landlock.abi()) != "enforce":
             self.pool().prestart({"coder": count, "planner": count}, self.clone)
+
+    def detector(self) -> Detector | None:
+        """Detection on this node (docs/sandbox-detection.md), one for every lane placed here
+        (blame needs every lane's step windows): the clone stands for the user's checkout."""
+        sandbox = self.spec.settings.sandbox
+        if self._detector is None and sandbox.mode != "off":
+            repo = self.ensure_clone()
+            self._detector = Detector(
+                root=repo.root, common_dir=repo.common_dir, epic_id=self.spec.epic, epic_wt=self.clone,
+                worktree_root=self.cache / "wt", emit=self._route_escape,
+                allow_write=tuple(sandbox.allow_write), own_refs=(f"refs/{FETCHED_REFS}/",),
+            )  # fmt: skip
+            self._detector.start()
+        return self._detector
+
+    def _route_escape(self, event: Event) -> None:
+        """The detector's events go to the lane they blame (a `LaneEscape` names it)."""
+        target = self.lanes.get(event.lane) if isinstance(event, LaneEscape) else None
+        if target is not None:
+            target(event)
+        else:
+            self._route(event)
 
     def _route(self, event: Event) -> None:
         label = getattr(event, "label", None)
@@ -349,9 +374,9 @@ class NodeLane:
             epic = f"epic/{self.epic}"
             # The story branch through a pattern (which may match nothing) into a namespace no
             # worktree has checked out; the exact name is picked from it below.
-            pushed_ref = f"refs/flowd-lanes/{self.branch}"
+            pushed_ref = f"refs/{FETCHED_REFS}/{self.branch}"
             self._git("fetch", "-q", "--no-tags", remote, f"+refs/heads/{epic}:refs/heads/{epic}",
-                      f"+refs/heads/{self.branch}*:refs/flowd-lanes/{self.branch}*",
+                      f"+refs/heads/{self.branch}*:refs/{FETCHED_REFS}/{self.branch}*",
                       what=f"fetching {epic} and {self.branch}")  # fmt: skip
             pushed = _git(
                 self.clone, ["rev-parse", "-q", "--verify", pushed_ref], "", ok_codes=(0, 1)
@@ -481,6 +506,9 @@ class NodeLane:
             paths=self.paths, pool=host.pool(), emit=emit, view=view, story_budget_usd=spec.story_budget_usd,
         )  # fmt: skip
         ctx.ports = host.ports  # lanes side by side on this node get distinct port ranges
+        ctx.detect = await asyncio.to_thread(host.detector)
+        if ctx.detect is not None:
+            ctx.detect.forget(self.worktree)  # made again by `prepare`
         host.attach(spec.story, emit)
         # The same policy as a local lane's (docs/sandbox.md), on this node's clone and worktrees;
         # its refusals reach the runner as events and as findings (`files`).
@@ -504,16 +532,16 @@ class NodeLane:
 
 
 def node_unconfined(setting: str, version: int) -> str:
-    """What a lane placed on a node that does not enforce says (docs/sandbox.md): detection
-    runs on the runner's machine only, so such a lane is neither confined nor checked."""
+    """What a lane placed on a node that does not enforce says (docs/sandbox.md): it is checked
+    after each step there, not confined."""
     why = (
         '[sandbox] mode = "detect"'
         if setting == "detect"
         else f"this node offers {f'Landlock ABI {version}' if version else 'no Landlock'} (ABI 2 needed)"
     )
     return (
-        f"sandbox: this lane runs on {socket.gethostname()} unconfined ({why}); detection runs on "
-        "the runner's machine only, so its processes have your rights on that node (docs/sandbox.md)"
+        f"sandbox: this lane runs on {socket.gethostname()} in detect mode ({why}): it is checked "
+        "after each step there, not confined (docs/sandbox.md)"
     )
 
 
