@@ -156,6 +156,24 @@ export async function runCommand(page: Page, title: string): Promise<void> {
   }
 }
 
+/**
+ * Runs `title` and picks `choice` in the quick pick it opens. That pick, too, closes when a
+ * webview takes the focus late (a click in it just before, on a loaded machine): then the
+ * command is run again, up to three times.
+ */
+export async function runAndPick(page: Page, title: string, choice: string | RegExp): Promise<void> {
+  for (let attempt = 1; ; attempt++) {
+    await runCommand(page, title);
+    try {
+      await pick(page, choice, attempt < 3 ? 10_000 : STEP_MS);
+      return;
+    } catch (err) {
+      if (attempt >= 3) throw err;
+      await page.keyboard.press("Escape");
+    }
+  }
+}
+
 /** Picks the quick-pick row holding `text` (the palette or a command's own pick). */
 export async function pick(page: Page, text: string | RegExp, timeout = STEP_MS): Promise<void> {
   const row = page.locator(".quick-input-list .monaco-list-row", { hasText: text }).first();

@@ -173,16 +173,7 @@ async function graphShows(page: Page, want: Record<string, RegExp>): Promise<Fra
 
 /** Switches the workbench's colour theme and waits until the Epic Graph's webview follows it. */
 async function colorTheme(page: Page, dark: boolean): Promise<void> {
-  for (let attempt = 1; ; attempt++) {
-    await runCommand(page, "Preferences: Color Theme");
-    try {
-      await pick(page, dark ? /Dark Modern/ : /Light Modern/, attempt < 3 ? 10_000 : STEP_MS);
-      break;
-    } catch (err) {
-      if (attempt >= 3) throw err; // the picker closed under a webview taking the focus: again
-      await page.keyboard.press("Escape");
-    }
-  }
+  await h.runAndPick(page, "Preferences: Color Theme", dark ? /Dark Modern/ : /Light Modern/);
   await until(page, `the ${dark ? "dark" : "light"} theme`, async () => ((await page.locator(".monaco-workbench.vs-dark").count()) > 0) === dark);
   const frame = await graphFrame(page);
   if (frame) await until(page, "the webview to follow the theme", async () => ((await frame.locator("body.vscode-dark").count()) > 0) === dark);
@@ -332,15 +323,13 @@ describe("VS Code (code-server) with the packaged extension", { timeout: 900_000
     assert.deepEqual([...new Set(await mid.locator("#panel-timeline text.lane").allTextContents())].sort(), ["api", "ui"]);
 
     // Cancel the run (the api coder is still on its task).
-    await runCommand(page, "Flow: Cancel Run");
-    await pick(page, /auth/);
+    await h.runAndPick(page, "Flow: Cancel Run", /auth/);
     await until(page, "the status bar to say cancelled", async () => /auth cancelled/.test(await statusText(page)));
     await shot(page, "05-cancelled");
     fs.writeFileSync(path.join(repo, ".flow", "demo.script.json"), JSON.stringify(script(release, 300), null, 2));
 
     // Resume: one epic, the cancelled run its history.
-    await runCommand(page, "Flow: Resume Run");
-    await pick(page, /auth/);
+    await h.runAndPick(page, "Flow: Resume Run", /auth/);
     await until(page, "the resumed run to run", async () => /lanes/.test(await statusText(page)));
     const history = treeRow(page, /^History/);
     await history.waitFor({ timeout: STEP_MS });
