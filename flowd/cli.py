@@ -44,7 +44,8 @@ EXIT_CODES = {
     "agent": "as its subcommand · 2 without one",
     "roster": "as its subcommand · 2 without one",
 }
-EXAMPLES = {
+# A command's examples in its --help (a tuple: several, each on its line).
+EXAMPLES: dict[str, str | tuple[str, ...]] = {
     "run": "flowd run auth.epic.json --concurrency 2 --budget-usd 5",
     "validate": "flowd plan validate auth.epic.json",
     "new": 'flowd plan new "Add password login" -o auth.epic.json',
@@ -52,7 +53,11 @@ EXAMPLES = {
     "cost": "flowd cost --since 2026-11-01 --until 2026-11-30 --tz Europe/Rome",
     "check": "flowd check",
     "cancel": "flowd cancel auth-20261129T140307-1a2b",
-    "answer": "flowd answer auth-20261129T140307-1a2b raise 5",
+    "answer": (
+        "flowd answer auth-20261129T140307-1a2b raise 5",
+        "flowd answer auth-20261129T140307-1a2b --story api approve",
+        'flowd answer auth-20261129T140307-1a2b --story api "use the session helper"',
+    ),
     "revise": 'flowd revise auth-20261129T140307-1a2b api src/api/login.py:12 "return 401, not 500"',
     "clean": "flowd clean --epic auth --dry-run",
     "demo": "flowd demo --dir /tmp/calc",
@@ -67,7 +72,11 @@ EXAMPLES = {
 
 
 def _epilog(key: str) -> str:
-    return f"exit codes: {EXIT_CODES[key]}\nexample:\n  {EXAMPLES[key]}"
+    given = EXAMPLES[key]
+    examples = (given,) if isinstance(given, str) else given
+    heading = "example" if len(examples) == 1 else "examples"
+    lines = "".join(f"\n  {line}" for line in examples)
+    return f"exit codes: {EXIT_CODES[key]}\n{heading}:{lines}"
 
 
 Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
@@ -216,7 +225,10 @@ def _add_answer(sub: Subparsers) -> None:
     )
     p.add_argument("run_id", metavar="RUN_ID", help="the paused run (`flowd status` lists them)")
     p.add_argument(
-        "text", nargs="+", metavar="TEXT", help="`raise N`, `stop`, `wait`, or what the coder needs"
+        "text",
+        nargs="+",
+        metavar="TEXT",
+        help="`raise N`, `stop`, `wait`, `approve` (a story waiting to merge), or what the coder needs",
     )
     p.add_argument(
         "--story", metavar="ID", help="the paused story (without: the run's own pause, the budget)"

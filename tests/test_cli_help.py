@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import subprocess
 import sys
 
@@ -70,9 +71,10 @@ def test_help_shows_exit_codes_and_an_example(path: tuple[str, ...]) -> None:
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert "\nexit codes: " in out, out
-    example = out.split("\nexample:\n", 1)
+    example = re.split(r"\nexamples?:\n", out, maxsplit=1)
     assert len(example) == 2, out
-    assert example[1].strip().startswith("flowd " + " ".join(path[:1])), example[1]
+    for line in example[1].strip().splitlines():
+        assert line.strip().startswith("flowd " + " ".join(path[:1])), example[1]
     parser = _parser_for(path)
     for action in parser._actions:
         for option in action.option_strings:
@@ -80,3 +82,10 @@ def test_help_shows_exit_codes_and_an_example(path: tuple[str, ...]) -> None:
         if action.help and not isinstance(action, argparse._SubParsersAction):
             # The help text is printed (argparse may wrap it: compare its first words).
             assert " ".join(action.help.split()[:3]) in " ".join(out.split())
+
+
+def test_answer_help_shows_how_to_approve_a_story_before_it_merges() -> None:
+    """docs/answers.md: a story paused before merge takes `approve`, or free text (changes)."""
+    out = subprocess.run([*FLOWD, "answer", "--help"], capture_output=True, text=True, timeout=60).stdout
+    assert re.search(r"^  flowd answer \S+ --story api approve$", out, re.M), out
+    assert "`approve`" in " ".join(out.split())

@@ -13,8 +13,11 @@ from html import escape
 from flowd.base.timeutil import parse_iso
 from flowd.protocol.models import GraphResult, GraphStory, TimelineLane, TimelineResult
 
-# Fill colours by status and by phase: one palette for the Mermaid classes and the SVG, readable
-# with dark text on light and dark pages alike.
+# Fill colours by status and by phase. report.html has a palette per colour scheme (CSS classes
+# under `prefers-color-scheme` override the SVG's fill attributes, which stay the light palette
+# for viewers without CSS); Mermaid's classDefs cannot follow the page's theme (GitHub draws the
+# same block on a white or a near-black page), so they use mid-tone fills under white text, which
+# stand out on both.
 STATUS_FILL = {
     "planned": "#e5e7eb",
     "active": "#bfdbfe",
@@ -26,6 +29,28 @@ STATUS_FILL = {
     "failed": "#fecaca",
     "skipped": "#d1d5db",
 }
+STATUS_FILL_DARK = {
+    "planned": "#374151",
+    "active": "#1e3a8a",
+    "queued": "#713f12",
+    "merging": "#7c2d12",
+    "ready": "#4c1d95",
+    "waiting": "#713f12",
+    "done": "#14532d",
+    "failed": "#7f1d1d",
+    "skipped": "#374151",
+}
+MERMAID_FILL = {
+    "planned": "#6b7280",
+    "active": "#1d4ed8",
+    "queued": "#a16207",
+    "merging": "#c2410c",
+    "ready": "#6d28d9",
+    "waiting": "#a16207",
+    "done": "#15803d",
+    "failed": "#b91c1c",
+    "skipped": "#4b5563",
+}
 PHASE_FILL = {
     "planned": "#e5e7eb",
     "coding": "#93c5fd",
@@ -36,7 +61,20 @@ PHASE_FILL = {
     "paused": "#fcd34d",
     "failed": "#dc2626",
 }
+PHASE_FILL_DARK = {
+    "planned": "#4b5563",
+    "coding": "#2563eb",
+    "gated": "#7c3aed",
+    "queued": "#ca8a04",
+    "merging": "#ea580c",
+    "merged": "#22c55e",
+    "paused": "#eab308",
+    "failed": "#ef4444",
+}
 CRITICAL = "#b91c1c"
+# The critical path's outline in Mermaid: amber shows on white and on near-black, and apart from
+# the red of a failed story's fill.
+MERMAID_CRITICAL = "#f59e0b"
 
 
 # -- Mermaid ---------------------------------------------------------------------------------
@@ -64,9 +102,10 @@ def mermaid_graph(graph: GraphResult) -> str:
             arrow = "==>" if dep in critical and s.id in critical else "-->"
             lines.append(f"  {ids[dep]} {arrow} {ids[s.id]}")
     for status in sorted({s.status for s in graph.stories}):
-        lines.append(f"  classDef {_css(status)} fill:{STATUS_FILL.get(status, '#e5e7eb')},color:#111827")
+        fill = MERMAID_FILL.get(status, "#6b7280")
+        lines.append(f"  classDef {_css(status)} fill:{fill},stroke:{fill},color:#ffffff")
     if critical:
-        lines.append(f"  classDef critical stroke:{CRITICAL},stroke-width:3px")
+        lines.append(f"  classDef critical stroke:{MERMAID_CRITICAL},stroke-width:3px")
         lines.append(f"  class {','.join(ids[s] for s in ids if s in critical)} critical")
     return "\n".join(lines)
 
@@ -201,11 +240,12 @@ def _edge(a: tuple[int, int], b: tuple[int, int], critical: bool) -> str:
 def _node(s: GraphStory, x: int, y: int) -> str:
     fill = STATUS_FILL.get(s.status, "#e5e7eb")
     stroke = f'stroke="{CRITICAL}" stroke-width="3"' if s.critical else 'stroke="#6b7280" stroke-width="1"'
+    box = f"box {_css(s.status)}{' critical' if s.critical else ''}"
     title = s.title if len(s.title) <= 24 else s.title[:23] + "…"
     return (
         f'<g class="node" data-story="{escape(s.id)}" data-status="{escape(s.status)}">'
         f"<title>{escape(s.id)}: {escape(s.title)} ({escape(s.status)})</title>"
-        f'<rect x="{x}" y="{y}" width="{NODE_W}" height="{NODE_H}" rx="6" fill="{fill}" {stroke}/>'
+        f'<rect class="{box}" x="{x}" y="{y}" width="{NODE_W}" height="{NODE_H}" rx="6" fill="{fill}" {stroke}/>'
         f'<text x="{x + 8}" y="{y + 19}" class="id">{escape(s.id)} · {escape(s.status)}</text>'
         f'<text x="{x + 8}" y="{y + 37}" class="title">{escape(title)}</text></g>'
     )
@@ -217,7 +257,7 @@ LABEL_W, BAR_W, BAR_H = 140, 720, 22
 def svg_gantt(timeline: TimelineResult) -> str:
     bounds = _bounds(timeline)
     height = 50 + len(timeline.lanes) * (BAR_H + 8)
-    width = LABEL_W + BAR_W + 20
+    width = LABEL_W + BAR_W + 40  # room for the last tick's label
     parts = [
         f'<svg class="gantt" role="img" aria-label="timeline" width="{width}" height="{height}" '
         f'viewBox="0 0 {width} {height}">'
@@ -277,19 +317,42 @@ def _gantt_row(lane: TimelineLane, y: int, first: int, last: int, scale: float) 
 
 
 STYLE = """
-:root { color-scheme: light dark; --fg: #111827; --bg: #ffffff; --muted: #6b7280; }
-@media (prefers-color-scheme: dark) { :root { --fg: #e5e7eb; --bg: #111827; --muted: #9ca3af; } }
+:root { color-scheme: light dark; --fg: #111827; --bg: #ffffff; --muted: #6b7280; --node-fg: #111827;
+  --node-stroke: #6b7280; --critical: #b91c1c; }
+@media (prefers-color-scheme: dark) { :root { --fg: #e5e7eb; --bg: #111827; --muted: #9ca3af;
+  --node-fg: #f3f4f6; --node-stroke: #9ca3af; --critical: #f87171; } }
 body { font: 14px/1.45 system-ui, sans-serif; color: var(--fg); background: var(--bg); margin: 2em; }
 svg { color: var(--fg); max-width: 100%; height: auto; }
-svg text { font: 12px system-ui, sans-serif; fill: #111827; }
+svg text { font: 12px system-ui, sans-serif; fill: var(--node-fg); }
 svg text.lane, svg text.axis { fill: var(--fg); }
 svg .tick { stroke: var(--muted); stroke-dasharray: 2 4; }
-.legend span { display: inline-block; padding: 0 .5em; margin-right: .3em; border-radius: 3px; color: #111827; }
+svg .box { stroke: var(--node-stroke); }
+svg .box.critical, svg .edge.critical { stroke: var(--critical); }
+.legend span { display: inline-block; padding: 0 .5em; margin-right: .3em; border-radius: 3px; color: var(--node-fg); }
+.legend span[class^="ph_"] { color: var(--fg); border-left: 1em solid; border-radius: 0; padding: 0 .4em; }
 """
 
 
-def _legend(fills: dict[str, str]) -> str:
-    spans = "".join(f'<span style="background:{c}">{escape(k)}</span>' for k, c in fills.items())
+def _palette_css() -> str:
+    """The fills as CSS: the light palette, then the dark one under `prefers-color-scheme`."""
+
+    def rules(status: dict[str, str], phase: dict[str, str]) -> str:
+        out = [
+            f"svg .box.{_css(k)}, .legend .{_css(k)} {{ fill: {c}; background: {c}; }}"
+            for k, c in status.items()
+        ]
+        out += [
+            f"svg .phase.{k} {{ fill: {c}; }} .legend span.ph_{_css(k)} {{ border-left-color: {c}; }}"
+            for k, c in phase.items()
+        ]
+        return "\n".join(out)
+
+    dark = rules(STATUS_FILL_DARK, PHASE_FILL_DARK)
+    return f"{rules(STATUS_FILL, PHASE_FILL)}\n@media (prefers-color-scheme: dark) {{\n{dark}\n}}"
+
+
+def _legend(keys: list[str], prefix: str = "") -> str:
+    spans = "".join(f'<span class="{prefix}{_css(k)}">{escape(k)}</span>' for k in keys)
     return f'<p class="legend">{spans}</p>'
 
 
@@ -300,13 +363,13 @@ def render_html(title: str, summary: list[str], graph: GraphResult, timeline: Ti
         "<!doctype html>",
         '<html lang="en"><head><meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        f"<title>{escape(title)}</title><style>{STYLE}</style></head><body>",
+        f"<title>{escape(title)}</title><style>{STYLE}{_palette_css()}</style></head><body>",
         f"<h1>{escape(title)}</h1><ul>{items}</ul>",
         "<h2>Graph</h2>",
-        f"<p>Stories by status; the critical path is outlined in red.</p>{_legend(STATUS_FILL)}",
+        f"<p>Stories by status; the critical path is outlined in red.</p>{_legend(list(STATUS_FILL))}",
         svg_graph(graph),
         "<h2>Timeline</h2>",
-        _legend(PHASE_FILL),
+        _legend(list(PHASE_FILL), "ph_"),
         svg_gantt(timeline),
         "</body></html>",
         "",

@@ -42,6 +42,8 @@ def test_the_report_carries_a_graph_and_a_timeline_mermaid_parses(tmp_path: Path
         [("s0", "s1"), ("s0", "s2"), ("s1", "s3"), ("s2", "s3")]
     )
     assert re.search(r"^  class (s\d,)*s\d critical$", graph, re.M)
+    # One palette for GitHub's light and dark pages: mid-tone fills under white text.
+    assert re.search(r"^  classDef st_done fill:#15803d,stroke:#15803d,color:#ffffff$", graph, re.M)
     # Each lane is a section with its phases; merged and failed are milestones.
     for story in statuses:
         assert f"  section {story}\n  planned :" in gantt
@@ -66,6 +68,11 @@ def test_the_html_report_opens_in_chromium_with_no_console_message(tmp_path: Pat
     assert dom.count('class="edge') == 4 and 'class="edge critical"' in dom
     assert re.findall(r'<text x="4" y="\d+" class="lane">(\w+)</text>', dom) == list(nodes)
     assert 'class="phase merged"' in dom and 'class="phase failed"' in dom
+    # The reader's colour scheme picks the palette: deep fills under light text when dark.
+    dark = html.split("@media (prefers-color-scheme: dark) {\n", 1)[1]
+    assert "svg .box.st_done, .legend .st_done { fill: #14532d;" in dark
+    assert "svg .phase.merged { fill: #22c55e; }" in dark
+    assert 'class="box st_failed"' in dom
 
     broken = tmp_path / "broken.html"
     broken.write_text("<!doctype html><p>x</p><script>console.error('seen')</script>")

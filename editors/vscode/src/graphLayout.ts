@@ -4,9 +4,11 @@
 
 import type { GraphResult, GraphStory, TimelineLane, TimelineResult } from "./protocol";
 
-export const NODE_W = 170;
+export const NODE_W = 200;
 export const NODE_H = 50;
-export const COL_W = 220;
+export const COL_W = 250;
+/** Characters of a node's second line that fit its width at the webview's 12px (about 6 px each). */
+export const LINE_CHARS = 30;
 export const ROW_H = 72;
 
 /** Status → the theme colour a node is drawn in. */
@@ -90,8 +92,14 @@ function edge(a: { x: number; y: number }, b: { x: number; y: number }, critical
   return `<path class="edge${critical ? " critical" : ""}" d="M${x1},${y1} C${mid},${y1} ${mid},${y2} ${x2},${y2}" marker-end="url(#arrow)"/>`;
 }
 
+/** A node's second line: the title, cut short so that the lane's task and cost still fit. */
+export function secondLine(title: string, extra: string): string {
+  const suffix = extra ? ` · ${extra}` : "";
+  const room = Math.max(LINE_CHARS - suffix.length, 8);
+  return (title.length > room ? `${title.slice(0, room - 1)}…` : title) + suffix;
+}
+
 function node(s: GraphStory, x: number, y: number, extra: string): string {
-  const title = s.title.length > 24 ? `${s.title.slice(0, 23)}…` : s.title;
   const label = `${s.id}: ${s.title}, ${s.status}${s.critical ? ", on the critical path" : ""}`;
   return [
     `<g class="node${s.critical ? " critical" : ""}" data-story="${escapeXml(s.id)}" data-status="${escapeXml(s.status)}" tabindex="0" role="button" aria-label="${escapeXml(label)}">`,
@@ -99,7 +107,7 @@ function node(s: GraphStory, x: number, y: number, extra: string): string {
     `<rect class="box st-${cssName(s.status)}" x="${x}" y="${y}" width="${NODE_W}" height="${NODE_H}" rx="6"/>`,
     s.critical ? `<rect class="ring" x="${x - 4}" y="${y - 4}" width="${NODE_W + 8}" height="${NODE_H + 8}" rx="9"/>` : "",
     `<text x="${x + 8}" y="${y + 20}" class="id">${s.critical ? "★ " : ""}${escapeXml(s.id)} · ${escapeXml(s.status)}</text>`,
-    `<text x="${x + 8}" y="${y + 38}" class="title">${escapeXml(title)}${extra ? ` · ${escapeXml(extra)}` : ""}</text>`,
+    `<text x="${x + 8}" y="${y + 38}" class="title">${escapeXml(secondLine(s.title, extra))}</text>`,
     "</g>",
   ].join("");
 }
@@ -136,8 +144,17 @@ export function ms(iso: string): number {
   return Date.parse(iso);
 }
 
-/** The first and last time on the timeline (a phase that lasts ends at the last). */
-export function bounds(timeline: TimelineResult): [number, number] | undefined {
+/** Whether the run is still going: it has not ended and a phase has not ended either. */
+export function isLive(timeline: TimelineResult): boolean {
+  return !timeline.endedAt && timeline.lanes.some((lane) => lane.phases.some((p) => !p.end));
+}
+
+/**
+ * The first and last time on the timeline (a phase that lasts ends at the last). While the run
+ * is live the last is `now` at the latest: a phase that just began (a story back to coding after
+ * its red merge) is drawn as long as it has lasted, not as a sliver.
+ */
+export function bounds(timeline: TimelineResult, now?: number): [number, number] | undefined {
   const times: number[] = [];
   for (const lane of timeline.lanes) {
     for (const p of lane.phases) {
@@ -146,6 +163,7 @@ export function bounds(timeline: TimelineResult): [number, number] | undefined {
     }
   }
   for (const t of [timeline.startedAt, timeline.endedAt]) if (t) times.push(ms(t));
+  if (times.length && now !== undefined && isLive(timeline)) times.push(now);
   return times.length ? [Math.min(...times), Math.max(...times)] : undefined;
 }
 
@@ -174,12 +192,23 @@ function timelineRow(lane: TimelineLane, y: number, first: number, last: number,
   return out;
 }
 
-/** The timeline's SVG: per lane a row of phase bars over the run's span, merged/failed as diamonds. */
-export function timelineSvg(timeline: TimelineResult): string {
+/** The timeline's key: each phase's colour swatch and name (the bars themselves carry no text). */
+export function timelineLegend(): string {
+  const items = Object.keys(PHASE_COLOR).map(
+    (k) => `<span class="key"><svg class="swatch" width="12" height="12" viewBox="0 0 12 12" aria-hidden="true"><rect class="phase ${cssName(k)}" width="12" height="12" rx="2"/></svg>${escapeXml(k)}</span>`,
+  );
+  return `<p class="legend" aria-label="phases">${items.join(" ")}</p>`;
+}
+
+/**
+ * The timeline's SVG: per lane a row of phase bars over the run's span, merged/failed as
+ * diamonds; a live run's span reaches `now` (the webview's clock; the server is on this machine).
+ */
+export function timelineSvg(timeline: TimelineResult, now?: number): string {
   const height = 46 + timeline.lanes.length * (BAR_H + 8);
   const width = LABEL_W + BAR_W + 20;
   const parts = [`<svg class="timeline" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}" role="img" aria-label="timeline">`];
-  const span = bounds(timeline);
+  const span = bounds(timeline, now);
   if (span) {
     const [first, last] = span;
     const total = Math.max(last - first, 1);

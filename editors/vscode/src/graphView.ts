@@ -7,7 +7,7 @@ import * as fs from "node:fs";
 import * as path from "node:path";
 import * as vscode from "vscode";
 import { formatUsd } from "./format";
-import { themeCss } from "./graphLayout";
+import { themeCss, timelineLegend } from "./graphLayout";
 import { findWorktree } from "./laneActions";
 import { LanesModel, RunEntry } from "./lanesModel";
 import { FlowServer, GraphResult, Requests, TimelineResult } from "./protocol";
@@ -153,7 +153,7 @@ export function pageHtml(webview: vscode.Webview, script: vscode.Uri): string {
 </div>
 <section id="panel-graph" role="tabpanel" aria-labelledby="tab-graph"><div id="graph"></div><p id="batches"></p>
 <p class="hint">★ and a ring: the critical path. Tab to a story, arrows to move, Enter to open it.</p></section>
-<section id="panel-timeline" role="tabpanel" aria-labelledby="tab-timeline" hidden><div id="timeline"></div></section>
+<section id="panel-timeline" role="tabpanel" aria-labelledby="tab-timeline" hidden><div id="timeline"></div>${timelineLegend()}</section>
 <script nonce="${n}" src="${webview.asWebviewUri(script).toString()}"></script>
 </body></html>`;
 }
@@ -172,6 +172,9 @@ g.node { cursor: pointer; }
 g.node:focus { outline: none; }
 g.node:focus .box, g.node:hover .box { fill-opacity: .35; stroke-width: 2.5; }
 .ring { fill: none; stroke: var(--vscode-editorWarning-foreground); stroke-width: 2; stroke-dasharray: 5 3; }
+.legend { margin-top: .6em; }
+svg.swatch { width: 12px; height: 12px; }
+.legend .key { display: inline-flex; align-items: center; gap: .3em; margin-right: .8em; }
 .edge { fill: none; stroke: var(--vscode-editor-foreground); stroke-opacity: .55; stroke-width: 1.5; }
 .edge.critical { stroke: var(--vscode-editorWarning-foreground); stroke-opacity: 1; stroke-width: 3; }
 .arrowhead { fill: var(--vscode-editor-foreground); }

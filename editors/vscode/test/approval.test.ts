@@ -6,39 +6,25 @@
 // real git, the bundled scripted agent; no timing: every wait is on a notification.
 
 import assert from "node:assert/strict";
-import { ChildProcess, execFileSync, spawn } from "node:child_process";
 import * as fs from "node:fs";
 import * as os from "node:os";
 import * as path from "node:path";
 import { after, before, describe, test } from "node:test";
-import { createMessageConnection, MessageConnection, StreamMessageReader, StreamMessageWriter } from "vscode-jsonrpc/node";
 import { BASE_SCHEME, changedFiles, forkPoint, isApproval, launchPauseOn, readBaseUri, readyStories } from "../src/approval";
 import { ApprovalCommands, approveStory, registerApproval, requestChanges } from "../src/approvalView";
 import { DEFAULT_PAUSE_ON } from "../src/attention";
 import { CommandContext } from "../src/commands";
-import { feedModel, LanesModel } from "../src/lanesModel";
+import { LanesModel } from "../src/lanesModel";
 import { AttentionParams, Commands, FlowServer, isRunActive, LaunchResult } from "../src/protocol";
 import { ADD_REVISION_COMMAND, ReviewComments } from "../src/reviewComments";
 import * as stub from "./stubs/vscode";
+import { git, oneStoryRepo, startServer, traceEvents, WireServer } from "./wireServer";
 
 const FLOWD_BIN = process.env.FLOWD_BIN ?? "";
 const WIRE = process.env.FLOWD_WIRE !== "0";
 
-function git(cwd: string, ...args: string[]): string {
-  return execFileSync("git", ["-c", "user.name=flowd test", "-c", "user.email=test@flowd.invalid", ...args], { cwd, encoding: "utf8" });
-}
-
 /** One story `a` owning a.txt: "quiet" first; "LOUD" when told to shout; "LOUD!" for a bang. */
 function makeRepo(base: string): { repo: string; plan: string } {
-  const repo = path.join(base, "app");
-  fs.mkdirSync(repo, { recursive: true });
-  fs.writeFileSync(path.join(repo, "a.txt"), "before\n");
-  const plan = path.join(repo, "ok.epic.json");
-  fs.writeFileSync(plan, JSON.stringify({ epicId: "ok", epic: "Approve", stories: [{ id: "a", title: "Story a", description: "A.", owned: ["a.txt"] }] }));
-  git(repo, "init", "-q", "-b", "main");
-  git(repo, "add", "-A");
-  git(repo, "commit", "-q", "-m", "initial");
-  fs.mkdirSync(path.join(repo, ".flow"));
   const script = {
     model: "scripted",
     rules: [
@@ -47,10 +33,7 @@ function makeRepo(base: string): { repo: string; plan: string } {
       { when: { role: "coder", story: "a" }, writes: { "a.txt": "quiet\n" }, reply: "done" },
     ],
   };
-  fs.writeFileSync(path.join(repo, ".flow", "script.json"), JSON.stringify(script));
-  fs.writeFileSync(path.join(repo, ".flow", "roster.toml"), '[[executors]]\nid = "demo"\nkind = "script"\nscript = "script.json"\nroles = ["planner", "coder", "reviewer", "judge"]\nslots = 2\n');
-  fs.writeFileSync(path.join(repo, ".flow", "config.toml"), "judgeRounds = 0\nmaxReviewRounds = 1\n");
-  return { repo, plan };
+  return oneStoryRepo(base, { epicId: "ok", epic: "Approve", initial: "before\n", script });
 }
 
 test("launchPauseOn: merge only with the setting on, never twice", () => {
@@ -79,25 +62,11 @@ if (!WIRE) {
     let tmp: string;
     let repo: string;
     let plan: string;
-    let proc: ChildProcess;
-    let conn: MessageConnection;
+    let wire: WireServer;
     let server: FlowServer;
-    const model = new LanesModel();
+    let model: LanesModel;
+    let until: WireServer["until"];
     const attention: AttentionParams[] = [];
-    const waiters: (() => void)[] = [];
-
-    const until = (ready: () => boolean, what: string): Promise<void> =>
-      new Promise((resolve, reject) => {
-        const guard = setTimeout(() => reject(new Error(`the run never got there: ${what}`)), 240_000);
-        const check = (): void => {
-          if (!ready()) return;
-          clearTimeout(guard);
-          waiters.splice(waiters.indexOf(check), 1);
-          resolve();
-        };
-        waiters.push(check);
-        check();
-      });
     const asked = (): AttentionParams[] => attention.filter(isApproval);
 
     before(async () => {
@@ -105,41 +74,17 @@ if (!WIRE) {
       ({ repo, plan } = makeRepo(tmp));
       const home = path.join(tmp, "home");
       fs.mkdirSync(home);
-      const env = { ...process.env, HOME: home, XDG_CONFIG_HOME: path.join(home, ".config"), FLOWD_SCRIPT_STATE: path.join(home, "state") };
-      proc = spawn(FLOWD_BIN, ["serve"], { cwd: repo, env, stdio: ["pipe", "pipe", "ignore"] });
-      conn = createMessageConnection(new StreamMessageReader(proc.stdout!), new StreamMessageWriter(proc.stdin!));
-      feedModel(model, (method, handler) =>
-        conn.onNotification(method, (params: unknown) => {
-          handler(params);
-          for (const w of [...waiters]) w();
+      wire = await startServer(repo, home, (conn, wake) =>
+        conn.onNotification("flow/attention", (p: AttentionParams) => {
+          attention.push(p);
+          wake();
         }),
       );
-      conn.onNotification("flow/attention", (p: AttentionParams) => {
-        attention.push(p);
-        for (const w of [...waiters]) w();
-      });
-      conn.onRequest("window/workDoneProgress/create", () => null);
-      conn.onRequest("client/registerCapability", () => null);
-      conn.onRequest("workspace/configuration", (p: { items: unknown[] }) => p.items.map(() => null));
-      conn.listen();
-      const rootUri = `file://${repo}`;
-      await conn.sendRequest("initialize", { processId: process.pid, rootUri, workspaceFolders: [{ uri: rootUri, name: "app" }], capabilities: {} });
-      await conn.sendNotification("initialized", {});
-      server = {
-        executeCommand: <T>(command: string, arg: object) => conn.sendRequest<T>("workspace/executeCommand", { command, arguments: [arg] }),
-        request: <T>(method: string, params: object) => conn.sendRequest<T>(method, params),
-      };
+      ({ server, model, until } = wire);
     });
 
     after(async () => {
-      for (const run of model.activeRuns()) await server.executeCommand(Commands.cancelEpic, { runId: run.runId }).catch(() => undefined);
-      const exited = new Promise((resolve) => proc.once("exit", resolve));
-      const guard = setTimeout(() => proc.kill("SIGKILL"), 10_000);
-      await conn.sendRequest("shutdown").catch(() => undefined);
-      await conn.sendNotification("exit").catch(() => undefined);
-      await exited;
-      clearTimeout(guard);
-      conn.dispose();
+      await wire?.close();
       fs.rmSync(tmp, { recursive: true, force: true });
     });
 
@@ -194,12 +139,7 @@ if (!WIRE) {
       await until(() => !isRunActive(model.run(runId)?.status ?? "running"), "the run ended");
       assert.equal(model.run(runId)?.status, "done");
       assert.equal(git(repo, "show", "epic/ok:a.txt"), "LOUD!\n");
-      const answered = fs
-        .readFileSync(path.join(repo, ".flow", "runs", runId, "trace.jsonl"), "utf8")
-        .split("\n")
-        .filter(Boolean)
-        .map((line) => (JSON.parse(line) as { event: { type: string; effect?: string; by?: string } }).event)
-        .filter((e) => e.type === "StoryAnswered");
+      const answered = traceEvents<{ effect?: string; by?: string }>(repo, runId, "StoryAnswered");
       assert.deepEqual(
         answered.map((e) => [e.effect, e.by]),
         [

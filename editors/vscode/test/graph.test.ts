@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
-import { graphSvg, layers, neighbour, themeCss, timelineSvg } from "../src/graphLayout";
+import { bounds, graphSvg, layers, LINE_CHARS, neighbour, secondLine, themeCss, timelineLegend, timelineSvg } from "../src/graphLayout";
 import type { GraphResult, TimelineResult } from "../src/protocol";
 
 const GRAPH: GraphResult = {
@@ -33,6 +33,20 @@ describe("the epic graph's layout", () => {
     assert.match(svg, /Expression &lt;parser&gt; · task 1\/2/);
     assert.match(svg, /class="box st-failed"/);
     assert.doesNotMatch(svg, /style=/); // the webview's CSP allows no inline style
+  });
+
+  test("a node's second line fits its box: a long title is cut short, the lane's task and cost kept whole", () => {
+    assert.equal(secondLine("Login API", "task 1/1 · <$0.01"), "Login API · task 1/1 · <$0.01");
+    const cut = secondLine("A rather long story title indeed", "task 2/3 · $0.12");
+    assert.equal(cut, "A rather l… · task 2/3 · $0.12");
+    assert.equal(cut.length, LINE_CHARS);
+    assert.equal(secondLine("A rather long story title indeed", ""), "A rather long story title ind…");
+  });
+
+  test("the timeline's key names every phase with its colour", () => {
+    const key = timelineLegend();
+    assert.deepEqual([...key.matchAll(/<rect class="phase (\w+)"/g)].map((m) => m[1]), ["planned", "coding", "gated", "queued", "merging", "merged", "paused", "failed"]);
+    assert.doesNotMatch(key, /style=|data-lane/); // no inline style (CSP); not a lane's bar
   });
 
   test("the colours are theme variables, one rule per status and phase", () => {
@@ -70,5 +84,23 @@ describe("the epic graph's layout", () => {
     const docs = /<rect class="phase coding" data-lane="docs" x="([\d.]+)" y="\d+" width="([\d.]+)"/.exec(svg);
     assert.ok(docs);
     assert.equal(Number(docs[2]).toFixed(0), ((640 * 7) / 8).toFixed(0));
+  });
+
+  test("a live run's timeline reaches now, so a phase that just began is drawn as long as it lasted", () => {
+    const live: TimelineResult = {
+      startedAt: "2026-12-01T10:00:00.000Z",
+      lanes: [{ lane: "api", title: "a", status: "active", phases: [
+        { phase: "merging", start: "2026-12-01T10:00:00.000Z", end: "2026-12-01T10:00:04.000Z" },
+        { phase: "coding", start: "2026-12-01T10:00:04.000Z" },
+      ] }],
+    };
+    const now = Date.parse("2026-12-01T10:00:08.000Z");
+    assert.deepEqual(bounds(live), [Date.parse("2026-12-01T10:00:00.000Z"), Date.parse("2026-12-01T10:00:04.000Z")]);
+    assert.deepEqual(bounds(live, now)?.[1], now);
+    const coding = /<rect class="phase coding" data-lane="api" x="[\d.]+" y="\d+" width="([\d.]+)"/.exec(timelineSvg(live, now));
+    assert.equal(coding?.[1], "320.0"); // 4 of the 8 seconds so far
+    // An ended run keeps its own span, whatever the clock says.
+    const ended = { ...live, endedAt: "2026-12-01T10:00:06.000Z" };
+    assert.deepEqual(bounds(ended, now)?.[1], Date.parse("2026-12-01T10:00:06.000Z"));
   });
 });

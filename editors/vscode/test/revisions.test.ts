@@ -4,36 +4,22 @@
 // The story's first coder turn waits for a file the test creates, so nothing depends on timing.
 
 import assert from "node:assert/strict";
-import { ChildProcess, execFileSync, spawn } from "node:child_process";
 import * as fs from "node:fs";
 import * as os from "node:os";
 import * as path from "node:path";
 import { after, before, describe, test } from "node:test";
-import { createMessageConnection, MessageConnection, StreamMessageReader, StreamMessageWriter } from "vscode-jsonrpc/node";
-import { feedModel, LanesModel } from "../src/lanesModel";
+import { LanesModel } from "../src/lanesModel";
 import { Commands, FlowServer, isRunActive, LaunchResult } from "../src/protocol";
 import { ADD_REVISION_COMMAND, REVIEW_CONTROLLER, ReviewComments } from "../src/reviewComments";
 import { worktreeTarget } from "../src/revisions";
 import * as stub from "./stubs/vscode";
+import { git, oneStoryRepo, startServer, traceEvents, WireServer } from "./wireServer";
 
 const FLOWD_BIN = process.env.FLOWD_BIN ?? "";
 const WIRE = process.env.FLOWD_WIRE !== "0";
 
-function git(cwd: string, ...args: string[]): string {
-  return execFileSync("git", ["-c", "user.name=flowd test", "-c", "user.email=test@flowd.invalid", ...args], { cwd, encoding: "utf8" });
-}
-
 /** A repository whose one story `a` owns a.txt; its first coder turn waits for `go`. */
 function makeRepo(base: string, go: string): { repo: string; plan: string } {
-  const repo = path.join(base, "app");
-  fs.mkdirSync(repo, { recursive: true });
-  fs.writeFileSync(path.join(repo, "a.txt"), "quiet\n");
-  const plan = path.join(repo, "rev.epic.json");
-  fs.writeFileSync(plan, JSON.stringify({ epicId: "rev", epic: "Review", stories: [{ id: "a", title: "Story a", description: "A.", owned: ["a.txt"] }] }));
-  git(repo, "init", "-q", "-b", "main");
-  git(repo, "add", "-A");
-  git(repo, "commit", "-q", "-m", "initial");
-  fs.mkdirSync(path.join(repo, ".flow"));
   const wait = `sh -c 'for i in $(seq 1200); do [ -e ${go} ] && exit 0; sleep 0.05; done; exit 1'`;
   const script = {
     model: "scripted",
@@ -42,10 +28,7 @@ function makeRepo(base: string, go: string): { repo: string; plan: string } {
       { when: { role: "coder", story: "a" }, writes: { "a.txt": "quiet, v2\n" }, run: [wait], reply: "done" },
     ],
   };
-  fs.writeFileSync(path.join(repo, ".flow", "script.json"), JSON.stringify(script));
-  fs.writeFileSync(path.join(repo, ".flow", "roster.toml"), '[[executors]]\nid = "demo"\nkind = "script"\nscript = "script.json"\nroles = ["planner", "coder", "reviewer", "judge"]\nslots = 2\n');
-  fs.writeFileSync(path.join(repo, ".flow", "config.toml"), "judgeRounds = 0\nmaxReviewRounds = 1\n");
-  return { repo, plan };
+  return oneStoryRepo(base, { epicId: "rev", epic: "Review", initial: "quiet\n", script });
 }
 
 function bodyOf(comment: stub.StubComment): string {
@@ -64,24 +47,10 @@ if (!WIRE) {
     let repo: string;
     let plan: string;
     let go: string;
-    let proc: ChildProcess;
-    let conn: MessageConnection;
+    let wire: WireServer;
     let server: FlowServer;
-    const model = new LanesModel();
-    const waiters: (() => void)[] = [];
-
-    const until = (ready: () => boolean): Promise<void> =>
-      new Promise((resolve, reject) => {
-        const guard = setTimeout(() => reject(new Error("the run never got there")), 180_000);
-        const check = (): void => {
-          if (!ready()) return;
-          clearTimeout(guard);
-          waiters.splice(waiters.indexOf(check), 1);
-          resolve();
-        };
-        waiters.push(check);
-        check();
-      });
+    let model: LanesModel;
+    let until: WireServer["until"];
 
     before(async () => {
       tmp = fs.realpathSync(fs.mkdtempSync(path.join(os.tmpdir(), "flowd-review-")));
@@ -89,38 +58,13 @@ if (!WIRE) {
       ({ repo, plan } = makeRepo(tmp, go));
       const home = path.join(tmp, "home");
       fs.mkdirSync(home);
-      const env = { ...process.env, HOME: home, XDG_CONFIG_HOME: path.join(home, ".config"), FLOWD_SCRIPT_STATE: path.join(home, "state") };
-      proc = spawn(FLOWD_BIN, ["serve"], { cwd: repo, env, stdio: ["pipe", "pipe", "ignore"] });
-      conn = createMessageConnection(new StreamMessageReader(proc.stdout!), new StreamMessageWriter(proc.stdin!));
-      feedModel(model, (method, handler) =>
-        conn.onNotification(method, (params: unknown) => {
-          handler(params);
-          for (const w of [...waiters]) w();
-        }),
-      );
-      conn.onRequest("window/workDoneProgress/create", () => null);
-      conn.onRequest("client/registerCapability", () => null);
-      conn.onRequest("workspace/configuration", (p: { items: unknown[] }) => p.items.map(() => null));
-      conn.listen();
-      const rootUri = `file://${repo}`;
-      await conn.sendRequest("initialize", { processId: process.pid, rootUri, workspaceFolders: [{ uri: rootUri, name: "app" }], capabilities: {} });
-      await conn.sendNotification("initialized", {});
-      server = {
-        executeCommand: <T>(command: string, arg: object) => conn.sendRequest<T>("workspace/executeCommand", { command, arguments: [arg] }),
-        request: <T>(method: string, params: object) => conn.sendRequest<T>(method, params),
-      };
+      wire = await startServer(repo, home);
+      ({ server, model, until } = wire);
     });
 
     after(async () => {
       fs.writeFileSync(go, "");
-      for (const run of model.activeRuns()) await server.executeCommand(Commands.cancelEpic, { runId: run.runId }).catch(() => undefined);
-      const exited = new Promise((resolve) => proc.once("exit", resolve));
-      const guard = setTimeout(() => proc.kill("SIGKILL"), 10_000);
-      await conn.sendRequest("shutdown").catch(() => undefined);
-      await conn.sendNotification("exit").catch(() => undefined);
-      await exited;
-      clearTimeout(guard);
-      conn.dispose();
+      await wire?.close();
       fs.rmSync(tmp, { recursive: true, force: true });
     });
 
@@ -167,12 +111,7 @@ if (!WIRE) {
       await until(() => !isRunActive(model.run(runId)?.status ?? "running"));
       assert.equal(model.run(runId)?.status, "done");
       assert.equal(git(repo, "show", "epic/rev:a.txt"), "LOUD\n");
-      const trace = fs.readFileSync(path.join(repo, ".flow", "runs", runId, "trace.jsonl"), "utf8");
-      const asked = trace
-        .split("\n")
-        .filter(Boolean)
-        .map((line) => (JSON.parse(line) as { event: { type: string; by?: string; line?: number } }).event)
-        .filter((e) => e.type === "RevisionRequested");
+      const asked = traceEvents<{ by?: string; line?: number }>(repo, runId, "RevisionRequested");
       assert.deepEqual(
         asked.map((e) => [e.by, e.line]),
         [["editor", 1]],

@@ -3,7 +3,7 @@
 // no remote asset): draws what the extension posts, two tabs (Graph, Timeline), keyboard
 // navigation between nodes, and tells the extension which story was picked.
 
-import { graphSvg, neighbour, timelineSvg } from "../graphLayout";
+import { graphSvg, isLive, neighbour, timelineSvg } from "../graphLayout";
 import type { GraphResult, TimelineResult } from "../protocol";
 
 interface Update {
@@ -18,6 +18,21 @@ declare function acquireVsCodeApi(): { postMessage(message: unknown): void };
 
 const vscode = acquireVsCodeApi();
 let graph: GraphResult = { stories: [], batches: [] };
+let timeline: TimelineResult = { lanes: [] };
+// While the run is live the timeline is drawn again every second, so that a lasting phase grows
+// between the server's notifications (a coder's long turn sends none).
+const TICK_MS = 1000;
+let ticker: ReturnType<typeof setInterval> | undefined;
+
+function drawTimeline(): void {
+  byId("timeline").innerHTML = timelineSvg(timeline, Date.now());
+  if (!isLive(timeline) && ticker !== undefined) {
+    clearInterval(ticker);
+    ticker = undefined;
+  } else if (isLive(timeline) && ticker === undefined) {
+    ticker = setInterval(drawTimeline, TICK_MS);
+  }
+}
 
 function byId<T extends HTMLElement>(id: string): T {
   return document.getElementById(id) as T;
@@ -34,12 +49,14 @@ function render(u: Update): void {
   graph = u.graph;
   byId("title").textContent = u.title;
   byId("graph").innerHTML = graphSvg(u.graph, (story) => u.extras[story] ?? "");
-  byId("timeline").innerHTML = timelineSvg(u.timeline);
+  timeline = u.timeline;
+  drawTimeline();
   const batches = u.graph.batches.map((b) => `batch ${b.batch}: ${b.lanes.join(", ")} ${b.ok === true ? "✓ green" : b.ok === false ? "✗ red" : "… gating"}`);
   byId("batches").textContent = batches.join("  ·  ");
   // What flow/graph answered, as the page got it: the e2e test checks the drawing against it.
   document.body.dataset.graph = JSON.stringify(Object.fromEntries(u.graph.stories.map((s) => [s.id, s.status])));
-  focusStory(focused);
+  // Only while the page has the focus: a live update must not take it from the editor or palette.
+  if (document.hasFocus()) focusStory(focused);
 }
 
 function showTab(name: "graph" | "timeline"): void {

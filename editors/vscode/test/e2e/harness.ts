@@ -137,23 +137,52 @@ export async function shot(page: Page, dir: string, name: string): Promise<void>
   await page.screenshot({ path: path.join(dir, `${name}.png`) });
 }
 
+/**
+ * Runs `title` from the command palette. The palette closes when something else takes the focus
+ * as it opens (a webview being revealed): then it is opened again, up to three times.
+ */
 export async function runCommand(page: Page, title: string): Promise<void> {
-  await page.keyboard.press("F1");
-  const input = page.locator(".quick-input-widget input");
-  await input.waitFor({ state: "visible", timeout: STEP_MS });
-  await input.fill(`>${title}`);
-  await pick(page, title);
+  for (let attempt = 1; ; attempt++) {
+    await page.keyboard.press("F1");
+    const input = page.locator(".quick-input-widget input");
+    await input.waitFor({ state: "visible", timeout: STEP_MS });
+    await input.fill(`>${title}`);
+    try {
+      await pick(page, title, attempt < 3 ? 10_000 : STEP_MS);
+      return;
+    } catch (err) {
+      if (attempt >= 3) throw err;
+    }
+  }
+}
+
+/**
+ * Runs `title` and picks `choice` in the quick pick it opens. That pick, too, closes when a
+ * webview takes the focus late (a click in it just before, on a loaded machine): then the
+ * command is run again, up to three times.
+ */
+export async function runAndPick(page: Page, title: string, choice: string | RegExp): Promise<void> {
+  for (let attempt = 1; ; attempt++) {
+    await runCommand(page, title);
+    try {
+      await pick(page, choice, attempt < 3 ? 10_000 : STEP_MS);
+      return;
+    } catch (err) {
+      if (attempt >= 3) throw err;
+      await page.keyboard.press("Escape");
+    }
+  }
 }
 
 /** Picks the quick-pick row holding `text` (the palette or a command's own pick). */
-export async function pick(page: Page, text: string | RegExp): Promise<void> {
+export async function pick(page: Page, text: string | RegExp, timeout = STEP_MS): Promise<void> {
   const row = page.locator(".quick-input-list .monaco-list-row", { hasText: text }).first();
-  await row.waitFor({ timeout: STEP_MS });
-  await row.click();
+  await row.waitFor({ timeout });
+  await row.click({ timeout });
 }
 
 export function statusItem(page: Page): Locator {
-  return page.locator("#workbench\\.parts\\.statusbar .statusbar-item", { hasText: /lanes|flowd|done|paused/ }).first();
+  return page.locator("#workbench\\.parts\\.statusbar .statusbar-item", { hasText: /lanes|flowd|done|paused|cancelled/ }).first();
 }
 
 export async function statusText(page: Page): Promise<string> {

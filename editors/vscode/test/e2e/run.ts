@@ -2,32 +2,28 @@
 // Debian's chromium over CDP (playwright-core, no browser download), on a real git repository
 // with flowd's scripted agent (the only stand-in, at the model boundary) and the real
 // `flowd serve` (FLOWD_BIN). Launch → live tree and status bar → Problems → cost → cancel →
-// resume, a screenshot at each step. Run by scripts/e2e.sh (`make test-e2e`).
+// resume → a red merge revised → done, a screenshot at each step; the Epic Graph at launch,
+// mid-run, while the red merge is revised and at the end, each in the light and the dark theme.
+// Run by scripts/e2e.sh (`make test-e2e`).
 //
 // Env: CODE_SERVER_ENTRY (code-server's out/node/entry.js), FLOWD_BIN, VSIX, SHOTS (screenshot
 // directory), CHROMIUM (default /usr/bin/chromium), E2E_KEEP=1 keeps the temp dir.
 
 import assert from "node:assert/strict";
-import { ChildProcess, execFileSync, spawn } from "node:child_process";
+import { execFileSync } from "node:child_process";
 import * as fs from "node:fs";
 import * as os from "node:os";
 import * as path from "node:path";
 import { after, before, describe, test } from "node:test";
-import { Browser, chromium, Frame, Locator, Page } from "playwright-core";
+import { Frame, Page } from "playwright-core";
+import * as h from "./harness";
+import { git, need, pick, runCommand, Session, statusText, STEP_MS, treeRow } from "./harness";
 
-const ENTRY = need("CODE_SERVER_ENTRY");
 const FLOWD_BIN = need("FLOWD_BIN");
-const VSIX = need("VSIX");
 const SHOTS = need("SHOTS");
-const CHROMIUM = process.env.CHROMIUM ?? "/usr/bin/chromium";
-// Generous guards for a loaded 2-core machine; a step that never happens fails with what the page shows.
-const STEP_MS = 90_000;
 
-function need(name: string): string {
-  const value = process.env[name];
-  if (!value) throw new Error(`e2e: ${name} is not set (run it through scripts/e2e.sh, or make test-e2e)`);
-  return value;
-}
+const shot = (page: Page, name: string): Promise<void> => h.shot(page, SHOTS, name);
+const until = (page: Page, what: string, ready: () => Promise<boolean>): Promise<void> => h.until(page, SHOTS, what, ready);
 
 // ----------------------------------------------------------------------- the repository ---
 
@@ -44,24 +40,39 @@ const PLAN = {
   ],
 };
 
-const SCRIPT = {
-  model: "scripted",
-  rules: [
-    { when: { role: "planner", story: "api" }, reply: tasks("Login handler"), usage: usage(900, 150, 0.003) },
-    { when: { role: "planner", story: "ui" }, reply: tasks("Login form"), usage: usage(800, 100, 0.002) },
-    // The first run's api coder takes (practically) forever: the test looks at the live tree,
-    // Problems and the cost, then cancels it mid-task. Before resuming, the test makes it quick
-    // (`quickCoder`): a resumed run's agents read the script afresh.
-    { when: { role: "coder", story: "api" }, delayMs: 600_000, writes: { "src/api/login.py": "def login() -> bool:\n    return True\n" }, reply: "Handler done.", usage: usage(3100, 380, 0.015) },
-    { when: { role: "coder", story: "ui" }, delayMs: 500, writes: { "src/ui/page.py": "def page() -> str:\n    return '<form></form>'\n" }, reply: "Form done.", usage: usage(2600, 300, 0.012) },
-    { when: { role: "reviewer" }, reply: clean, usage: usage(1500, 120, 0.006) },
-    { when: { role: "judge" }, reply: clean, usage: usage(2000, 150, 0.008) },
-  ],
-};
+// The epic gate: green on every merge but api's first (src/api/login.py without FIXED), which goes
+// back to its coder as a merge revision; story gates (in the story's own worktree) always pass.
+const EPIC_GATE =
+  `sh -c 'test "$(basename "$(pwd)")" != _epic || test ! -f src/api/login.py || grep -q FIXED src/api/login.py ` +
+  `|| { echo "epic check: src/api/login.py not FIXED"; exit 1; }'`;
 
-/** The script with the api coder answering at once (the resumed run's). */
-function quickCoder(): { model: string; rules: object[] } {
-  return { ...SCRIPT, rules: SCRIPT.rules.map((r) => (r.when.role === "coder" && r.when.story === "api" ? { ...r, delayMs: 300 } : r)) };
+/**
+ * The scripted agents' rules. The first run's api coder takes (practically) forever
+ * (`apiDelayMs`): the test looks at the live tree, Problems and the cost, then cancels it
+ * mid-task; the resumed run's agents read the script afresh, with a quick api coder. The api
+ * merge revision's coder writes its fix, then waits for `release` (a file the test writes once
+ * it has looked at the graph while the red merge is being revised).
+ */
+function script(release: string, apiDelayMs: number): { model: string; rules: object[] } {
+  const login = "def login() -> bool:\n    return True\n";
+  return {
+    model: "scripted",
+    rules: [
+      { when: { role: "planner", story: "api" }, reply: tasks("Login handler"), usage: usage(900, 150, 0.003) },
+      { when: { role: "planner", story: "ui" }, reply: tasks("Login form"), usage: usage(800, 100, 0.002) },
+      {
+        when: { role: "coder", story: "api", prompt: "epic check: src/api/login\\.py not FIXED" },
+        writes: { "src/api/login.py": `# FIXED: the epic check\n${login}` },
+        run: [`sh -c 'while [ ! -e "${release}" ]; do sleep 0.2; done'`],
+        reply: "Fixed the epic check.",
+        usage: usage(1200, 90, 0.004),
+      },
+      { when: { role: "coder", story: "api" }, delayMs: apiDelayMs, writes: { "src/api/login.py": login }, reply: "Handler done.", usage: usage(3100, 380, 0.015) },
+      { when: { role: "coder", story: "ui" }, delayMs: 500, writes: { "src/ui/page.py": "def page() -> str:\n    return '<form></form>'\n" }, reply: "Form done.", usage: usage(2600, 300, 0.012) },
+      { when: { role: "reviewer" }, reply: clean, usage: usage(1500, 120, 0.006) },
+      { when: { role: "judge" }, reply: clean, usage: usage(2000, 150, 0.008) },
+    ],
+  };
 }
 
 const ROSTER = `[[executors]]
@@ -73,11 +84,7 @@ slots = 3
 coderSlots = 2
 `;
 
-function git(cwd: string, ...args: string[]): string {
-  return execFileSync("git", ["-c", "user.name=flowd e2e", "-c", "user.email=e2e@flowd.invalid", ...args], { cwd, encoding: "utf8" });
-}
-
-function makeRepo(base: string): string {
+function makeRepo(base: string, release: string): string {
   const repo = path.join(base, "app");
   fs.mkdirSync(path.join(repo, "src", "api"), { recursive: true });
   fs.mkdirSync(path.join(repo, "src", "ui"), { recursive: true });
@@ -90,120 +97,13 @@ function makeRepo(base: string): string {
   git(repo, "commit", "-q", "-m", "initial");
   fs.mkdirSync(path.join(repo, ".flow"));
   fs.writeFileSync(path.join(repo, ".flow", "roster.toml"), ROSTER);
-  fs.writeFileSync(path.join(repo, ".flow", "demo.script.json"), JSON.stringify(SCRIPT, null, 2));
-  fs.writeFileSync(path.join(repo, ".flow", "config.toml"), "concurrency = 2\njudgeRounds = 1\nmaxReviewRounds = 1\n");
+  fs.writeFileSync(path.join(repo, ".flow", "demo.script.json"), JSON.stringify(script(release, 600_000), null, 2));
+  // A JSON string is a TOML basic string.
+  fs.writeFileSync(path.join(repo, ".flow", "config.toml"), `concurrency = 2\njudgeRounds = 1\nmaxReviewRounds = 1\ngates = [${JSON.stringify(EPIC_GATE)}]\n`);
   return repo;
 }
 
-// --------------------------------------------------------------------------- processes ---
-
-interface Started {
-  proc: ChildProcess;
-  output: string[];
-}
-
-/** A process in its own group (killed with everything it started), its output kept. */
-function start(command: string, args: string[], env: NodeJS.ProcessEnv): Started {
-  const proc = spawn(command, args, { env, detached: true, stdio: ["ignore", "pipe", "pipe"] });
-  const output: string[] = [];
-  proc.stdout?.setEncoding("utf8").on("data", (d: string) => output.push(d));
-  proc.stderr?.setEncoding("utf8").on("data", (d: string) => output.push(d));
-  return { proc, output };
-}
-
-async function stop(started: Started | undefined): Promise<void> {
-  if (!started?.proc.pid || started.proc.exitCode !== null) return;
-  const exited = new Promise((resolve) => started.proc.once("exit", resolve));
-  try {
-    process.kill(-started.proc.pid, "SIGTERM");
-  } catch {
-    return;
-  }
-  const guard = setTimeout(() => {
-    try {
-      process.kill(-(started.proc.pid as number), "SIGKILL");
-    } catch {
-      // already gone
-    }
-  }, 5000);
-  await exited;
-  clearTimeout(guard);
-}
-
-/** Resolves with the first match of `pattern` in the process's output. */
-function waitForOutput(started: Started, pattern: RegExp, what: string): Promise<RegExpMatchArray> {
-  return new Promise((resolve, reject) => {
-    const check = (): boolean => {
-      const m = started.output.join("").match(pattern);
-      if (m) {
-        clearInterval(timer);
-        clearTimeout(guard);
-        resolve(m);
-      }
-      return Boolean(m);
-    };
-    const timer = setInterval(check, 100);
-    const guard = setTimeout(() => {
-      clearInterval(timer);
-      reject(new Error(`${what} never came; output:\n${started.output.join("").slice(-3000)}`));
-    }, STEP_MS);
-    started.proc.once("exit", (code) => {
-      if (!check()) {
-        clearInterval(timer);
-        clearTimeout(guard);
-        reject(new Error(`${what}: the process exited (${code}); output:\n${started.output.join("").slice(-3000)}`));
-      }
-    });
-  });
-}
-
 // ------------------------------------------------------------------------------ driving ---
-
-async function shot(page: Page, name: string): Promise<void> {
-  await page.screenshot({ path: path.join(SHOTS, `${name}.png`) });
-}
-
-async function runCommand(page: Page, title: string): Promise<void> {
-  await page.keyboard.press("F1");
-  const input = page.locator(".quick-input-widget input");
-  await input.waitFor({ state: "visible", timeout: STEP_MS });
-  await input.fill(`>${title}`);
-  const row = page.locator(".quick-input-list .monaco-list-row", { hasText: title }).first();
-  await row.waitFor({ timeout: STEP_MS });
-  await row.click();
-}
-
-/** Picks the quick-pick row holding `text` (the palette or a command's own pick). */
-async function pick(page: Page, text: string | RegExp): Promise<void> {
-  const row = page.locator(".quick-input-list .monaco-list-row", { hasText: text }).first();
-  await row.waitFor({ timeout: STEP_MS });
-  await row.click();
-}
-
-function statusItem(page: Page): Locator {
-  return page.locator("#workbench\\.parts\\.statusbar .statusbar-item", { hasText: /lanes|auth|flowd/ }).first();
-}
-
-async function statusText(page: Page): Promise<string> {
-  return ((await statusItem(page).textContent()) ?? "").trim();
-}
-
-/** Waits until `ready` holds of the page, re-checking; fails with the status bar and a screenshot. */
-async function until(page: Page, what: string, ready: () => Promise<boolean>): Promise<void> {
-  const deadline = Date.now() + STEP_MS;
-  for (;;) {
-    if (await ready().catch(() => false)) return;
-    if (Date.now() > deadline) {
-      await shot(page, `failed-${what.replace(/\W+/g, "-")}`).catch(() => undefined);
-      throw new Error(`${what}: never happened; the status bar reads ${JSON.stringify(await statusText(page).catch(() => "?"))}`);
-    }
-    await page.waitForTimeout(250);
-  }
-}
-
-function treeRow(page: Page, name: RegExp): Locator {
-  return page.locator(".monaco-list-row[role=treeitem]", { hasText: name }).first();
-}
 
 /** The Epic Graph webview's frame (the one drawing nodes), if open. */
 async function graphFrame(page: Page): Promise<Frame | undefined> {
@@ -271,70 +171,72 @@ async function graphShows(page: Page, want: Record<string, RegExp>): Promise<Fra
   return found as Frame;
 }
 
+/** Switches the workbench's colour theme and waits until the Epic Graph's webview follows it. */
+async function colorTheme(page: Page, dark: boolean): Promise<void> {
+  await h.runAndPick(page, "Preferences: Color Theme", dark ? /Dark Modern/ : /Light Modern/);
+  await until(page, `the ${dark ? "dark" : "light"} theme`, async () => ((await page.locator(".monaco-workbench.vs-dark").count()) > 0) === dark);
+  const frame = await graphFrame(page);
+  if (frame) await until(page, "the webview to follow the theme", async () => ((await frame.locator("body.vscode-dark").count()) > 0) === dark);
+}
+
+/**
+ * The Epic Graph shows `want` in the light theme (shot `name`) and in the dark one (shot
+ * `name-dark`), then the workbench is light again. Returns the graph's frame.
+ */
+async function graphInBothThemes(page: Page, want: Record<string, RegExp>, name: string): Promise<Frame> {
+  const frame = await graphShows(page, want);
+  await shot(page, name);
+  await colorTheme(page, true);
+  await graphShows(page, want);
+  await shot(page, `${name}-dark`);
+  await colorTheme(page, false);
+  return frame;
+}
+
+/** The timeline tab's phases of `lane`, in order (its bars' classes: coding, queued, …). */
+async function phases(frame: Frame, lane: string): Promise<string[]> {
+  return frame.locator(`#panel-timeline .phase[data-lane='${lane}']`).evaluateAll((els) => els.map((e) => (e.getAttribute("class") ?? "").split(" ").filter((c) => c && c !== "phase").join(" ")));
+}
+
+/** The width of `lane`'s last bar on the timeline tab, in the SVG's units. */
+async function lastBarWidth(frame: Frame, lane: string): Promise<number> {
+  return Number((await frame.locator(`#panel-timeline rect.phase[data-lane='${lane}']`).last().getAttribute("width")) ?? 0);
+}
+
+/** Shows the timeline tab once `ready` holds of it; `name` is its shot; back to the graph tab. */
+async function timelineShot(page: Page, frame: Frame, name: string, ready: () => Promise<boolean>): Promise<void> {
+  await frame.locator("#tab-timeline").click();
+  await until(page, `the timeline tab (${name})`, async () => (await frame.locator("#panel-graph").isHidden()) && (await ready()));
+  await shot(page, name);
+  await frame.locator("#tab-graph").click();
+}
+
 // -------------------------------------------------------------------------------- test ---
 
 describe("VS Code (code-server) with the packaged extension", { timeout: 900_000 }, () => {
   let tmp: string;
   let repo: string;
-  let server: Started | undefined;
-  let browserProc: Started | undefined;
-  let browser: Browser | undefined;
+  let release: string;
+  let session: Session | undefined;
   let page: Page;
 
   before(async () => {
     tmp = fs.realpathSync(fs.mkdtempSync(path.join(os.tmpdir(), "flowd-e2e-")));
     fs.rmSync(SHOTS, { recursive: true, force: true }); // no stale shots from an earlier run
     fs.mkdirSync(SHOTS, { recursive: true });
-    repo = makeRepo(tmp);
+    release = path.join(tmp, "release-api-fix");
+    repo = makeRepo(tmp, release);
     const home = path.join(tmp, "home");
-    const userData = path.join(tmp, "code-user");
-    const extensions = path.join(tmp, "code-extensions");
-    fs.mkdirSync(path.join(userData, "User"), { recursive: true });
-    fs.writeFileSync(
-      path.join(userData, "User", "settings.json"),
-      JSON.stringify({
-        "flowd.path": FLOWD_BIN,
-        "workbench.startupEditor": "none",
-        "workbench.tips.enabled": false,
-        "workbench.enableExperiments": false,
-        "telemetry.telemetryLevel": "off",
-        "update.mode": "none",
-        "extensions.autoCheckUpdates": false,
-        "extensions.autoUpdate": false,
-        "security.workspace.trust.enabled": false,
-        "git.enabled": false,
-        "files.autoSave": "off",
-      }),
-    );
+    fs.mkdirSync(home);
     // The user's own flowd roster and code-server config stay out of it.
     const env = { ...process.env, HOME: home, XDG_CONFIG_HOME: path.join(home, ".config"), XDG_DATA_HOME: path.join(home, ".local", "share"), FLOWD_SCRIPT_STATE: path.join(home, "script-state") };
-    fs.mkdirSync(home);
-    const common = ["--user-data-dir", userData, "--extensions-dir", extensions];
-    execFileSync(process.execPath, [ENTRY, ...common, "--install-extension", VSIX], { env, encoding: "utf8", stdio: ["ignore", "pipe", "pipe"] });
-    assert.ok(fs.readdirSync(extensions).some((d) => d.startsWith("flowd.flowd-")), `the .vsix did not install into ${extensions}`);
-
-    server = start(process.execPath, [ENTRY, ...common, "--bind-addr", "127.0.0.1:0", "--auth", "none", "--disable-telemetry", "--disable-update-check", "--disable-workspace-trust", "--disable-getting-started-override", repo], env);
-    const [, url] = await waitForOutput(server, /HTTP server listening on (http:\/\/127\.0\.0\.1:\d+)\//, "code-server's address");
-
-    const profile = path.join(tmp, "chromium-profile");
-    browserProc = start(
-      CHROMIUM,
-      ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync", "--disable-breakpad", "--disable-crash-reporter", `--user-data-dir=${profile}`, "--remote-debugging-port=0", "--window-size=1600,1000", "about:blank"],
-      env,
-    );
-    const [, ws] = await waitForOutput(browserProc, /DevTools listening on (ws:\/\/\S+)/, "chromium's DevTools endpoint");
-    browser = await chromium.connectOverCDP(ws);
-    const context = browser.contexts()[0] ?? (await browser.newContext());
-    page = await context.newPage();
-    await page.setViewportSize({ width: 1600, height: 1000 });
-    await page.goto(`${url}/?folder=${encodeURIComponent(repo)}`);
-    await page.locator(".monaco-workbench").waitFor({ timeout: STEP_MS });
+    session = await h.openVsCode(tmp, repo, { "flowd.path": FLOWD_BIN }, env);
+    page = session.page;
   });
 
   after(async () => {
-    await browser?.close().catch(() => undefined);
-    await stop(browserProc);
-    await stop(server);
+    if (release) fs.writeFileSync(release, ""); // a waiting fix coder, if the test failed before releasing it
+    await session?.close();
     // The run's own detached `flowd run` processes end with the cancel/resume below; a failed
     // test may leave one: cancel whatever is still going, through flowd itself.
     if (repo) {
@@ -349,7 +251,7 @@ describe("VS Code (code-server) with the packaged extension", { timeout: 900_000
     else if (tmp) fs.rmSync(tmp, { recursive: true, force: true });
   });
 
-  test("launch → live tree and status bar → Problems → cost → cancel → resume", async () => {
+  test("launch → live tree and status bar → Problems → cost → cancel → resume → red merge revised → done", async () => {
     try {
       await journey();
     } catch (err) {
@@ -384,10 +286,9 @@ describe("VS Code (code-server) with the packaged extension", { timeout: 900_000
     await shot(page, "02-running");
 
     // The Epic Graph beside the editor, at launch: api running, drawn as flow/graph and the Lanes view say.
-    const atLaunch = await graphShows(page, { api: /active/, ui: /./ });
+    const atLaunch = await graphInBothThemes(page, { api: /active/, ui: /./ }, "graph-1-launch");
     assert.equal(await atLaunch.locator("g.node[tabindex='0']").count(), 2);
     assert.equal(await atLaunch.locator("g.node.critical").count() >= 1, true, "a critical path is marked");
-    await shot(page, "graph-1-launch");
 
     // Problems: typing in the checkout in a path the running api story owns.
     await runCommand(page, "Go to File...");
@@ -417,35 +318,45 @@ describe("VS Code (code-server) with the packaged extension", { timeout: 900_000
     await shot(page, "04-cost");
 
     // Mid-run: ui merged, api still coding; the timeline tab draws both lanes.
-    const mid = await graphShows(page, { api: /active/, ui: /done/ });
-    await shot(page, "graph-2-mid");
-    await mid.locator("#tab-timeline").click();
-    await until(page, "the timeline tab", async () => (await mid.locator("#panel-timeline rect.phase").count()) > 0 && (await mid.locator("#panel-graph").isHidden()));
-    assert.deepEqual(
-      [...new Set(await mid.locator("#panel-timeline text.lane").allTextContents())].sort(),
-      ["api", "ui"],
-    );
-    await shot(page, "graph-2-mid-timeline");
-    await mid.locator("#tab-graph").click();
+    const mid = await graphInBothThemes(page, { api: /active/, ui: /done/ }, "graph-2-mid");
+    await timelineShot(page, mid, "graph-2-mid-timeline", async () => (await phases(mid, "api")).length > 0 && (await phases(mid, "ui")).includes("merged"));
+    assert.deepEqual([...new Set(await mid.locator("#panel-timeline text.lane").allTextContents())].sort(), ["api", "ui"]);
 
     // Cancel the run (the api coder is still on its task).
-    await runCommand(page, "Flow: Cancel Run");
-    await pick(page, /auth/);
+    await h.runAndPick(page, "Flow: Cancel Run", /auth/);
     await until(page, "the status bar to say cancelled", async () => /auth cancelled/.test(await statusText(page)));
     await shot(page, "05-cancelled");
-    fs.writeFileSync(path.join(repo, ".flow", "demo.script.json"), JSON.stringify(quickCoder(), null, 2));
+    fs.writeFileSync(path.join(repo, ".flow", "demo.script.json"), JSON.stringify(script(release, 300), null, 2));
 
-    // Resume: one epic, the cancelled run its history; the run ends with a notice and Open Report.
-    await runCommand(page, "Flow: Resume Run");
-    await pick(page, /auth/);
+    // Resume: one epic, the cancelled run its history.
+    await h.runAndPick(page, "Flow: Resume Run", /auth/);
     await until(page, "the resumed run to run", async () => /lanes/.test(await statusText(page)));
     const history = treeRow(page, /^History/);
     await history.waitFor({ timeout: STEP_MS });
     await shot(page, "06-resumed");
-    const notice = page.locator(".notification-toast", { hasText: /epic auth done/ }).first();
+
+    // A red merge being revised: api's first merge turned the epic gate red, and it is back with
+    // its coder (who waits for `release`). The timeline says queued/merging, then coding again.
+    const red = await graphShows(page, { api: /./ });
+    const revised = async (): Promise<boolean> => {
+      const seen = await phases(red, "api");
+      const merge = seen.findIndex((p) => p === "queued" || p === "merging");
+      return merge >= 0 && seen.lastIndexOf("coding") > merge && seen[seen.length - 1] === "coding";
+    };
+    await red.locator("#tab-timeline").click();
+    await until(page, "the timeline to show api coding again after its red merge", revised);
+    await red.locator("#tab-graph").click();
+    await graphInBothThemes(page, { api: /active/, ui: /done/ }, "graph-3-red-revised");
+    // The timeline last, once the revision's coding bar (live, it grows to now) is wide enough to see.
+    await timelineShot(page, red, "graph-3-red-revised-timeline", async () => (await revised()) && (await lastBarWidth(red, "api")) >= 24);
+    fs.writeFileSync(release, "");
+
+    // The run ends with a notice and Open Report.
+    const notice = h.toast(page, /epic auth done/);
     await notice.waitFor({ timeout: STEP_MS });
     assert.match(await statusText(page), /auth done · \$0\.\d\d/);
     assert.equal(await page.locator(".monaco-list-row[role=treeitem]", { hasText: /^auth/ }).count(), 1, "the epic is listed once");
+    assert.match(git(repo, "show", "epic/auth:src/api/login.py"), /^# FIXED/, "the merge revision's fix is what merged");
     await shot(page, "07-done");
     await notice.locator(".monaco-button", { hasText: "Open Report" }).click();
     await until(page, "the epic report preview", async () => {
@@ -463,13 +374,10 @@ describe("VS Code (code-server) with the packaged extension", { timeout: 900_000
     const end = await graphShows(page, { api: /done/, ui: /done/ });
     await end.locator("g.node").first().press("ArrowDown");
     assert.equal(await end.evaluate(() => document.activeElement?.getAttribute("data-story") ?? ""), "ui", "arrow keys move between nodes");
-    await shot(page, "graph-3-end");
-    await runCommand(page, "Preferences: Color Theme");
-    await pick(page, /Dark Modern/);
-    await until(page, "the dark theme", async () => (await page.locator(".monaco-workbench.vs-dark").count()) > 0);
-    const dark = await graphShows(page, { api: /done/, ui: /done/ });
-    await until(page, "the webview to follow the theme", async () => (await dark.locator("body.vscode-dark").count()) > 0);
-    await shot(page, "graph-3-end-dark");
+    await shot(page, "graph-4-end");
+    await colorTheme(page, true);
+    await graphShows(page, { api: /done/, ui: /done/ });
+    await shot(page, "graph-4-end-dark");
     // Back on the report's preview: its pictures are drawn again in Mermaid's dark palette.
     await page.locator(".tabs-container .tab", { hasText: "Preview report.md" }).first().click();
     await mermaidPreview(page, "dark");
