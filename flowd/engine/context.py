@@ -22,7 +22,7 @@ from flowd.agents.base import (
 )
 from flowd.engine.core.budget import BudgetLimits, BudgetSpent, budget_spent
 from flowd.engine.core.ports import PortSlots
-from flowd.engine.core.revisions import ReviewQueue
+from flowd.engine.core.review_comments import ReviewQueue
 from flowd.engine.core.stops import BudgetHalt
 from flowd.engine.gates import CommandRun, run_gates
 from flowd.engine.state import EpicPaths
@@ -46,7 +46,7 @@ from flowd.vcs.gitops import Repo
 
 
 class PauseAnswers(Protocol):
-    """What the context needs of the runner's live pauses (`engine/pauses.py`'s `PauseDesk`):
+    """What the context needs of the runner's live pauses (`engine/pause_desk.py`'s `PauseDesk`):
     taking an answer from outside the run. Declared here so the context stands below the desk."""
 
     async def answer(self, request: Answer) -> Reply: ...

@@ -22,7 +22,7 @@ class RequestDesk:
 
     async def answer(self, request: Answer) -> Reply:
         if self.ctx.pauses is not None:
-            return await self.ctx.pauses.answer(request)  # flowd/engine/pauses.py
+            return await self.ctx.pauses.answer(request)  # flowd/engine/pause_desk.py
         if request.story:
             return Reply(ok=False, message=f"Story {request.story} of run {self.ctx.run_id} is not paused.")
         return Reply(ok=False, message=f"Run {self.ctx.run_id} has nothing paused.")

@@ -2,8 +2,8 @@
 
 The runner's `RequestDesk` hands each `Revision` request to `take_revision`: it gathers the facts
 (the story's lane, its saved state, the file in the story's worktree), asks the core
-(`engine/core/revisions.py`) whether the story takes it, records `RevisionRequested` and queues it
-on the run's `ReviewQueue` (pure state, `engine/core/revisions.py`, held by the context). The story's task loop empties its queue before each next task
+(`engine/core/review_comments.py`) whether the story takes it, records `RevisionRequested` and queues it
+on the run's `ReviewQueue` (pure state, `engine/core/review_comments.py`, held by the context). The story's task loop empties its queue before each next task
 (`append_revisions`), so a running story's coder takes the comment right after its current task, a
 story that has not started takes it after its task plan, and a story past its tasks goes back for
 it before its merge begins (`ReviewQueue.close_if_idle`, called under the merge lock). A run that
@@ -18,8 +18,8 @@ from pathlib import Path, PurePosixPath
 
 from flowd.base.errors import FlowdError
 from flowd.engine.context import RunContext
+from flowd.engine.core.review_comments import Refusal, Requested, RevisionFacts, admit, marker, owed
 from flowd.engine.core.revision import REVIEW_COMMENT, with_task
-from flowd.engine.core.revisions import Refusal, Requested, RevisionFacts, admit, marker, owed
 from flowd.engine.state import load_state
 from flowd.store.inbox import Reply, Revision
 from flowd.tasks.model import TaskPlan

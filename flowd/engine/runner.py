@@ -45,7 +45,7 @@ from flowd.engine.core.scheduler import (
 from flowd.engine.core.scheduler import Event as SchedulerEvent
 from flowd.engine.detect import Detector
 from flowd.engine.lanes import Lanes, LocalLanes, open_lanes
-from flowd.engine.pauses import PauseDesk, earlier_pauses
+from flowd.engine.pause_desk import PauseDesk, earlier_pauses
 from flowd.engine.report import EpicReport, build_report, epic_history, write_report
 from flowd.engine.requests import RequestDesk
 from flowd.engine.review import carry_over

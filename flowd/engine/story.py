@@ -26,7 +26,7 @@ from flowd.engine.core.resume import OnFreshBranch, OnState, merged_before_stop,
 from flowd.engine.core.revision import (
     MERGE_SUBJECT,
     OUTPUT_CHARS,
-    GiveUp,
+    RevisionsSpent,
     after_red_merge,
     merge_rounds_done,
     resuming_round,
@@ -182,7 +182,7 @@ class StoryRun:
         limit = ctx.settings.merge_revision_rounds
         done = merge_rounds_done(loop.plan) - self.rounds_before
         decision = after_red_merge(done, limit, red.output)
-        if isinstance(decision, GiveUp):
+        if isinstance(decision, RevisionsSpent):
             raise StoryFailed(decision.reason)
         lead = prompts.MERGE_REVISION_LEAD.format(round=decision.round, limit=limit, red=red.output)
         # The task is in the checkpoint before the event: a run killed from here on resumes it.

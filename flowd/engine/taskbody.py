@@ -17,7 +17,7 @@ from flowd.agents.base import TurnRequest, TurnResult
 from flowd.engine import prompts
 from flowd.engine.context import RunContext
 from flowd.engine.core.stops import StoryFailed, StoryWaiting
-from flowd.engine.pauses import told as answered
+from flowd.engine.pause_desk import told as answered
 from flowd.engine.perimeter_now import perimeter_now
 from flowd.engine.replies import ReplyParseError, Verdict, coder_sentinel, parse_verdict
 from flowd.engine.state import append_findings

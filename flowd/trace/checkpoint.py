@@ -36,9 +36,9 @@ from flowd.trace.view import (
     PauseView,
     PhaseSpan,
     Pricer,
+    RunTotals,
     RunView,
     TaskView,
-    Totals,
     reported_cost,
 )
 
@@ -115,7 +115,7 @@ _NESTED: dict[type, dict[str, tuple[str, type]]] = {
     RunView: {
         "lanes": ("dict", LaneView),
         "clones": ("dict", CloneView),
-        "totals": ("one", Totals),
+        "totals": ("one", RunTotals),
         "flaky_gates": ("list", FlakyGate),
         "batches": ("list", BatchView),
         "pauses": ("pairs", PauseView),  # keyed by lane or None (the run's own pause)

@@ -224,7 +224,7 @@ class PauseView:
 
 
 @dataclass
-class Totals:
+class RunTotals:
     tokens: int = 0
     cost_usd: float | None = None
     estimated_tokens: int = 0
@@ -248,7 +248,7 @@ class RunView:
     lanes: dict[str, LaneView] = field(default_factory=dict)
     clones: dict[str, CloneView] = field(default_factory=dict)
     exclusions: dict[str, dict[str, str | None]] = field(default_factory=dict)
-    totals: Totals = field(default_factory=Totals)
+    totals: RunTotals = field(default_factory=RunTotals)
     flaky_gates: list[FlakyGate] = field(default_factory=list)
     batches: list[BatchView] = field(default_factory=list)  # the merge train's (docs/merging.md)
     # Pauses not yet answered, by lane (None: the run's); what a resumed run asks again.

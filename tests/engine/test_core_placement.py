@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from flowd.engine.core.placement import (
-    GiveUp,
     Node,
     PlaceAgain,
+    PlacementsSpent,
     after_lost,
     lane_nodes,
     least_loaded,
@@ -20,11 +20,11 @@ from flowd.engine.core.placement import (
     [
         (1, 3, PlaceAgain(2)),
         (2, 3, PlaceAgain(3)),
-        (3, 3, GiveUp("its lane was lost 3 times, last: worker died")),
-        (1, 1, GiveUp("its lane was lost 1 times, last: worker died")),
+        (3, 3, PlacementsSpent("its lane was lost 3 times, last: worker died")),
+        (1, 1, PlacementsSpent("its lane was lost 1 times, last: worker died")),
     ],
 )
-def test_after_lost(placements: int, limit: int, expected: PlaceAgain | GiveUp) -> None:
+def test_after_lost(placements: int, limit: int, expected: PlaceAgain | PlacementsSpent) -> None:
     assert after_lost(placements, "worker died", limit) == expected
 
 

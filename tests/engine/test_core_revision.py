@@ -9,8 +9,8 @@ from flowd.engine.core.revision import (
     MERGE_SUBJECT,
     REVIEW_COMMENT,
     REVISION,
-    GiveUp,
     Revise,
+    RevisionsSpent,
     after_red_merge,
     merge_rounds_done,
     resuming_round,
@@ -112,11 +112,23 @@ def test_a_failed_story_run_again_gets_a_fresh_allowance(
         (0, 1, Revise(1)),
         (0, 3, Revise(1)),
         (2, 3, Revise(3)),
-        (0, 0, GiveUp("epic gates failed after merging; merge undone:\nboom")),  # as before revisions
-        (1, 1, GiveUp("epic gates failed after merging (after 1 merge revision); merge undone:\nboom")),
-        (2, 2, GiveUp("epic gates failed after merging (after 2 merge revisions); merge undone:\nboom")),
-        (3, 1, GiveUp("epic gates failed after merging (after 3 merge revisions); merge undone:\nboom")),
+        (0, 0, RevisionsSpent("epic gates failed after merging; merge undone:\nboom")),  # as before revisions
+        (
+            1,
+            1,
+            RevisionsSpent("epic gates failed after merging (after 1 merge revision); merge undone:\nboom"),
+        ),
+        (
+            2,
+            2,
+            RevisionsSpent("epic gates failed after merging (after 2 merge revisions); merge undone:\nboom"),
+        ),
+        (
+            3,
+            1,
+            RevisionsSpent("epic gates failed after merging (after 3 merge revisions); merge undone:\nboom"),
+        ),
     ],
 )
-def test_after_red_merge(done: int, limit: int, expected: Revise | GiveUp) -> None:
+def test_after_red_merge(done: int, limit: int, expected: Revise | RevisionsSpent) -> None:
     assert after_red_merge(done, limit, "boom") == expected

@@ -16,15 +16,15 @@ class PlaceAgain:
 
 
 @dataclass(frozen=True)
-class GiveUp:
+class PlacementsSpent:
     reason: str
 
 
-def after_lost(placements: int, why: str, limit: int = MAX_PLACEMENTS) -> PlaceAgain | GiveUp:
+def after_lost(placements: int, why: str, limit: int = MAX_PLACEMENTS) -> PlaceAgain | PlacementsSpent:
     """A lane placed `placements` times was lost (`why`): place it again, or fail the story."""
     if placements < limit:
         return PlaceAgain(placements + 1)
-    return GiveUp(f"its lane was lost {placements} times, last: {why}")
+    return PlacementsSpent(f"its lane was lost {placements} times, last: {why}")
 
 
 def least_loaded(load: Mapping[str, int], nodes: list[str]) -> str | None:

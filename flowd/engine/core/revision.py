@@ -90,13 +90,13 @@ class Revise:
 
 
 @dataclass(frozen=True)
-class GiveUp:
+class RevisionsSpent:
     """Fail the story with `reason`."""
 
     reason: str
 
 
-def after_red_merge(rounds_done: int, limit: int, output: str) -> Revise | GiveUp:
+def after_red_merge(rounds_done: int, limit: int, output: str) -> Revise | RevisionsSpent:
     """The epic gates were red on the story's merge (already undone): revise, or fail.
 
     `rounds_done` merge revisions were already made; `limit` is `mergeRevisionRounds` (0 fails at the
@@ -106,4 +106,4 @@ def after_red_merge(rounds_done: int, limit: int, output: str) -> Revise | GiveU
     after = ""
     if rounds_done:
         after = f" (after {rounds_done} merge revision{'s' if rounds_done != 1 else ''})"
-    return GiveUp(f"epic gates failed after merging{after}; merge undone:\n{output}")
+    return RevisionsSpent(f"epic gates failed after merging{after}; merge undone:\n{output}")

@@ -26,9 +26,8 @@ from flowd.engine.context import RunContext
 from flowd.engine.core.approval import approval_due
 from flowd.engine.core.failure import StoryFacts, outcome_of
 from flowd.engine.core.outcome import StoryOutcome
-from flowd.engine.core.placement import GiveUp, Node, after_lost, lane_nodes, least_loaded, trusted
-from flowd.engine.core.revision import MERGE_SUBJECT, after_red_merge, merge_rounds_done
-from flowd.engine.core.revision import GiveUp as GiveUpRevising
+from flowd.engine.core.placement import Node, PlacementsSpent, after_lost, lane_nodes, least_loaded, trusted
+from flowd.engine.core.revision import MERGE_SUBJECT, RevisionsSpent, after_red_merge, merge_rounds_done
 from flowd.engine.core.stops import AwaitingApproval, Halt, StoryFailed
 from flowd.engine.lanes.node import HostSpec, LaneSpec, NodeHost
 from flowd.engine.reopen import reopen_with_revision
@@ -164,7 +163,7 @@ class RayLanes:
             except LaneLost as exc:
                 await self._prune()
                 decision = after_lost(placements, str(exc))
-                if isinstance(decision, GiveUp):
+                if isinstance(decision, PlacementsSpent):
                     ctx.emit(StoryStatusChanged(story=story, status="failed", reason=decision.reason))
                     return StoryOutcome(story, "failed", reason=decision.reason)
                 placements = decision.attempt
@@ -365,7 +364,7 @@ class RayLanes:
             decision = after_red_merge(
                 merge_rounds_done(self._plan(story)) - rounds_before, limit, red.output
             )
-            if isinstance(decision, GiveUpRevising):
+            if isinstance(decision, RevisionsSpent):
                 return run.stopped_by(StoryFailed(decision.reason), outcome.executors)
             lead = prompts.MERGE_REVISION_LEAD.format(round=decision.round, limit=limit, red=red.output)
             # The task is in the runner's checkpoint copy (the next placement's) before the event.

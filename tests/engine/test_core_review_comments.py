@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from flowd.engine.core.revisions import Refusal, Requested, RevisionFacts, admit, marker, owed
+from flowd.engine.core.review_comments import Refusal, Requested, RevisionFacts, admit, marker, owed
 
 
 def facts(**changes: object) -> RevisionFacts:
