@@ -86,18 +86,15 @@ class EpicPaths:
 class MergeIntent(WireModel):
     """`merging.json`: a merge into the epic under way and not yet verified by the epic gates.
 
-    Written before the merge and removed once the story is recorded merged or the merge is undone,
-    so a run killed in between leaves it behind and the next run knows the epic head it finds may
-    be a merge no gate ever passed.
+    Only flowd before the merge train wrote it (merging in the epic worktree itself); the train
+    merges on candidates and moves the epic branch only to a gated one (docs/merging.md), so it
+    writes none. A run killed under an older flowd may still have left one: the next run reads it
+    and undoes that ungated merge.
     """
 
     story: str
     branch: str
     checkpoint: str  # the epic head before the merge
-
-
-def save_intent(paths: EpicPaths, intent: MergeIntent) -> None:
-    write_model_atomic(paths.merging, intent)
 
 
 def load_intent(paths: EpicPaths) -> MergeIntent | None:

@@ -14,7 +14,6 @@ from flowd.engine.core.revision import (
     after_red_merge,
     merge_rounds_done,
     resuming_round,
-    revision_number,
     rounds_not_counted,
     task_number,
     with_revision,
@@ -43,7 +42,7 @@ def plan(*titles: str, done: int = 0) -> TaskPlan:
     ],
 )
 def test_revision_number(titles: tuple[str, ...], expected: int) -> None:
-    assert revision_number(plan(*titles)) == expected
+    assert task_number(plan(*titles), REVISION) == expected
 
 
 @pytest.mark.parametrize(

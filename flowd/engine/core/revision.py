@@ -45,11 +45,6 @@ def with_task(plan: TaskPlan, kind: str, subject: str, description: str) -> Task
     return plan.appending(Task(title=title, description=description))
 
 
-def revision_number(plan: TaskPlan) -> int:
-    """The number the next revision task of `plan` gets (1 for the first)."""
-    return task_number(plan, REVISION)
-
-
 def with_revision(plan: TaskPlan, subject: str, description: str) -> TaskPlan:
     """`plan` with the task `Revision <k>: <subject>` appended, unchecked."""
     return with_task(plan, REVISION, subject, description)
