@@ -16,11 +16,20 @@ from pathlib import Path
 
 import pytest
 
-from flowd.agents.base import AgentError, Executor, FlowdMeta, TurnObserver, TurnRequest, TurnResult
+from flowd.agents.base import (
+    AgentError,
+    Executor,
+    FailureKind,
+    FlowdMeta,
+    TurnObserver,
+    TurnRequest,
+    TurnResult,
+)
 from flowd.base.errors import EXIT_HALTED, NoExecutor
 from flowd.base.timeutil import iso
 from flowd.base.timeutil import now as utc_now
 from flowd.roster.pool import Lease, RosterPool
+from flowd.roster.state import Holding, after_fault
 from flowd.store.config import ExecutorSpec, Roster, load_roster
 from flowd.trace.events import (
     Event,
@@ -482,3 +491,25 @@ async def test_state_file_keeps_other_rosters_entries_and_ignores_garbage(tmp_pa
     state.write_text("{not json")
     h2 = make_pool(tmp_path, entry("a"), clock)
     assert h2.pool.free_slots("coder") == 1
+
+
+@pytest.mark.parametrize(
+    ("holding", "kind", "excluded", "retried", "expected"),
+    [
+        ("leased", "rate_limit", True, False, "elsewhere"),  # moved once
+        ("leased", "rate_limit", True, True, None),  # a second failure is the call's own
+        ("leased", "timeout", False, False, None),  # the executor still serves
+        ("leased", "error", True, False, None),  # not an executor fault
+        ("borrowed", "crash", True, False, "same"),  # the story's own clone is the only one
+        ("borrowed", "crash", False, False, None),
+        ("borrowed", "crash", True, True, None),
+        ("held", "stall", False, False, "elsewhere"),  # a held coder is handed over, excluded or not
+        ("held", "stall", True, True, None),
+        ("held", "error", True, False, None),
+        ("parallel", "usage_limit", True, False, None),  # a parallel task fails on its own
+    ],
+)
+def test_after_an_executor_fault(
+    holding: Holding, kind: FailureKind, excluded: bool, retried: bool, expected: str | None
+) -> None:
+    assert after_fault(holding, kind, excluded=excluded, retried=retried) == expected

@@ -77,7 +77,7 @@ class AsideCoder:
         try:
             result = await lease.executor.run_turn(request, self.ctx.observer(self.lane, lease.executor_id))
         except AgentError as error:
-            self.ctx.pool.fail(lease, error)
+            self.ctx.pool.fail(lease, error)  # a parallel task's coder is never moved (after_fault)
             raise
         self.ctx.pool.succeeded(lease)
         self.ctx.record_turn(request, result, lease.info, lane=self.lane, coder_clone=True)

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from flowd.agents.base import (
-    EXECUTOR_FAULTS,
     AgentError,
     FlowdMeta,
     ToolCall,
@@ -28,6 +27,7 @@ from flowd.engine.gates import CommandRun, run_gates
 from flowd.engine.state import EpicPaths
 from flowd.plan.model import StoryPlan
 from flowd.roster.pool import Lease, LeaseInfo, RosterPool
+from flowd.roster.state import after_fault
 from flowd.store.config import Settings
 from flowd.store.inbox import Answer, By, Reply
 from flowd.trace.events import (
@@ -366,7 +366,7 @@ class HeldCoder:
                 result = await self._borrow_once(lease, request)
             except AgentError as error:
                 excluded = self.ctx.pool.fail(lease, error)
-                if retried or not excluded or error.kind not in EXECUTOR_FAULTS:
+                if after_fault("borrowed", error.kind, excluded=excluded, retried=retried) is None:
                     raise
                 retried = True
                 await self.ctx.pool.wait_back(lease.executor_id, role)
@@ -398,8 +398,8 @@ class HeldCoder:
                     request, self.ctx.observer(self.lane, lease.executor_id)
                 )
             except AgentError as error:
-                if error.kind not in EXECUTOR_FAULTS or handed_over:
-                    self.ctx.pool.fail(lease, error)
+                excluded = self.ctx.pool.fail(lease, error)
+                if after_fault("held", error.kind, excluded=excluded, retried=handed_over) is None:
                     raise
                 self.lease = await self.ctx.pool.hand_over(lease, error)
                 self.chain.append(self.lease.executor_id)

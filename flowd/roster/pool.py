@@ -23,7 +23,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Protocol
 
-from flowd.agents.base import EXECUTOR_FAULTS, AgentError, Executor, TurnObserver, TurnRequest, TurnResult
+from flowd.agents.base import AgentError, Executor, TurnObserver, TurnRequest, TurnResult
 from flowd.agents.factory import make_executor
 from flowd.base.errors import FlowdError, NoExecutor
 from flowd.base.timeutil import iso
@@ -33,6 +33,7 @@ from flowd.roster.state import (
     Exclusion,
     ExclusionPolicy,
     Health,
+    after_fault,
     decide,
     load_exclusions,
     save_exclusions,
@@ -558,7 +559,7 @@ class RosterPool:
             except AgentError as error:
                 excluded = self.fail(lease, error)
                 self.release(lease)
-                if moved or not excluded or error.kind not in EXECUTOR_FAULTS:
+                if after_fault("leased", error.kind, excluded=excluded, retried=moved) is None:
                     raise
                 moved = True
                 failed = lease

@@ -17,7 +17,7 @@ from typing import Literal
 
 from pydantic import ValidationError
 
-from flowd.agents.base import FailureKind
+from flowd.agents.base import EXECUTOR_FAULTS, FailureKind
 from flowd.base.fsio import write_model_atomic
 from flowd.base.timeutil import iso, parse_iso
 from flowd.base.wire import WireModel
@@ -69,6 +69,27 @@ class Health:
 def _short(message: str, limit: int = 160) -> str:
     text = " ".join(message.split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+# How a turn holds its executor, which decides what an executor fault does to it:
+# `leased` a call that leased one for itself; `borrowed` a planner/reviewer/judge turn on the
+# story's own coder clone; `held` the story coder's turn on the clone it holds; `parallel` a
+# parallel task's coder in the task's own worktree.
+Holding = Literal["leased", "borrowed", "held", "parallel"]
+
+
+def after_fault(holding: Holding, kind: FailureKind, *, excluded: bool, retried: bool) -> str | None:
+    """What a turn that failed with `kind` does next (docs/roster.md "Failures"), once at most:
+    `"elsewhere"` (ask another executor, the same one once its exclusion ends if none other
+    can ever serve), `"same"` (wait for this executor to come back, then ask it), or None (the
+    error goes up). Only executor faults move a turn; the quality of its work never does."""
+    if retried or kind not in EXECUTOR_FAULTS or holding == "parallel":
+        return None  # a parallel task fails on its own: its story's task graph decides
+    if holding == "held":
+        return "elsewhere"  # a held coder cannot keep a failing clone, excluded or not
+    if not excluded:
+        return None  # the executor still serves: the error is the turn's
+    return "same" if holding == "borrowed" else "elsewhere"  # a borrowed clone is the only one
 
 
 def decide(
