@@ -15,7 +15,7 @@ from flowd.engine import prompts
 from flowd.engine.aside import TaskGraph
 from flowd.engine.context import HeldCoder, RunContext
 from flowd.engine.core import strays
-from flowd.engine.core.revision import with_revision
+from flowd.engine.core.revision import Cleared, RevisionsSpent, after_judge, with_revision
 from flowd.engine.core.stops import StoryFailed, StoryWaiting
 from flowd.engine.reopen import revision_description
 from flowd.engine.replies import Verdict, parse_task_plan, parse_verdict
@@ -232,19 +232,13 @@ class TaskLoop:
                 self.story_id,
                 f"## Judge round {round_} — {state}\n\n{issues_text(verdict) or '(no issues)'}",
             )
-            if verdict.clean:
-                if empty:
-                    return f"verified already in place (round {round_})"
-                return f"judge cleared (round {round_})"
-            if round_ == rounds:
-                revisions = round_ - 1
-                plural = "revision" if revisions == 1 else "revisions"
-                if empty:
-                    raise StoryFailed(
-                        f"the story's code is not in place after {revisions} {plural}, and its branch "
-                        f"has no changes:\n{issues_text(verdict)}"
-                    )
-                raise StoryFailed(f"judge not cleared after {revisions} {plural}:\n{issues_text(verdict)}")
+            decision = after_judge(
+                round_, rounds, clean=verdict.clean, empty=empty, issues=issues_text(verdict)
+            )
+            if isinstance(decision, Cleared):
+                return decision.note
+            if isinstance(decision, RevisionsSpent):
+                raise StoryFailed(decision.reason)
             lead = prompts.EMPTY_REVISION_LEAD if empty else prompts.REVISION_LEAD.format(round=round_)
             self.append_revision("close the judge's findings", lead, issues_text(verdict))
             await self.run_tasks()

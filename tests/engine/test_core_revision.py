@@ -9,8 +9,10 @@ from flowd.engine.core.revision import (
     MERGE_SUBJECT,
     REVIEW_COMMENT,
     REVISION,
+    Cleared,
     Revise,
     RevisionsSpent,
+    after_judge,
     after_red_merge,
     merge_rounds_done,
     resuming_round,
@@ -131,3 +133,29 @@ def test_a_failed_story_run_again_gets_a_fresh_allowance(
 )
 def test_after_red_merge(done: int, limit: int, expected: Revise | RevisionsSpent) -> None:
     assert after_red_merge(done, limit, "boom") == expected
+
+
+@pytest.mark.parametrize(
+    ("round_", "rounds", "clean", "empty", "expected"),
+    [
+        (1, 2, True, False, Cleared("judge cleared (round 1)")),
+        (2, 2, True, True, Cleared("verified already in place (round 2)")),
+        (1, 2, False, False, Revise(1)),  # one more revision task, then judged again
+        (1, 3, False, True, Revise(1)),
+        (2, 2, False, False, RevisionsSpent("judge not cleared after 1 revision:\n- x")),
+        (3, 3, False, False, RevisionsSpent("judge not cleared after 2 revisions:\n- x")),
+        (
+            1,
+            1,
+            False,
+            True,
+            RevisionsSpent(
+                "the story's code is not in place after 0 revisions, and its branch has no changes:\n- x"
+            ),
+        ),
+    ],
+)
+def test_after_judge(
+    round_: int, rounds: int, clean: bool, empty: bool, expected: Cleared | Revise | RevisionsSpent
+) -> None:
+    assert after_judge(round_, rounds, clean=clean, empty=empty, issues="- x") == expected

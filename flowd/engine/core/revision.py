@@ -102,3 +102,30 @@ def after_red_merge(rounds_done: int, limit: int, output: str) -> Revise | Revis
     if rounds_done:
         after = f" (after {rounds_done} merge revision{'s' if rounds_done != 1 else ''})"
     return RevisionsSpent(f"epic gates failed after merging{after}; merge undone:\n{output}")
+
+
+@dataclass(frozen=True)
+class Cleared:
+    """The judge cleared the story: `note` says how (its code may have been there already)."""
+
+    note: str
+
+
+def after_judge(
+    round_: int, rounds: int, *, clean: bool, empty: bool, issues: str
+) -> Cleared | Revise | RevisionsSpent:
+    """Judge round `round_` of `rounds` (`judgeRounds`) found the story `clean` or not, on a
+    diff against the epic that is `empty` or not: cleared, one more revision task, or failed."""
+    if clean:
+        return Cleared(
+            f"verified already in place (round {round_})" if empty else f"judge cleared (round {round_})"
+        )
+    if round_ < rounds:
+        return Revise(round_)
+    revisions = round_ - 1
+    plural = "revision" if revisions == 1 else "revisions"
+    if empty:
+        return RevisionsSpent(
+            f"the story's code is not in place after {revisions} {plural}, and its branch has no changes:\n{issues}"
+        )
+    return RevisionsSpent(f"judge not cleared after {revisions} {plural}:\n{issues}")
