@@ -16,14 +16,14 @@ from typing import Protocol, TypeVar
 from flowd.agents.base import TurnRequest, TurnResult
 from flowd.engine import prompts
 from flowd.engine.context import RunContext
+from flowd.engine.core.blocked import rebuttal as plan_rebuttal
 from flowd.engine.core.stops import StoryFailed, StoryWaiting
 from flowd.engine.pause_desk import told as answered
 from flowd.engine.perimeter_now import perimeter_now
 from flowd.engine.replies import ReplyParseError, Verdict, coder_sentinel, parse_verdict
 from flowd.engine.state import append_findings
-from flowd.plan.graph import dependencies_of, dependents_of
 from flowd.plan.model import Story
-from flowd.plan.perimeter import owner_of_path, task_owns_violations
+from flowd.plan.perimeter import task_owns_violations
 from flowd.roster.pool import Lease
 from flowd.tasks.model import Task, TaskPlan
 from flowd.trace.events import Info, PerimeterViolation, TaskOwnsViolation
@@ -254,29 +254,6 @@ class TaskBody:
         return [text]
 
     # -- BLOCKED_ON ----------------------------------------------------------------------------
-    def rebuttal(self, need: str) -> str | None:
-        """The plan's answer to a claimed missing dependency, when the plan settles it."""
-        plan = self.ctx.plan
-        deps = set(dependencies_of(plan, self.story_id))
-        later = set(dependents_of(plan, self.story_id))
-        for token in need.replace(",", " ").split():
-            path = token.strip("`'\"()[]:;.")
-            if "/" not in path and "." not in path:
-                continue
-            owner = owner_of_path(plan, path)
-            if owner == self.story_id:
-                return f"{path} is under your own owned paths: building it is this story's work"
-            if owner in later:
-                return f"{path} belongs to story '{owner}', which runs AFTER you: leave it alone"
-            if owner in deps:
-                dep = plan.require(owner)
-                provides = f" That story provides: {', '.join(dep.provides)}." if dep.provides else ""
-                return (
-                    f"{path} belongs to story '{owner}', merged into the epic branch before you started, "
-                    f"so it is already in your working tree.{provides}"
-                )
-        return None
-
     async def check_blocked(self, seat: Seat, reply: str, task: Task, index: int) -> str:
         """The reply, unless it ends with `BLOCKED_ON:`; then the plan may send it back once.
 
@@ -285,7 +262,9 @@ class TaskBody:
         need = coder_sentinel(reply).blocked_on
         if need is None:
             return reply
-        rebuttal = None if (self.rebutted or seat.aside) else self.rebuttal(need)
+        rebuttal = (
+            None if (self.rebutted or seat.aside) else plan_rebuttal(self.ctx.plan, self.story_id, need)
+        )
         if rebuttal is None:
             raise StoryWaiting(f"blocked on unplanned work: {need}")
         self.rebutted = True
