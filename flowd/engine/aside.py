@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Protocol
 
 from flowd.agents.base import AgentError, TurnRequest, TurnResult
 from flowd.base.errors import FlowdError
@@ -24,15 +24,16 @@ from flowd.engine import prompts
 from flowd.engine.bootstrap import describe_prepared, prepare_lane
 from flowd.engine.context import RunContext
 from flowd.engine.core.stops import BudgetHalt, Halt, StoryFailed, StoryWaiting
+from flowd.engine.core.taskgraph import AsideOutcome, TaskGraphState
 from flowd.engine.gates import run_command
 from flowd.engine.taskbody import Seat, TaskBody
 from flowd.plan.model import Story
 from flowd.roster.pool import Lease
 from flowd.tasks.model import Task, TaskPlan
-from flowd.tasks.parsing import TaskNode, ready_tasks, task_nodes
+from flowd.tasks.parsing import TaskNode, task_nodes
 from flowd.trace.events import Info
 
-Outcome = Literal["merged", "declined", "conflict"]
+Outcome = AsideOutcome
 
 
 class StoryTasks(Protocol):
@@ -142,37 +143,30 @@ class TaskGraph:
 
     async def _schedule(self) -> None:
         ctx, loop = self.ctx, self.loop
-        nodes = task_nodes(loop.plan)
-        done = {n.index for n in nodes if n.task.completed}
-        home_only: set[int] = set()
-        run_last: set[int] = set()
+        graph = TaskGraphState.of(task_nodes(loop.plan))
         running: dict[asyncio.Task[Outcome | None], int] = {}
         home: asyncio.Task[Outcome | None] | None = None
         stop: BudgetHalt | None = None
         try:
-            while len(done) < len(nodes):
+            while not graph.finished:
                 stop = stop or ctx.budget_halt(self.story_id)
                 if stop is None:
-                    ready = ready_tasks(nodes, done, running.values())
-                    if home is None and ready:
-                        pick = next((i for i in ready if i not in run_last), ready[0])
-                        ready.remove(pick)
-                        home = asyncio.create_task(self._home(nodes[pick - 1]))
+                    pick, aside = graph.picks(running.values(), home_free=home is None)
+                    if pick is not None:
+                        home = asyncio.create_task(self._home(graph.nodes[pick - 1]))
                         running[home] = pick
-                    for index in ready:
+                    for index in aside:
                         if len(running) >= ctx.settings.task_concurrency:
                             break
-                        if index in home_only:
-                            continue
                         lease = ctx.pool.try_lease("coder", label=f"{self.story_id}#t{index}")
                         if lease is None:
-                            home_only.add(index)  # declined before any disk work
+                            graph.declined(index)  # declined before any disk work
                             continue
-                        running[asyncio.create_task(self._aside(nodes[index - 1], lease))] = index
+                        running[asyncio.create_task(self._aside(graph.nodes[index - 1], lease))] = index
                 if not running:
                     if stop is not None:
                         raise stop
-                    left = len(nodes) - len(done)
+                    left = len(graph.nodes) - len(graph.done)
                     raise StoryFailed(f"story {self.story_id}: no task can start, though {left} are not done")
                 finished, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
                 for job in finished:
@@ -180,15 +174,10 @@ class TaskGraph:
                     outcome = job.result()  # a home task's failure ends the story here
                     if job is home:
                         home = None
-                        done.add(index)
-                        loop.complete(index, nodes[index - 1].task)
-                    elif outcome == "merged":
-                        done.add(index)
-                        loop.complete(index, nodes[index - 1].task)
-                    else:
-                        home_only.add(index)
-                        if outcome == "conflict":
-                            run_last.add(index)
+                        graph.home_done(index)
+                        loop.complete(index, graph.nodes[index - 1].task)
+                    elif graph.aside_done(index, outcome):
+                        loop.complete(index, graph.nodes[index - 1].task)
         finally:
             for job in running:
                 job.cancel()
