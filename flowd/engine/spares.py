@@ -181,10 +181,13 @@ def reap(lanes: Path) -> None:
     if not trash.is_dir():
         return
     for entry in sorted(trash.iterdir()):
-        admin = private_git_dir(entry)
+        # A worktree, or a merge train slot `w<n>` holding one (`w<n>/_epic`).
+        held = [entry, *(p for p in entry.iterdir() if p.is_dir())] if entry.is_dir() else []
+        admins = [a for a in map(private_git_dir, held) if a is not None]
         shutil.rmtree(entry, ignore_errors=True)
-        if admin is not None and admin.parent.name == "worktrees" and not _in_use(admin):
-            shutil.rmtree(admin, ignore_errors=True)
+        for admin in admins:
+            if admin.parent.name == "worktrees" and not _in_use(admin):
+                shutil.rmtree(admin, ignore_errors=True)
     with contextlib.suppress(OSError):
         trash.rmdir()
 

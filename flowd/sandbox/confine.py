@@ -222,8 +222,18 @@ class Confinement:
         return [*self._reads, *write_rules(lane.places)]
 
     def key_for(self, cwd: Path) -> str | None:
+        """Which lane a process started in `cwd` is confined to: its worktree's path AND its
+        directory's identity, which the rules are bound to. A worktree reused under another
+        name (docs/repositories.md "Worktree reuse") or another directory made at the same
+        path is another key: a process confined to the one never serves the other."""
         top = self.lane_top(cwd) if self.enforcing else None
-        return str(top) if top is not None else None
+        if top is None:
+            return None
+        try:
+            st = os.stat(top)
+        except OSError:
+            return str(top)
+        return f"{top}@{st.st_dev}:{st.st_ino}"
 
     @contextlib.contextmanager
     def spawn(
