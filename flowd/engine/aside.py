@@ -258,6 +258,8 @@ class TaskGraph:
             return "declined"
         finally:
             with contextlib.suppress(FlowdError, OSError):
+                if ctx.spares is not None:
+                    await ctx.pool.leave_lane(worktree)  # its folder is the next lane's
                 await asyncio.to_thread(self._discard, worktree, branch)
 
     async def _setup(self, worktree: Path, index: int, env: dict[str, str]) -> None:

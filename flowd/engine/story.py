@@ -157,7 +157,9 @@ class StoryRun:
             self.later(self._clean_up)
         else:
             # With a pool of spares this is a rename, done before its dependents start: the
-            # worktree is theirs to take (docs/repositories.md "Worktree reuse").
+            # worktree is theirs to take (docs/repositories.md "Worktree reuse"), and no agent
+            # process confined to it lives on.
+            await ctx.pool.leave_lane(self.worktree)
             await asyncio.to_thread(self._clean_up)
         # A repair changed the story's work behind everyone's back: the report says so first.
         note = "; ".join(filter(None, [repaired, note or f"merged at {commit[:10]}"]))
