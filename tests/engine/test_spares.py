@@ -5,6 +5,7 @@ run has ended."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -252,3 +253,30 @@ def test_flowd_clean_removes_what_a_killed_run_left_in_spares_and_trash(tmp_path
     assert apply_clean(repo, plan) == []
     assert not (lanes / SPARE_DIR).exists() and not (lanes / TRASH_DIR).exists()
     assert [w.path for w in repo.worktrees()] == [repo.root]
+
+
+def test_a_run_after_one_killed_mid_reuse_finishes_it_and_carries_nothing_over(tmp_path: Path) -> None:
+    """What a run SIGKILLed while handing spares out leaves: one spare whole in `_spare`, and one
+    renamed to story `b`'s path with git's record not following (killed inside `git worktree
+    move`, before `b` had any state), holding a previous lane's leftovers. The next run takes the
+    first and repairs and resets the second; neither story's branch holds anything of them."""
+    stories = [story("a", ["a.txt"]), story("b", ["b.txt"])]
+    rules = [coder("a", {"a.txt": "a\n"}), coder("b", {"b.txt": "b\n"}, run=["test ! -e junk.txt"])]
+    sc = Scenario.create(tmp_path, stories, rules, settings='gates = ["true"]\njudgeRounds = 0\n')
+    lanes = sc.worktree_root / "ep"
+    for name in ("whole", "moved"):
+        git(sc.repo, "worktree", "add", "-q", "--detach", str(lanes / SPARE_DIR / name), "main")
+    os.rename(lanes / SPARE_DIR / "moved", lanes / "b")
+    (lanes / "b" / "junk.txt").write_text("a previous lane's\n", encoding="utf-8")
+    (lanes / "b" / "README.md").write_text("edited by a previous lane\n", encoding="utf-8")
+    result = sc.run(concurrency=1)
+    assert result.outcome == "done", {k: v.reason for k, v in result.view.lanes.items()}
+    said = [e.event.message for e in sc.events(result.run_id) if type(e.event).__name__ == "Info"]
+    assert any("(reset)" in m for m in said) and any("(reused)" in m for m in said), said
+    for name in ("a", "b"):
+        base = json.loads((sc.repo / ".flow/epics/ep/stories" / f"{name}.json").read_text())["base"]
+        changed = git(sc.repo, "diff", "--name-only", base, f"story/ep/{name}").split()
+        # Its own file (and, caught up, the other story's), nothing of the previous lane's.
+        assert f"{name}.txt" in changed and not {"junk.txt", "README.md"} & set(changed), (name, changed)
+    assert "junk.txt" not in sc.epic_files()
+    assert sc.lanes_left() == ["_epic"]
