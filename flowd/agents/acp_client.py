@@ -481,6 +481,20 @@ class AcpExecutor:
                 return await self._open_session(cwd)
         return await self._open_session(cwd)
 
+    async def leave_lane(self, worktree: Path) -> bool:
+        """Stop the agent process when it is confined to the lane worktree `worktree` and idle:
+        that folder is about to be handed to another lane (docs/repositories.md "Worktree
+        reuse"), whose processes must be confined to it alone. Returns whether it stopped one."""
+        prefix = f"{os.path.realpath(worktree)}@"
+        if self._confined_to is None or not self._confined_to.startswith(prefix) or self._turn_lock.locked():
+            return False
+        async with self._turn_lock:
+            if self._confined_to is None or not self._confined_to.startswith(prefix):
+                return False
+            await self._stop(graceful=True)
+            self._confined_to = None
+        return True
+
     async def _open_session(self, cwd: Path) -> str:
         if self._conn is None:  # closed while starting
             raise AgentError("cancelled", f"{self.label}: the executor was closed")

@@ -21,7 +21,7 @@ from typing import Protocol
 from flowd.agents.base import AgentError, TurnRequest, TurnResult
 from flowd.base.errors import FlowdError
 from flowd.engine import prompts
-from flowd.engine.bootstrap import describe_prepared, prepare_lane
+from flowd.engine.bootstrap import describe_prepared, include_path, prepare_lane
 from flowd.engine.context import RunContext
 from flowd.engine.core.stops import BudgetHalt, Halt, StoryFailed, StoryWaiting
 from flowd.engine.core.taskgraph import AsideOutcome, TaskGraphState
@@ -196,9 +196,8 @@ class TaskGraph:
         key = f"{story_id}#t{index}"  # a lane of its own for ports: its gates run beside the story's
         try:
             try:
-                await asyncio.to_thread(self._discard, worktree, branch)
                 fork = await asyncio.to_thread(repo.head, loop.branch)
-                await asyncio.to_thread(repo.worktree_add, worktree, branch, fork)
+                await asyncio.to_thread(self._make, worktree, branch, fork)
                 ports, copied = await asyncio.to_thread(prepare_lane, ctx, key, story_id, worktree)
                 self.info(f"task {index}: {describe_prepared(ports, copied)}")
                 loop.started(index, task, lease, parallel=True)
@@ -248,6 +247,8 @@ class TaskGraph:
             return "declined"
         finally:
             with contextlib.suppress(FlowdError, OSError):
+                if ctx.spares is not None:
+                    await ctx.pool.leave_lane(worktree)  # its folder is the next lane's
                 await asyncio.to_thread(self._discard, worktree, branch)
 
     async def _setup(self, worktree: Path, index: int, env: dict[str, str]) -> None:
@@ -261,6 +262,25 @@ class TaskGraph:
             if not result.ok:
                 raise StoryFailed(f"setup failed in the task worktree: {result.describe()}")
 
+    def _make(self, worktree: Path, branch: str, fork: str) -> None:
+        """The task worktree on a task branch at `fork`: a spare reset there when the run keeps
+        spares (docs/repositories.md "Worktree reuse"), else added anew; what a killed run left
+        at its path is thrown away either way."""
+        spares = self.ctx.spares
+        if spares is not None:
+            spares.take(worktree, branch, fork, include_path(self.ctx.repo, self.ctx.settings))
+            return
+        self._discard(worktree, branch)
+        self.ctx.repo.worktree_add(worktree, branch, fork)
+
     def _discard(self, worktree: Path, branch: str) -> None:
-        """Remove a task worktree and its branch (leftovers of a killed run included)."""
+        """Remove a task worktree and its branch (leftovers of a killed run included); with
+        spares it becomes one, its uncommitted work thrown away as a removal would."""
+        spares = self.ctx.spares
+        if (
+            spares is not None
+            and (worktree / ".git").is_file()
+            and spares.give(worktree, branch, force=True) is None
+        ):
+            return
         self.ctx.repo.discard_worktree(worktree, branch)

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from flowd.base.errors import FlowdError, InputError
+from flowd.engine.spares import SPARE_DIR, reap, to_trash, trash_root
 from flowd.engine.state import EpicLock, EpicPaths, all_states
 from flowd.store.config import load_settings
 from flowd.trace.log import is_active, list_runs, pid_alive
@@ -28,6 +29,8 @@ class CleanPlan:
     remove_worktrees: list[Path] = field(default_factory=list)
     delete_branches: list[str] = field(default_factory=list)
     kept: list[str] = field(default_factory=list)
+    # `<worktreeRoot>/<epic>` folders whose spares and trash go (docs/repositories.md "Worktree reuse").
+    empty_trash: list[Path] = field(default_factory=list)
 
 
 def _worktrees_root(repo: Repo) -> Path:
@@ -74,6 +77,7 @@ def plan_clean(repo: Repo) -> CleanPlan:
         if holder is not None and pid_alive(holder[1]):
             result.kept.append(f"epic {epic_id}: run {holder[0]} is active")
             continue
+        _spares_of(root / epic_id, registered, result)
         epic_branch = f"epic/{epic_id}"
         forgotten = epic_id not in known
         states = {s.id: s for s in all_states(paths)}
@@ -98,6 +102,18 @@ def plan_clean(repo: Repo) -> CleanPlan:
                 else:
                     result.remove_worktrees.append(info.path)
     return result
+
+
+def _spares_of(lanes: Path, registered: dict[Path, WorktreeInfo], result: CleanPlan) -> None:
+    """A run killed before its end leaves spare worktrees (detached, clean: nothing of anyone's)
+    and trash; both go."""
+    spare_root = lanes / SPARE_DIR
+    if spare_root.is_dir():
+        for spare in sorted(spare_root.iterdir()):
+            if spare.resolve() in registered:
+                result.remove_worktrees.append(spare)
+    if spare_root.is_dir() or trash_root(lanes).is_dir():
+        result.empty_trash.append(lanes)
 
 
 def retire_plan(repo: Repo, epic_id: str) -> CleanPlan:
@@ -129,6 +145,7 @@ def retire_plan(repo: Repo, epic_id: str) -> CleanPlan:
     root = _worktrees_root(repo)
     registered = {info.path.resolve(): info for info in repo.worktrees()}
     result = CleanPlan()
+    _spares_of(root / epic_id, registered, result)
     epic_wt = registered.get((root / epic_id / "_epic").resolve()) or next(
         (i for i in registered.values() if i.branch == epic_branch), None
     )
@@ -158,6 +175,14 @@ def apply_clean(repo: Repo, plan: CleanPlan) -> list[str]:
             repo.delete_branch(branch, force=True)
         except FlowdError as exc:
             problems.append(str(exc))
+    for lanes in plan.empty_trash:
+        spare_root = lanes / SPARE_DIR
+        if spare_root.is_dir():
+            for left in sorted(spare_root.iterdir()):  # not registered: a move killed half-way
+                to_trash(lanes, left)
+            with contextlib.suppress(OSError):
+                spare_root.rmdir()
+        reap(lanes)
     with contextlib.suppress(FlowdError):
         repo.worktree_prune()
     return problems
@@ -175,6 +200,8 @@ def clean_command(args: argparse.Namespace) -> int:
         print(f"{verb} worktree {path}")
     for branch in plan.delete_branches:
         print(f"{verb.replace('remove', 'delete')} branch {branch}")
+    for lanes in plan.empty_trash:
+        print(f"{verb} the spare and trashed worktrees in {lanes}")
     for reason in plan.kept:
         print(f"kept {reason}")
     for problem in problems:
@@ -182,7 +209,7 @@ def clean_command(args: argparse.Namespace) -> int:
     if epic_id:
         state = "would keep" if args.dry_run else "kept"
         print(f"{state} branch epic/{epic_id} (its work) and .flow/epics/{epic_id} (its report)")
-    elif not (plan.remove_worktrees or plan.delete_branches or plan.kept):
+    elif not (plan.remove_worktrees or plan.delete_branches or plan.kept or plan.empty_trash):
         print("nothing to clean")
     return 0
 

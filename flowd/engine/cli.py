@@ -121,6 +121,7 @@ def run_command(args: argparse.Namespace) -> int:
         fail_fast=args.fail_fast,
         budget_usd=args.budget_usd,
         base=args.base,
+        reap_in_background=True,  # the prompt comes back once the outcome is written
     )
     result = execute(options, json_lines=args.json)
     if not result.fresh:

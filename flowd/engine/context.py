@@ -24,6 +24,7 @@ from flowd.engine.core.ports import PortSlots
 from flowd.engine.core.review_comments import ReviewQueue
 from flowd.engine.core.stops import BudgetHalt
 from flowd.engine.gates import CommandRun, run_gates
+from flowd.engine.spares import Spares
 from flowd.engine.state import EpicPaths
 from flowd.plan.model import StoryPlan
 from flowd.roster.pool import Lease, LeaseInfo, RosterPool
@@ -107,6 +108,9 @@ class RunContext:
     lane_freed: Callable[[str, bool], None] | None = None
     # Detection after every turn, gate and setup command (docs/sandbox-detection.md); None: off.
     detect: Detector | None = None
+    # Finished lanes' worktrees for the next lane to take (docs/repositories.md "Worktree
+    # reuse"); None: every lane adds its own and removes it (a cluster node's lanes).
+    spares: Spares | None = None
     # Running lanes' port ranges (docs/worktree-bootstrap.md), keyed by story id or `<story>#t<n>`.
     ports: PortSlots = field(init=False)
 

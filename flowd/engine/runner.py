@@ -49,6 +49,7 @@ from flowd.engine.pause_desk import PauseDesk, earlier_pauses
 from flowd.engine.report import EpicReport, build_report, epic_history, write_report
 from flowd.engine.requests import RequestDesk
 from flowd.engine.review import carry_over
+from flowd.engine.spares import Spares, reap, reap_in_background
 from flowd.engine.state import EpicLock, EpicPaths, load_state
 from flowd.engine.story import StoryOutcome, undo_interrupted_merge
 from flowd.engine.train import TrainShell, recover_train
@@ -100,6 +101,9 @@ class RunOptions:
     handle_signals: bool = True
     # What waits for an answer (docs/answers.md); None: the resumed run's, else `pauseOn` in config.
     pause_on: list[str] | None = None
+    # The worktrees no lane took are removed after the run has ended: by a process of their own
+    # (`flowd run`: the user does not wait for them), or here before `run_epic` returns.
+    reap_in_background: bool = False
 
 
 @dataclass
@@ -111,6 +115,7 @@ class RunResult:
     report: EpicReport
     report_path: Path
     fresh: bool = True  # False: the epic was already done, nothing ran (run_id names the run that did it)
+    reaper: int | None = None  # the pid removing the run's leftover worktrees in the background
 
 
 @dataclass
@@ -245,6 +250,8 @@ class _Session:
             if p is not None
         )
         self.lanes: Lanes | None = None
+        self.spares: Spares | None = None
+        self.reaper: int | None = None
         self.ctx: RunContext | None = None
         self.detector: Detector | None = None
 
@@ -285,6 +292,7 @@ class _Session:
             self.view,
             report,
             setup.paths.report_md,
+            reaper=self.reaper,
         )
 
     def _start(self) -> None:
@@ -311,6 +319,9 @@ class _Session:
             repo.create_branch(plan.epic_branch, self.options.base or "HEAD")
             writer.emit(Info(message=f"created {plan.epic_branch} at {repo.head(plan.epic_branch)[:10]}"))
         repo.worktree_add(setup.epic_wt, plan.epic_branch)
+        # Spares a killed run left are the pool's first (docs/repositories.md "Worktree reuse").
+        self.spares = Spares(repo, setup.wt_root / plan.epic_id, writer.emit)
+        self.spares.recover()
         note = bootstrap_epic(repo, setup.settings, setup.epic_wt)
         if note is not None:
             writer.emit(Info(message=note))
@@ -357,6 +368,7 @@ class _Session:
             story_budget_usd=setup.settings.story_budget_usd,
             pause_on=frozenset(self.pause_on),
             detect=self.detector,
+            spares=self.spares,
         )
         self.ctx = ctx
         ctx.set_train(TrainShell(ctx))
@@ -398,6 +410,10 @@ class _Session:
             # Nothing of the run is running any more: every place once more (a stray's last write).
             with contextlib.suppress(Exception):
                 await asyncio.to_thread(self.detector.sweep, self.detector.lane_worktrees())
+        if self.spares is not None:
+            # Renames, under the lock: no later run takes a spare this one still hands out.
+            with contextlib.suppress(Exception):
+                await asyncio.to_thread(self.spares.retire)
         done = view.count("done")
         failed = view.count("failed")
         skipped = len(setup.plan.stories) - done - failed
@@ -420,10 +436,22 @@ class _Session:
             )
         writer.close()
         self.lock.release()
+        await self._reap()
         if self.broken:
             # The trace may not say it: stderr is the one channel left (stdout is --json's).
             print(f"flowd: run {setup.run_id} halted: {self.broken[0]}", file=sys.stderr)
         return report
+
+    async def _reap(self) -> None:
+        """The trash emptied once the run has ended (engine/spares.py): the outcome, trace and
+        report are written and the lock is free; a crash here leaves it to the next run."""
+        lanes = self.setup.wt_root / self.setup.plan.epic_id
+        if self.options.reap_in_background:
+            proc = reap_in_background(lanes)
+            self.reaper = proc.pid if proc is not None else None
+        else:
+            with contextlib.suppress(Exception):
+                await asyncio.to_thread(reap, lanes)
 
 
 def _already_done(repo: Repo, plan: StoryPlan, paths: EpicPaths, settings: Settings) -> RunResult | None:

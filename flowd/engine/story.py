@@ -17,7 +17,7 @@ from pathlib import Path
 
 from flowd.base.errors import FlowdError
 from flowd.engine import prompts
-from flowd.engine.bootstrap import describe_prepared, prepare_lane
+from flowd.engine.bootstrap import describe_prepared, include_path, prepare_lane
 from flowd.engine.context import HeldCoder, RunContext
 from flowd.engine.core.approval import approval_due, is_approved
 from flowd.engine.core.failure import StoryFacts, outcome_of
@@ -153,9 +153,13 @@ class StoryRun:
                 coder = await self._revise(loop, red)
                 continue
             break
-        if self.later is not None:
+        if self.later is not None and ctx.spares is None:
             self.later(self._clean_up)
         else:
+            # With a pool of spares this is a rename, done before its dependents start: the
+            # worktree is theirs to take (docs/repositories.md "Worktree reuse"), and no agent
+            # process confined to it lives on.
+            await ctx.pool.leave_lane(self.worktree)
             await asyncio.to_thread(self._clean_up)
         # A repair changed the story's work behind everyone's back: the report says so first.
         note = "; ".join(filter(None, [repaired, note or f"merged at {commit[:10]}"]))
@@ -316,8 +320,15 @@ class StoryRun:
         elif choice is OnFreshBranch.REUSE:
             self.info(f"reusing the existing branch {self.branch} (it holds work the epic lacks)")
             base = repo.rev_parse(f"{ctx.epic_branch}") or base
+        if ctx.spares is not None and choice is not OnFreshBranch.REUSE:
+            # A leftover at its path reset in place, else a spare's, else a new one.
+            how = ctx.spares.take(
+                self.worktree, self.branch, ctx.epic_branch, include_path(repo, ctx.settings)
+            )
+            if how != "added":
+                self.info(f"its worktree is a used one, reset to {ctx.epic_branch} ({how})")
         # Asked again: a discard that could not remove the branch leaves it to check out.
-        if repo.branch_exists(self.branch):
+        elif repo.branch_exists(self.branch):
             repo.worktree_add(self.worktree, self.branch)
         else:
             repo.worktree_add(self.worktree, self.branch, start=ctx.epic_branch)
@@ -356,8 +367,17 @@ class StoryRun:
         return None
 
     def _discard(self, worktree: Path, branch: str) -> None:
-        paths = self.ctx.paths
-        problem = self.ctx.repo.discard_worktree(worktree, branch)
+        paths, repo = self.ctx.paths, self.ctx.repo
+        problem: str | None = None
+        if self.ctx.spares is not None and worktree == self.worktree and (worktree / ".git").is_file():
+            # Kept for `_start` to reset in place (a remove then add rewrites every file).
+            try:
+                repo.detach(worktree)
+                repo.delete_branch(branch, force=True)
+            except FlowdError:
+                problem = repo.discard_worktree(worktree, branch)
+        else:
+            problem = repo.discard_worktree(worktree, branch)
         if problem is not None:
             self.info(f"could not remove the old worktree cleanly: {problem}")
         stale_answers = paths.checkpoint(self.story.id).with_name(f"{self.story.id}.answers.md")
@@ -486,6 +506,11 @@ class StoryRun:
 
     def _clean_up_at(self, worktree: Path) -> None:
         repo = self.ctx.repo
+        if self.ctx.spares is not None and (worktree / ".git").is_file():
+            kept = self.ctx.spares.give(worktree)
+            if kept is None:
+                return
+            # Not a spare: what a removal decides (a killed one's leftovers go, work stays).
         try:
             repo.worktree_remove(worktree)
         except FlowdError as exc:

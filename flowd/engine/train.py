@@ -29,6 +29,7 @@ from flowd.engine.context import RunContext
 from flowd.engine.core import train as rules
 from flowd.engine.core.stops import Halt, StoryFailed
 from flowd.engine.gates import run_gates
+from flowd.engine.spares import to_trash
 from flowd.engine.state import EpicPaths, load_state, save_state
 from flowd.trace.events import (
     Event,
@@ -105,10 +106,10 @@ def recover_train(
     path.unlink(missing_ok=True)
     root = train_root(wt_root, paths.epic_id)
     if root.is_dir():
+        # Into the trash (one rename each), emptied after the run (engine/spares.py): nothing
+        # of a candidate is used again, and the run does not wait for its files to go.
         for candidate in sorted(root.iterdir()):
-            with contextlib.suppress(FlowdError):
-                repo.worktree_remove(candidate / "_epic", force=True)
-            shutil.rmtree(candidate, ignore_errors=True)
+            to_trash(root.parent, candidate)
         with contextlib.suppress(FlowdError):
             repo.worktree_prune()
         with contextlib.suppress(OSError):
@@ -209,7 +210,15 @@ class TrainShell:
         self.built.clear()
         self._free.clear()
         for worktree in slots:
-            await asyncio.to_thread(self._remove, worktree)
+            if self.ctx.spares is not None:
+                # Emptied after the run has ended (engine/spares.py): not on its critical path.
+                to_trash(
+                    self.root.parent, worktree.parent if worktree.parent.parent == self.root else worktree
+                )
+            else:
+                await asyncio.to_thread(self._remove, worktree)
+        with contextlib.suppress(OSError):
+            self.root.rmdir()
 
     # -- feeding the machine -------------------------------------------------------------------
     async def feed(self, *events: rules.Event) -> None:

@@ -423,6 +423,17 @@ class RosterPool:
         self._expire()
         self._arm_timer()
 
+    async def leave_lane(self, worktree: Path) -> None:
+        """Stop every idle agent process confined to the lane worktree `worktree`, which another
+        lane takes next (docs/repositories.md "Worktree reuse"); a held clone is left alone."""
+        for (executor_id, clone), executor in list(self._executors.items()):
+            state = self._states.get(executor_id)
+            leave = getattr(executor, "leave_lane", None)
+            if leave is None or (state is not None and clone in state.held):
+                continue
+            with contextlib.suppress(Exception):
+                await leave(worktree)
+
     # --- executors -------------------------------------------------------------------------------
 
     def _executor_for(self, lease: Lease) -> Executor:

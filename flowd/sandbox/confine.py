@@ -223,18 +223,19 @@ class Confinement:
         return [*self._reads, *write_rules(lane.places)]
 
     def key_for(self, cwd: Path) -> str | None:
-        """Which lane a process started in `cwd` is confined to: the worktree's path and the
-        directory's identity, since Landlock binds a rule to the inode, not the name. A worktree
-        removed and made again at the same path (a Ray lane placed again) is a new lane: a
-        process confined to the old directory could not write the new one."""
+        """Which lane a process started in `cwd` is confined to: its worktree's path AND its
+        directory's identity, which the rules are bound to. A worktree reused under another
+        name (docs/repositories.md "Worktree reuse") or another directory made at the same
+        path (a Ray lane placed again) is another key: a process confined to the one never
+        serves the other."""
         top = self.lane_top(cwd) if self.enforcing else None
         if top is None:
             return None
         try:
-            info = top.stat()
+            st = os.stat(top)
         except OSError:
-            return None
-        return f"{top}@{info.st_dev}:{info.st_ino}"
+            return str(top)
+        return f"{top}@{st.st_dev}:{st.st_ino}"
 
     @contextlib.contextmanager
     def spawn(

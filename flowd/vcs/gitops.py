@@ -21,7 +21,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -152,6 +152,11 @@ def _not_flow(paths: list[str]) -> list[str]:
 _BOOTSTRAPPED = "flowd-bootstrapped"
 
 
+def private_git_dir(wt: Path) -> Path | None:
+    """The git dir of the worktree (or checkout) `wt`, read from its `.git`; None without one."""
+    return _private_git_dir(wt)
+
+
 def _private_git_dir(wt: Path) -> Path | None:
     dotgit = Path(wt) / ".git"
     if dotgit.is_dir():
@@ -168,10 +173,13 @@ def _private_git_dir(wt: Path) -> Path | None:
 
 def mark_bootstrapped(wt: Path, paths: Sequence[str]) -> None:
     """Remember `paths` (repository-relative) as copied into `wt` by worktree bootstrap."""
+    _write_bootstrapped(wt, bootstrapped(wt) | set(paths))
+
+
+def _write_bootstrapped(wt: Path, listed: Iterable[str]) -> None:
     private = _private_git_dir(wt)
     if private is None:
         return
-    listed = bootstrapped(wt) | set(paths)
     target = private / _BOOTSTRAPPED
     tmp = target.with_name(f".{_BOOTSTRAPPED}.{os.getpid()}.tmp")
     tmp.write_text("".join(f"{p}\0" for p in sorted(listed)), encoding="utf-8", errors="surrogateescape")
@@ -603,6 +611,13 @@ class Repo:
             )
         return new
 
+    def worktree_repair(self, path: Path) -> None:
+        """Point git's record of the worktree whose `.git` file is at `path` back at `path` (a
+        rename killed before git's own bookkeeping followed it)."""
+        path = Path(path).absolute()
+        with self._lock:
+            self._run(["worktree", "repair", str(path)], f"could not repair the worktree {path}")
+
     # --- inside a worktree -------------------------------------------------------------------
 
     def _owned_worktree(self, wt: Path, doing: str) -> Path:
@@ -802,6 +817,36 @@ class Repo:
         _git(wt, ["clean", "-fdxq"], what)
         self.sync_submodules(wt)
 
+    def detach(self, wt: Path) -> None:
+        """Let go of `wt`'s branch (HEAD points at its commit instead): no file, index or merge
+        state is touched, so it works whatever state a killed run left the worktree in."""
+        wt = self._owned_worktree(wt, "detach")
+        what = f"could not detach the worktree {wt} from its branch"
+        head = _git(wt, ["rev-parse", "--verify", "-q", "HEAD"], what, ok_codes=(0, 1)).stdout.strip()
+        if head:
+            _git(wt, ["update-ref", "--no-deref", "-m", "flowd: spare worktree", "HEAD", head], what)
+
+    def reset_worktree(self, wt: Path, branch: str, start: str, keep: Sequence[str] = ()) -> None:
+        """Make a used worktree exactly what a new `git worktree add -b branch wt start` gives:
+        `branch` (re)made at `start` and checked out, every other file removed, ignored ones too
+        (but the repository-relative `keep`), submodules at the commits `start` records with
+        nothing of their own left. Only what differs from the previous checkout is written.
+        `start` may be `branch` itself (an existing branch checked out as it is)."""
+        wt = self._owned_worktree(wt, "reset")
+        what = f"could not reset the worktree {wt} to {branch!r} at {start!r}"
+        self.clear_stale_index_lock(wt)
+        args = ["checkout", "-q", "-f", "--no-recurse-submodules"]
+        args += [branch] if start == branch else ["-B", branch, start]
+        with self._lock:  # the branch ref is shared bookkeeping
+            _git(wt, args, what)
+        # `checkout` clears MERGE_HEAD and friends; anything a previous use left in the index
+        # beyond the commit (an unmerged entry) is gone with `-f`. A kept copy must still be
+        # ignored by the new branch's rules, or a later `git add -A` would commit it.
+        kept = sorted(self.ignored_among(wt, keep)) if keep else []
+        _scrub(wt, what, kept)
+        _write_bootstrapped(wt, kept)
+        self.sync_submodules(wt)
+
     def fast_forward(self, wt: Path, commit: str) -> None:
         """Move the worktree and its branch forward to `commit`, a descendant of its HEAD; refuses
         (GitError) when it is not one: the branch moved since `commit` was built on it."""
@@ -936,6 +981,35 @@ def _gitlinks(wt: Path) -> list[tuple[str, str, str]]:
         if mode == "160000" and rel in names:
             links.append((names[rel], rel, sha))
     return links
+
+
+def has_submodules(wt: Path) -> bool:
+    """Whether `wt` has (or had) submodules checked out: git then refuses to move it."""
+    private = _private_git_dir(Path(wt))
+    if private is not None and (private / "modules").is_dir():
+        return True
+    return any((Path(wt) / rel / ".git").exists() for _, rel, _ in _gitlinks(Path(wt)))
+
+
+def _literal_pattern(rel: str) -> str:
+    """A gitignore pattern matching exactly the repository-relative file `rel`."""
+    escaped = "".join("\\" + ch if ch in "\\*?[" else ch for ch in rel)
+    if escaped.endswith(" "):
+        escaped = escaped[:-1] + "\\ "
+    return "/" + escaped
+
+
+def _scrub(where: Path, what: str, keep: Sequence[str] = ()) -> None:
+    """Every file of the checkout `where` back to its index (already its HEAD), every untracked
+    and ignored one removed but `keep`; then the same inside each checked-out submodule,
+    recursively (the superproject's `checkout -f` and `clean` leave submodules' files alone)."""
+    _git(where, ["reset", "-q", "--hard"], what)
+    excludes = [arg for rel in keep for arg in ("-e", _literal_pattern(rel))]
+    # -ff: nested repositories too (a submodule the new commit no longer has).
+    _git(where, ["clean", "-ffdxq", *excludes], what)
+    for _name, rel, _sha in _gitlinks(where):
+        if (where / rel / ".git").exists():
+            _scrub(where / rel, what)
 
 
 def _has_commit(where: Path, sha: str) -> bool:

@@ -331,3 +331,43 @@ async def test_fs_callbacks_serve_the_working_directory_only(
     with pytest.raises(RequestError) as caught:
         await client.read_text_file(session_id, str(worktree / "missing.txt"))
     assert caught.value.code == -32002
+
+
+async def test_a_confined_agent_never_serves_a_reused_worktree_and_leaves_it_when_asked(
+    worktree: Path, tmp_path: Path, write_script: Callable[..., Path], executors: Callable[..., AcpExecutor]
+) -> None:
+    """docs/repositories.md "Worktree reuse": a lane's worktree handed to the next story under its
+    name is another confinement key, so the agent confined to the old lane is restarted for the
+    new one; and `leave_lane` stops an idle agent confined to a worktree about to be handed on."""
+    from flowd.engine.spares import Spares
+    from flowd.sandbox import landlock
+    from flowd.sandbox.confine import Confinement, active
+    from flowd.vcs.gitops import Repo
+
+    assert landlock.abi() >= 2, "this test needs the kernel's Landlock"
+    repo = Repo(tmp_path / "repo")
+    home = tmp_path / "home"
+    home.mkdir()
+    confinement = Confinement(
+        "enforce", checkout=repo.root, common_dir=repo.common_dir, lanes_root=tmp_path / "repo.flowd",
+        epic="epic", home=home,
+    )  # fmt: skip
+    script = write_script([{"writes": {"here.txt": "x\n"}, "reply": "ok"}])
+    executor = executors(script)
+    with active(confinement):
+        await executor.run_turn(request(worktree))
+        first = executor.pid
+        assert first is not None and (worktree / "here.txt").exists()
+        (worktree / "here.txt").unlink()
+        spares = Spares(repo, worktree.parent)
+        assert await executor.leave_lane(worktree.parent / "web") is False  # another lane's: kept
+        assert executor.pid == first
+        assert spares.give(worktree) is None
+        web = worktree.parent / "web"
+        assert spares.take(web, "story/epic/web", "main") == "reused"
+        await executor.run_turn(request(web, story="web"))
+        second = executor.pid
+        assert second is not None and second != first and not pid_alive(first)
+        assert (web / "here.txt").exists()
+        assert await executor.leave_lane(web) is True
+        assert executor.pid is None and not pid_alive(second)

@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -155,6 +156,15 @@ class Scenario:
     @property
     def worktree_root(self) -> Path:
         return self.repo.parent / "repo.flowd"
+
+    def lanes_left(self, epic: str = "ep", timeout: float = 60.0) -> list[str]:
+        """What is left under the epic's worktree folder once a `flowd run` process's background
+        removal of its leftover worktrees (the `_trash`, engine/spares.py) has finished."""
+        folder = self.worktree_root / epic
+        deadline = time.monotonic() + timeout
+        while (folder / "_trash").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return sorted(p.name for p in folder.iterdir())
 
 
 def types(events: list[Envelope]) -> Iterator[str]:

@@ -196,3 +196,28 @@ def test_a_refusal_told_in_an_agents_tool_output_is_named(lane: Path) -> None:
         (str(repo / "ESCAPED.txt"), "checkout"),
     ]  # each once: the second update says nothing new
     assert {r[0] for r in reported} == {"a"}
+
+
+def test_a_reused_worktree_is_confined_to_its_new_lane_only(lane: Path) -> None:
+    """A finished lane's worktree reused by the next story (docs/repositories.md "Worktree
+    reuse") is moved to the new story's name: the process key (path and directory) changes, so
+    no process confined to the old lane is handed the new one; the new story's processes write
+    and commit there, and not under the old name, where a new directory is another key again."""
+    from flowd.engine.spares import Spares
+    from flowd.vcs.gitops import Repo
+
+    repo = Repo(lane.parents[2] / "repo")
+    c = _confinement(lane)
+    old_key = c.key_for(lane)
+    spares = Spares(repo, lane.parent)
+    assert spares.give(lane) is None and not lane.exists()
+    b = lane.parent / "b"
+    assert spares.take(b, "story/ep/b", "main") == "reused"
+    assert c.key_for(b) not in (None, old_key)
+    assert spares.take(lane, "story/ep/a2", "main") == "added"  # a new directory at the old name
+    assert c.key_for(lane) not in (None, old_key, c.key_for(b))
+    out = _sh(c, b, f"echo x > new.txt && git add new.txt && git commit -q -m own && echo OK; echo y > {lane}/INTRUDER.txt")  # fmt: skip
+    assert "OK" in out and (b / "new.txt").is_file(), out
+    assert not (lane / "INTRUDER.txt").exists(), out
+    log = subprocess.run(["git", "log", "--format=%s", "-1", "story/ep/b"], cwd=repo.root, capture_output=True, text=True)  # fmt: skip
+    assert log.stdout.strip() == "own"

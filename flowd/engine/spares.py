@@ -1,0 +1,227 @@
+"""Spare worktrees (docs/repositories.md "Worktree reuse"): a finished lane's worktree is kept for
+the next story or task that starts, which checks its branch out there (only what differs is
+written) instead of a full remove then add; what no lane takes is put in the trash and removed
+after the run has ended.
+
+Layout under `<worktreeRoot>/<epic>/`: `_spare/<n>` holds a detached worktree no lane uses, whole
+and registered with git at that path; `_trash/<n>` holds directories being deleted, never used
+again, whatever state a crash left them in. Neither name can be a story id (ids start with a
+letter or a digit), so a spare is never mistaken for a story's worktree on resume.
+
+A worktree with checked-out submodules is never made a spare: `git worktree move` refuses it
+(their git dirs point back by relative paths), so it goes to the trash instead.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+from flowd.base.errors import FlowdError
+from flowd.trace.events import Event, Info
+from flowd.vcs.gitops import Repo, bootstrapped, has_submodules, private_git_dir
+
+SPARE_DIR = "_spare"
+TRASH_DIR = "_trash"
+
+
+def trash_root(lanes: Path) -> Path:
+    return lanes / TRASH_DIR
+
+
+def to_trash(lanes: Path, path: Path) -> Path | None:
+    """Move `path` (a directory under `lanes`) into the trash: one rename, so it is gone from
+    where it was at once; git's record of a worktree there is pruned when the trash is emptied."""
+    target = trash_root(lanes) / uuid.uuid4().hex[:12]
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.rename(path, target)
+    except FileNotFoundError:
+        return None
+    except OSError:
+        shutil.rmtree(path, ignore_errors=True)  # another file system: delete it here
+        return None
+    return target
+
+
+class Spares:
+    """One run's pool of spare worktrees for one epic. Blocking (called in worker threads)."""
+
+    def __init__(self, repo: Repo, lanes: Path, emit: Callable[[Event], object] | None = None) -> None:
+        self.repo = repo
+        self.lanes = lanes
+        self.root = lanes / SPARE_DIR
+        self.emit = emit
+        self._lock = threading.Lock()
+        self._free: list[Path] = []
+
+    def info(self, message: str, lane: str | None = None) -> None:
+        if self.emit is not None:
+            self.emit(Info(lane=lane, message=message))
+
+    def recover(self) -> None:
+        """Run start, under the epic lock: a spare a killed run left is kept when git knows it at
+        its place (a move killed half-way left it elsewhere in git's record); anything else
+        there goes to the trash."""
+        if not self.root.is_dir():
+            return
+        known = self._registered()
+        for entry in sorted(self.root.iterdir()):
+            if os.path.realpath(entry) in known:
+                self._free.append(entry)
+            else:
+                to_trash(self.lanes, entry)
+
+    def _registered(self) -> set[str]:
+        return {os.path.realpath(i.path) for i in self.repo.worktrees() if not i.prunable}
+
+    # -- taking ---------------------------------------------------------------------------------
+    def take(self, path: Path, branch: str, start: str, include: Path | None = None) -> str:
+        """A worktree at `path` on `branch` made at `start` (`start == branch`: the existing branch
+        as it is), exactly as `git worktree add` would make it. What a killed run left at `path`
+        is reset in place; else a spare is moved there and reset; else one is added. `include`:
+        the `.worktreeinclude` file, whose copies a reused worktree may keep (compared and
+        refreshed by the bootstrap that follows). Returns how: "reset", "reused" or "added"."""
+        path = Path(path).absolute()
+        if path.exists() and (path / ".git").is_file():
+            if os.path.realpath(path) not in self._registered():
+                with contextlib.suppress(FlowdError):
+                    self.repo.worktree_repair(path)  # a move killed between its two steps
+            if os.path.realpath(path) in self._registered() and self._reset(path, branch, start, include):
+                return "reset"
+            to_trash(self.lanes, path)
+            with contextlib.suppress(FlowdError):
+                self.repo.worktree_prune()
+        while (spare := self._pop()) is not None:
+            try:
+                self.repo.worktree_move(spare, path)
+            except FlowdError:
+                to_trash(self.lanes, spare)
+                continue
+            if self._reset(path, branch, start, include):
+                return "reused"
+            to_trash(self.lanes, path)
+            with contextlib.suppress(FlowdError):
+                self.repo.worktree_prune()
+        if start == branch:
+            self.repo.worktree_add(path, branch)
+        else:
+            self.repo.worktree_add(path, branch, start=start)
+        return "added"
+
+    def _pop(self) -> Path | None:
+        with self._lock:
+            return self._free.pop() if self._free else None
+
+    def _reset(self, path: Path, branch: str, start: str, include: Path | None) -> bool:
+        try:
+            self.repo.reset_worktree(path, branch, start, keep=self._keep(path, include))
+        except FlowdError as exc:
+            self.info(f"could not reuse the worktree {path} ({exc}); making a new one")
+            return False
+        return True
+
+    def _keep(self, path: Path, include: Path | None) -> list[str]:
+        """The previous bootstrap's copies the user's checkout still has for this lane."""
+        copied = bootstrapped(path)
+        if not copied or include is None or not include.is_file():
+            return []
+        return sorted(copied & set(self.repo.ignored_matching(include)))
+
+    # -- giving back ----------------------------------------------------------------------------
+    def give(self, path: Path, delete_branch: str | None = None, *, force: bool = False) -> str | None:
+        """Take back a finished lane's worktree: a spare, or (with submodules) the trash. Returns
+        why it was left where it is instead, or None. Uncommitted changes are someone's work:
+        kept, unless `force` (a task worktree, whose work merged or is thrown away)."""
+        path = Path(path).absolute()
+        try:
+            dirty = [] if force else self.repo.status_paths(path)
+            if dirty:
+                return f"it has uncommitted changes ({', '.join(dirty[:5])})"
+            self.repo.detach(path)
+            if delete_branch is not None and self.repo.branch_exists(delete_branch):
+                self.repo.delete_branch(delete_branch, force=True)
+        except FlowdError as exc:
+            return str(exc)
+        if has_submodules(path):
+            to_trash(self.lanes, path)
+            return None
+        spare = self.root / uuid.uuid4().hex[:12]
+        try:
+            self.repo.worktree_move(path, spare)
+        except FlowdError:
+            to_trash(self.lanes, path)
+            return None
+        with self._lock:
+            self._free.append(spare)
+        return None
+
+    def retire(self) -> None:
+        """The run ends: every spare goes to the trash (`reap` empties it)."""
+        with self._lock:
+            spares, self._free = self._free, []
+        for spare in spares:
+            to_trash(self.lanes, spare)
+        with contextlib.suppress(OSError):
+            self.root.rmdir()
+
+
+def reap(lanes: Path) -> None:
+    """Empty `lanes`' trash, and the private git dir of each worktree it held. Never `git
+    worktree prune`: a run started meanwhile may be moving a worktree (git's record of it then
+    points nowhere for a moment), and a prune would take that one's git dir too."""
+    trash = trash_root(lanes)
+    if not trash.is_dir():
+        return
+    for entry in sorted(trash.iterdir()):
+        # A worktree, or a merge train slot `w<n>` holding one (`w<n>/_epic`).
+        held = [entry, *(p for p in entry.iterdir() if p.is_dir())] if entry.is_dir() else []
+        admins = [a for a in map(private_git_dir, held) if a is not None]
+        shutil.rmtree(entry, ignore_errors=True)
+        for admin in admins:
+            if admin.parent.name == "worktrees" and not _in_use(admin):
+                shutil.rmtree(admin, ignore_errors=True)
+    with contextlib.suppress(OSError):
+        trash.rmdir()
+
+
+def _in_use(admin: Path) -> bool:
+    """Whether a worktree still lives where the git dir `admin` says its worktree is, pointing
+    back at it (git names a new worktree's dir afresh, so one that does is not ours)."""
+    try:
+        where = Path(admin.joinpath("gitdir").read_text(encoding="utf-8").strip())
+    except OSError:
+        return False
+    return where.is_file() and private_git_dir(where.parent) == admin
+
+
+def reap_in_background(lanes: Path) -> subprocess.Popen[bytes] | None:
+    """Start `reap` in a process of its own session, which outlives the run's process (the user
+    does not wait for 25,000 files to go); a rerun or `flowd clean` finishes what it did not."""
+    trash = trash_root(lanes)
+    if not trash.is_dir():
+        return None
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "flowd.engine.spares", str(lanes)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    except OSError:
+        return None
+    # Waited for in a thread so a long-lived caller (the server's tests) leaves no zombie.
+    threading.Thread(target=proc.wait, daemon=True).start()
+    return proc
+
+
+if __name__ == "__main__":
+    reap(Path(sys.argv[1]))

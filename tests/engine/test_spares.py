@@ -1,0 +1,282 @@
+"""Worktree reuse (docs/repositories.md "Worktree reuse"), on real repositories: a spare worktree
+taken by the next lane carries nothing of the previous one, a killed reuse is finished on the
+next take, a run reuses a finished story's worktree, and what no lane takes is removed after the
+run has ended."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from flowd.engine.spares import SPARE_DIR, TRASH_DIR, Spares, reap, reap_in_background
+from flowd.vcs.gitops import Repo, bootstrapped, mark_bootstrapped
+from tests.engine.scenario import Scenario, coder, git, story
+
+ID = ["-c", "user.name=t", "-c", "user.email=t@t"]
+LOCAL = ["-c", "protocol.file.allow=always"]
+
+
+def _repo(tmp_path: Path) -> Repo:
+    root = tmp_path / "repo"
+    (root / "src").mkdir(parents=True)
+    (root / "src" / "app.py").write_text("x = 1\n", encoding="utf-8")
+    (root / ".gitignore").write_text("build/\n.env\n", encoding="utf-8")
+    (root / ".worktreeinclude").write_text(".env\n", encoding="utf-8")
+    (root / ".env").write_text("KEY=user\n", encoding="utf-8")
+    git(root, "init", "-q", "-b", "main")
+    git(root, *ID, "add", "-A")
+    git(root, *ID, "commit", "-q", "-m", "init")
+    return Repo(root)
+
+
+def _files(wt: Path) -> dict[str, str]:
+    """Every file of a worktree but git's own, with its text."""
+    found = {}
+    for path in sorted(wt.rglob("*")):
+        rel = path.relative_to(wt).as_posix()
+        if path.is_file() and ".git" not in Path(rel).parts:
+            found[rel] = path.read_text(encoding="utf-8")
+    return found
+
+
+def _used(repo: Repo, lanes: Path) -> tuple[Spares, Path]:
+    """Story `a`'s worktree after it worked: a commit, an edit, untracked and ignored files, a
+    conflicted merge left half-way, a bootstrapped copy the agent changed; then given back."""
+    spares = Spares(repo, lanes)
+    wt = lanes / "a"
+    assert spares.take(wt, "story/ep/a", "main") == "added"
+    (wt / "a.txt").write_text("a\n", encoding="utf-8")
+    git(wt, *ID, "add", "-A")
+    git(wt, *ID, "commit", "-q", "-m", "a")
+    git(repo.root, "branch", "-q", "other", "main")
+    shutil.copy(repo.root / ".env", wt / ".env")
+    mark_bootstrapped(wt, [".env"])
+    return spares, wt
+
+
+def test_a_reused_worktree_carries_nothing_of_the_previous_lane(tmp_path: Path) -> None:
+    repo = _repo(tmp_path)
+    lanes = tmp_path / "repo.flowd" / "ep"
+    spares, wt = _used(repo, lanes)
+    git(wt, *ID, "commit", "-q", "--allow-empty", "-m", "more")
+    assert spares.give(wt) is None  # clean: a spare
+    spare = next((lanes / SPARE_DIR).iterdir())
+    assert not wt.exists() and (spare / "a.txt").is_file()
+    # What a killed lane could leave behind in it, were it handed on as it is.
+    (spare / "src" / "app.py").write_text("edited\n", encoding="utf-8")
+    (spare / "stray.txt").write_text("untracked\n", encoding="utf-8")
+    (spare / "build").mkdir()
+    (spare / "build" / "out.o").write_text("ignored\n", encoding="utf-8")
+    (spare / ".env").write_text("KEY=agent\n", encoding="utf-8")
+    (spare / ".flow").mkdir()
+    (spare / ".flow" / "junk").write_text("x\n", encoding="utf-8")
+    b = lanes / "b"
+    assert spares.take(b, "story/ep/b", "main", repo.root / ".worktreeinclude") == "reused"
+    assert git(b, "rev-parse", "HEAD").strip() == repo.head("main")
+    assert git(b, "symbolic-ref", "--short", "HEAD").strip() == "story/ep/b"
+    # The user's .env copy is kept for bootstrap to compare (it rewrites what differs); the
+    # rest is exactly a fresh checkout of main.
+    assert _files(b) == {".env": "KEY=agent\n", ".gitignore": "build/\n.env\n", ".worktreeinclude": ".env\n",
+                         "src/app.py": "x = 1\n"}  # fmt: skip
+    assert bootstrapped(b) == frozenset({".env"})
+    assert git(b, "status", "--porcelain", "--ignored", "--untracked-files=all").split() == ["!!", ".env"]
+    # A lane whose include no longer lists the copy gets none of it.
+    (repo.root / ".worktreeinclude").write_text("", encoding="utf-8")
+    git(b, "update-ref", "--no-deref", "HEAD", "HEAD")
+    spares.give(b, "story/ep/b")
+    assert not repo.branch_exists("story/ep/b")
+    c = lanes / "c"
+    assert spares.take(c, "story/ep/c", "main", repo.root / ".worktreeinclude") == "reused"
+    assert ".env" not in _files(c) and bootstrapped(c) == frozenset()
+
+
+def test_uncommitted_work_is_never_made_a_spare(tmp_path: Path) -> None:
+    repo = _repo(tmp_path)
+    lanes = tmp_path / "repo.flowd" / "ep"
+    spares, wt = _used(repo, lanes)
+    (wt / "work.txt").write_text("someone's\n", encoding="utf-8")
+    kept = spares.give(wt)
+    assert kept is not None and "uncommitted" in kept and (wt / "work.txt").is_file()
+    # A task's worktree is thrown away as a removal would: forced.
+    assert spares.give(wt, "story/ep/a", force=True) is None and not repo.branch_exists("story/ep/a")
+
+
+def test_a_merge_left_half_way_is_gone_after_reuse(tmp_path: Path) -> None:
+    repo = _repo(tmp_path)
+    lanes = tmp_path / "repo.flowd" / "ep"
+    spares, wt = _used(repo, lanes)
+    (repo.root / "src" / "app.py").write_text("x = 2\n", encoding="utf-8")
+    git(repo.root, *ID, "commit", "-qam", "main moves")
+    (wt / "src" / "app.py").write_text("x = 3\n", encoding="utf-8")
+    git(wt, *ID, "commit", "-qam", "a moves")
+    proc = subprocess.run(["git", *ID, "merge", "main"], cwd=wt, capture_output=True, text=True)
+    assert proc.returncode != 0 and (Path(git(wt, "rev-parse", "--git-dir").strip()) / "MERGE_HEAD").exists()
+    assert spares.give(wt, force=True) is None
+    b = lanes / "b"
+    assert spares.take(b, "story/ep/b", "other") == "reused"
+    assert not repo.merge_in_progress(b) and git(b, "status", "--porcelain") == ""
+    assert (b / "src" / "app.py").read_text(encoding="utf-8") == "x = 1\n"
+
+
+def test_a_submodule_change_is_gone_and_a_worktree_with_submodules_is_never_moved(tmp_path: Path) -> None:
+    repo = _repo(tmp_path)
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    (lib / "util.py").write_text("V = 1\n", encoding="utf-8")
+    git(lib, "init", "-q", "-b", "main")
+    git(lib, *ID, "add", "-A")
+    git(lib, *ID, "commit", "-q", "-m", "lib")
+    git(repo.root, *LOCAL, "submodule", "add", "-q", str(lib), "libs/util")
+    git(repo.root, *ID, "commit", "-q", "-m", "sub")
+    lanes = tmp_path / "repo.flowd" / "ep"
+    spares = Spares(repo, lanes)
+    wt = lanes / "a"
+    spares.take(wt, "story/ep/a", "main")
+    # The lane edits the submodule's files, adds one and commits inside it (a pointer change).
+    (wt / "libs" / "util" / "util.py").write_text("V = 2\n", encoding="utf-8")
+    (wt / "libs" / "util" / "new.py").write_text("new\n", encoding="utf-8")
+    git(wt / "libs" / "util", *ID, "commit", "-qam", "inside")
+    (wt / "libs" / "util" / "util.py").write_text("V = 3\n", encoding="utf-8")
+    # A killed run's story worktree at its own path is reset in place (no move: git refuses one
+    # with submodules), its submodule back at the recorded commit with nothing of its own.
+    assert spares.take(wt, "story/ep/a", "main") == "reset"
+    assert (wt / "libs" / "util" / "util.py").read_text(encoding="utf-8") == "V = 1\n"
+    assert not (wt / "libs" / "util" / "new.py").exists()
+    assert git(wt, "status", "--porcelain") == ""
+    # Given back, it goes to the trash, not to the spares.
+    assert spares.give(wt) is None
+    assert not wt.exists() and not (lanes / SPARE_DIR).exists() and any((lanes / TRASH_DIR).iterdir())
+    reap(lanes)
+    assert not (lanes / TRASH_DIR).exists()
+    assert [w for w in repo.worktrees() if w.path != repo.root] == []
+
+
+def test_a_reuse_killed_half_way_is_finished_by_the_next_take(tmp_path: Path) -> None:
+    repo = _repo(tmp_path)
+    lanes = tmp_path / "repo.flowd" / "ep"
+    spares, wt = _used(repo, lanes)
+    assert spares.give(wt) is None
+    spare = next((lanes / SPARE_DIR).iterdir())
+    # Killed inside `git worktree move`: the folder renamed, git's record not yet following it.
+    b = lanes / "b"
+    os.rename(spare, b)
+    (b / "left.txt").write_text("x\n", encoding="utf-8")
+    again = Spares(repo, lanes)  # the next run: no memory of the spare
+    again.recover()
+    assert again.take(b, "story/ep/b", "main") == "reset"
+    assert git(b, "symbolic-ref", "--short", "HEAD").strip() == "story/ep/b" and not (b / "left.txt").exists()
+    # Killed inside the checkout: git's index.lock left behind, files half-written.
+    lock = Path(git(b, "rev-parse", "--path-format=absolute", "--git-path", "index.lock").strip())
+    lock.write_text("", encoding="utf-8")
+    (b / "src" / "app.py").unlink()
+    assert Spares(repo, lanes).take(b, "story/ep/b", "main") == "reset"
+    assert not lock.exists() and git(b, "status", "--porcelain") == ""
+
+
+def test_a_killed_runs_spares_are_kept_when_whole_and_trashed_when_not(tmp_path: Path) -> None:
+    repo = _repo(tmp_path)
+    lanes = tmp_path / "repo.flowd" / "ep"
+    spares = Spares(repo, lanes)
+    for name in ("a", "b"):
+        spares.take(lanes / name, f"story/ep/{name}", "main")
+    for name in ("a", "b"):
+        assert spares.give(lanes / name) is None
+    whole, broken = sorted((lanes / SPARE_DIR).iterdir())
+    os.rename(broken, lanes / SPARE_DIR / "zz-moved-by-hand")  # git's record now points nowhere
+    again = Spares(repo, lanes)
+    again.recover()
+    assert [p.name for p in (lanes / SPARE_DIR).iterdir()] == [whole.name]
+    assert again.take(lanes / "c", "story/ep/c", "main") == "reused"
+    assert again.take(lanes / "d", "story/ep/d", "main") == "added"
+    reap(lanes)
+    listed = {os.path.realpath(w.path) for w in repo.worktrees()}
+    assert listed == {os.path.realpath(p) for p in (repo.root, lanes / "c", lanes / "d")}
+
+
+def test_the_background_removal_empties_the_trash(tmp_path: Path) -> None:
+    repo = _repo(tmp_path)
+    lanes = tmp_path / "repo.flowd" / "ep"
+    spares = Spares(repo, lanes)
+    spares.take(lanes / "a", "story/ep/a", "main")
+    spares.give(lanes / "a")
+    spares.retire()
+    assert not (lanes / SPARE_DIR).exists() and (lanes / TRASH_DIR).is_dir()
+    proc = reap_in_background(lanes)
+    assert proc is not None
+    assert proc.wait(timeout=60) == 0
+    assert not (lanes / TRASH_DIR).exists()
+    assert [w.path for w in repo.worktrees()] == [repo.root]
+
+
+def test_a_run_hands_a_merged_storys_worktree_to_the_next_story(tmp_path: Path) -> None:
+    stories = [story("a", ["a.txt"]), story("b", ["b.txt"], ["a"])]
+    # `a`'s coder leaves an ignored build output and an untracked scratch file behind.
+    rules = [
+        coder("a", {"a.txt": "a\n"}, run=["mkdir -p build && echo o > build/out.o"]),
+        coder("b", {"b.txt": "b\n"}, run=["test ! -e build/out.o && test ! -e a-scratch.txt"]),
+    ]
+    sc = Scenario.create(tmp_path, stories, rules, settings='gates = ["true"]\njudgeRounds = 0\n')
+    (sc.repo / ".gitignore").write_text("build/\n", encoding="utf-8")
+    git(sc.repo, *ID, "add", "-A")
+    git(sc.repo, *ID, "commit", "-q", "-m", "ignore build")
+    result = sc.run()
+    assert result.outcome == "done", {k: v.reason for k, v in result.view.lanes.items()}
+    said = [e.event.message for e in sc.events(result.run_id) if type(e.event).__name__ == "Info"]
+    assert any("its worktree is a used one" in m and "reused" in m for m in said), said
+    assert git(sc.repo, "ls-tree", "-r", "--name-only", "story/ep/b").split().count("b.txt") == 1
+    assert sorted(sc.merge_commits()) == ["ep: merge story a", "ep: merge story b"]
+    # Nothing is left: the spare went to the trash and the trash was emptied before `run_epic`
+    # returned (in-process callers; `flowd run` leaves that to a process of its own).
+    assert sc.lanes_left() == ["_epic"]
+    assert [w.path.name for w in Repo(sc.repo).worktrees()] == ["repo", "_epic"]
+
+
+def test_flowd_clean_removes_what_a_killed_run_left_in_spares_and_trash(tmp_path: Path) -> None:
+    from flowd.engine.clean import apply_clean, plan_clean
+
+    repo = _repo(tmp_path)
+    lanes = tmp_path / "repo.flowd" / "ep"
+    spares = Spares(repo, lanes)
+    for name in ("a", "b"):
+        spares.take(lanes / name, f"story/ep/{name}", "main")
+    spares.give(lanes / "a")
+    spares.give(lanes / "b")
+    spares.retire()  # one into the trash
+    spares = Spares(repo, lanes)
+    spares.take(lanes / "c", "story/ep/c", "main")
+    spares.give(lanes / "c")  # and one left a spare, as a SIGKILL leaves it
+    plan = plan_clean(repo)
+    assert plan.empty_trash == [lanes] and [p.parent.name for p in plan.remove_worktrees] == [SPARE_DIR]
+    assert apply_clean(repo, plan) == []
+    assert not (lanes / SPARE_DIR).exists() and not (lanes / TRASH_DIR).exists()
+    assert [w.path for w in repo.worktrees()] == [repo.root]
+
+
+def test_a_run_after_one_killed_mid_reuse_finishes_it_and_carries_nothing_over(tmp_path: Path) -> None:
+    """What a run SIGKILLed while handing spares out leaves: one spare whole in `_spare`, and one
+    renamed to story `b`'s path with git's record not following (killed inside `git worktree
+    move`, before `b` had any state), holding a previous lane's leftovers. The next run takes the
+    first and repairs and resets the second; neither story's branch holds anything of them."""
+    stories = [story("a", ["a.txt"]), story("b", ["b.txt"])]
+    rules = [coder("a", {"a.txt": "a\n"}), coder("b", {"b.txt": "b\n"}, run=["test ! -e junk.txt"])]
+    sc = Scenario.create(tmp_path, stories, rules, settings='gates = ["true"]\njudgeRounds = 0\n')
+    lanes = sc.worktree_root / "ep"
+    for name in ("whole", "moved"):
+        git(sc.repo, "worktree", "add", "-q", "--detach", str(lanes / SPARE_DIR / name), "main")
+    os.rename(lanes / SPARE_DIR / "moved", lanes / "b")
+    (lanes / "b" / "junk.txt").write_text("a previous lane's\n", encoding="utf-8")
+    (lanes / "b" / "README.md").write_text("edited by a previous lane\n", encoding="utf-8")
+    result = sc.run(concurrency=1)
+    assert result.outcome == "done", {k: v.reason for k, v in result.view.lanes.items()}
+    said = [e.event.message for e in sc.events(result.run_id) if type(e.event).__name__ == "Info"]
+    assert any("(reset)" in m for m in said) and any("(reused)" in m for m in said), said
+    for name in ("a", "b"):
+        base = json.loads((sc.repo / ".flow/epics/ep/stories" / f"{name}.json").read_text())["base"]
+        changed = git(sc.repo, "diff", "--name-only", base, f"story/ep/{name}").split()
+        # Its own file (and, caught up, the other story's), nothing of the previous lane's.
+        assert f"{name}.txt" in changed and not {"junk.txt", "README.md"} & set(changed), (name, changed)
+    assert "junk.txt" not in sc.epic_files()
+    assert sc.lanes_left() == ["_epic"]
