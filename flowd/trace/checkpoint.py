@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import os
 import sys
@@ -131,24 +132,34 @@ def view_state(view: RunView) -> dict[str, Any]:
 
 
 def _dump(obj: Any) -> dict[str, Any]:
-    nested = _NESTED.get(type(obj), {})
     out: dict[str, Any] = {}
-    for f in dataclasses.fields(obj):
-        if f.name in _SKIPPED:
-            continue
-        value = getattr(obj, f.name)
-        shape = nested.get(f.name)
+    for name, shape in _dumped_fields(type(obj)):
+        value = getattr(obj, name)
         if shape is None:
-            out[f.name] = value
+            out[name] = value
         elif shape[0] == "dict":
-            out[f.name] = {k: _dump(v) for k, v in value.items()}
+            out[name] = {k: _dump(v) for k, v in value.items()}
         elif shape[0] == "pairs":
-            out[f.name] = [[k, _dump(v)] for k, v in value.items()]
+            out[name] = [[k, _dump(v)] for k, v in value.items()]
         elif shape[0] == "list":
-            out[f.name] = [_dump(v) for v in value]
+            out[name] = [_dump(v) for v in value]
         else:
-            out[f.name] = _dump(value)
+            out[name] = _dump(value)
     return out
+
+
+_DumpedFields = tuple[tuple[str, tuple[str, type] | None], ...]
+_DUMPED: dict[type, _DumpedFields] = {}
+
+
+def _dumped_fields(cls: type) -> _DumpedFields:
+    # Once per class, not per object (`dataclasses.fields` was a third of a large view's dump).
+    found = _DUMPED.get(cls)
+    if found is None:
+        nested = _NESTED.get(cls, {})
+        found = tuple((f.name, nested.get(f.name)) for f in dataclasses.fields(cls) if f.name not in _SKIPPED)
+        _DUMPED[cls] = found
+    return found
 
 
 def load_view(state: dict[str, Any], view: RunView) -> None:
@@ -162,17 +173,15 @@ def load_view(state: dict[str, Any], view: RunView) -> None:
 def _load(cls: type, state: Any, **own: Any) -> Any:
     if type(state) is not dict:
         raise TypeError(f"{cls.__name__}: not an object")
-    nested = _NESTED.get(cls, {})
-    fields = {f.name: f for f in dataclasses.fields(cls) if f.name not in _SKIPPED}
-    if state.keys() != fields.keys():
-        raise KeyError(f"{cls.__name__}: fields {sorted(state.keys() ^ fields.keys())}")
+    names, checks = _fields_of(cls)
+    if state.keys() != names:
+        raise KeyError(f"{cls.__name__}: fields {sorted(state.keys() ^ names)}")
     args = dict(state)
-    for name, f in fields.items():
+    for name, annotation, check, shape in checks:
         value = args[name]
-        shape = nested.get(name)
         if shape is None:
-            if not _matches(value, str(f.type)):
-                raise TypeError(f"{cls.__name__}.{name}: not a {f.type}")
+            if not check(value):
+                raise TypeError(f"{cls.__name__}.{name}: not a {annotation}")
         elif shape[0] == "dict":
             args[name] = {str(k): _load(shape[1], v) for k, v in value.items()}
         elif shape[0] == "pairs":
@@ -182,6 +191,19 @@ def _load(cls: type, state: Any, **own: Any) -> Any:
         else:
             args[name] = _load(shape[1], value)
     return cls(**args, **own)
+
+
+_FieldCheck = tuple[str, str, "Callable[[Any], bool]", "tuple[str, type] | None"]
+
+
+@functools.cache
+def _fields_of(cls: type) -> tuple[frozenset[str], tuple[_FieldCheck, ...]]:
+    """A class's checked fields, once per class: a checkpoint holds tens of thousands of objects
+    (tasks, phases), and reading the annotations for each was most of its load (docs/performance.md)."""
+    nested = _NESTED.get(cls, {})
+    fields = [f for f in dataclasses.fields(cls) if f.name not in _SKIPPED]
+    checks = tuple((f.name, str(f.type), _checker(str(f.type)), nested.get(f.name)) for f in fields)
+    return frozenset(f.name for f in fields), checks
 
 
 def _key(key: Any) -> str | None:
@@ -197,23 +219,39 @@ _ALIASES = {"TaskState": "str"}
 def _matches(value: Any, annotation: str) -> bool:
     """Whether JSON data fits a field's annotation (`int`, `str | None`, `list[int] | None`,
     `dict[str, dict[str, str | None]]`…): what a corrupt checkpoint must not get past."""
-    for alternative in _split(annotation, "|"):
-        name, _, rest = alternative.partition("[")
-        name = _ALIASES.get(name, name)
-        if name == "None":
-            ok = value is None
-        elif name in _PLAIN:
-            ok = type(value) in _PLAIN[name]
-        elif name == "list" and rest:
-            ok = type(value) is list and all(_matches(v, rest[:-1]) for v in value)
-        elif name == "dict" and rest:
-            key, item = _split(rest[:-1], ",")
-            ok = type(value) is dict and all(_matches(k, key) and _matches(v, item) for k, v in value.items())
-        else:
-            raise TypeError(f"no check for the annotation {annotation!r}")
-        if ok:
-            return True
-    return False
+    return _checker(annotation)(value)
+
+
+@functools.cache
+def _checker(annotation: str) -> Callable[[Any], bool]:
+    """`_matches` for one annotation, parsed once: the alternatives are tried in order, and an
+    annotation with no check raises TypeError only when a value reaches it (as before)."""
+    alternatives = [_one_checker(alternative, annotation) for alternative in _split(annotation, "|")]
+    if len(alternatives) == 1:
+        return alternatives[0]
+    return lambda value: any(check(value) for check in alternatives)
+
+
+def _one_checker(alternative: str, annotation: str) -> Callable[[Any], bool]:
+    name, _, rest = alternative.partition("[")
+    name = _ALIASES.get(name, name)
+    if name == "None":
+        return lambda value: value is None
+    if name in _PLAIN:
+        types = _PLAIN[name]
+        return lambda value: type(value) in types
+    if name == "list" and rest:
+        item = _checker(rest[:-1])
+        return lambda value: type(value) is list and all(item(v) for v in value)
+    if name == "dict" and rest:
+        key_annotation, item_annotation = _split(rest[:-1], ",")
+        key, item = _checker(key_annotation), _checker(item_annotation)
+        return lambda value: type(value) is dict and all(key(k) and item(v) for k, v in value.items())
+
+    def unknown(value: Any) -> bool:
+        raise TypeError(f"no check for the annotation {annotation!r}")
+
+    return unknown
 
 
 _PLAIN: dict[str, tuple[type, ...]] = {"int": (int,), "float": (float, int), "str": (str,), "bool": (bool,)}

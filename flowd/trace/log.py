@@ -331,6 +331,18 @@ class TraceFollower:
                         self._torn = True
                         yield self._partial + b"\n"
                     return
+                cut = data.rfind(b"\n") + 1
+                if cut and not self._partial and not self._dropping:
+                    # The common case, a chunk that starts a line: hand on its whole lines and
+                    # read the torn last one again with the next chunk, rather than keep it and
+                    # copy it and the next chunk into one (0.2 s of CPU over a 1 M-event trace).
+                    self.offset += cut
+                    self._last_line = data[data.rfind(b"\n", 0, cut - 1) + 1 : cut]
+                    if cut < len(data):
+                        handle.seek(self.offset)
+                        data = data[:cut]
+                    yield data
+                    continue
                 self.offset += len(data)
                 lines = self._complete(data)
                 if lines:

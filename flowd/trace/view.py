@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Literal, Protocol, cast
 
 from flowd.base.timeutil import iso, parse_iso
@@ -615,6 +615,11 @@ def _close(lane: LaneView, at: str) -> None:
 
 def _minus_ms(at: str, ms: int) -> str:
     try:
+        if len(at) == 24 and at[0] in "12" and at[19] == "." and at[20:23].isdigit() and at[23] == "Z":
+            # The writer's own form (docs/trace.md), once per gate result of every fold: the same
+            # result as the general path below at a third of its cost.
+            moment = datetime.fromisoformat(at[:23]) - timedelta(milliseconds=ms)
+            return moment.isoformat(timespec="milliseconds") + "Z"
         return iso(parse_iso(at) - timedelta(milliseconds=ms))
     except ValueError:
         return at
