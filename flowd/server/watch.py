@@ -49,9 +49,6 @@ APPEAR_RECHECK_S = 1.0
 # while a merge is in progress, and each batch gets one more scan once HEAD has had time to move.
 SETTLE_S = 0.5
 MERGE_WAIT_S = 30.0
-# A polled worktree is stat'ed whole each round: once a second keeps a 25,000-file tree's cost
-# small (docs/performance.md) and a stray write still flagged within about a second.
-POLL_MS = 1000
 # While watched live, a batch that adds directories may have run the user out of watches (notify
 # then drops the error): look at the budget again, at most this often.
 RECHECK_S = 2.0
@@ -80,7 +77,9 @@ class WorktreeWatches:
         # Once stopped, no new watch may start: an unstopped watch thread would hold the exit.
         self._closed = False
         self._polled = polled
-        self._polling: set[Key] = set()  # sticky: a worktree polled once is polled until its watch ends
+        # Sticky: a worktree polled once is polled until its watch ends; each with its poll delay.
+        self._polling: dict[Key, int] = {}
+        self._poll_ms: dict[Key, int] = {}
 
     def __contains__(self, key: Key) -> bool:
         return key in self._watches
@@ -101,7 +100,8 @@ class WorktreeWatches:
 
     def stop(self, key: Key) -> None:
         entry = self._watches.pop(key, None)
-        self._polling.discard(key)
+        self._polling.pop(key, None)
+        self._poll_ms.pop(key, None)
         if entry is not None:
             entry[1].set()
 
@@ -131,11 +131,11 @@ class WorktreeWatches:
     async def _follow(self, key: Key, worktree: Path, rescan: Rescan, stop: asyncio.Event) -> None:
         """Follow `worktree` until it goes or the watch stops: live while watches last, else polled."""
         while not stop.is_set() and worktree.is_dir():
-            polling = key in self._polling
+            poll_ms = self._polling.get(key)
             try:
-                exhausted = await self._batches(worktree, rescan, stop, polling=polling)
+                exhausted = await self._batches(worktree, rescan, stop, poll_ms=poll_ms)
             except OSError as exc:
-                if polling or not inotify.is_limit_error(exc):
+                if poll_ms is not None or not inotify.is_limit_error(exc):
                     raise
                 exhausted = True
             if not exhausted:
@@ -147,6 +147,7 @@ class WorktreeWatches:
         if key in self._polling:
             return
         found = await asyncio.to_thread(inotify.budget, worktree)
+        self._poll_ms[key] = found.poll_ms
         if not found.fits:
             why = f"its {found.needed} directories need as many inotify watches and {found.free} are free"
             self._fall_back(key, worktree, f"{why} (limit {found.limit})")
@@ -154,10 +155,10 @@ class WorktreeWatches:
     def _fall_back(self, key: Key, worktree: Path, why: str) -> None:
         if key in self._polling:
             return
-        self._polling.add(key)
+        poll_ms = self._polling[key] = self._poll_ms.get(key, inotify.POLL_MIN_MS)
         run_id, lane = key
         message = (
-            f"flowd: story '{lane}' (run {run_id}) is polled every {POLL_MS / 1000:g} s, not watched: "
+            f"flowd: story '{lane}' (run {run_id}) is polled every {poll_ms / 1000:g} s, not watched: "
             f"{why}; raise fs.inotify.max_user_watches to follow {worktree} live"
         )
         log.warning("%s", message)
@@ -165,8 +166,10 @@ class WorktreeWatches:
             self._polled(key, message)
 
     @staticmethod
-    async def _batches(worktree: Path, rescan: Rescan, stop: asyncio.Event, *, polling: bool) -> bool:
-        """Rescan on each batch of changes; True when inotify ran out of watches on the way."""
+    async def _batches(worktree: Path, rescan: Rescan, stop: asyncio.Event, *, poll_ms: int | None) -> bool:
+        """Rescan on each batch of changes (polled every `poll_ms` if set, else watched live);
+        True when inotify ran out of watches on the way."""
+        polling = poll_ms is not None
         watch_filter = DefaultFilter(ignore_dirs=(*DefaultFilter.ignore_dirs, ".flow"))
         again: asyncio.Task[None] | None = None
         checked = 0.0
@@ -186,7 +189,7 @@ class WorktreeWatches:
                     step=STEP_MS,
                     watch_filter=watch_filter,
                     force_polling=polling,
-                    poll_delay_ms=POLL_MS,
+                    poll_delay_ms=poll_ms or inotify.POLL_MIN_MS,
                 ):
                     if not worktree.is_dir():
                         return False

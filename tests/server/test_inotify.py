@@ -57,3 +57,14 @@ def test_the_watch_limit_error_is_recognised() -> None:
     assert inotify.is_limit_error(OSError(28, "No space left on device"))
     assert not inotify.is_limit_error(OSError(13, "Permission denied"))
     assert not inotify.is_limit_error(RuntimeError("OS file watch limit reached"))
+
+
+def test_a_polled_tree_is_polled_less_often_the_bigger_it_is(tmp_path: Path) -> None:
+    tree = _tree(tmp_path / "tree", 20)
+    assert inotify.tree_size(tree) == (26, 46)  # 26 directories and 20 files
+    small = inotify.Budget(needed=26, entries=46, limit=10, used=0)
+    assert small.poll_ms == inotify.POLL_MIN_MS
+    monorepo = inotify.Budget(needed=251, entries=25_251, limit=10, used=0)
+    assert inotify.POLL_MIN_MS < monorepo.poll_ms < inotify.POLL_MAX_MS
+    huge = inotify.Budget(needed=9_000, entries=2_000_000, limit=10, used=0)
+    assert huge.poll_ms == inotify.POLL_MAX_MS
