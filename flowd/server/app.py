@@ -65,7 +65,7 @@ class FlowServer(LanguageServer, RunHooks):
         self.runs: RunManager | None = None
         self.diags = diag.DiagnosticStore(self._publish)
         self.pacer = Pacer(self._send, self._call_later)
-        self.worktrees = WorktreeWatches()
+        self.worktrees = WorktreeWatches(lambda _key, message: self.watch_polled(message))
         self.ready = asyncio.Event()
         self.features: list[FeatureHooks] = []
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -191,6 +191,11 @@ class FlowServer(LanguageServer, RunHooks):
             return
         self.pacer.flush()
         self._fan_out("run_ended", lambda feature: feature.run_ended(run))
+
+    def watch_polled(self, message: str) -> None:
+        """A watch is polled, not watched (out of inotify watches): the editor hears it once, as a
+        warning it shows; the log has it too (docs/performance.md)."""
+        self.window_show_message(lsp.ShowMessageParams(type=lsp.MessageType.Warning, message=message))
 
     def _fan_out(self, hook: str, call: Callable[[FeatureHooks], None]) -> None:
         for feature in self.features:

@@ -33,6 +33,9 @@ RECENT_FINISHED = 20
 # the trace-to-notification latency well under 100 ms.
 WATCH_DEBOUNCE_MS = 40
 WATCH_STEP_MS = 5
+# Out of inotify watches (flowd/server/inotify.py), the runs directory is polled: it is small, so
+# often enough to keep notifications prompt.
+POLL_MS = 100
 
 
 @dataclass
@@ -70,6 +73,9 @@ class RunHooks:
     def ended(self, run: Tracked) -> None:
         """The run is over (RunEnded, run.json closed, or its process died)."""
 
+    def watch_polled(self, message: str) -> None:
+        """A watch fell back to polling (out of inotify watches): `message` says so, once."""
+
 
 def _fold_past(follower: TraceFollower, view: RunView) -> None:
     restored = follower.restore(view)
@@ -90,6 +96,7 @@ class RunManager:
         self._stop = asyncio.Event()
         self._watching = asyncio.Event()
         self._tracking: dict[str, asyncio.Task[Tracked]] = {}
+        self._polling = False  # out of inotify watches once: the runs directory is polled since
 
     # -- lifecycle -----------------------------------------------------------------------------
     async def start(self) -> None:
@@ -108,6 +115,21 @@ class RunManager:
 
     async def watch(self) -> None:
         """Follow `.flow/runs` until stopped. Before it exists, watch its nearest ancestor."""
+        while not self._stop.is_set():
+            try:
+                await self._watch()
+                return
+            except OSError as exc:
+                from flowd.server.inotify import is_limit_error
+
+                if self._polling or not is_limit_error(exc):
+                    raise
+                self._polling = True
+                message = f"flowd: {exc}; the runs directory is polled every {POLL_MS} ms from now on"
+                log.warning("%s", message)
+                self.hooks.watch_polled(message)
+
+    async def _watch(self) -> None:
         from watchfiles import awatch
 
         from flowd.trace.log import runs_dir
@@ -123,6 +145,8 @@ class RunManager:
                     debounce=WATCH_DEBOUNCE_MS,
                     step=WATCH_STEP_MS,
                     watch_filter=None,
+                    force_polling=self._polling,
+                    poll_delay_ms=POLL_MS,
                 ):
                     if base.is_dir() or (anchor != base.parent and base.parent.is_dir()):
                         break
@@ -131,7 +155,13 @@ class RunManager:
             self._watching.set()
             await self._scan()
             async for changes in awatch(
-                base, stop_event=self._stop, debounce=WATCH_DEBOUNCE_MS, step=WATCH_STEP_MS, watch_filter=None
+                base,
+                stop_event=self._stop,
+                debounce=WATCH_DEBOUNCE_MS,
+                step=WATCH_STEP_MS,
+                watch_filter=None,
+                force_polling=self._polling,
+                poll_delay_ms=POLL_MS,
             ):
                 await self._on_changes({Path(p) for _, p in changes}, base)
                 if not base.is_dir():

@@ -10,6 +10,9 @@ worktree to come back.
 The rescan (what changed against the story's base, classified against its perimeter) is the
 caller's; this module owns the watch tasks so that a lane leaving `active`, a run ending or the
 server stopping ends its watches.
+
+A worktree that inotify cannot watch whole (too few watches left, flowd/server/inotify.py) is
+polled instead, from then on, and the caller hears it once per watch (docs/performance.md).
 """
 
 from __future__ import annotations
@@ -17,11 +20,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
-from watchfiles import DefaultFilter, awatch
+from watchfiles import Change, DefaultFilter, awatch
 
+from flowd.server import inotify
 from flowd.vcs.gitops import merge_in_progress
 
 log = logging.getLogger(__name__)
@@ -32,6 +36,8 @@ Rescan = Callable[[], Awaitable[None]]
 Locate = Callable[[], Path | None]
 # Paths whose appearance may reveal the worktree (its state file, its expected directory).
 Anchors = Callable[[], list[Path]]
+# Told once per watch, with the sentence to show, when a worktree is polled instead of watched.
+Polled = Callable[[Key, str], None]
 
 # Agents write in bursts: group them briefly, but stay well under a human's notice.
 DEBOUNCE_MS = 60
@@ -43,6 +49,9 @@ APPEAR_RECHECK_S = 1.0
 # while a merge is in progress, and each batch gets one more scan once HEAD has had time to move.
 SETTLE_S = 0.5
 MERGE_WAIT_S = 30.0
+# While watched live, a batch that adds directories may have run the user out of watches (notify
+# then drops the error): look at the budget again, at most this often.
+RECHECK_S = 2.0
 
 
 async def settled(worktree: Path, stop: asyncio.Event) -> None:
@@ -63,10 +72,14 @@ def nearest_existing(path: Path) -> Path | None:
 
 
 class WorktreeWatches:
-    def __init__(self) -> None:
+    def __init__(self, polled: Polled | None = None) -> None:
         self._watches: dict[Key, tuple[asyncio.Task[None], asyncio.Event]] = {}
         # Once stopped, no new watch may start: an unstopped watch thread would hold the exit.
         self._closed = False
+        self._polled = polled
+        # Sticky: a worktree polled once is polled until its watch ends; each with its poll delay.
+        self._polling: dict[Key, int] = {}
+        self._poll_ms: dict[Key, int] = {}
 
     def __contains__(self, key: Key) -> bool:
         return key in self._watches
@@ -74,16 +87,21 @@ class WorktreeWatches:
     def __len__(self) -> int:
         return len(self._watches)
 
+    def polling(self, key: Key) -> bool:
+        return key in self._polling
+
     def start(self, key: Key, locate: Locate, anchors: Anchors, rescan: Rescan) -> None:
         if self._closed or key in self._watches:
             return
         stop = asyncio.Event()
-        task = asyncio.ensure_future(self._run(locate, anchors, rescan, stop))
+        task = asyncio.ensure_future(self._run(key, locate, anchors, rescan, stop))
         task.add_done_callback(self._done)
         self._watches[key] = (task, stop)
 
     def stop(self, key: Key) -> None:
         entry = self._watches.pop(key, None)
+        self._polling.pop(key, None)
+        self._poll_ms.pop(key, None)
         if entry is not None:
             entry[1].set()
 
@@ -96,22 +114,65 @@ class WorktreeWatches:
         for key in list(self._watches):
             self.stop(key)
 
-    @classmethod
-    async def _run(cls, locate: Locate, anchors: Anchors, rescan: Rescan, stop: asyncio.Event) -> None:
+    async def _run(
+        self, key: Key, locate: Locate, anchors: Anchors, rescan: Rescan, stop: asyncio.Event
+    ) -> None:
         while not stop.is_set():
             worktree = await asyncio.to_thread(locate)
             if worktree is None:
-                await cls._appear(anchors(), stop)
+                await self._appear(anchors(), stop)
                 continue
+            await self._decide(key, worktree)  # before the scan: the watch must follow it closely
             await rescan()
-            await cls._follow(worktree, rescan, stop)
+            await self._follow(key, worktree, rescan, stop)
             if not stop.is_set():
                 await rescan()  # the worktree went: its diagnostics go with it
 
+    async def _follow(self, key: Key, worktree: Path, rescan: Rescan, stop: asyncio.Event) -> None:
+        """Follow `worktree` until it goes or the watch stops: live while watches last, else polled."""
+        while not stop.is_set() and worktree.is_dir():
+            poll_ms = self._polling.get(key)
+            try:
+                exhausted = await self._batches(worktree, rescan, stop, poll_ms=poll_ms)
+            except OSError as exc:
+                if poll_ms is not None or not inotify.is_limit_error(exc):
+                    raise
+                exhausted = True
+            if not exhausted:
+                return
+            self._fall_back(key, worktree, "inotify ran out of watches while watching it")
+
+    async def _decide(self, key: Key, worktree: Path) -> None:
+        """Poll `worktree` if watching it live would leave too few inotify watches."""
+        if key in self._polling:
+            return
+        found = await asyncio.to_thread(inotify.budget, worktree)
+        self._poll_ms[key] = found.poll_ms
+        if not found.fits:
+            why = f"its {found.needed} directories need as many inotify watches and {found.free} are free"
+            self._fall_back(key, worktree, f"{why} (limit {found.limit})")
+
+    def _fall_back(self, key: Key, worktree: Path, why: str) -> None:
+        if key in self._polling:
+            return
+        poll_ms = self._polling[key] = self._poll_ms.get(key, inotify.POLL_MIN_MS)
+        run_id, lane = key
+        message = (
+            f"flowd: story '{lane}' (run {run_id}) is polled every {poll_ms / 1000:g} s, not watched: "
+            f"{why}; raise fs.inotify.max_user_watches to follow {worktree} live"
+        )
+        log.warning("%s", message)
+        if self._polled is not None:
+            self._polled(key, message)
+
     @staticmethod
-    async def _follow(worktree: Path, rescan: Rescan, stop: asyncio.Event) -> None:
+    async def _batches(worktree: Path, rescan: Rescan, stop: asyncio.Event, *, poll_ms: int | None) -> bool:
+        """Rescan on each batch of changes (polled every `poll_ms` if set, else watched live);
+        True when inotify ran out of watches on the way."""
+        polling = poll_ms is not None
         watch_filter = DefaultFilter(ignore_dirs=(*DefaultFilter.ignore_dirs, ".flow"))
         again: asyncio.Task[None] | None = None
+        checked = 0.0
 
         async def settle_and_rescan() -> None:
             await asyncio.sleep(SETTLE_S)
@@ -121,19 +182,31 @@ class WorktreeWatches:
 
         try:
             with contextlib.suppress(FileNotFoundError, RuntimeError):
-                async for _ in awatch(
-                    worktree, stop_event=stop, debounce=DEBOUNCE_MS, step=STEP_MS, watch_filter=watch_filter
+                async for changes in awatch(
+                    worktree,
+                    stop_event=stop,
+                    debounce=DEBOUNCE_MS,
+                    step=STEP_MS,
+                    watch_filter=watch_filter,
+                    force_polling=polling,
+                    poll_delay_ms=poll_ms or inotify.POLL_MIN_MS,
                 ):
                     if not worktree.is_dir():
-                        return
+                        return False
                     if again is not None:
                         again.cancel()
                     await settled(worktree, stop)
                     await rescan()
                     again = asyncio.ensure_future(settle_and_rescan())
+                    now = asyncio.get_running_loop().time()
+                    if not polling and now - checked >= RECHECK_S and _adds_directories(changes):
+                        checked = now
+                        if await asyncio.to_thread(_exhausted):
+                            return True
         finally:
             if again is not None:
                 again.cancel()
+        return False
 
     @staticmethod
     async def _appear(paths: list[Path], stop: asyncio.Event) -> None:
@@ -149,16 +222,19 @@ class WorktreeWatches:
         relay = asyncio.ensure_future(stop.wait())
         relay.add_done_callback(lambda _: quit_early.set())
         try:
-            with contextlib.suppress(FileNotFoundError, RuntimeError):
-                async for _ in awatch(
+            async for _ in _quiet(
+                awatch(
                     *dirs,
                     recursive=False,
                     stop_event=quit_early,
                     debounce=DEBOUNCE_MS,
                     step=STEP_MS,
                     watch_filter=None,
-                ):
-                    return
+                )
+            ):
+                return
+            # Out of watches: the recheck timer is the watch (it is short).
+            await quit_early.wait()
         finally:
             timer.cancel()
             relay.cancel()
@@ -167,3 +243,24 @@ class WorktreeWatches:
     def _done(task: asyncio.Task[None]) -> None:
         if not task.cancelled() and task.exception() is not None:
             log.error("worktree watch failed: %s", task.exception())
+
+
+async def _quiet(changes: AsyncIterator[set[tuple[Change, str]]]) -> AsyncIterator[set[tuple[Change, str]]]:
+    """`changes` until it ends, or fails for a path gone, a watcher closed or no watch left."""
+    try:
+        async for batch in changes:
+            yield batch
+    except (FileNotFoundError, RuntimeError):
+        return
+    except OSError as exc:
+        if not inotify.is_limit_error(exc):
+            raise
+
+
+def _adds_directories(changes: set[tuple[Change, str]]) -> bool:
+    return any(change == Change.added and Path(path).is_dir() for change, path in changes)
+
+
+def _exhausted() -> bool:
+    """No watch is left for this user: notify may have skipped the newest directories."""
+    return inotify.watches_in_use() >= inotify.limit()
