@@ -46,6 +46,7 @@ export function activate(context: vscode.ExtensionContext): FlowdApi {
     void showAttention(ctx, params);
   };
   const lanesView = vscode.window.createTreeView(LANES_VIEW, { treeDataProvider: tree, showCollapseAll: true });
+  tree.attach(lanesView);
   // The badge counts the stories waiting on a person (docs/editors.md).
   const stopBadge = attention.onDidChange(() => (lanesView.badge = attentionBadge(attention.count)));
   const findNode = (nodes: TreeNode[], id: string): TreeNode | undefined => {

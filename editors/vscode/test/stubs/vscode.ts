@@ -255,7 +255,9 @@ export const window = {
     return item;
   },
   createTreeView(id: string, options: unknown) {
-    return { id, options, dispose: () => undefined };
+    const collapse = new EventEmitter<unknown>();
+    const expand = new EventEmitter<unknown>();
+    return { id, options, onDidCollapseElement: collapse.event, onDidExpandElement: expand.event, reveal: () => Promise.resolve(), dispose: () => undefined };
   },
   createTerminal(options: { name?: string; cwd?: string }) {
     const terminal = { name: options.name, cwd: options.cwd, sent: [] as string[] };
