@@ -87,7 +87,10 @@ export function rowsToExpand(shown: Map<string, TreeNode>, fresh: TreeNode[], us
 }
 
 /** What the provider needs of the `TreeView` it feeds. */
-export type LanesTreeView = Pick<vscode.TreeView<TreeNode>, "reveal" | "onDidCollapseElement" | "onDidExpandElement">;
+export type LanesTreeView = Pick<
+  vscode.TreeView<TreeNode>,
+  "reveal" | "visible" | "onDidChangeVisibility" | "onDidCollapseElement" | "onDidExpandElement"
+>;
 
 export class LanesTreeProvider implements vscode.TreeDataProvider<TreeNode>, vscode.Disposable {
   private readonly emitter = new vscode.EventEmitter<TreeNode | TreeNode[] | undefined>();
@@ -103,6 +106,8 @@ export class LanesTreeProvider implements vscode.TreeDataProvider<TreeNode>, vsc
   /** The rows the user collapsed (and has not expanded since): never opened for them. */
   private readonly userCollapsed = new Set<string>();
   private viewListeners: vscode.Disposable[] = [];
+  /** Rows to open once the view is shown: `reveal` would show it, switching the side bar. */
+  private readonly toOpen = new Set<string>();
 
   /** `delayMs` batches bursts of notifications into one repaint. */
   constructor(
@@ -118,6 +123,9 @@ export class LanesTreeProvider implements vscode.TreeDataProvider<TreeNode>, vsc
     this.viewListeners = [
       view.onDidCollapseElement((e) => this.userCollapsed.add(e.element.id)),
       view.onDidExpandElement((e) => this.userCollapsed.delete(e.element.id)),
+      view.onDidChangeVisibility((e) => {
+        if (e.visible) this.openLater();
+      }),
     ];
   }
 
@@ -161,6 +169,10 @@ export class LanesTreeProvider implements vscode.TreeDataProvider<TreeNode>, vsc
   private open(id: string): void {
     const node = this.shown.get(id);
     if (!node || !this.view) return;
+    if (!this.view.visible) {
+      this.toOpen.add(id);
+      return;
+    }
     node.collapsed = "expanded";
     this.view.reveal(node, { select: false, focus: false, expand: true }).then(undefined, () => undefined);
   }
@@ -177,6 +189,17 @@ export class LanesTreeProvider implements vscode.TreeDataProvider<TreeNode>, vsc
     }
     Object.assign(old, fresh);
     return old;
+  }
+
+  /** The rows that started running while the view was hidden, if they still run and stay open. */
+  private openLater(): void {
+    const ids = [...this.toOpen];
+    this.toOpen.clear();
+    const under = (id: string): boolean => {
+      for (let n = this.shown.get(id); n; n = this.getParent(n)) if (this.userCollapsed.has(n.id)) return true;
+      return false;
+    };
+    for (const id of ids) if (this.fresh?.get(id)?.collapsed === "expanded" && !under(id)) this.open(id);
   }
 
   getTreeItem(node: TreeNode): vscode.TreeItem {

@@ -270,4 +270,15 @@ describe("LanesTreeProvider in a tree that keeps a row's first expansion, as VS 
     assert.deepEqual(host.rows().slice(-2), ["  ▾ docs — Document login", "    · 1. Step 1"]);
     provider.dispose();
   });
+
+  test("a lane that starts running while the view is hidden opens when the view is shown, not before", () => {
+    const { provider, host, apply } = shown();
+    apply(run, lane("api", "Login API", "planned"), task("api", 1, "planned"));
+    host.setVisible(false);
+    apply(lane("api", "Login API", "active"), task("api", 1, "started"));
+    assert.equal(host.revealedHidden, 0, "reveal shows the view: never while it is hidden");
+    host.setVisible(true);
+    assert.deepEqual(host.rows(), ["▾ auth", "  ▾ api — Login API", "    · 1. Step 1"]);
+    provider.dispose();
+  });
 });

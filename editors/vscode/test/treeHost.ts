@@ -22,6 +22,11 @@ export class TreeHost<T> {
   private readonly expandEmitter = new EventEmitter<{ element: T }>();
   readonly onDidCollapseElement = this.collapseEmitter.event;
   readonly onDidExpandElement = this.expandEmitter.event;
+  private readonly visibilityEmitter = new EventEmitter<{ visible: boolean }>();
+  readonly onDidChangeVisibility = this.visibilityEmitter.event;
+  visible = true;
+  /** How many times `reveal` was called while the view was hidden (VS Code would show it). */
+  revealedHidden = 0;
   private lines: string[] = [];
   private readonly elements = new Map<string, T>();
 
@@ -49,7 +54,14 @@ export class TreeHost<T> {
     this.expandEmitter.fire({ element: this.element(id) });
   }
 
+  /** The user shows or hides the view (another view in its place in the side bar). */
+  setVisible(visible: boolean): void {
+    this.visible = visible;
+    this.visibilityEmitter.fire({ visible });
+  }
+
   reveal(element: T, options: { expand?: boolean | number } = {}): Promise<void> {
+    if (!this.visible) this.revealedHidden++;
     const chain: T[] = [];
     for (let p = this.provider.getParent(element); p; p = this.provider.getParent(p)) chain.unshift(p);
     if (options.expand) chain.push(element);

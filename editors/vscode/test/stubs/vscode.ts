@@ -257,7 +257,17 @@ export const window = {
   createTreeView(id: string, options: unknown) {
     const collapse = new EventEmitter<unknown>();
     const expand = new EventEmitter<unknown>();
-    return { id, options, onDidCollapseElement: collapse.event, onDidExpandElement: expand.event, reveal: () => Promise.resolve(), dispose: () => undefined };
+    const visibility = new EventEmitter<unknown>();
+    return {
+      id,
+      options,
+      visible: true,
+      onDidChangeVisibility: visibility.event,
+      onDidCollapseElement: collapse.event,
+      onDidExpandElement: expand.event,
+      reveal: () => Promise.resolve(),
+      dispose: () => undefined,
+    };
   },
   createTerminal(options: { name?: string; cwd?: string }) {
     const terminal = { name: options.name, cwd: options.cwd, sent: [] as string[] };
