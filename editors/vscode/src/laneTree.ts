@@ -178,7 +178,9 @@ export function laneNode(run: RunEntry, lane: LaneEntry): TreeNode {
     flaky ? `Flaky gates: ${lane.flaky} (green only on a rerun; not charged to the story)` : "",
   ].filter(Boolean);
   return {
-    id: `lane:${run.runId}:${lane.lane}`,
+    // A new id once the lane starts: VS Code keeps the expansion a row had when its id was first
+    // drawn (collapsed, for a planned lane), so the started lane's row is a new one, drawn open.
+    id: lane.started ? `lane:${run.runId}:${lane.lane}` : `planned-lane:${run.runId}:${lane.lane}`,
     kind: "lane",
     label,
     description: join(status, coder, node, task, tokens, laneCost(lane.costUsd, lane.estimated), ports, revision, flaky),

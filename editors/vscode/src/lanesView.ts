@@ -66,32 +66,6 @@ export function changedNodes(shown: Map<string, TreeNode>, shownRoots: string[],
   return changed.filter((id) => byId.has(id));
 }
 
-/**
- * The rows VS Code may hold collapsed that should now be open: an epic or lane row handed to it
- * collapsed (VS Code keeps a row's first expansion, whatever collapsibleState says later) whose
- * fresh node is expanded (it runs now), unless the user collapsed it or a row above it.
- */
-export function rowsToExpand(shown: Map<string, TreeNode>, fresh: TreeNode[], userCollapsed: ReadonlySet<string>): string[] {
-  const ids: string[] = [];
-  const walk = (nodes: TreeNode[]): void => {
-    for (const node of nodes) {
-      if (userCollapsed.has(node.id)) continue;
-      const old = shown.get(node.id);
-      const opens = node.kind === "run" || node.kind === "lane";
-      if (opens && old && old.collapsed !== "expanded" && node.collapsed === "expanded") ids.push(node.id);
-      walk(node.children);
-    }
-  };
-  walk(fresh);
-  return ids;
-}
-
-/** What the provider needs of the `TreeView` it feeds. */
-export type LanesTreeView = Pick<
-  vscode.TreeView<TreeNode>,
-  "reveal" | "visible" | "onDidChangeVisibility" | "onDidCollapseElement" | "onDidExpandElement"
->;
-
 export class LanesTreeProvider implements vscode.TreeDataProvider<TreeNode>, vscode.Disposable {
   private readonly emitter = new vscode.EventEmitter<TreeNode | TreeNode[] | undefined>();
   readonly onDidChangeTreeData = this.emitter.event;
@@ -102,12 +76,6 @@ export class LanesTreeProvider implements vscode.TreeDataProvider<TreeNode>, vsc
   private freshRoots: TreeNode[] | undefined;
   private pending: ReturnType<typeof setTimeout> | undefined;
   private readonly unsubscribe: () => void;
-  private view: LanesTreeView | undefined;
-  /** The rows the user collapsed (and has not expanded since): never opened for them. */
-  private readonly userCollapsed = new Set<string>();
-  private viewListeners: vscode.Disposable[] = [];
-  /** Rows to open once the view is shown: `reveal` would show it, switching the side bar. */
-  private readonly toOpen = new Set<string>();
 
   /** `delayMs` batches bursts of notifications into one repaint. */
   constructor(
@@ -115,18 +83,6 @@ export class LanesTreeProvider implements vscode.TreeDataProvider<TreeNode>, vsc
     private readonly delayMs = 100,
   ) {
     this.unsubscribe = model.onDidChange(() => this.schedule());
-  }
-
-  /** The view showing this tree: rows that start running are opened in it, once (`rowsToExpand`). */
-  attach(view: LanesTreeView): void {
-    this.view = view;
-    this.viewListeners = [
-      view.onDidCollapseElement((e) => this.userCollapsed.add(e.element.id)),
-      view.onDidExpandElement((e) => this.userCollapsed.delete(e.element.id)),
-      view.onDidChangeVisibility((e) => {
-        if (e.visible) this.openLater();
-      }),
-    ];
   }
 
   private schedule(): void {
@@ -149,7 +105,6 @@ export class LanesTreeProvider implements vscode.TreeDataProvider<TreeNode>, vsc
       return;
     }
     const changed = changedNodes(this.shown, this.shownRoots, this.freshRoots);
-    const opening = this.view ? rowsToExpand(this.shown, this.freshRoots, this.userCollapsed) : [];
     for (const id of [...this.shown.keys()]) if (!this.fresh.has(id)) this.shown.delete(id);
     if (changed === "all") {
       // VS Code asks for the roots again (a hidden view, when shown); until then these are they.
@@ -159,22 +114,6 @@ export class LanesTreeProvider implements vscode.TreeDataProvider<TreeNode>, vsc
       const nodes = changed.map((id) => this.adopt(id));
       this.emitter.fire(nodes);
     }
-    for (const id of opening) this.open(id);
-  }
-
-  /**
-   * Opens a row VS Code holds collapsed; `reveal` waits for the repaint just fired. Its state is
-   * now expanded as far as we know, so it is opened once; the user may collapse it again.
-   */
-  private open(id: string): void {
-    const node = this.shown.get(id);
-    if (!node || !this.view) return;
-    if (!this.view.visible) {
-      this.toOpen.add(id);
-      return;
-    }
-    node.collapsed = "expanded";
-    this.view.reveal(node, { select: false, focus: false, expand: true }).then(undefined, () => undefined);
   }
 
   /** The shown object for an id, updated to the fresh node's face (children come on request). */
@@ -189,17 +128,6 @@ export class LanesTreeProvider implements vscode.TreeDataProvider<TreeNode>, vsc
     }
     Object.assign(old, fresh);
     return old;
-  }
-
-  /** The rows that started running while the view was hidden, if they still run and stay open. */
-  private openLater(): void {
-    const ids = [...this.toOpen];
-    this.toOpen.clear();
-    const under = (id: string): boolean => {
-      for (let n = this.shown.get(id); n; n = this.getParent(n)) if (this.userCollapsed.has(n.id)) return true;
-      return false;
-    };
-    for (const id of ids) if (this.fresh?.get(id)?.collapsed === "expanded" && !under(id)) this.open(id);
   }
 
   getTreeItem(node: TreeNode): vscode.TreeItem {
@@ -229,7 +157,6 @@ export class LanesTreeProvider implements vscode.TreeDataProvider<TreeNode>, vsc
 
   dispose(): void {
     if (this.pending) clearTimeout(this.pending);
-    for (const d of this.viewListeners) d.dispose();
     this.unsubscribe();
     this.emitter.dispose();
   }

@@ -255,19 +255,7 @@ export const window = {
     return item;
   },
   createTreeView(id: string, options: unknown) {
-    const collapse = new EventEmitter<unknown>();
-    const expand = new EventEmitter<unknown>();
-    const visibility = new EventEmitter<unknown>();
-    return {
-      id,
-      options,
-      visible: true,
-      onDidChangeVisibility: visibility.event,
-      onDidCollapseElement: collapse.event,
-      onDidExpandElement: expand.event,
-      reveal: () => Promise.resolve(),
-      dispose: () => undefined,
-    };
+    return { id, options, dispose: () => undefined };
   },
   createTerminal(options: { name?: string; cwd?: string }) {
     const terminal = { name: options.name, cwd: options.cwd, sent: [] as string[] };
