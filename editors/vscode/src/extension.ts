@@ -48,10 +48,10 @@ export function activate(context: vscode.ExtensionContext): FlowdApi {
   const lanesView = vscode.window.createTreeView(LANES_VIEW, { treeDataProvider: tree, showCollapseAll: true });
   // The badge counts the stories waiting on a person (docs/editors.md).
   const stopBadge = attention.onDidChange(() => (lanesView.badge = attentionBadge(attention.count)));
-  const findNode = (nodes: TreeNode[], id: string): TreeNode | undefined => {
+  const findNode = (nodes: TreeNode[], want: (n: TreeNode) => boolean): TreeNode | undefined => {
     for (const n of nodes) {
-      if (n.id === id) return n;
-      const inner = findNode(tree.getChildren(n), id);
+      if (want(n)) return n;
+      const inner = findNode(tree.getChildren(n), want);
       if (inner) return inner;
     }
     return undefined;
@@ -65,7 +65,8 @@ export function activate(context: vscode.ExtensionContext): FlowdApi {
       return folder ? mainCheckout(folder) : undefined;
     },
     revealLane: async (runId: string, lane: string) => {
-      const found = findNode(tree.getChildren(), `lane:${runId}:${lane}`);
+      // By run and lane, not id: a lane's row changes id when it starts (laneTree.ts).
+      const found = findNode(tree.getChildren(), (n) => n.kind === "lane" && n.runId === runId && n.lane === lane);
       if (found) await lanesView.reveal(found, { select: true, focus: false, expand: true });
     },
     laneCommand: (command: string, runId: string, lane: string): Thenable<unknown> => vscode.commands.executeCommand<unknown>(command, { runId, lane }),

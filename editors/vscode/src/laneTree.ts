@@ -141,7 +141,9 @@ export function runNode(run: RunEntry, as: { id?: string; cost?: RunEntry["cost"
     tooltip: tooltip.join("\n"),
     icon: active ? { id: "sync~spin", color: "charts.blue" } : (RUN_ICON[run.status] ?? { id: "circle-outline" }),
     contextValue: as.past ? "run.past" : active ? "run.active" : run.status === "done" ? "run.done" : "run.ended",
-    collapsed: children.length === 0 ? "none" : active && !as.past ? "expanded" : "collapsed",
+    // Always collapsible, even before its first lane: VS Code fixes a row's expansion when it first
+    // draws its id (a childless row stays collapsed once children come), docs/editors.md.
+    collapsed: as.past && children.length === 0 ? "none" : active && !as.past ? "expanded" : "collapsed",
     children,
     runId: run.runId,
   };
@@ -176,7 +178,9 @@ export function laneNode(run: RunEntry, lane: LaneEntry): TreeNode {
     flaky ? `Flaky gates: ${lane.flaky} (green only on a rerun; not charged to the story)` : "",
   ].filter(Boolean);
   return {
-    id: `lane:${run.runId}:${lane.lane}`,
+    // A new id once the lane starts: VS Code keeps the expansion a row had when its id was first
+    // drawn (collapsed, for a planned lane), so the started lane's row is a new one, drawn open.
+    id: lane.started ? `lane:${run.runId}:${lane.lane}` : `planned-lane:${run.runId}:${lane.lane}`,
     kind: "lane",
     label,
     description: join(status, coder, node, task, tokens, laneCost(lane.costUsd, lane.estimated), ports, revision, flaky),
@@ -184,7 +188,8 @@ export function laneNode(run: RunEntry, lane: LaneEntry): TreeNode {
     icon: LANE_ICON[lane.status] ?? { id: "circle-outline" },
     // `lane.ready`: waiting for approval to merge, so the Approve / Request Changes items show.
     contextValue: lane.status === "ready" ? "lane.ready" : "lane",
-    collapsed: children.length === 0 ? "none" : isLaneRunning(lane.status) ? "expanded" : "collapsed",
+    // Collapsible before its first task, for the same reason as the epic's row.
+    collapsed: isLaneRunning(lane.status) ? "expanded" : "collapsed",
     children,
     runId: run.runId,
     lane: lane.lane,

@@ -27,6 +27,8 @@ export interface LaneEntry extends Omit<LaneParams, "runId"> {
   tasks: Map<number, TaskEntry>;
   /** The clones that served this lane, by `cloneKey`, with their state as far as this lane goes. */
   clones: Map<string, CloneEntry>;
+  /** Ever past planned and waiting: its tree row is then a new one, drawn open (laneTree.ts). */
+  started?: boolean;
 }
 
 export interface CostEntry {
@@ -354,6 +356,7 @@ export class LanesModel {
   private mergeLane(run: RunEntry, lane: LaneEntry, p: LaneParams): void {
     lane.title = p.title || lane.title;
     lane.status = p.status;
+    if (p.status !== "planned" && p.status !== "waiting") lane.started = true;
     lane.executor = p.executor;
     lane.clone = p.clone;
     lane.task = p.task;

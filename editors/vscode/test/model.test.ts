@@ -5,6 +5,7 @@ import { LanesModel } from "../src/lanesModel";
 import { LanesTreeProvider } from "../src/lanesView";
 import { END, MIDDLE, Note, RUN_ID, START } from "./fixtures/sequence";
 import { ThemeColor, ThemeIcon, TreeItemCollapsibleState } from "./stubs/vscode";
+import { TreeHost } from "./treeHost";
 
 function feed(...batches: Note[][]): LanesModel {
   const model = new LanesModel();
@@ -55,7 +56,8 @@ describe("LanesModel fed a run's notifications", () => {
 
     const docs = child(run, "docs — Document login");
     assert.equal(summary(docs), "circle-large-outline docs — Document login | planned");
-    assert.equal(docs.collapsed, "none");
+    // Collapsible before its first task: VS Code would keep a childless row shut (docs/editors.md).
+    assert.equal(docs.collapsed, "collapsed");
 
     const clones = child(run, "Clones");
     assert.equal(clones.description, "2 leased");
@@ -216,6 +218,54 @@ describe("LanesTreeProvider", () => {
     // has not asked for the run's children yet (it gets them fresh when it does).
     assert.equal(fired, 1);
     assert.equal(provider.getChildren().length, 1);
+    provider.dispose();
+  });
+});
+
+describe("LanesTreeProvider in a tree that keeps a row's first expansion, as VS Code's does", () => {
+  const lane = (id: string, title: string, status: string): Note => ["flow/lane", { runId: RUN_ID, lane: id, title, status, tokens: 0, estimated: false }];
+  const task = (l: string, index: number, state: string): Note => ["flow/task", { runId: RUN_ID, lane: l, index, count: 2, title: `Step ${index}`, state }];
+  const run: Note = ["flow/run", { runId: RUN_ID, epicId: "auth", status: "running", done: 0, failed: 0, skipped: 0, total: 2 }];
+
+  function shown(): { provider: LanesTreeProvider; host: TreeHost<TreeNode>; apply: (...notes: Note[]) => void } {
+    const model = new LanesModel();
+    const provider = new LanesTreeProvider(model, 0);
+    const host = new TreeHost(provider);
+    const apply = (...notes: Note[]): void => {
+      for (const [method, params] of notes) model.apply(method, params);
+    };
+    return { provider, host, apply };
+  }
+
+  test("an epic drawn before its first lane, and a lane before its first task, open when they run", () => {
+    const { provider, host, apply } = shown();
+    apply(run);
+    assert.deepEqual(host.rows(), ["▾ auth"]);
+    apply(lane("api", "Login API", "planned"), lane("ui", "Login page", "planned"));
+    assert.deepEqual(host.rows(), ["▾ auth", "  ▸ api — Login API", "  ▸ ui — Login page"]);
+    apply(task("api", 1, "planned"), task("api", 2, "planned"), lane("api", "Login API", "active"), task("api", 1, "started"));
+    assert.deepEqual(host.rows(), ["▾ auth", "  ▾ api — Login API", "    · 1. Step 1", "    · 2. Step 2", "  ▸ ui — Login page"]);
+    // Waiting again (a cancel) and done, it stays open: the same row.
+    apply(lane("api", "Login API", "waiting"), lane("api", "Login API", "done"));
+    assert.deepEqual(host.rows().slice(1, 4), ["  ▾ api — Login API", "    · 1. Step 1", "    · 2. Step 2"]);
+    // A lane that first shows running, before any task, is drawn open.
+    apply(lane("docs", "Document login", "active"), task("docs", 1, "started"));
+    assert.deepEqual(host.rows().slice(-2), ["  ▾ docs — Document login", "    · 1. Step 1"]);
+    provider.dispose();
+  });
+
+  test("a running row the user collapsed stays collapsed, and so do the rows under it", () => {
+    const { provider, host, apply } = shown();
+    apply(run, lane("api", "Login API", "active"), task("api", 1, "started"), lane("ui", "Login page", "planned"), task("ui", 1, "planned"));
+    host.collapse(`lane:${RUN_ID}:api`);
+    apply(task("api", 1, "completed"), task("api", 2, "started"), lane("api", "Login API", "merging"), lane("api", "Login API", "active"));
+    assert.deepEqual(host.rows(), ["▾ auth", "  ▸ api — Login API", "  ▸ ui — Login page"]);
+    host.collapse("epic:auth");
+    apply(lane("ui", "Login page", "active"), lane("docs", "Document login", "planned"), task("docs", 1, "planned"), lane("docs", "Document login", "active"));
+    assert.deepEqual(host.rows(), ["▸ auth"]);
+    // Opened again by the user, the epic shows its lanes as they are: the running ones open.
+    host.expand("epic:auth");
+    assert.deepEqual(host.rows(), ["▾ auth", "  ▾ api — Login API", "    · 1. Step 1", "    · 2. Step 2", "  ▾ ui — Login page", "    · 1. Step 1", "  ▾ docs — Document login", "    · 1. Step 1"]);
     provider.dispose();
   });
 });
