@@ -138,8 +138,9 @@ def scan_ratio(repo: Path, base: Path, rounds: int) -> tuple[float, float]:
     return statistics.median(bare), statistics.median(ours)
 
 
-def _epic_repo(repo: Path) -> Path:
-    """A 4-story epic (one-line stories, gates `true`) and a scripted roster in `repo`."""
+def one_line_epic(repo: Path, epic: str, count: int, rules: list[dict[str, object]], config: str) -> Path:
+    """An epic `epic` of `count` one-line stories in `repo` (`s<n>` owning `story<n>.txt`), its
+    scripted roster (`rules`, one slot per story) and `.flow/config.toml` (`config`)."""
     stories = [
         {
             "id": f"s{n}",
@@ -148,26 +149,31 @@ def _epic_repo(repo: Path) -> Path:
             "owned": [f"story{n}.txt"],
             "dependsOn": [],
         }
-        for n in range(STORIES)
+        for n in range(count)
     ]
-    plan = repo / "bench.epic.json"
-    plan.write_text(json.dumps({"epicId": "bench", "epic": "bench", "stories": stories}), encoding="utf-8")
+    plan = repo / f"{epic}.epic.json"
+    plan.write_text(json.dumps({"epicId": epic, "epic": epic, "stories": stories}), encoding="utf-8")
     flow = repo / ".flow"
     flow.mkdir(exist_ok=True)
-    rules = [
-        {"when": {"role": "coder", "story": f"s{n}"}, "writes": {f"story{n}.txt": "x\n"}, "reply": "done"}
-        for n in range(STORIES)
-    ]
     (flow / "script.json").write_text(json.dumps({"model": "bench", "rules": rules}), encoding="utf-8")
     (flow / "roster.toml").write_text(
-        '[[executors]]\nid = "demo"\nkind = "script"\nscript = "script.json"\nslots = 4\n'
+        f'[[executors]]\nid = "demo"\nkind = "script"\nscript = "script.json"\nslots = {count}\n'
         'roles = ["planner", "coder", "reviewer", "judge"]\n',
         encoding="utf-8",
     )
-    (flow / "config.toml").write_text(
-        'gates = ["true"]\njudgeRounds = 0\nconcurrency = 4\n', encoding="utf-8"
-    )
+    (flow / "config.toml").write_text(config, encoding="utf-8")
     return plan
+
+
+def _epic_repo(repo: Path) -> Path:
+    """A 4-story epic (one-line stories, gates `true`) and a scripted roster in `repo`."""
+    rules: list[dict[str, object]] = [
+        {"when": {"role": "coder", "story": f"s{n}"}, "writes": {f"story{n}.txt": "x\n"}, "reply": "done"}
+        for n in range(STORIES)
+    ]
+    return one_line_epic(
+        repo, "bench", STORIES, rules, 'gates = ["true"]\njudgeRounds = 0\nconcurrency = 4\n'
+    )
 
 
 def epic_seconds(repo: Path) -> tuple[float, float]:

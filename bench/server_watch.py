@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import logging
 import os
 import shutil
@@ -40,7 +39,7 @@ if str(ROOT) not in sys.path:
 from lsprotocol import types as lsp  # noqa: E402
 from pygls.lsp.client import LanguageClient  # noqa: E402
 
-from bench.monorepo import ENV, generate  # noqa: E402
+from bench.monorepo import ENV, generate, one_line_epic  # noqa: E402
 from flowd.server.inotify import directories, watches_of  # noqa: E402
 
 LANES = 8
@@ -63,31 +62,9 @@ asyncio.run(main())
 
 def held_epic(repo: Path) -> Path:
     """An epic of LANES one-line stories whose coders all sleep HOLD_MS (gates `true`)."""
-    stories = [
-        {
-            "id": f"s{n}",
-            "title": f"Story {n}",
-            "description": "one line",
-            "owned": [f"story{n}.txt"],
-            "dependsOn": [],
-        }
-        for n in range(LANES)
-    ]
-    plan = repo / "held.epic.json"
-    plan.write_text(json.dumps({"epicId": "held", "epic": "held", "stories": stories}), encoding="utf-8")
-    flow = repo / ".flow"
-    flow.mkdir(exist_ok=True)
-    rules = [{"when": {"role": "coder"}, "delayMs": HOLD_MS, "reply": "done"}]
-    (flow / "script.json").write_text(json.dumps({"model": "bench", "rules": rules}), encoding="utf-8")
-    (flow / "roster.toml").write_text(
-        f'[[executors]]\nid = "demo"\nkind = "script"\nscript = "script.json"\nslots = {LANES}\n'
-        'roles = ["planner", "coder", "reviewer", "judge"]\n',
-        encoding="utf-8",
-    )
-    (flow / "config.toml").write_text(
-        f'gates = ["true"]\njudgeRounds = 0\nconcurrency = {LANES}\nstallTimeoutS = 7200\n', encoding="utf-8"
-    )
-    return plan
+    rules: list[dict[str, object]] = [{"when": {"role": "coder"}, "delayMs": HOLD_MS, "reply": "done"}]
+    config = f'gates = ["true"]\njudgeRounds = 0\nconcurrency = {LANES}\nstallTimeoutS = 7200\n'
+    return one_line_epic(repo, "held", LANES, rules, config)
 
 
 def launch_held(repo: Path) -> tuple[subprocess.Popen[bytes], list[Path]]:
