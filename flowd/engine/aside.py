@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Protocol
 
 from flowd.agents.base import AgentError, TurnRequest, TurnResult
+from flowd.base import layout
 from flowd.base.errors import FlowdError
 from flowd.engine import prompts
 from flowd.engine.bootstrap import describe_prepared, include_path, prepare_lane
@@ -86,11 +87,11 @@ class AsideCoder:
 
 
 def task_worktree(ctx: RunContext, story_id: str, index: int) -> Path:
-    return ctx.worktree_root / ctx.epic_id / f"{story_id}.task-{index}"
+    return layout.task_worktree(ctx.worktree_root, ctx.epic_id, story_id, index)
 
 
 def task_branch(ctx: RunContext, story_id: str, index: int) -> str:
-    return f"{ctx.story_branch(story_id)}--task-{index}"
+    return layout.task_branch(ctx.epic_id, story_id, index)
 
 
 class TaskGraph:

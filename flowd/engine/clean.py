@@ -16,8 +16,10 @@ import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from flowd.base import layout
 from flowd.base.errors import FlowdError, InputError
-from flowd.engine.spares import SPARE_DIR, reap, to_trash, trash_root
+from flowd.base.layout import SPARE_DIR
+from flowd.engine.spares import reap, to_trash, trash_root
 from flowd.engine.state import EpicLock, EpicPaths, all_states
 from flowd.store.config import load_settings
 from flowd.trace.log import is_active, list_runs, pid_alive
@@ -78,10 +80,10 @@ def plan_clean(repo: Repo) -> CleanPlan:
             result.kept.append(f"epic {epic_id}: run {holder[0]} is active")
             continue
         _spares_of(root / epic_id, registered, result)
-        epic_branch = f"epic/{epic_id}"
+        epic_branch = layout.epic_branch(epic_id)
         forgotten = epic_id not in known
         states = {s.id: s for s in all_states(paths)}
-        for branch in repo.branches(f"story/{epic_id}/"):
+        for branch in repo.branches(layout.story_branches(epic_id)):
             story_id = branch.split("/", 2)[2]
             state = states.get(story_id)
             if not forgotten and (state is None or state.status != "merged"):
@@ -94,7 +96,7 @@ def plan_clean(repo: Repo) -> CleanPlan:
                 repo, result, branch, info, epic_branch if repo.branch_exists(epic_branch) else "HEAD"
             )
         if forgotten:
-            epic_wt = root / epic_id / "_epic"
+            epic_wt = layout.epic_worktree(root, epic_id)
             info = registered.get(epic_wt.resolve())
             if info is not None:
                 if repo.status_paths(info.path):
@@ -119,7 +121,7 @@ def _spares_of(lanes: Path, registered: dict[Path, WorktreeInfo], result: CleanP
 def retire_plan(repo: Repo, epic_id: str) -> CleanPlan:
     """What retiring `epic_id` removes; InputError (exit 2) when it must not be retired now."""
     paths = EpicPaths(repo.root, epic_id)
-    epic_branch = f"epic/{epic_id}"
+    epic_branch = layout.epic_branch(epic_id)
     if not paths.root.is_dir() and not repo.branch_exists(epic_branch):
         raise InputError(f"--epic {epic_id}: no such epic in {repo.root} (`flowd status` lists the runs)")
     holder = EpicLock(paths).holder()
@@ -146,7 +148,7 @@ def retire_plan(repo: Repo, epic_id: str) -> CleanPlan:
     registered = {info.path.resolve(): info for info in repo.worktrees()}
     result = CleanPlan()
     _spares_of(root / epic_id, registered, result)
-    epic_wt = registered.get((root / epic_id / "_epic").resolve()) or next(
+    epic_wt = registered.get(layout.epic_worktree(root, epic_id).resolve()) or next(
         (i for i in registered.values() if i.branch == epic_branch), None
     )
     if epic_wt is not None and epic_wt.path.resolve() != repo.root.resolve():
@@ -157,7 +159,7 @@ def retire_plan(repo: Repo, epic_id: str) -> CleanPlan:
                 f"({', '.join(dirty[:5])}); commit, move or discard them, then clean"
             )
         result.remove_worktrees.append(epic_wt.path)
-    for branch in repo.branches(f"story/{epic_id}/"):
+    for branch in repo.branches(layout.story_branches(epic_id)):
         info = next((i for i in registered.values() if i.branch == branch), None)
         _take_branch(repo, result, branch, info, epic_branch, repo.branch_exists(epic_branch))
     return result

@@ -8,13 +8,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import cast
 
+from flowd.base.layout import EPIC_LANE
 from flowd.engine.state import EpicPaths, append_findings
 from flowd.sandbox.confine import Confinement
 from flowd.store.config import Settings
 from flowd.trace.events import EscapeWhat, Event, Info, LaneEscape
 from flowd.vcs.gitops import Repo
-
-EPIC_LANE = "_epic"
 
 
 def run_confinement(

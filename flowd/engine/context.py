@@ -19,6 +19,7 @@ from flowd.agents.base import (
     TurnUsage,
     estimate_tokens,
 )
+from flowd.base import layout
 from flowd.engine.core.budget import BudgetLimits, BudgetSpent, budget_spent
 from flowd.engine.core.ports import PortSlots
 from flowd.engine.core.review_comments import ReviewQueue
@@ -154,10 +155,10 @@ class RunContext:
         return self.plan.epic_branch
 
     def story_branch(self, story_id: str) -> str:
-        return f"story/{self.epic_id}/{story_id}"
+        return layout.story_branch(self.epic_id, story_id)
 
     def story_worktree(self, story_id: str) -> Path:
-        return self.worktree_root / self.epic_id / story_id
+        return layout.story_worktree(self.worktree_root, self.epic_id, story_id)
 
     def meta(
         self,

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import cast
 
+from flowd.base import layout
 from flowd.base.errors import EXIT_CANCELLED, EXIT_FAILED, EXIT_HALTED, EXIT_OK, FlowdError, InputError
 from flowd.base.timeutil import iso
 from flowd.control.runctl import new_run_id
@@ -179,7 +180,7 @@ def _validate(options: RunOptions) -> _Setup:
         budget_usd=options.budget_usd if options.budget_usd is not None else settings.budget_usd,
         paths=EpicPaths(repo.root, plan.epic_id),
         wt_root=wt_root,
-        epic_wt=wt_root / plan.epic_id / "_epic",
+        epic_wt=layout.epic_worktree(wt_root, plan.epic_id),
         run_id=options.run_id or new_run_id(plan.epic_id),
     )
 

@@ -25,11 +25,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from flowd.base.errors import FlowdError
+from flowd.base.layout import SPARE_DIR, TRASH_DIR
 from flowd.trace.events import Event, Info
 from flowd.vcs.gitops import Repo, bootstrapped, has_submodules, private_git_dir
-
-SPARE_DIR = "_spare"
-TRASH_DIR = "_trash"
 
 
 def trash_root(lanes: Path) -> Path:

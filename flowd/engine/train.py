@@ -21,8 +21,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from flowd.base import layout
 from flowd.base.errors import FlowdError
 from flowd.base.fsio import write_model_atomic
+from flowd.base.layout import TRAIN_DIR
 from flowd.base.wire import WireModel
 from flowd.engine.bootstrap import bootstrap_files
 from flowd.engine.context import RunContext
@@ -45,8 +47,6 @@ from flowd.trace.events import (
     StoryMerged,
 )
 from flowd.vcs.gitops import Repo
-
-TRAIN_DIR = "_train"
 
 
 class RedMerge(StoryFailed):
@@ -288,7 +288,7 @@ class TrainShell:
         if self._free:
             return self._free.pop()
         self._slots += 1
-        return self.root / f"w{self._slots}" / "_epic"
+        return self.root / f"w{self._slots}" / layout.EPIC_LANE
 
     def _merge_all(self, worktree: Path, base: str, step: rules.Build) -> _Built:
         """The candidate: `base` checked out at `worktree`, each story merged on it in order."""

@@ -12,6 +12,7 @@ from typing import Any
 
 from pydantic import Field
 
+from flowd.base import layout
 from flowd.base.wire import WireModel
 
 ID_PATTERN = r"^[a-z0-9][a-z0-9-]*$"
@@ -97,7 +98,7 @@ class StoryPlan(WireModel):
 
     @property
     def epic_branch(self) -> str:
-        return f"epic/{self.epic_id}"
+        return layout.epic_branch(self.epic_id)
 
     def story_branch(self, story_id: str) -> str:
-        return f"story/{self.epic_id}/{story_id}"
+        return layout.story_branch(self.epic_id, story_id)

@@ -21,15 +21,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from flowd.agents.program_dirs import shared_caches, state_paths
+from flowd.base.layout import TRAIN_DIR, story_of_worktree
 from flowd.sandbox import landlock
 from flowd.sandbox.bind import binder
 from flowd.sandbox.policy import LanePlaces, Protected, read_rules, secret_paths, what_is, write_rules
 
 Report = Callable[[str, str, str, str], None]  # (lane, path, what, by whom): a refusal the OS made
-
-
-# The merge train's candidate worktrees live under `<worktreeRoot>/<epic>/_train/` (flowd/engine/train.py).
-TRAIN_DIR = "_train"
 
 
 def mechanism() -> tuple[str, int]:
@@ -180,7 +177,7 @@ class Confinement:
             state=tuple(state),
             extra=self.allow_write,
         )
-        name = top.name.split(".task-")[0] if top is not None else ""
+        name = story_of_worktree(top.name) if top is not None else ""
         return Lane(name, places, pins)
 
     def _admin_dir(self, top: Path) -> Path | None:
@@ -286,7 +283,7 @@ class Confinement:
         if not self.enforcing or self.report is None or not _DENIED.search(text):
             return
         top = self.lane_top(cwd)
-        lane = top.name.split(".task-")[0] if top is not None else ""
+        lane = story_of_worktree(top.name) if top is not None else ""
         for path, what in self.denials(text, cwd):
             if (lane, path, origin) not in self._told:
                 self._told.add((lane, path, origin))

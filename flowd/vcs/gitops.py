@@ -26,6 +26,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from flowd.base import layout
 from flowd.base.errors import EXIT_FAILED, FlowdError, InputError
 
 FLOW_DIR = ".flow/"
@@ -1075,7 +1076,7 @@ def _same_path(a: Path, b: Path) -> bool:
 
 def worktree_default_root(repo: Repo) -> Path:
     """`<repo>/../<repoName>.flowd`: beside the repository, so agents never wander into it."""
-    return repo.root.parent / f"{repo.root.name}.flowd"
+    return layout.default_worktree_root(repo.root)
 
 
 def worktree_root(repo: Repo, configured: str | None) -> Path:

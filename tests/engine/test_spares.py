@@ -11,7 +11,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from flowd.engine.spares import SPARE_DIR, TRASH_DIR, Spares, reap, reap_in_background
+from flowd.base.layout import SPARE_DIR, TRASH_DIR
+from flowd.engine.spares import Spares, reap, reap_in_background
 from flowd.vcs.gitops import Repo, bootstrapped, mark_bootstrapped
 from tests.engine.scenario import Scenario, coder, git, story
 

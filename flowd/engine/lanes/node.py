@@ -30,6 +30,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO
 
+from flowd.base import layout
 from flowd.base.fsio import write_text_atomic
 from flowd.cost.prices import pricer
 from flowd.engine.confinement import run_confinement
@@ -338,7 +339,7 @@ class NodeLane:
         self._post = post
         self.clone = host.clone
         self.epic = spec.plan.epic_id
-        self.branch = f"story/{self.epic}/{spec.story}"
+        self.branch = layout.story_branch(self.epic, spec.story)
         self.worktree = host.cache / "wt" / self.epic / spec.story
         self.paths = host.paths
         self.mirror = Mirror()
@@ -371,7 +372,7 @@ class NodeLane:
                     )
             shutil.rmtree(self.worktree, ignore_errors=True)
             self._git("worktree", "prune", what="pruning worktrees")
-            epic = f"epic/{self.epic}"
+            epic = layout.epic_branch(self.epic)
             # The story branch through a pattern (which may match nothing) into a namespace no
             # worktree has checked out; the exact name is picked from it below.
             pushed_ref = f"refs/{FETCHED_REFS}/{self.branch}"

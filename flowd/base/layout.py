@@ -1,0 +1,60 @@
+"""The names flowd gives things in git and on disk (docs/repositories.md "Where things are"):
+the one place each is made, so every module (and, through the protocol, every editor) agrees.
+
+Git: the epic's branch `epic/<epic>`; a story's `story/<epic>/<id>`; a parallel task's
+`story/<epic>/<id>--task-<n>`. Disk, under the worktree root (`<repo>/../<repoName>.flowd` by
+default): `<epic>/<id>` a story's worktree, `<epic>/<id>.task-<n>` a parallel task's, `<epic>/_epic`
+the epic's, `<epic>/_train/w<n>/_epic` a merge-train candidate's, `<epic>/_spare/<n>` and
+`<epic>/_trash/<n>` worktrees kept for reuse and being deleted. Names that start with `_` are
+never story ids (plan validation refuses them).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+EPIC_LANE = "_epic"  # the epic worktree's name, and the lane its gates run as
+TRAIN_DIR = "_train"
+SPARE_DIR = "_spare"
+TRASH_DIR = "_trash"
+TASK_WORKTREE = ".task-"  # `<story>.task-<n>`
+TASK_BRANCH = "--task-"  # `story/<epic>/<story>--task-<n>`
+
+
+def epic_branch(epic_id: str) -> str:
+    return f"epic/{epic_id}"
+
+
+def story_branches(epic_id: str) -> str:
+    """The prefix every story branch of the epic has."""
+    return f"story/{epic_id}/"
+
+
+def story_branch(epic_id: str, story_id: str) -> str:
+    return story_branches(epic_id) + story_id
+
+
+def task_branch(epic_id: str, story_id: str, index: int) -> str:
+    return f"{story_branch(epic_id, story_id)}{TASK_BRANCH}{index}"
+
+
+def default_worktree_root(repo_root: Path) -> Path:
+    """Beside the repository, so agents never wander into it."""
+    return repo_root.parent / f"{repo_root.name}.flowd"
+
+
+def story_worktree(root: Path, epic_id: str, story_id: str) -> Path:
+    return root / epic_id / story_id
+
+
+def task_worktree(root: Path, epic_id: str, story_id: str, index: int) -> Path:
+    return root / epic_id / f"{story_id}{TASK_WORKTREE}{index}"
+
+
+def epic_worktree(root: Path, epic_id: str) -> Path:
+    return root / epic_id / EPIC_LANE
+
+
+def story_of_worktree(name: str) -> str:
+    """The story a lane worktree's directory name belongs to (a parallel task's: its story's)."""
+    return name.split(TASK_WORKTREE)[0]
