@@ -26,6 +26,7 @@ kills tried and each check.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import queue
@@ -169,6 +170,7 @@ class Runner:
             start_new_session=True,
         )
         self.lines: queue.Queue[bytes | None] = queue.Queue()
+        self.seen_lines: list[str] = []  # what `until` read, for the sentence of a timeout
         self.stderr = b""
         threading.Thread(target=self._read, daemon=True).start()
         threading.Thread(target=self._read_err, daemon=True).start()
@@ -190,13 +192,14 @@ class Runner:
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
-                raise TimeoutError(f"no end and no moment in {timeout:g}s")
+                raise TimeoutError(f"no end and no moment in {timeout:g}s; {self.stuck()}")
             try:
                 line = self.lines.get(timeout=left)
             except queue.Empty:
                 continue
             if line is None:
                 return -1
+            self.seen_lines.append(line.decode("utf-8", "replace"))
             seen += 1
             try:
                 event = json.loads(line)["event"]
@@ -214,6 +217,19 @@ class Runner:
             except ProcessLookupError:
                 pass
         self.process.wait(timeout=30)
+
+    def stuck(self) -> str:
+        """What a run that stopped moving was doing: its last events and its tasks' stacks (it
+        prints them on SIGUSR1, docs/reliability.md)."""
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.process.pid, signal.SIGUSR1)
+        time.sleep(2)
+        self.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(timeout=10)
+        time.sleep(0.5)  # the stderr reader's last read
+        events = "".join(self.seen_lines[-6:])
+        return f"its last events:\n{events}\nits stderr:\n{self.stderr.decode('utf-8', 'replace')[-12000:]}"
 
     def finish(self, timeout: float) -> int:
         try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import threading
 from pathlib import Path
@@ -576,3 +577,19 @@ def test_discard_worktree_throws_away_work_and_branch(tmp_path: Path) -> None:
     assert repo.discard_worktree(wt, "topic") is None
     assert not wt.exists() and not repo.branch_exists("topic")
     assert repo.discard_worktree(wt, "topic") is None  # already gone: nothing to do, no error
+
+
+def test_a_train_slot_a_killed_git_left_locked_and_missing_is_taken_over(repo: Repo, tmp_path: Path) -> None:
+    """`git worktree add` killed before it finished leaves its path recorded, locked and missing;
+    `prune` keeps it and a plain add refuses it. flowd's own slot is reclaimed (`-f -f`)."""
+    slot = tmp_path / "proj.flowd" / "ep" / "_train" / "w1" / "_epic"
+    slot.parent.mkdir(parents=True)
+    subprocess.run(
+        ["git", "worktree", "add", "-q", "--lock", "--detach", str(slot)], cwd=repo.root, check=True
+    )
+    shutil.rmtree(slot)
+    repo.worktree_prune()
+    with pytest.raises(GitError, match="missing but locked"):
+        repo.worktree_add_detached(slot)
+    repo.worktree_add_detached(slot, reclaim=True)
+    assert (slot / "README.md").exists()

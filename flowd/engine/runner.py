@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import faulthandler
 import os
 import signal
 import sys
@@ -520,9 +521,14 @@ class SchedulerShell:
         loop = asyncio.get_running_loop()
         installed: list[signal.Signals] = []
         if handle_signals:
-            for sig in (signal.SIGTERM, signal.SIGINT):
+            handlers = {
+                signal.SIGTERM: self.cancel.set,
+                signal.SIGINT: self.cancel.set,
+                signal.SIGUSR1: dump_tasks,
+            }
+            for sig, handler in handlers.items():
                 with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-                    loop.add_signal_handler(sig, self.cancel.set)
+                    loop.add_signal_handler(sig, handler)
                     installed.append(sig)
         try:
             return await self._loop()
@@ -625,3 +631,20 @@ class SchedulerShell:
             stopped.append(StoryStopped(story, self.outcomes[story].status))
         self.tasks.clear()
         return stopped
+
+
+def dump_tasks() -> None:
+    """`kill -USR1 <pid>` of a run that seems stuck: every task's chain of awaits and every
+    thread's stack on stderr (docs/reliability.md); the run goes on."""
+    for task in asyncio.all_tasks():
+        print(f"--- task {task.get_name()}", file=sys.stderr)
+        awaited: object = task.get_coro()
+        while awaited is not None:
+            frame = getattr(awaited, "cr_frame", None) or getattr(awaited, "gi_frame", None)
+            if frame is not None:
+                print(
+                    f"  {frame.f_code.co_filename}:{frame.f_lineno} {frame.f_code.co_name}", file=sys.stderr
+                )
+            awaited = getattr(awaited, "cr_await", None) or getattr(awaited, "gi_yieldfrom", None)
+    faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+    sys.stderr.flush()

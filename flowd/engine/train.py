@@ -279,8 +279,22 @@ class TrainShell:
         except _Conflict as conflict:
             self._events.append(rules.Conflicted(step.cid, conflict.story, conflict.detail))
             return
+        except (FlowdError, OSError) as exc:
+            self._unbuildable(step, exc)
+            return
         self.built[step.cid] = built
         self._gate(step.cid, 0)
+
+    def _unbuildable(self, step: rules.Build, exc: FlowdError | OSError) -> None:
+        """The candidate could not be made (git or the disk refused): each of its stories fails
+        with the sentence, and leaves the train, so the candidate is discarded and the stories
+        behind it go on (it would otherwise hold its gate slot for ever)."""
+        reason = str(exc) if isinstance(exc, FlowdError) else f"could not prepare a merge candidate: {exc}"
+        for story in step.lanes:
+            waiter = self.waiters.pop(story, None)
+            if waiter is not None and not waiter.done.done():
+                waiter.done.set_exception(StoryFailed(reason))
+            self._events.append(rules.Withdrawn(story))
 
     def _slot(self) -> Path:
         """A free candidate worktree, or a new one. Named `_epic` like the epic worktree: a
@@ -298,7 +312,7 @@ class TrainShell:
         else:
             self._remove(worktree)
             worktree.parent.mkdir(parents=True, exist_ok=True)
-            repo.worktree_add_detached(worktree, base)
+            repo.worktree_add_detached(worktree, base, reclaim=True)  # a killed run's slot: ours
         # The user's ignored files the epic's gates need, as in the epic worktree.
         bootstrap_files(repo, ctx.settings, worktree)
         built = _Built(worktree, base)

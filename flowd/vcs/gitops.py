@@ -449,12 +449,15 @@ class Repo:
         with self._lock:
             self._run(["worktree", "prune"], f"could not prune the worktrees of {self.root}")
 
-    def worktree_add_detached(self, path: Path, commit: str = "HEAD") -> Path:
-        """A throwaway worktree at `path` with `commit` checked out and no branch."""
+    def worktree_add_detached(self, path: Path, commit: str = "HEAD", *, reclaim: bool = False) -> Path:
+        """A throwaway worktree at `path` with `commit` checked out and no branch. `reclaim`: the
+        path is flowd's own, and git may still record it from a killed `git worktree add` (a
+        "missing but locked worktree", which `prune` keeps): take it over (`-f -f`)."""
         path = Path(path).absolute()
+        force = ["-f", "-f"] if reclaim else []
         with self._lock:
             self._run(
-                ["worktree", "add", "--detach", "-q", str(path), commit],
+                ["worktree", "add", *force, "--detach", "-q", str(path), commit],
                 f"could not check out {commit} at {path}",
             )
         self.sync_submodules(path)
