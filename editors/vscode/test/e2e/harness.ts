@@ -143,15 +143,19 @@ export async function shot(page: Page, dir: string, name: string): Promise<void>
  */
 export async function runCommand(page: Page, title: string): Promise<void> {
   for (let attempt = 1; ; attempt++) {
-    await page.keyboard.press("F1");
-    const input = page.locator(".quick-input-widget input");
-    await input.waitFor({ state: "visible", timeout: STEP_MS });
-    await input.fill(`>${title}`);
+    const wait = attempt < 3 ? 10_000 : STEP_MS;
     try {
-      await pick(page, title, attempt < 3 ? 10_000 : STEP_MS);
+      // The whole of it again when the palette closes at any point (a webview taking the focus
+      // late, on a loaded machine): before it shows, while it is typed into, or before the pick.
+      await page.keyboard.press("F1");
+      const input = page.locator(".quick-input-widget input");
+      await input.waitFor({ state: "visible", timeout: wait });
+      await input.fill(`>${title}`, { timeout: wait });
+      await pick(page, title, wait);
       return;
     } catch (err) {
       if (attempt >= 3) throw err;
+      await page.keyboard.press("Escape").catch(() => undefined);
     }
   }
 }
