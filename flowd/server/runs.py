@@ -14,7 +14,7 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pydantic models: imported on first use, after `initialize` (docs/performance.md)
     import subprocess
@@ -129,6 +129,13 @@ class RunManager:
                 log.warning("%s", message)
                 self.hooks.watch_polled(message)
 
+    def _watch_options(self) -> dict[str, Any]:
+        """How both watches of the runs directory (its parent until it exists, then itself) run."""
+        return {
+            "stop_event": self._stop, "debounce": WATCH_DEBOUNCE_MS, "step": WATCH_STEP_MS,
+            "watch_filter": None, "force_polling": self._polling, "poll_delay_ms": POLL_MS,
+        }  # fmt: skip
+
     async def _watch(self) -> None:
         from watchfiles import awatch
 
@@ -138,31 +145,14 @@ class RunManager:
         while not self._stop.is_set():
             if not base.is_dir():
                 anchor = base.parent if base.parent.is_dir() else self.repo
-                async for _ in awatch(
-                    anchor,
-                    recursive=False,
-                    stop_event=self._stop,
-                    debounce=WATCH_DEBOUNCE_MS,
-                    step=WATCH_STEP_MS,
-                    watch_filter=None,
-                    force_polling=self._polling,
-                    poll_delay_ms=POLL_MS,
-                ):
+                async for _ in awatch(anchor, recursive=False, **self._watch_options()):
                     if base.is_dir() or (anchor != base.parent and base.parent.is_dir()):
                         break
                 continue
             # The directory may have filled while we were not yet watching it.
             self._watching.set()
             await self._scan()
-            async for changes in awatch(
-                base,
-                stop_event=self._stop,
-                debounce=WATCH_DEBOUNCE_MS,
-                step=WATCH_STEP_MS,
-                watch_filter=None,
-                force_polling=self._polling,
-                poll_delay_ms=POLL_MS,
-            ):
+            async for changes in awatch(base, **self._watch_options()):
                 await self._on_changes({Path(p) for _, p in changes}, base)
                 if not base.is_dir():
                     break

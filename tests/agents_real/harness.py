@@ -338,3 +338,17 @@ def match_usage(envelopes: list[Envelope], served: list[LogEntry]) -> UsageMatch
         turns.append((event, found))
         left = [e for e in left if e not in found]
     return UsageMatch(turns, unmatched, left)
+
+
+def run_to_end(project: Project, program: str, timeout: float = 240) -> str:
+    """`flowd run` of the project to its end: exit 0 and no agent process left, or the test
+    fails naming the program; the run's id."""
+    run = project.spawn()
+    try:
+        code = run.wait(timeout)
+        left = wait_gone(run.seen)
+    finally:
+        run.kill()
+    assert code == 0, f"{program}: exit {code}\n{run.err[-4000:]}\n{run.out[-3000:]}"
+    assert not left, f"{program}: agent processes left after the run: {left}"
+    return project.run_id(run.out)

@@ -12,7 +12,7 @@ import pytest
 
 from flowd.sandbox import landlock
 from flowd.trace.events import LaneEscape, RunEnded, StoryMerged
-from tests.agents_real.harness import PROGRAMS, Project, entry, wait_gone
+from tests.agents_real.harness import PROGRAMS, Project, entry, run_to_end
 from tests.model_stub import ModelStub
 
 # gemini (0.61) sends its shell tool's output to the model only: its ACP updates carry none
@@ -32,16 +32,9 @@ def test_the_agents_own_shell_cannot_write_past_its_lane(
     plan["stories"] = plan["stories"][:1]
     plan["stories"][0]["description"] += f" ESCAPE-PROBE {target}"  # tests/model_stub/brain.py
     project.plan.write_text(json.dumps(plan), encoding="utf-8")
-    run = project.spawn()
-    try:
-        code = run.wait(240)
-        left = wait_gone(run.seen)
-    finally:
-        run.kill()
-    assert code == 0, f"{program}: exit {code}\n{run.err[-4000:]}\n{run.out[-3000:]}"
-    assert not left, f"{program}: agent processes left after the run: {left}"
+    run_id = run_to_end(project, program)
     assert not target.exists(), f"{program}: the write past the lane landed"
-    events = [e.event for e in project.events(project.run_id(run.out))]
+    events = [e.event for e in project.events(run_id)]
     assert [e.outcome for e in events if isinstance(e, RunEnded)] == ["done"]
     assert [e.lane for e in events if isinstance(e, StoryMerged)] == ["alpha"]
     assert any(f.startswith("alpha/") for f in project.epic_files())
