@@ -13,7 +13,7 @@ import pytest
 
 from flowd.agents.programs import program_of
 from flowd.trace.events import RunEnded, StoryMerged, TokensUsed, ToolUse
-from tests.agents_real.harness import PROGRAMS, Project, entry, match_usage, wait_gone
+from tests.agents_real.harness import PROGRAMS, Project, entry, match_usage, run_to_end
 from tests.model_stub import ModelStub
 
 
@@ -34,15 +34,7 @@ def test_roster_check_answers(
 def test_two_story_epic(program: str, installed: dict[str, Path], stub: ModelStub, tmp_path: Path) -> None:
     spec = {**entry(program, installed, stub.url, tmp_path / "home"), "slots": 2}
     project = Project.create(tmp_path, [spec])
-    run = project.spawn()
-    try:
-        code = run.wait(240)
-        left = wait_gone(run.seen)
-    finally:
-        run.kill()
-    assert code == 0, f"{program}: exit {code}\n{run.err[-4000:]}\n{run.out[-3000:]}"
-    assert not left, f"{program}: agent processes left after the run: {left}"
-    run_id = project.run_id(run.out)
+    run_id = run_to_end(project, program)
     events = [e.event for e in project.events(run_id)]
     assert [e.outcome for e in events if isinstance(e, RunEnded)] == ["done"]
     assert sorted(e.lane for e in events if isinstance(e, StoryMerged)) == ["alpha", "beta"]
