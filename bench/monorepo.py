@@ -165,23 +165,29 @@ def one_line_epic(repo: Path, epic: str, count: int, rules: list[dict[str, objec
     return plan
 
 
-def _epic_repo(repo: Path) -> Path:
-    """A 4-story epic (one-line stories, gates `true`) and a scripted roster in `repo`."""
+def _epic_repo(repo: Path, sparse: bool = False) -> Path:
+    """A 4-story epic (one-line stories, gates `true`) and a scripted roster in `repo`; `sparse`:
+    the stories' worktrees check out only their perimeter (docs/repositories.md)."""
     rules: list[dict[str, object]] = [
         {"when": {"role": "coder", "story": f"s{n}"}, "writes": {f"story{n}.txt": "x\n"}, "reply": "done"}
         for n in range(STORIES)
     ]
     return one_line_epic(
-        repo, "bench", STORIES, rules, 'gates = ["true"]\njudgeRounds = 0\nconcurrency = 4\n'
+        repo,
+        "bench",
+        STORIES,
+        rules,
+        'gates = ["true"]\njudgeRounds = 0\nconcurrency = 4\n'
+        + ("[worktree]\nsparse = true\n" if sparse else ""),
     )
 
 
-def epic_seconds(repo: Path) -> tuple[float, float]:
+def epic_seconds(repo: Path, sparse: bool = False) -> tuple[float, float]:
     """Seconds until the run returned (as `flowd run` does: its leftover worktrees removed by a
     process of their own), and until that removal had finished too."""
     from flowd.engine.runner import RunOptions, run_epic
 
-    plan = _epic_repo(repo)
+    plan = _epic_repo(repo, sparse)
     started = time.perf_counter()
     options = RunOptions(plan=plan, cwd=repo, handle_signals=False, reap_in_background=True)
     result = asyncio.run(run_epic(options))

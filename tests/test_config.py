@@ -113,6 +113,8 @@ def test_worktree_settings(tmp_path: Path) -> None:
         "include": ".worktreeinclude",
         "port_base": 41000,
         "ports_per_lane": 10,
+        "sparse": False,
+        "sparse_dirs": [],
     }
     write(
         tmp_path / ".flow/config.toml", '[worktree]\ninclude = ".copyme"\nportBase = 5000\nportsPerLane = 4\n'

@@ -269,7 +269,8 @@ class TaskGraph:
         at its path is thrown away either way."""
         spares = self.ctx.spares
         if spares is not None:
-            spares.take(worktree, branch, fork, include_path(self.ctx.repo, self.ctx.settings))
+            include = include_path(self.ctx.repo, self.ctx.settings)
+            spares.take(worktree, branch, fork, include, cone=self.ctx.cone(self.story_id, fork))
             return
         self._discard(worktree, branch)
         self.ctx.repo.worktree_add(worktree, branch, fork)

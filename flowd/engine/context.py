@@ -27,6 +27,7 @@ from flowd.engine.core.stops import BudgetHalt
 from flowd.engine.gates import CommandRun, run_gates
 from flowd.engine.spares import Spares
 from flowd.engine.state import EpicPaths
+from flowd.plan.cone import cone_entries, sparse_cone
 from flowd.plan.model import StoryPlan
 from flowd.roster.pool import Lease, LeaseInfo, RosterPool
 from flowd.roster.state import after_fault
@@ -44,6 +45,7 @@ from flowd.trace.events import (
     Usage,
 )
 from flowd.trace.view import RunView
+from flowd.vcs import sparse
 from flowd.vcs.gitops import Repo
 
 
@@ -159,6 +161,16 @@ class RunContext:
 
     def story_worktree(self, story_id: str) -> Path:
         return layout.story_worktree(self.worktree_root, self.epic_id, story_id)
+
+    def cone(self, story_id: str, start: str) -> list[str] | None:
+        """The folders the story's worktrees check out when they start at `start`; None: the whole
+        tree (docs/repositories.md "Sparse worktrees")."""
+        settings = self.settings.worktree
+        story = self.plan.story(story_id)
+        if not settings.sparse or story is None:
+            return None
+        entries = [e for e in cone_entries(story, settings.sparse_dirs) if e not in ("", ".")]
+        return sparse_cone(story, settings.sparse_dirs, sparse.kinds_at(self.repo, start, entries))
 
     def meta(
         self,

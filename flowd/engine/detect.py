@@ -112,7 +112,8 @@ class Detector:
     _home_names: set[str] = field(default_factory=set)
     _snaps: dict[str, _Snap] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
-    _checked: float = 0.0
+    _checked: float = 0.0  # when the last shared check began (it has ended: both hold `_lock`)
+    _epic_checked: float = 0.0  # when the last epic worktree check began (under the merge lock)
     # The run's merge lock: the epic worktree is checked only while no merge is writing it.
     merge_lock: asyncio.Lock | None = None
     epic_head: RefPrint | None = None  # the epic branch as flowd's last merge left it
@@ -168,28 +169,32 @@ class Detector:
             alone = not any(w.lane == lane and w.end is None and w is not window for w in self.windows)
             if alone:  # no other step of the lane (a parallel task) is running: strays are strays
                 await asyncio.shield(asyncio.to_thread(self._kill_strays, lane, window.start))
-            self._close(window)
-            await asyncio.shield(asyncio.to_thread(self._after_step, lane, home if own_home else None))
-            await asyncio.shield(self._check_epic_if_quiet())
+            ended = self._close(window)
+            await asyncio.shield(asyncio.to_thread(self._after_step, lane, home if own_home else None, ended))
+            await asyncio.shield(self._check_epic_if_quiet(ended))
         if done:
             self.raise_pending(lane)
 
-    def _close(self, window: Window) -> None:
+    def _close(self, window: Window) -> float:
         index = next(i for i, w in enumerate(self.windows) if w is window)
-        self.windows[index] = Window(window.lane, window.start, time.time(), window.home)
+        ended = time.time()
+        self.windows[index] = Window(window.lane, window.start, ended, window.home)
         self._forget_old_windows()
+        return ended
 
-    def _after_step(self, lane: str, home: Path | None) -> None:
-        self.check_shared()
+    def _after_step(self, lane: str, home: Path | None, ended: float) -> None:
+        self.check_shared(after=ended)
         if home is not None:
             entries = self.snapshot(home)
             self._check_secrets(lane, home, entries or {})
 
-    async def _check_epic_if_quiet(self) -> None:
+    async def _check_epic_if_quiet(self, ended: float) -> None:
         lock = self.merge_lock
         if lock is None or lock.locked():
             return  # a merge (or its epic gates) is writing the epic worktree right now
         async with lock:
+            if self._epic_checked > ended:
+                return  # a check that began after this step ended has run: it saw this step's writes
             await asyncio.to_thread(self.check_epic_worktree)
 
     def raise_pending(self, lane: str) -> None:
@@ -221,11 +226,16 @@ class Detector:
         return Blame(verdict.lane, action)
 
     # -- shared places --------------------------------------------------------------------------
-    def check_shared(self) -> None:
-        """Compare every shared place with its fingerprint; put back, blame, report."""
+    def check_shared(self, after: float | None = None) -> None:
+        """Compare every shared place with its fingerprint; put back, blame, report. `after`: a step
+        ended then, and a check begun since has already seen what it wrote (with several lanes,
+        one check serves every step that ended while another ran: each reads 25,000 files' status
+        in a big checkout)."""
         if not self.enabled:
             return
         with self._lock:
+            if after is not None and self._checked > after:
+                return
             since, self._checked = self._checked, time.time()
             self._check_trace(since)  # first: what the checks below report is appended to it
             self._check_files(since)
@@ -460,6 +470,7 @@ class Detector:
         changed there another lane did. Returns the paths left (the user's, or not put back)."""
         if not self.enabled:
             return []
+        self._epic_checked = time.time()
         entries = status(self.epic_wt) or {}
         left = []
         with self._lock:

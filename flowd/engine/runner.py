@@ -85,6 +85,7 @@ from flowd.trace.log import (
     write_run_record,
 )
 from flowd.trace.view import PauseView, RunView
+from flowd.vcs import sparse
 from flowd.vcs.gitops import Repo, worktree_root
 
 EXIT_FOR = {"done": EXIT_OK, "failed": EXIT_FAILED, "halted": EXIT_HALTED, "cancelled": EXIT_CANCELLED}
@@ -321,6 +322,9 @@ class _Session:
             repo.create_branch(plan.epic_branch, self.options.base or "HEAD")
             writer.emit(Info(message=f"created {plan.epic_branch} at {repo.head(plan.epic_branch)[:10]}"))
         repo.worktree_add(setup.epic_wt, plan.epic_branch)
+        if setup.settings.worktree.sparse and sparse.enable_worktree_config(repo):
+            said = "extensions.worktreeConfig, for sparse worktrees: docs/repositories.md"
+            writer.emit(Info(message=f"turned on git's per-worktree config in {repo.root} ({said})"))
         # Spares a killed run left are the pool's first (docs/repositories.md "Worktree reuse").
         self.spares = Spares(repo, setup.wt_root / plan.epic_id, writer.emit)
         self.spares.recover()

@@ -21,12 +21,13 @@ import subprocess
 import sys
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from flowd.base.errors import FlowdError
 from flowd.base.layout import SPARE_DIR, TRASH_DIR
 from flowd.trace.events import Event, Info
+from flowd.vcs import sparse
 from flowd.vcs.gitops import Repo, bootstrapped, has_submodules, private_git_dir
 
 
@@ -81,18 +82,28 @@ class Spares:
         return {os.path.realpath(i.path) for i in self.repo.worktrees() if not i.prunable}
 
     # -- taking ---------------------------------------------------------------------------------
-    def take(self, path: Path, branch: str, start: str, include: Path | None = None) -> str:
+    def take(
+        self,
+        path: Path,
+        branch: str,
+        start: str,
+        include: Path | None = None,
+        cone: Sequence[str] | None = None,
+    ) -> str:
         """A worktree at `path` on `branch` made at `start` (`start == branch`: the existing branch
-        as it is), exactly as `git worktree add` would make it. What a killed run left at `path`
-        is reset in place; else a spare is moved there and reset; else one is added. `include`:
-        the `.worktreeinclude` file, whose copies a reused worktree may keep (compared and
-        refreshed by the bootstrap that follows). Returns how: "reset", "reused" or "added"."""
+        as it is), exactly as `git worktree add` would make it, or with only the folders `cone`
+        checked out (flowd/vcs/sparse.py). What a killed run left at `path` is reset in place;
+        else a spare is moved there and reset; else one is added. `include`: the
+        `.worktreeinclude` file, whose copies a reused worktree may keep (compared and refreshed
+        by the bootstrap that follows). Returns how: "reset", "reused" or "added"."""
         path = Path(path).absolute()
         if path.exists() and (path / ".git").is_file():
             if os.path.realpath(path) not in self._registered():
                 with contextlib.suppress(FlowdError):
                     self.repo.worktree_repair(path)  # a move killed between its two steps
-            if os.path.realpath(path) in self._registered() and self._reset(path, branch, start, include):
+            if os.path.realpath(path) in self._registered() and self._reset(
+                path, branch, start, include, cone
+            ):
                 return "reset"
             to_trash(self.lanes, path)
             with contextlib.suppress(FlowdError):
@@ -103,24 +114,28 @@ class Spares:
             except FlowdError:
                 to_trash(self.lanes, spare)
                 continue
-            if self._reset(path, branch, start, include):
+            if self._reset(path, branch, start, include, cone):
                 return "reused"
             to_trash(self.lanes, path)
             with contextlib.suppress(FlowdError):
                 self.repo.worktree_prune()
-        if start == branch:
-            self.repo.worktree_add(path, branch)
+        fresh = None if start == branch else start
+        if cone is not None:
+            sparse.add_sparse(self.repo, path, branch, fresh, cone)
         else:
-            self.repo.worktree_add(path, branch, start=start)
+            self.repo.worktree_add(path, branch, start=fresh)
         return "added"
 
     def _pop(self) -> Path | None:
         with self._lock:
             return self._free.pop() if self._free else None
 
-    def _reset(self, path: Path, branch: str, start: str, include: Path | None) -> bool:
+    def _reset(
+        self, path: Path, branch: str, start: str, include: Path | None, cone: Sequence[str] | None
+    ) -> bool:
         try:
             self.repo.reset_worktree(path, branch, start, keep=self._keep(path, include))
+            sparse.apply_cone(path, cone)  # the previous lane's folders, or the whole tree, go
         except FlowdError as exc:
             self.info(f"could not reuse the worktree {path} ({exc}); making a new one")
             return False

@@ -62,6 +62,7 @@ from flowd.trace.events import (
     StoryStatusChanged,
     WorktreePrepared,
 )
+from flowd.vcs import sparse
 from flowd.vcs.gitops import Repo
 
 __all__ = ["RedMerge", "StoryOutcome", "StoryRun", "undo_interrupted_merge"]
@@ -323,7 +324,11 @@ class StoryRun:
         if ctx.spares is not None and choice is not OnFreshBranch.REUSE:
             # A leftover at its path reset in place, else a spare's, else a new one.
             how = ctx.spares.take(
-                self.worktree, self.branch, ctx.epic_branch, include_path(repo, ctx.settings)
+                self.worktree,
+                self.branch,
+                ctx.epic_branch,
+                include_path(repo, ctx.settings),
+                cone=ctx.cone(self.story.id, ctx.epic_branch),
             )
             if how != "added":
                 self.info(f"its worktree is a used one, reset to {ctx.epic_branch} ({how})")
@@ -349,6 +354,8 @@ class StoryRun:
             repo.worktree_move(stored, self.worktree)
             self.info(f"moved its worktree to {self.worktree}")
         repo.worktree_add(self.worktree, self.branch)
+        if ctx.spares is not None:  # a local lane: its folders, as the settings say now
+            sparse.apply_cone(self.worktree, ctx.cone(self.story.id, self.branch))
         stale = repo.clear_stale_index_lock(self.worktree)
         if stale is not None:
             self.info(f"removed {stale}, left by a git command the previous run was killed in")

@@ -17,6 +17,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import Field, PrivateAttr, ValidationError, field_validator
 
+from flowd.base import paths
 from flowd.base.errors import FileProblems
 from flowd.base.fsio import read_user_text
 from flowd.base.wire import StrictWireModel, describe_validation_error
@@ -42,6 +43,18 @@ class WorktreeSettings(StrictWireModel):
     include: str = ".worktreeinclude"
     port_base: int = Field(default=41000, ge=1, le=65535)
     ports_per_lane: int = Field(default=10, ge=1, le=1000)
+    # docs/repositories.md "Sparse worktrees": a story's worktree checks out only the folders its
+    # perimeter names, plus `sparseDirs` (what every story's gates and agents also need).
+    sparse: bool = False
+    sparse_dirs: list[str] = Field(default_factory=list)
+
+    @field_validator("sparse_dirs")
+    @classmethod
+    def _folders(cls, value: list[str]) -> list[str]:
+        for entry in value:
+            if (why := paths.unsafe_reason(entry)) is not None:
+                raise ValueError(f"{entry!r} {why}, like 'libs/common'")
+        return value
 
     @field_validator("include")
     @classmethod

@@ -1,0 +1,116 @@
+"""Sparse worktrees (docs/repositories.md "Sparse worktrees"): with `[worktree] sparse = true` a
+story's worktree checks out only the folders its perimeter names plus `sparseDirs`; the epic and
+the merge train's candidates stay whole, the user's checkout is never made sparse, a reused
+worktree takes the next story's folders, and a write outside the folders is a perimeter question
+like any other."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from flowd.engine.spares import Spares
+from flowd.plan.cone import sparse_cone
+from flowd.plan.model import Story
+from flowd.vcs import sparse
+from flowd.vcs.gitops import Repo
+from tests.engine.scenario import Scenario, coder, git, story
+
+ID = ["-c", "user.name=t", "-c", "user.email=t@t"]
+
+
+def _story(owned: list[str], read: list[str] | None = None) -> Story:
+    return Story.model_validate(
+        {"id": "s", "title": "S", "owned": owned, "sharedReadOnly": read or [], "dependsOn": []}
+    )
+
+
+@pytest.mark.parametrize(
+    ("owned", "read", "also", "kinds", "cone"),
+    [
+        # a file brings its folder; a folder itself; root files need no folder
+        (["svc/a/x.py"], [], [], {"svc/a/x.py": False}, ["svc/a"]),
+        (["svc/a"], [], [], {"svc/a": True}, ["svc/a"]),
+        (["README.md"], [], [], {"README.md": False}, []),
+        # not there yet: read by its shape
+        (["svc/new/mod.py", "docs/guide"], [], [], {}, ["docs/guide", "svc/new"]),
+        # a folder named like a file, known from the tree
+        (["pkg/v1.2"], [], [], {"pkg/v1.2": True}, ["pkg/v1.2"]),
+        # a submodule is a folder
+        (["libs/util"], [], [], {"libs/util": True}, ["libs/util"]),
+        # shared read-only entries and sparseDirs come too; inner folders fold into outer ones
+        (["svc/a/x.py"], ["libs/common"], ["svc"], {"svc/a/x.py": False}, ["libs/common", "svc"]),
+        # globs read as their folder
+        (["web/**"], [], [], {"web": True}, ["web"]),
+    ],
+)
+def test_the_cone_is_the_perimeters_folders(
+    owned: list[str], read: list[str], also: list[str], kinds: dict[str, bool], cone: list[str]
+) -> None:
+    assert sparse_cone(_story(owned, read), also, kinds) == cone
+
+
+def test_a_root_glob_needs_the_whole_tree() -> None:
+    assert sparse_cone(_story(["**"]), [], {}) is None
+
+
+FILES = {
+    "svc/a/x.py": "A = 1\n",
+    "svc/b/y.py": "B = 1\n",
+    "libs/common/c.py": "C = 1\n",
+    "big/f0.txt": "big\n",
+    "big/deep/f1.txt": "big\n",
+}
+
+
+def test_a_sparse_run_checks_out_each_storys_folders_and_keeps_the_epic_whole(tmp_path: Path) -> None:
+    stories = [
+        story("a", ["svc/a"]),
+        story("b", ["svc/b/y.py"], ["a"]),  # takes a's worktree once a has merged
+        story("c", ["svc/c/z.py"]),
+    ]
+    sees = "test -f README.md && test -f libs/common/c.py && test ! -e big"
+    rules = [
+        coder("a", {"svc/a/x.py": "A = 2\n"}, run=[f"{sees} && test -f svc/a/x.py && test ! -e svc/b"]),
+        # b's cone is svc/b: a's folder is gone from the reused worktree
+        coder("b", {"svc/b/y.py": "B = 2\n"}, run=[f"{sees} && test ! -e svc/a && test -f svc/b/y.py"]),
+        # c writes a tracked file outside its folders: put back like any stray
+        coder("c", {"svc/c/z.py": "Z = 1\n", "big/f0.txt": "changed by c\n"}),
+    ]
+    settings = (
+        'gates = ["test -f libs/common/c.py"]\njudgeRounds = 0\nconcurrency = 2\n'
+        '[worktree]\nsparse = true\nsparseDirs = ["libs/common"]\n'
+    )
+    sc = Scenario.create(tmp_path, stories, rules, settings=settings, files=FILES)
+    result = sc.run()
+    assert result.outcome == "done", {k: v.reason for k, v in result.view.lanes.items()}
+    assert sorted(sc.merge_commits()) == ["ep: merge story a", "ep: merge story b", "ep: merge story c"]
+    assert git(sc.repo, "show", "epic/ep:svc/a/x.py") == "A = 2\n"
+    assert git(sc.repo, "show", "epic/ep:big/f0.txt") == "big\n"  # c's stray did not merge
+    said = [e.event.message for e in sc.events(result.run_id) if type(e.event).__name__ == "Info"]
+    assert any("extensions.worktreeConfig" in m for m in said), said
+    # The user's checkout and the epic worktree stay whole.
+    assert git(sc.repo, "config", "--bool", "extensions.worktreeConfig").strip() == "true"
+    assert not sparse.is_sparse(sc.repo)
+    epic = sc.worktree_root / "ep" / "_epic"
+    assert not sparse.is_sparse(epic) and (epic / "big" / "deep" / "f1.txt").is_file()
+    assert git(sc.repo, "status", "--porcelain", "--untracked-files=no") == ""
+
+
+def test_a_spare_of_a_sparse_worktree_is_whole_again_for_a_whole_lane(tmp_path: Path) -> None:
+    sc = Scenario.create(tmp_path, [story("a", ["svc/a"])], [], files=FILES)
+    repo = Repo(sc.repo)
+    sparse.enable_worktree_config(repo)
+    lanes = tmp_path / "lanes"
+    spares = Spares(repo, lanes)
+    wt = lanes / "a"
+    assert spares.take(wt, "story/ep/a", "main", cone=["svc/a"]) == "added"
+    assert (wt / "svc" / "a" / "x.py").is_file() and not (wt / "big").exists()
+    assert git(wt, "status", "--porcelain") == ""
+    assert spares.give(wt, "story/ep/a") is None
+    b = lanes / "b"
+    assert spares.take(b, "story/ep/b", "main") == "reused"
+    assert not sparse.is_sparse(b)
+    assert (b / "big" / "deep" / "f1.txt").is_file() and (b / "svc" / "b" / "y.py").is_file()
+    assert git(b, "status", "--porcelain") == ""
