@@ -117,6 +117,7 @@ class Detector:
     # The run's merge lock: the epic worktree is checked only while no merge is writing it.
     merge_lock: asyncio.Lock | None = None
     epic_head: RefPrint | None = None  # the epic branch as flowd's last merge left it
+    epic_ready: bool = True  # False while the run still makes the epic worktree (nothing to check)
 
     @property
     def places(self) -> Places:
@@ -468,7 +469,7 @@ class Detector:
     def check_epic_worktree(self) -> list[str]:
         """The epic worktree and branch are flowd's alone (checked under the merge lock): whatever
         changed there another lane did. Returns the paths left (the user's, or not put back)."""
-        if not self.enabled:
+        if not self.enabled or not self.epic_ready:
             return []
         self._epic_checked = time.time()
         entries = status(self.epic_wt) or {}

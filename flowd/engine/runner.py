@@ -257,6 +257,8 @@ class _Session:
         self.reaper: int | None = None
         self.ctx: RunContext | None = None
         self.detector: Detector | None = None
+        # The epic worktree, when the run makes it: while the first lanes start (docs/merging.md).
+        self.epic_made: asyncio.Future[None] | None = None
 
     def _trace_failed(self, exc: OSError) -> None:
         self.broken.append(
@@ -321,16 +323,17 @@ class _Session:
         if not repo.branch_exists(plan.epic_branch):
             repo.create_branch(plan.epic_branch, self.options.base or "HEAD")
             writer.emit(Info(message=f"created {plan.epic_branch} at {repo.head(plan.epic_branch)[:10]}"))
-        repo.worktree_add(setup.epic_wt, plan.epic_branch)
+        fresh = not (setup.epic_wt / ".git").exists()
+        if not fresh:
+            repo.worktree_add(setup.epic_wt, plan.epic_branch)  # a previous run's: repaired if needed
         if setup.settings.worktree.sparse and sparse.enable_worktree_config(repo):
             said = "extensions.worktreeConfig, for sparse worktrees: docs/repositories.md"
             writer.emit(Info(message=f"turned on git's per-worktree config in {repo.root} ({said})"))
         # Spares a killed run left are the pool's first (docs/repositories.md "Worktree reuse").
         self.spares = Spares(repo, setup.wt_root / plan.epic_id, writer.emit)
         self.spares.recover()
-        note = bootstrap_epic(repo, setup.settings, setup.epic_wt)
-        if note is not None:
-            writer.emit(Info(message=note))
+        if not fresh:
+            self._bootstrap_epic()
         writer.emit(StageCompleted(stage="epic branch"))
         sandbox = setup.settings.sandbox
         if sandbox.mode != "off":  # detection is on whatever enforces (docs/sandbox-detection.md)
@@ -344,7 +347,24 @@ class _Session:
                 allow_write=tuple(sandbox.allow_write),
                 trace_guard=writer.outside_writes,
             )
+            self.detector.epic_ready = not fresh
             self.detector.start()
+        if fresh:
+            # Stories start from the epic branch, not its worktree: in a big repository the
+            # checkout takes seconds, which the first lanes need not wait for.
+            self.epic_made = asyncio.ensure_future(asyncio.to_thread(self._make_epic_worktree))
+
+    def _make_epic_worktree(self) -> None:
+        setup = self.setup
+        setup.repo.worktree_add(setup.epic_wt, setup.plan.epic_branch, beside=True)
+        self._bootstrap_epic()
+        if self.detector is not None:
+            self.detector.epic_ready = True
+
+    def _bootstrap_epic(self) -> None:
+        note = bootstrap_epic(self.setup.repo, self.setup.settings, self.setup.epic_wt)
+        if note is not None:
+            self.writer.emit(Info(message=note))
 
     async def _schedule(self) -> tuple[RunOutcome, str | None]:
         setup, writer, confinement = self.setup, self.writer, current()
@@ -370,6 +390,7 @@ class _Session:
             pool=self.pool,
             emit=writer.emit,
             view=self.view,
+            epic_made=self.epic_made,
             budget_usd=setup.budget_usd,
             story_budget_usd=setup.settings.story_budget_usd,
             pause_on=frozenset(self.pause_on),
@@ -377,7 +398,9 @@ class _Session:
             spares=self.spares,
         )
         self.ctx = ctx
-        ctx.set_train(TrainShell(ctx))
+        train = TrainShell(ctx)
+        ctx.set_train(train)
+        train.warm()
         if self.detector is not None:
             self.detector.merge_lock = ctx.merge_lock
         # The first stories' agents start while their worktrees are prepared (docs/performance.md),
@@ -403,6 +426,9 @@ class _Session:
     async def _end(self, outcome: RunOutcome, reason: str | None) -> EpicReport:
         """Whatever happened: agents closed, `RunEnded`, the report, `run.json`, the lock released."""
         setup, repo, view, writer = self.setup, self.setup.repo, self.view, self.writer
+        if self.epic_made is not None:
+            with contextlib.suppress(BaseException):
+                await asyncio.shield(self.epic_made)  # a checkout in a thread: waited for, not cut
         if self.lanes is not None:
             with contextlib.suppress(Exception):
                 await asyncio.shield(self.lanes.aclose())

@@ -164,12 +164,42 @@ class TrainShell:
         # Candidate worktrees are slots, reused: checking out the next base writes only what differs.
         self._free: list[Path] = []
         self._slots = 0
+        self._warming: asyncio.Task[Path] | None = None
+
+    def warm(self) -> None:
+        """Make the first candidate worktree now, while the lanes work: in a big repository a
+        checkout takes seconds, which the first merge would otherwise wait for (docs/merging.md).
+        A killed run's slot at that path is taken over, as `_merge_all` does."""
+        if self._warming is not None or self._free or self._slots:
+            return
+        self._slots = 1
+        self._warming = asyncio.create_task(asyncio.to_thread(self._make_slot, self._slot_path(1)))
+
+    def _make_slot(self, worktree: Path) -> Path:
+        try:
+            self._remove(worktree)
+            worktree.parent.mkdir(parents=True, exist_ok=True)
+            self.ctx.repo.worktree_add_detached(worktree, self.ctx.epic_branch, reclaim=True, beside=True)
+            bootstrap_files(self.ctx.repo, self.ctx.settings, worktree)
+        except BaseException:
+            self._remove(worktree)  # `_merge_all` makes it again when it is first needed
+            raise
+        return worktree
+
+    async def _warmed(self) -> None:
+        """The first candidate worktree, once made, joins the free slots (a failure is left to the
+        first build, which makes it again and says why)."""
+        task, self._warming = self._warming, None
+        if task is not None:
+            with contextlib.suppress(Exception):
+                self._free.append(await task)
 
     # -- the door ------------------------------------------------------------------------------
     async def merge(self, story: str, branch: str) -> str:
         """Merge `story`'s `branch` into the epic behind the epic gates: its merge commit. Raises
         `RedMerge` (sent back), `Ejected` (conflicted with the stories ahead) or `Halt`."""
         ctx = self.ctx
+        await ctx.epic_worktree()
         async with ctx.merge_lock:  # never while a landing moves the epic worktree
             dirty = await asyncio.to_thread(ctx.repo.status_paths, ctx.epic_wt)
         if dirty:
@@ -202,6 +232,7 @@ class TrainShell:
         await self.feed(rules.Cancel())
 
     async def aclose(self) -> None:
+        await self._warmed()
         for task in list(self.gating.values()):
             task.cancel()
         with contextlib.suppress(Exception):
@@ -273,6 +304,7 @@ class TrainShell:
             ctx.emit(MergeBisect(batch=step.batch, lanes=list(step.lanes)))
         else:
             ctx.emit(MergeBatchStarted(batch=step.batch, lanes=list(step.lanes), base=base))
+        await self._warmed()
         worktree = self._slot()
         try:
             built = await asyncio.to_thread(self._merge_all, worktree, base, step)
@@ -302,7 +334,10 @@ class TrainShell:
         if self._free:
             return self._free.pop()
         self._slots += 1
-        return self.root / f"w{self._slots}" / layout.EPIC_LANE
+        return self._slot_path(self._slots)
+
+    def _slot_path(self, number: int) -> Path:
+        return self.root / f"w{number}" / layout.EPIC_LANE
 
     def _merge_all(self, worktree: Path, base: str, step: rules.Build) -> _Built:
         """The candidate: `base` checked out at `worktree`, each story merged on it in order."""

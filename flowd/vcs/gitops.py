@@ -449,13 +449,17 @@ class Repo:
         with self._lock:
             self._run(["worktree", "prune"], f"could not prune the worktrees of {self.root}")
 
-    def worktree_add_detached(self, path: Path, commit: str = "HEAD", *, reclaim: bool = False) -> Path:
+    def worktree_add_detached(
+        self, path: Path, commit: str = "HEAD", *, reclaim: bool = False, beside: bool = False
+    ) -> Path:
         """A throwaway worktree at `path` with `commit` checked out and no branch. `reclaim`: the
         path is flowd's own, and git may still record it from a killed `git worktree add` (a
-        "missing but locked worktree", which `prune` keeps): take it over (`-f -f`)."""
+        "missing but locked worktree", which `prune` keeps): take it over (`-f -f`). `beside`:
+        while other worktrees are added (no ref moves, and git makes each worktree's record
+        with an atomic mkdir), so a long checkout holds none of them up."""
         path = Path(path).absolute()
         force = ["-f", "-f"] if reclaim else []
-        with self._lock:
+        with contextlib.nullcontext() if beside else self._lock:
             self._run(
                 ["worktree", "add", *force, "--detach", "-q", str(path), commit],
                 f"could not check out {commit} at {path}",
@@ -499,13 +503,22 @@ class Repo:
             raise GitError(f"could not ask git which files {wt} ignores: {_reason(proc)}", detail=proc.stderr)
         return set(_split_z(proc.stdout))
 
-    def worktree_add(self, path: Path, branch: str, start: str | None = None) -> Path:
+    def worktree_add(
+        self, path: Path, branch: str, start: str | None = None, *, beside: bool = False
+    ) -> Path:
         """A worktree at `path` on `branch`, creating the branch at `start` when it is missing.
 
         Idempotent: a worktree already there on that branch is returned as is; one whose directory
         was deleted by hand is pruned and recreated (the branch, and so the committed work, stays).
+        `beside`: an existing branch checked out while other worktrees are added (as in
+        `worktree_add_detached`); what goes wrong is then sorted out under the lock.
         """
         path = Path(path).absolute()
+        if beside and start is None:
+            proc = _git(self.root, ["worktree", "add", "-q", str(path), branch], "", ok_codes=range(256))
+            if proc.returncode == 0:
+                self.sync_submodules(path)
+                return path
         with self._lock:
             # Fast path: the common case is a fresh worktree on a fresh branch, one git call.
             if start is not None:
