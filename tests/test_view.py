@@ -9,6 +9,8 @@ from flowd.trace.events import (
     PlannedTask,
     RunEnded,
     RunStarted,
+    StoryAnswered,
+    StoryPaused,
     StoryStatusChanged,
     TaskCompleted,
     TasksPlanned,
@@ -110,3 +112,44 @@ def test_replayed_lines_are_not_folded_twice() -> None:
     events = envelopes(TokensUsed(agent="coder", usage=Usage(input=1, output=1, total=2)))
     view = fold("r", events + events)
     assert view.totals.tokens == 2
+
+
+def _answered_budget(*answers: StoryAnswered) -> tuple[float, float | None]:
+    view = fold(
+        "r",
+        envelopes(
+            RunStarted(
+                epic_id="e", epic_branch="epic/e", plan="p", stories=["a"], concurrency=1, budget_usd=1.0
+            ),
+            *(
+                event
+                for answer in answers
+                for event in (StoryPaused(reason="budget", question="raise?", options=["stop"]), answer)
+            ),
+        ),
+    )
+    return view.raised_usd, view.budget_usd
+
+
+def test_the_fold_takes_an_answers_recorded_effect_and_never_reads_its_text() -> None:
+    # The recorded effect wins over any reading of the text: the fold never decides again.
+    recorded = StoryAnswered(answer="raise 2", by="cli", effect="raise", raise_usd=3.0)
+    assert _answered_budget(recorded) == (3.0, 4.0)
+    stopped = StoryAnswered(answer="raise 2", by="cli", effect="stop")
+    assert _answered_budget(stopped) == (0.0, 1.0)
+
+
+def test_an_answer_from_before_effects_were_recorded_folds_as_the_runner_read_it() -> None:
+    old = [StoryAnswered(answer=text, by="cli") for text in ("raise $2.5", "RAISE 1", "stop", "raise -1")]
+    assert _answered_budget(*old) == (3.5, 4.5)
+    assert StoryAnswered(answer="raise 5", by="cli").added_usd("blocked") is None  # told, not raised
+
+
+def test_the_fold_loads_no_pause_rule() -> None:
+    """The view checkpoint hashes the fold's code (docs/trace.md): the pause rules are not part of it."""
+    import subprocess
+    import sys
+
+    script = "import sys, flowd.trace.checkpoint, flowd.trace.fastfold; print('flowd.engine.core.pause' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

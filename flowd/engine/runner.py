@@ -45,6 +45,7 @@ from flowd.engine.core.scheduler import (
     StoryStopped,
 )
 from flowd.engine.core.scheduler import Event as SchedulerEvent
+from flowd.engine.core.stopped import when_stopped
 from flowd.engine.detect import Detector
 from flowd.engine.lanes import Lanes, LocalLanes, open_lanes
 from flowd.engine.pause_desk import PauseDesk, earlier_pauses
@@ -652,15 +653,21 @@ class SchedulerShell:
             task.cancel()
         stopped: list[StoryStopped] = []
         for story, task in tasks:
-            try:
-                self.outcomes[story] = await task
-            except asyncio.CancelledError:
-                self.outcomes[story] = StoryOutcome(story, "cancelled", reason="cancelled")
-            except Exception as exc:
-                self.outcomes[story] = StoryOutcome(story, "failed", reason=str(exc))
+            # What each outcome is, is engine/core/stopped.py's rule; this only learns how it ended.
+            self.outcomes[story] = when_stopped(story, await _ended(task))
             stopped.append(StoryStopped(story, self.outcomes[story].status))
         self.tasks.clear()
         return stopped
+
+
+async def _ended(task: asyncio.Task[StoryOutcome]) -> StoryOutcome | Exception | None:
+    """How a cancelled story task ended: its outcome, None when the cancel stopped it, or its error."""
+    try:
+        return await task
+    except asyncio.CancelledError:
+        return None
+    except Exception as exc:
+        return exc
 
 
 def dump_tasks() -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -35,6 +36,7 @@ from flowd.engine.core.revision import (
 from flowd.engine.core.stops import AwaitingApproval, StoryFailed
 from flowd.engine.gates import run_command
 from flowd.engine.perimeter_now import perimeter_now
+from flowd.engine.reopen import reopen_with_revision
 from flowd.engine.state import (
     EpicPaths,
     StoryState,
@@ -49,6 +51,7 @@ from flowd.engine.train import Ejected, RedMerge
 from flowd.plan.hashing import story_hash
 from flowd.plan.model import Story
 from flowd.plan.perimeter import classify
+from flowd.tasks.model import Task, TaskPlan
 from flowd.trace.events import (
     Event,
     Info,
@@ -66,6 +69,9 @@ from flowd.vcs import sparse
 from flowd.vcs.gitops import Repo
 
 __all__ = ["RedMerge", "StoryOutcome", "StoryRun", "undo_interrupted_merge"]
+
+# Appends a revision task (subject, lead, findings) to a story's task plan; None: it has none.
+AppendRevision = Callable[[str, str, str], Task | None]
 
 
 class StoryRun:
@@ -181,18 +187,10 @@ class StoryRun:
             raise AwaitingApproval(len(loop.plan.tasks))
 
     async def _revise(self, loop: TaskLoop, red: RedMerge) -> HeldCoder:
-        """The merge was undone on red epic gates: reopen the story with a merge revision task, or
-        fail when its rounds are spent (the rule is engine/core/revision.py's)."""
+        """The merge was undone on red epic gates: reopen the story with a merge revision task (or
+        fail), then take its work up again in this worktree with its coder leased again."""
         ctx, story = self.ctx, self.story.id
-        limit = ctx.settings.merge_revision_rounds
-        done = merge_rounds_done(loop.plan) - self.rounds_before
-        decision = after_red_merge(done, limit, red.output)
-        if isinstance(decision, RevisionsSpent):
-            raise StoryFailed(decision.reason)
-        lead = prompts.MERGE_REVISION_LEAD.format(round=decision.round, limit=limit, red=red.output)
-        # The task is in the checkpoint before the event: a run killed from here on resumes it.
-        loop.append_revision(MERGE_SUBJECT, lead, "- the epic gates above")
-        self.announce_revision(red, decision.round, "sending it back to catch up and fix")
+        self.reopen_after_red(red, loop.plan, loop.append_revision, "sending it back to catch up and fix")
         ctx.reviews.reopen(story)  # not merged after all: review comments are welcome again
         coder = await self._lease_coder()
         loop.rebind(coder)
@@ -200,6 +198,21 @@ class StoryRun:
             await asyncio.to_thread(self._catch_up)
         await self._setup()
         return coder
+
+    def reopen_after_red(self, red: RedMerge, plan: TaskPlan, append: AppendRevision, then: str) -> None:
+        """Every lane's one answer to a red merge (already undone), local or elsewhere: the story's
+        next merge revision task, appended by `append` to its task plan `plan` and announced; or
+        StoryFailed when its rounds are spent (engine/core/revision.py decides) and `red` itself when
+        it has no task plan to reopen. `then` says what happens next."""
+        limit = self.ctx.settings.merge_revision_rounds
+        decision = after_red_merge(merge_rounds_done(plan) - self.rounds_before, limit, red.output)
+        if isinstance(decision, RevisionsSpent):
+            raise StoryFailed(decision.reason)
+        lead = prompts.MERGE_REVISION_LEAD.format(round=decision.round, limit=limit, red=red.output)
+        # The task is in the checkpoint before the event: a run killed from here on resumes it.
+        if append(MERGE_SUBJECT, lead, "- the epic gates above") is None:
+            raise red
+        self.announce_revision(red, decision.round, then)
 
     def announce_revision(self, red: RedMerge, round_: int, then: str) -> None:
         """A merge revision begins (its task is in the checkpoint): the event, the findings, a line."""
@@ -214,22 +227,28 @@ class StoryRun:
             )
         self.info(f"epic gates red after merging; merge undone, {then} (merge revision {round_} of {limit})")
 
-    async def merge_pushed(self, pushed: StoryOutcome, *, revisable: bool = False) -> StoryOutcome:
+    async def merge_pushed(
+        self, pushed: StoryOutcome, plan: TaskPlan, rounds_before: int
+    ) -> StoryOutcome | None:
         """The runner's half of a lane that ran elsewhere (docs/scale-out.md): its branch, fetched from
-        the remote, merges here behind the epic gates; the story's state is the lane's, mirrored.
-        `revisable`: a red merge (undone) is raised as `RedMerge`, for the caller to revise."""
+        the remote, merges here behind the epic gates; the story's state is the lane's, mirrored, and
+        `plan` its task checkpoint as the runner holds it. None: the merge was red and undone, and
+        the checkpoint holds the merge revision task for the lane's next placement (as a local
+        story's red merge, `reopen_after_red`, with `rounds_before` not counted)."""
         ctx, story = self.ctx, self.story.id
         self.state = load_state(ctx.paths, story)
+        self.rounds_before = rounds_before
         try:
             if self.state is None:
                 raise StoryFailed(f"story '{story}' came back from its lane without a state; run again")
-            commit = await self._merge()
+            try:
+                commit = await self._merge()
+            except RedMerge as red:
+                append = functools.partial(reopen_with_revision, ctx.paths, story)
+                self.reopen_after_red(red, plan, append, "placing its lane again to catch up and fix")
+                return None
         except asyncio.CancelledError:
             raise
-        except RedMerge as red:
-            if revisable:
-                raise
-            return self.stopped_by(red, pushed.executors)
         except Exception as exc:
             return self.stopped_by(exc, pushed.executors)
         note = pushed.note if pushed.note and "merged" in pushed.note else f"merged at {commit[:10]}"

@@ -143,12 +143,13 @@ class TaskLoop:
             )
         self.ctx.emit(TasksPlanned(lane=self.story_id, tasks=tasks))
 
-    def append_revision(self, subject: str, lead: str, findings: str) -> None:
+    def append_revision(self, subject: str, lead: str, findings: str) -> Task:
         """Reopen the story with `Revision <k>: <subject>` (engine/core/revision.py: no `Depends on:`,
         it waits for every task, at home), saved to the checkpoint before anything runs it."""
         self.plan = with_revision(self.plan, subject, revision_description(lead, findings))
         self._save()
         self._announce()
+        return self.plan.tasks[-1]
 
     def rebind(self, coder: HeldCoder) -> None:
         """Work on with `coder`, the story's coder leased again (a merge revision)."""

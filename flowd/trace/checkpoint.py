@@ -57,7 +57,6 @@ _FOLD_MODULES = (
     "flowd.trace.view",
     "flowd.trace.fastfold",
     "flowd.trace.events",
-    "flowd.engine.core.pause",
     __name__,
 )
 _PRICING_ATTR = "flowd_pricing_key"

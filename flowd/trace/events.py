@@ -6,6 +6,8 @@ they do not know (`parse_line` returns None for both), so old readers survive ne
 
 from __future__ import annotations
 
+import math
+import re
 from functools import cache
 from typing import Annotated, Any, Literal
 
@@ -339,6 +341,26 @@ class StoryAnswered(WireModel):
     by: Literal["editor", "cli"]
     effect: AnswerEffect | None = None
     raise_usd: float | None = None
+
+    def added_usd(self, reason: str) -> float | None:
+        """The USD this answer to a pause of `reason` added to a budget: the recorded effect's; in a
+        trace written before effects were recorded, a `raise N` to a budget pause read as the
+        runner read it then. That old reading is frozen here, not asked of today's pause rules, so
+        an old trace folds the same whatever they become (the view checkpoint never hashes them)."""
+        if self.effect is not None:
+            return self.raise_usd if self.effect == "raise" else None
+        match = _LEGACY_RAISE.match(self.answer.strip())
+        if reason != "budget" or match is None:
+            return None  # the runner records only answers it took: no other one raised anything
+        try:
+            usd = float(match[1])
+        except ValueError:
+            return None
+        return usd if math.isfinite(usd) and usd > 0 else None
+
+
+# `raise N` (`$N` too) as engine/core/pause.py read it when StoryAnswered had no `effect`.
+_LEGACY_RAISE = re.compile(r"^raise\s+\$?(\S+)$", re.IGNORECASE)
 
 
 class RevisionRequested(WireModel):

@@ -11,10 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Literal, Protocol, cast
+from typing import Literal, Protocol
 
 from flowd.base.timeutil import iso, parse_iso
-from flowd.engine.core.pause import PAUSE_REASONS, AnswerRefused, PauseReason, Raise, read_answer
 from flowd.trace.events import (
     BudgetExceeded,
     Envelope,
@@ -499,9 +498,10 @@ class RunView:
 
     def _answered(self, event: StoryAnswered) -> None:
         pause = self.pauses.pop(event.lane, None)
-        if pause is None or pause.reason not in PAUSE_REASONS:
+        if pause is None:
             return
-        usd = self._raised_by(event, pause.reason)
+        # What the runner decided, as it recorded it: the fold never reads the answer again.
+        usd = event.added_usd(pause.reason)
         if usd is None:
             return
         if event.lane is None:
@@ -511,20 +511,6 @@ class RunView:
                 self.budget_usd += usd
         else:
             self.lane_raised_usd[event.lane] = self.lane_raised_usd.get(event.lane, 0.0) + usd
-
-    @staticmethod
-    def _raised_by(event: StoryAnswered, reason: str) -> float | None:
-        """The USD a `raise` answer added: from the decided effect, or (a trace written before
-        effects were recorded) the answer read as the runner read it then."""
-        if event.effect is not None:
-            return event.raise_usd if event.effect == "raise" else None
-        if reason == "merge":
-            return None
-        try:
-            decision = read_answer(cast(PauseReason, reason), event.answer)
-        except AnswerRefused:
-            return None  # the runner records only answers it took
-        return decision.usd if isinstance(decision, Raise) else None
 
     def apply_lease(
         self,

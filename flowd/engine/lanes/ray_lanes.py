@@ -21,18 +21,16 @@ from typing import Any
 
 from flowd.base.errors import EXIT_HALTED, FlowdError, InputError
 from flowd.base.fsio import write_text_atomic
-from flowd.engine import prompts
 from flowd.engine.context import RunContext
 from flowd.engine.core.approval import approval_due
 from flowd.engine.core.failure import StoryFacts, outcome_of
 from flowd.engine.core.outcome import StoryOutcome
 from flowd.engine.core.placement import Node, PlacementsSpent, after_lost, lane_nodes, least_loaded, trusted
-from flowd.engine.core.revision import MERGE_SUBJECT, RevisionsSpent, after_red_merge, merge_rounds_done
-from flowd.engine.core.stops import AwaitingApproval, Halt, StoryFailed
+from flowd.engine.core.revision import rounds_not_counted
+from flowd.engine.core.stops import AwaitingApproval, Halt
 from flowd.engine.lanes.node import HostSpec, LaneSpec, NodeHost
-from flowd.engine.reopen import reopen_with_revision
 from flowd.engine.state import StoryState, append_findings, load_state, save_state
-from flowd.engine.story import RedMerge, StoryRun
+from flowd.engine.story import StoryRun
 from flowd.plan.hashing import story_hash
 from flowd.store.config import load_roster
 from flowd.tasks.checkpoint import parse_checkpoint
@@ -148,9 +146,7 @@ class RayLanes:
         ):
             return await StoryRun(ctx, ctx.plan.require(story)).run()  # skipped (and cleaned up) here
         # A story that failed before gets a fresh allowance of merge revisions (engine/core/revision.py).
-        rounds_before = (
-            merge_rounds_done(self._plan(story)) if state is not None and state.status == "failed" else 0
-        )
+        rounds_before = rounds_not_counted(self._plan(story), state.status if state is not None else None)
         placements = 1
         while True:
             timing: dict[str, float] = {}
@@ -358,20 +354,9 @@ class RayLanes:
         run = StoryRun(ctx, ctx.plan.require(story))
         started = time.monotonic()
         try:
-            return await run.merge_pushed(outcome, revisable=True)
-        except RedMerge as red:
-            limit = ctx.settings.merge_revision_rounds
-            decision = after_red_merge(
-                merge_rounds_done(self._plan(story)) - rounds_before, limit, red.output
-            )
-            if isinstance(decision, RevisionsSpent):
-                return run.stopped_by(StoryFailed(decision.reason), outcome.executors)
-            lead = prompts.MERGE_REVISION_LEAD.format(round=decision.round, limit=limit, red=red.output)
-            # The task is in the runner's checkpoint copy (the next placement's) before the event.
-            if reopen_with_revision(ctx.paths, story, MERGE_SUBJECT, lead, "- the epic gates above") is None:
-                return run.stopped_by(red, outcome.executors)
-            run.announce_revision(red, decision.round, "placing its lane again to catch up and fix")
-            return None
+            # A red merge is answered as a local story's is (StoryRun.reopen_after_red); here the
+            # revision task goes into the runner's checkpoint copy, which the next placement takes.
+            return await run.merge_pushed(outcome, self._plan(story), rounds_before)
         finally:
             timing["merge"] = time.monotonic() - started
 
