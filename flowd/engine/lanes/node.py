@@ -49,7 +49,8 @@ from flowd.sandbox.confine import active, effective_mode
 from flowd.store.config import Roster, Settings
 from flowd.trace.events import Event, Info, LaneEscape, StoryStatusChanged, TaskCompleted
 from flowd.trace.view import RunView
-from flowd.vcs.gitops import GitError, Repo, _git
+from flowd.vcs.gitcli import GitError, run_git
+from flowd.vcs.gitops import Repo
 
 
 @dataclass
@@ -183,8 +184,8 @@ class NodeHost:
                 if not (self.clone / ".git").exists():
                     shutil.rmtree(self.clone, ignore_errors=True)
                     self.clone.parent.mkdir(parents=True, exist_ok=True)
-                    _git(self.clone.parent, ["clone", "-q", "--no-checkout", self.spec.remote, str(self.clone)],
-                         f"cloning {self.spec.remote} on this node")  # fmt: skip
+                    run_git(self.clone.parent, ["clone", "-q", "--no-checkout", self.spec.remote, str(self.clone)],
+                            f"cloning {self.spec.remote} on this node")  # fmt: skip
             repo = NodeRepo(self.clone, self.lock)
             repo.ensure_flow_excluded()
             self._repo = repo
@@ -353,7 +354,7 @@ class NodeLane:
         self._post((kind, body, time.time()))
 
     def _git(self, *args: str, what: str) -> str:
-        return _git(self.clone, args, what).stdout
+        return run_git(self.clone, args, what).stdout
 
     def prepare(self) -> None:
         """Refresh the node's copy: the epic and the story's pushed branch, in one fetch; the
@@ -379,7 +380,7 @@ class NodeLane:
             self._git("fetch", "-q", "--no-tags", remote, f"+refs/heads/{epic}:refs/heads/{epic}",
                       f"+refs/heads/{self.branch}*:refs/{FETCHED_REFS}/{self.branch}*",
                       what=f"fetching {epic} and {self.branch}")  # fmt: skip
-            pushed = _git(
+            pushed = run_git(
                 self.clone, ["rev-parse", "-q", "--verify", pushed_ref], "", ok_codes=(0, 1)
             ).stdout.strip()
             if pushed:
@@ -419,15 +420,15 @@ class NodeLane:
         """The story branch to the remote (the point a lane placed again resumes from), unless the
         remote has its head already."""
         with self._push_lock:
-            head = _git(self.clone, ["rev-parse", "-q", "--verify", f"refs/heads/{self.branch}"], "",
-                        ok_codes=(0, 1)).stdout.strip()  # fmt: skip
+            head = run_git(self.clone, ["rev-parse", "-q", "--verify", f"refs/heads/{self.branch}"], "",
+                           ok_codes=(0, 1)).stdout.strip()  # fmt: skip
             if not head or head == self.pushed:
                 return
             started = time.monotonic()
             args = ["push", "-q", "--force", self.spec.remote, f"{head}:refs/heads/{self.branch}"]
             for attempt in range(PUSH_TRIES):
                 try:
-                    _git(self.clone, args, f"pushing {self.branch}")
+                    run_git(self.clone, args, f"pushing {self.branch}")
                     break
                 except GitError as exc:
                     detail = " / ".join(exc.detail.splitlines()[-4:]) or str(exc)
