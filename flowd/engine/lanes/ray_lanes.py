@@ -29,7 +29,8 @@ from flowd.engine.core.outcome import StoryOutcome
 from flowd.engine.core.placement import Node, PlacementsSpent, after_lost, lane_nodes, least_loaded, trusted
 from flowd.engine.core.revision import MERGE_SUBJECT, RevisionsSpent, after_red_merge, merge_rounds_done
 from flowd.engine.core.stops import AwaitingApproval, Halt, StoryFailed
-from flowd.engine.lanes.node import HostSpec, LaneSpec, NodeHost
+from flowd.engine.lanes.node import HostSpec, NodeHost
+from flowd.engine.lanes.node_lane import LaneSpec
 from flowd.engine.reopen import reopen_with_revision
 from flowd.engine.state import StoryState, append_findings, load_state, save_state
 from flowd.engine.story import RedMerge, StoryRun
