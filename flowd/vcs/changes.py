@@ -76,7 +76,7 @@ class WorktreeChanges(RepoBase):
             ok_codes=range(256),
         )
         if proc.returncode != 0:
-            # The last: only unstaged `.flow/` or bootstrapped changes are left (`_stage_all`).
+            # The last: only unstaged `.flow/` or bootstrapped changes are left (`stage_all`).
             nothing = ("nothing to commit", "nothing added to commit", "no changes added to commit")
             if any(said in proc.stdout for said in nothing):
                 return None
