@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from flowd.agents.script_agent import STATE_ENV
+from flowd.agents.script_counts import STATE_ENV
 
 _session_state: Path | None = None
 

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from flowd.base.errors import FlowdError, InputError
-from flowd.vcs.gitops import GitError, Repo, worktree_default_root, worktree_root
+from flowd.vcs.gitcli import GitError
+from flowd.vcs.gitops import Repo, worktree_default_root, worktree_root
 
 IDENTITY_VARS = (
     "GIT_AUTHOR_NAME",

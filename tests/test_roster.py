@@ -28,7 +28,8 @@ from flowd.agents.base import (
 from flowd.base.errors import EXIT_HALTED, NoExecutor
 from flowd.base.timeutil import iso
 from flowd.base.timeutil import now as utc_now
-from flowd.roster.pool import Lease, RosterPool
+from flowd.roster.leasing import Lease
+from flowd.roster.pool import RosterPool
 from flowd.roster.state import Holding, after_fault
 from flowd.store.config import ExecutorSpec, Roster, load_roster
 from flowd.trace.events import (

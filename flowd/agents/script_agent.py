@@ -9,153 +9,31 @@ permission requests before touching files or running commands, per-turn `usage` 
 claude-agent-acp does (input without the cache, cache apart) and the dollar cost as a
 cumulative `usage_update` per session.
 
-Requests are answered in the reader thread, except `session/prompt`, which runs in a thread of
-its own so that `session/cancel` and the answers to its permission requests get through.
-
-`times` counts prompts per run across every process of the agent (clones, restarts, sessions),
-so counts live in a small file guarded by `fcntl.flock`: in `$FLOWD_SCRIPT_STATE` when set, else
-in a per-script directory under the system temp dir keyed by the script's path and content.
+The wire is `script_wire.py`; the `times` counts shared by every process of the agent are
+`script_counts.py`.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import fcntl
-import hashlib
 import json
 import os
 import sys
 import threading
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
+from flowd.agents.script_counts import RunCounts
 from flowd.agents.script_rules import Rule, Script, ScriptUsage, pick_rule, read_script
+from flowd.agents.script_wire import Json, RequestError, Wire, checked_params, invalid_param, serve, warn
 
-STATE_ENV = "FLOWD_SCRIPT_STATE"
-_KEPT_RUNS = 50  # counts of older runs are dropped so the state file stays small
 _CONTEXT_SIZE = 200_000  # the `size` of `usage_update`, as claude-agent-acp reports it
 _PERMISSION_OPTIONS = [
     {"optionId": "allow", "name": "Allow", "kind": "allow_once"},
     {"optionId": "reject", "name": "Reject", "kind": "reject_once"},
 ]
-
-Json = dict[str, Any]
-
-
-def warn(message: str) -> None:
-    """One line on stderr (the client's log of the agent); stdout is the ACP channel."""
-    with contextlib.suppress(OSError, ValueError):
-        sys.stderr.write(f"flowd-script: {message}\n")
-        sys.stderr.flush()
-
-
-class RequestError(Exception):
-    """A JSON-RPC error answer: `code`, `message` and `data` as the SDK's `RequestError` words them."""
-
-    def __init__(self, code: int, message: str, data: Any = None) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-        self.data = data
-
-    @classmethod
-    def invalid_params(cls, data: Any) -> RequestError:
-        return cls(-32602, "Invalid params", data)
-
-    @classmethod
-    def method_not_found(cls, method: str) -> RequestError:
-        return cls(-32601, "Method not found", {"method": method})
-
-    def wire(self) -> Json:
-        return {"code": self.code, "message": self.message, "data": self.data}
-
-
-class Wire:
-    """Newline-delimited JSON-RPC 2.0 on the agent's side: one writer lock, and the requests the
-    agent sent (numbered from 0, as the SDK does) waiting for the client's answer."""
-
-    def __init__(self, out: BinaryIO) -> None:
-        self._out = out
-        self._lock = threading.Lock()
-        self._next_id = 0
-        self._pending: dict[int, tuple[threading.Event, list[Json]]] = {}
-        self.closed = False
-
-    def send(self, message: Json) -> None:
-        data = (json.dumps(message, separators=(",", ":")) + "\n").encode("utf-8")
-        with self._lock:
-            if self.closed:
-                return  # the client is gone: nobody reads an answer any more
-            try:
-                self._out.write(data)
-                self._out.flush()
-            except (OSError, ValueError):
-                self.closed = True
-
-    def notify(self, method: str, params: Json) -> None:
-        self.send({"jsonrpc": "2.0", "method": method, "params": params})
-
-    def request(self, method: str, params: Json) -> Any:
-        """Send a request and wait for its answer: the result, or the client's error raised."""
-        done = threading.Event()
-        slot: list[Json] = []
-        with self._lock:
-            request_id = self._next_id
-            self._next_id += 1
-            self._pending[request_id] = (done, slot)
-        self.send({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
-        done.wait()
-        if not slot:
-            raise ConnectionError("Connection closed")
-        answer = slot[0]
-        if "result" in answer:
-            return answer["result"]
-        if "error" in answer:
-            error = answer.get("error") or {}
-            raise RequestError(error.get("code", -32603), error.get("message", "Error"), error.get("data"))
-        return None
-
-    def answered(self, message: Json) -> None:
-        with self._lock:
-            waiter = self._pending.pop(message["id"], None) if isinstance(message["id"], int) else None
-        if waiter is not None:
-            waiter[1].append(message)
-            waiter[0].set()
-
-    def close(self) -> None:
-        with self._lock:
-            self.closed = True
-            pending, self._pending = list(self._pending.values()), {}
-        for done, _slot in pending:
-            done.set()
-
-
-def _field_errors(params: Any, fields: dict[str, type]) -> list[Json]:
-    """Required fields missing or of the wrong JSON type, itemised like pydantic's errors (the
-    SDK answered bad params with them under `data.errors`)."""
-    if not isinstance(params, dict):
-        return [
-            {"type": "model_type", "loc": [], "msg": "Input should be a valid dictionary", "input": params}
-        ]
-    errors: list[Json] = []
-    for name, kind in fields.items():
-        if name not in params:
-            errors.append({"type": "missing", "loc": [name], "msg": "Field required", "input": params})
-        elif not isinstance(params[name], kind):
-            label = "string" if kind is str else "list"
-            errors.append(_error(name, f"{label}_type", f"Input should be a valid {label}", params[name]))
-    return errors
-
-
-def _error(name: str, kind: str, message: str, value: Any) -> Json:
-    return {"type": kind, "loc": [name], "msg": message, "input": value}
-
-
-def _invalid(name: str, kind: str, message: str, value: Any) -> RequestError:
-    return RequestError.invalid_params({"errors": [_error(name, kind, message, value)]})
 
 
 def _protocol_version(value: Any) -> int:
@@ -166,66 +44,6 @@ def _protocol_version(value: Any) -> int:
         return int(value)
     except (TypeError, ValueError):
         return 1
-
-
-def _checked(params: Any, fields: dict[str, type]) -> Json:
-    errors = _field_errors(params, fields)
-    if errors:
-        raise RequestError.invalid_params({"errors": errors})
-    return dict(params)
-
-
-class RunCounts:
-    """`times` bookkeeping shared by every process serving one script: {runId: {ruleIndex: n}}.
-
-    One file per script (named by a hash of its path and content), read and rewritten under an
-    exclusive `flock` on the file itself, so concurrent clones never lose a count.
-    """
-
-    def __init__(self, script_path: Path, script_text: bytes) -> None:
-        configured = os.environ.get(STATE_ENV)
-        if configured:
-            base = Path(configured)
-        else:
-            import tempfile  # only without $FLOWD_SCRIPT_STATE: it is one of the slower imports
-
-            base = Path(tempfile.gettempdir()) / "flowd-script-state"
-        key = hashlib.sha256(str(script_path.resolve()).encode() + b"\0" + script_text).hexdigest()[:16]
-        self.path = base / f"{script_path.name}-{key}.json"
-
-    def take(self, run_id: str, choose: Any) -> int | None:
-        """Under the lock: `choose(counts)` picks a rule index (or None), whose count then goes up."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
-        with open(fd, "r+", encoding="utf-8") as handle:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
-            try:
-                handle.seek(0)
-                data = _parse(handle.read())
-                runs: dict[str, dict[str, int]] = data.setdefault("runs", {})
-                counts = runs.get(run_id, {})
-                index: int | None = choose({int(k): v for k, v in counts.items()})
-                if index is not None:
-                    counts[str(index)] = counts.get(str(index), 0) + 1
-                    runs.pop(run_id, None)
-                    runs[run_id] = counts  # most recent last, so trimming drops the oldest runs
-                    while len(runs) > _KEPT_RUNS:
-                        runs.pop(next(iter(runs)))
-                    handle.seek(0)
-                    handle.truncate()
-                    handle.write(json.dumps(data))
-                    handle.flush()
-                return index
-            finally:
-                fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
-
-
-def _parse(text: str) -> dict[str, Any]:
-    try:
-        data = json.loads(text) if text.strip() else {}
-    except ValueError:
-        return {}  # a torn write (the machine died mid-write): counting starts afresh
-    return data if isinstance(data, dict) else {}
 
 
 def default_reply(role: str | None, story: str | None, epic_id: str | None) -> str:
@@ -266,9 +84,9 @@ class ScriptAgent:
         self._cancelled: dict[str, threading.Event] = {}
 
     def initialize(self, params: Any) -> Json:
-        version = _protocol_version(_checked(params, {"protocolVersion": object})["protocolVersion"])
+        version = _protocol_version(checked_params(params, {"protocolVersion": object})["protocolVersion"])
         if not 0 <= version <= 65535:
-            raise _invalid("protocolVersion", "range", "Input should be within 0-65535", version)
+            raise invalid_param("protocolVersion", "range", "Input should be within 0-65535", version)
         return {
             "protocolVersion": version,
             "agentCapabilities": {"loadSession": False},
@@ -276,18 +94,18 @@ class ScriptAgent:
         }
 
     def new_session(self, params: Any) -> Json:
-        checked = _checked(params, {"cwd": str, "mcpServers": list})
+        checked = checked_params(params, {"cwd": str, "mcpServers": list})
         session_id = f"script-{os.urandom(6).hex()}"
         self._sessions[session_id] = Path(checked["cwd"])
         return {"sessionId": session_id}
 
     def cancel(self, params: Any) -> None:
         # Honoured during `delayMs`, as ACP asks (reply `cancelled`); a `hang` rule ignores it.
-        checked = _checked(params, {"sessionId": str})
+        checked = checked_params(params, {"sessionId": str})
         self._cancelled.setdefault(checked["sessionId"], threading.Event()).set()
 
     def prompt(self, params: Any) -> Json:
-        checked = _checked(params, {"sessionId": str, "prompt": list})
+        checked = checked_params(params, {"sessionId": str, "prompt": list})
         session_id: str = checked["sessionId"]
         cwd = self._sessions.get(session_id)
         if cwd is None:
@@ -388,7 +206,9 @@ class ScriptAgent:
         )
         outcome = answer.get("outcome") if isinstance(answer, dict) else None
         if not isinstance(outcome, dict) or outcome.get("outcome") not in ("selected", "cancelled"):
-            raise _invalid("outcome", "union_tag_invalid", "Input should be a permission outcome", answer)
+            raise invalid_param(
+                "outcome", "union_tag_invalid", "Input should be a permission outcome", answer
+            )
         return outcome.get("outcome") == "selected" and outcome.get("optionId") == "allow"
 
     def _report_cost(self, session_id: str, usage: ScriptUsage) -> None:
@@ -429,66 +249,6 @@ def wire_usage(usage: ScriptUsage) -> Json:
         "cachedReadTokens": usage.cached_read,
         "cachedWriteTokens": usage.cache_write,
     }
-
-
-def serve(agent: ScriptAgent, wire: Wire, lines: BinaryIO) -> None:
-    """Read requests, notifications and answers until the client closes stdin."""
-    inline: dict[str, Callable[[Any], Json]] = {
-        "initialize": agent.initialize,
-        "session/new": agent.new_session,
-    }
-    for line in lines:
-        if not line.strip():
-            continue
-        try:
-            message = json.loads(line)
-        except ValueError:
-            warn(f"not a JSON-RPC message: {line[:200]!r}")
-            continue
-        if not isinstance(message, dict):
-            continue
-        method = message.get("method")
-        if method is None:
-            if "id" in message:
-                wire.answered(message)
-        elif "id" not in message:
-            _notified(agent, method, message.get("params"))
-        elif method == "session/prompt":
-            threading.Thread(target=_answer, args=(wire, message, agent.prompt), daemon=True).start()
-        else:
-            _answer(wire, message, inline.get(method))
-    wire.close()
-
-
-def _notified(agent: ScriptAgent, method: Any, params: Any) -> None:
-    if method == "session/cancel":
-        try:
-            agent.cancel(params)
-        except RequestError as exc:
-            warn(f"session/cancel: {exc.data}")
-    elif not (isinstance(method, str) and method.startswith("_")):  # extensions are ignored quietly
-        warn(f"notification {method!r} is not handled (method not found)")
-
-
-def _answer(wire: Wire, message: Json, handler: Callable[[Any], Json] | None) -> None:
-    reply: Json = {"jsonrpc": "2.0", "id": message["id"]}
-    method = message["method"]
-    try:
-        if handler is None:
-            raise RequestError.method_not_found(str(method))
-        reply["result"] = handler(message.get("params"))
-    except RequestError as exc:
-        reply["error"] = exc.wire()
-    except Exception as exc:
-        import traceback
-
-        warn(f"unhandled error while handling request method={method}\n{traceback.format_exc()}")
-        try:
-            data = json.loads(str(exc))
-        except ValueError:
-            data = {"details": str(exc)}
-        reply["error"] = {"code": -32603, "message": "Internal error", "data": data}
-    wire.send(reply)
 
 
 def _perform(

@@ -24,7 +24,7 @@ from flowd.cost.render import render
 from flowd.cost.report import report_from_fold
 from flowd.cost.samples import ScanStats, runs_dir, trace_files
 from flowd.store.config import Settings, load_settings
-from flowd.vcs.gitops import toplevel
+from flowd.vcs.gitcli import toplevel
 
 FORMATS = {"json": "json", "text": "text", "markdown": "md", "md": "md"}
 

@@ -29,7 +29,7 @@ from flowd.engine.core.taskgraph import AsideOutcome, TaskGraphState
 from flowd.engine.gates import run_command
 from flowd.engine.taskbody import Seat, TaskBody
 from flowd.plan.model import Story
-from flowd.roster.pool import Lease
+from flowd.roster.leasing import Lease
 from flowd.tasks.model import Task, TaskPlan
 from flowd.tasks.parsing import TaskNode, task_nodes
 from flowd.trace.events import Info

@@ -27,7 +27,8 @@ from typing import TYPE_CHECKING
 from flowd.base.errors import InputError
 from flowd.engine.core.ports import LanePorts, ceiling_problem
 from flowd.store.config import Settings
-from flowd.vcs.gitops import Repo, mark_bootstrapped
+from flowd.vcs.bootstrapped import mark_bootstrapped
+from flowd.vcs.gitops import Repo
 from flowd.vcs.worktreeinclude import describe, escapes
 
 if TYPE_CHECKING:

@@ -23,7 +23,8 @@ from flowd.engine.spares import reap, to_trash, trash_root
 from flowd.engine.state import EpicLock, EpicPaths, all_states
 from flowd.store.config import load_settings
 from flowd.trace.log import is_active, list_runs, pid_alive
-from flowd.vcs.gitops import Repo, WorktreeInfo, worktree_root
+from flowd.vcs.gitops import Repo, worktree_root
+from flowd.vcs.worktrees import WorktreeInfo
 
 
 @dataclass

@@ -29,7 +29,8 @@ from flowd.engine.spares import Spares
 from flowd.engine.state import EpicPaths
 from flowd.plan.cone import cone_entries, sparse_cone
 from flowd.plan.model import StoryPlan
-from flowd.roster.pool import Lease, LeaseInfo, RosterPool
+from flowd.roster.leasing import Lease, LeaseInfo
+from flowd.roster.pool import RosterPool
 from flowd.roster.state import after_fault
 from flowd.store.config import Settings
 from flowd.store.inbox import Answer, By, Reply

@@ -28,7 +28,10 @@ from flowd.base.errors import FlowdError
 from flowd.base.layout import SPARE_DIR, TRASH_DIR
 from flowd.trace.events import Event, Info
 from flowd.vcs import sparse
-from flowd.vcs.gitops import Repo, bootstrapped, has_submodules, private_git_dir
+from flowd.vcs.bootstrapped import bootstrapped
+from flowd.vcs.gitcli import private_git_dir
+from flowd.vcs.gitops import Repo
+from flowd.vcs.submodules import has_submodules
 
 
 def trash_root(lanes: Path) -> Path:

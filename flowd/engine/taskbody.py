@@ -24,7 +24,7 @@ from flowd.engine.replies import ReplyParseError, Verdict, coder_sentinel, parse
 from flowd.engine.state import append_findings
 from flowd.plan.model import Story
 from flowd.plan.perimeter import task_owns_violations
-from flowd.roster.pool import Lease
+from flowd.roster.leasing import Lease
 from flowd.tasks.model import Task, TaskPlan
 from flowd.trace.events import Info, PerimeterViolation, TaskOwnsViolation
 

@@ -23,7 +23,7 @@ from flowd.engine.review import append_revisions
 from flowd.engine.state import append_findings
 from flowd.engine.taskbody import Seat, TaskBody, clip, issues_text
 from flowd.plan.model import Story
-from flowd.roster.pool import Lease
+from flowd.roster.leasing import Lease
 from flowd.tasks.checkpoint import parse_checkpoint, render_checkpoint
 from flowd.tasks.model import Task, TaskPlan
 from flowd.tasks.parsing import depends_on, has_parallel_tasks, owns, satisfies

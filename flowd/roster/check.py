@@ -21,7 +21,7 @@ from flowd.base.errors import EXIT_FAILED, EXIT_OK, FlowdError, InputError
 from flowd.base.wire import WireModel
 from flowd.sandbox.confine import status_line
 from flowd.store.config import ROLES, TEXT_ROLES, ExecutorSpec, load_roster, load_settings
-from flowd.vcs.gitops import toplevel
+from flowd.vcs.gitcli import toplevel
 
 PROMPT = "Reply with the single word: ready"
 DEFAULT_TIMEOUT_S = 180.0

@@ -1,11 +1,10 @@
-"""The executor pool of a run: leases, clones, exclusions, moving a call and handing over a coder.
+"""The executor pool of a run: leases, the clones' agent connections, and the calls made on
+them (a call moved off an executor that failed, a coder handed over).
 
-Leasing order for a role: executors that serve it, are not excluded, not avoided and have a free
-slot (a coder also needs a free coder slot); lowest priority for the role first, then the one
-leased least recently, then roster order; `prefer` wins against executors of equal priority. A
-lease takes the lowest free clone number of its executor. When nothing is free the lease waits
-for a release or an exclusion's end; when nothing can ever serve the role it fails with
-`NoExecutor` (exit 3).
+The parts: the leasing rules (`leasing.py`: who holds what, which executor a lease takes),
+exclusions and their timer (`exclusions.py`), warm-up (`warmup.py`), the wire view (`views.py`).
+When nothing is free a lease waits for a release or an exclusion's end; when nothing can ever
+serve the role it fails with `NoExecutor` (exit 3).
 
 All bookkeeping is synchronous and runs on the event loop, so no lock is needed: the only await
 in `lease` is the wait for a change, and a cancelled wait has taken nothing.
@@ -15,10 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Protocol
@@ -26,124 +23,22 @@ from typing import Protocol
 from flowd.agents.base import AgentError, Executor, TurnObserver, TurnRequest, TurnResult
 from flowd.agents.factory import make_executor
 from flowd.base.errors import FlowdError, NoExecutor
-from flowd.base.timeutil import iso
 from flowd.base.timeutil import now as utc_now
-from flowd.base.wire import WireModel
-from flowd.roster.state import (
-    Exclusion,
-    ExclusionPolicy,
-    Health,
-    after_fault,
-    decide,
-    load_exclusions,
-    save_exclusions,
-)
+from flowd.roster import leasing
+from flowd.roster.exclusions import ExclusionBook
+from flowd.roster.leasing import ExecutorState, Lease, LeaseInfo
+from flowd.roster.state import ExclusionPolicy, Health, after_fault
+from flowd.roster.views import RosterView, roster_view
+from flowd.roster.warmup import Warmup, prestart_order
 from flowd.store.config import ExecutorSpec, Roster
-from flowd.trace.events import (
-    Event,
-    ExecutorExcluded,
-    ExecutorHandedOver,
-    ExecutorLeased,
-    ExecutorReleased,
-    ExecutorResumed,
-)
+from flowd.trace.events import Event, ExecutorHandedOver, ExecutorLeased, ExecutorReleased
 
 # Failures after which a clone's agent process is not trusted again: it is closed and respawned.
 DISCARD_ON = frozenset({"crash", "stall", "unavailable", "auth", "timeout"})
 
-# Agent processes `prestart` starts at once: a start is mostly CPU (an interpreter importing its
-# SDK), so more than the cores only makes every clone late; the first story's come first.
-PRESTART_PARALLEL = max(2, os.cpu_count() or 2)
-
 
 class ExecutorFactory(Protocol):
     def __call__(self, spec: ExecutorSpec, *, clone: int, log_dir: Path | None = None) -> Executor: ...
-
-
-@dataclass(frozen=True)
-class LeaseInfo:
-    """What a finished call ran on (for events and usage attribution)."""
-
-    executor: str
-    clone: int
-    role: str
-    label: str | None
-    model: str | None
-
-
-@dataclass(eq=False)
-class Lease:
-    """One slot of one executor held for one role; `clone` is the slot's number (`claude#2`)."""
-
-    executor_id: str
-    clone: int
-    role: str
-    label: str | None
-    spec: ExecutorSpec
-    _pool: RosterPool = field(repr=False)
-    released: bool = False
-    _reported: AgentError | None = field(default=None, repr=False)
-
-    @property
-    def executor(self) -> Executor:
-        """The live agent connection of this clone (kept across leases of the same clone)."""
-        return self._pool._executor_for(self)
-
-    @property
-    def name(self) -> str:
-        return f"{self.executor_id}#{self.clone}"
-
-    @property
-    def info(self) -> LeaseInfo:
-        return LeaseInfo(self.executor_id, self.clone, self.role, self.label, self.spec.model)
-
-
-class HeldClone(WireModel):
-    clone: int
-    role: str
-    label: str | None = None
-
-
-class ExclusionView(WireModel):
-    kind: str
-    reason: str
-    until: str | None = None
-
-
-class ExecutorView(WireModel):
-    id: str
-    kind: str
-    model: str | None = None
-    roles: list[str]
-    slots: int
-    coder_slots: int
-    held: list[HeldClone]
-    excluded: ExclusionView | None = None
-
-
-class RosterView(WireModel):
-    executors: list[ExecutorView]
-    sources: list[str]
-
-
-@dataclass
-class _State:
-    spec: ExecutorSpec
-    order: int
-    held: dict[int, Lease] = field(default_factory=dict)  # clone → lease
-    last_leased: int = -1
-    exclusion: Exclusion | None = None
-    health: Health = field(default_factory=Health)
-
-    @property
-    def busy_coders(self) -> int:
-        return sum(1 for lease in self.held.values() if lease.role == "coder")
-
-    def free_for(self, role: str) -> int:
-        free = self.spec.slots - len(self.held)
-        if role == "coder":
-            free = min(free, self.spec.coder_capacity - self.busy_coders)
-        return max(0, free) if role in self.spec.roles else 0
 
 
 class RosterPool:
@@ -159,22 +54,17 @@ class RosterPool:
         log_dir: Path | None = None,
     ) -> None:
         self._roster = roster
-        self._state_path = state_path
         self._emit = emit
         self._factory = executor_factory
-        self._clock = clock
-        self._policy = policy or ExclusionPolicy()
         self._log_dir = log_dir
-        self._states = {spec.id: _State(spec, i) for i, spec in enumerate(roster.executors)}
+        self._states = {spec.id: ExecutorState(spec, i) for i, spec in enumerate(roster.executors)}
         self._counter = 0
-        self._changed = asyncio.Event()
-        self._timer: asyncio.TimerHandle | None = None
-        self._timer_at: datetime | None = None
         self._executors: dict[tuple[str, int], Executor] = {}
         self._closing: set[asyncio.Task[None]] = set()
-        self._warming: set[asyncio.Task[None]] = set()
-        for ident, exclusion in load_exclusions(state_path, set(self._states), clock()).items():
-            self._states[ident].exclusion = exclusion
+        self._warmup = Warmup()
+        self._book = ExclusionBook(
+            self._states, state_path=state_path, emit=emit, clock=clock, policy=policy or ExclusionPolicy()
+        )
 
     # --- leasing ---------------------------------------------------------------------------------
 
@@ -193,14 +83,14 @@ class RosterPool:
         among the free ones (independence when it is available, never a wait for it).
         """
         while True:
-            self._expire()
-            state = self._pick(role, prefer, avoid, prefer_not)
+            self._book.expire()
+            state = leasing.pick(self._states.values(), role, prefer, avoid, prefer_not)
             if state is not None:
                 return self._take(state, role, label)
             if not self.can_ever_serve(role, avoid=avoid):
                 raise NoExecutor(role, self._hopeless(role, avoid))
-            changed = self._changed
-            self._arm_timer()
+            changed = self._book.changed
+            self._book.arm_timer()
             await changed.wait()
 
     async def wait_back(self, executor_id: str, role: str) -> None:
@@ -208,13 +98,13 @@ class RosterPool:
         one it can use); `NoExecutor` when it is out for the run."""
         state = self._states[executor_id]
         while True:
-            self._expire()
+            self._book.expire()
             if state.exclusion is None:
                 return
             if state.exclusion.kind == "run":
                 raise NoExecutor(role, self._hopeless(role, frozenset()))
-            changed = self._changed
-            self._arm_timer()
+            changed = self._book.changed
+            self._book.arm_timer()
             await changed.wait()
 
     def try_lease(
@@ -227,8 +117,8 @@ class RosterPool:
         prefer_not: frozenset[str] = frozenset(),
     ) -> Lease | None:
         """A slot now, or None (never waits)."""
-        self._expire()
-        state = self._pick(role, prefer, avoid, prefer_not)
+        self._book.expire()
+        state = leasing.pick(self._states.values(), role, prefer, avoid, prefer_not)
         return None if state is None else self._take(state, role, label)
 
     def release(self, lease: Lease) -> None:
@@ -244,7 +134,7 @@ class RosterPool:
                 executor=lease.executor_id, clone=lease.clone, role=lease.role, label=lease.label
             )
         )
-        self._signal()
+        self._book.signal()
 
     @contextlib.asynccontextmanager
     async def leased(
@@ -263,31 +153,7 @@ class RosterPool:
         finally:
             self.release(lease)
 
-    def _pick(
-        self, role: str, prefer: str | None, avoid: frozenset[str], prefer_not: frozenset[str]
-    ) -> _State | None:
-        candidates = [
-            s
-            for s in self._states.values()
-            if s.spec.id not in avoid and s.exclusion is None and s.free_for(role) > 0
-        ]
-        if not candidates:
-            return None
-        candidates.sort(
-            key=lambda s: (s.spec.id in prefer_not, s.spec.priority_for(role), s.last_leased, s.order)
-        )
-        best = candidates[0]
-        if prefer is not None and prefer != best.spec.id:
-            chosen = next((s for s in candidates if s.spec.id == prefer), None)
-            # Continuity breaks ties; it never overrides a better priority (or independence).
-            if chosen is not None and (chosen.spec.id in prefer_not, chosen.spec.priority_for(role)) <= (
-                best.spec.id in prefer_not,
-                best.spec.priority_for(role),
-            ):
-                return chosen
-        return best
-
-    def _take(self, state: _State, role: str, label: str | None) -> Lease:
+    def _take(self, state: ExecutorState, role: str, label: str | None) -> Lease:
         clone = next(n for n in range(1, state.spec.slots + 1) if n not in state.held)
         self._counter += 1
         state.last_leased = self._counter
@@ -298,30 +164,10 @@ class RosterPool:
 
     def can_ever_serve(self, role: str, *, avoid: frozenset[str] = frozenset()) -> bool:
         """Some executor outside `avoid` serves the role and is not excluded for the run."""
-        return any(
-            role in s.spec.roles
-            and (role != "coder" or s.spec.coder_capacity > 0)
-            and s.spec.id not in avoid
-            and (s.exclusion is None or s.exclusion.kind != "run")
-            for s in self._states.values()
-        )
+        return leasing.can_ever_serve(self._states.values(), role, avoid)
 
     def _hopeless(self, role: str, avoid: frozenset[str]) -> str:
-        where = f"roster: {self._roster.described}"
-        serving = [s for s in self._states.values() if role in s.spec.roles]
-        if not serving:
-            return (
-                f'no executor in the roster takes the {role} role ({where}); add one with roles = ["{role}"]'
-            )
-        reasons = []
-        for s in serving:
-            if s.spec.id in avoid:
-                reasons.append(f"{s.spec.id} is avoided for this call")
-            elif s.exclusion is not None:
-                reasons.append(f"{s.spec.id} is {s.exclusion.describe()}")
-            else:
-                reasons.append(f"{s.spec.id} has no coder slots")
-        return f"no executor can take the {role} role: {'; '.join(reasons)} ({where})"
+        return leasing.hopeless(self._states.values(), role, avoid, self._roster.described)
 
     # --- exclusions ------------------------------------------------------------------------------
 
@@ -332,12 +178,7 @@ class RosterPool:
             lease._reported = error
             if error.kind in DISCARD_ON:
                 self._discard(lease.executor_id, lease.clone)
-            now = self._clock()
-            exclusion = decide(
-                lease.executor_id, error.kind, error.message, error.reset_at, now, state.health, self._policy
-            )
-            if exclusion is not None:
-                self._exclude(state, exclusion)
+            self._book.record(state, error)
         return state.exclusion is not None
 
     def succeeded(self, lease: Lease) -> None:
@@ -345,94 +186,10 @@ class RosterPool:
         state = self._states[lease.executor_id]
         state.health = Health()
 
-    def _exclude(self, state: _State, exclusion: Exclusion) -> None:
-        state.exclusion = exclusion
-        until = iso(exclusion.until) if exclusion.until is not None else None
-        self._emit(ExecutorExcluded(executor=state.spec.id, reason=exclusion.describe(), until=until))
-        self._save()
-        self._arm_timer()
-        self._signal()
-
     def readmit(self) -> list[str]:
         """Take back every executor excluded for the run (an answer `wait` to a `noExecutor`
         pause: the person fixed what was wrong, docs/answers.md); their ids."""
-        back = [s for s in self._states.values() if s.exclusion is not None and s.exclusion.kind == "run"]
-        for state in back:
-            state.exclusion = None
-            state.health = Health()
-            self._emit(ExecutorResumed(executor=state.spec.id, reason="taken back by an answer (wait)"))
-        if back:
-            self._save()
-            self._signal()
-        return [s.spec.id for s in back]
-
-    def _expire(self) -> None:
-        now = self._clock()
-        expired = [
-            s
-            for s in self._states.values()
-            if s.exclusion is not None and s.exclusion.until is not None and s.exclusion.until <= now
-        ]
-        for state in expired:
-            assert state.exclusion is not None
-            reason = "back-off over, trying it again" if state.exclusion.kind == "backoff" else "expired"
-            until = iso(state.exclusion.until) if state.exclusion.until else None
-            state.exclusion = None
-            self._emit(ExecutorResumed(executor=state.spec.id, reason=reason, until=until))
-        if expired:
-            self._save()
-            self._signal()
-
-    def _save(self) -> None:
-        current = {s.spec.id: s.exclusion for s in self._states.values() if s.exclusion is not None}
-        try:
-            save_exclusions(self._state_path, set(self._states), current, self._clock())
-        except OSError as exc:  # advisory state: a run goes on without it
-            print(f"flowd: could not save {self._state_path}: {exc}", file=sys.stderr)
-
-    def _signal(self) -> None:
-        self._changed.set()
-        self._changed = asyncio.Event()
-
-    def _arm_timer(self) -> None:
-        """One loop timer at the next exclusion end, so waiting leases wake without polling."""
-        ends = [
-            s.exclusion.until
-            for s in self._states.values()
-            if s.exclusion is not None and s.exclusion.until is not None
-        ]
-        soonest = min(ends, default=None)
-        if soonest == self._timer_at and self._timer is not None:
-            return
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        self._timer_at = soonest
-        if soonest is None:
-            return
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            return  # armed by the first lease
-        delay = max(0.0, (soonest - self._clock()).total_seconds())
-        self._timer = loop.call_later(delay, self._on_timer)
-
-    def _on_timer(self) -> None:
-        self._timer = None
-        self._timer_at = None
-        self._expire()
-        self._arm_timer()
-
-    async def leave_lane(self, worktree: Path) -> None:
-        """Stop every idle agent process confined to the lane worktree `worktree`, which another
-        lane takes next (docs/repositories.md "Worktree reuse"); a held clone is left alone."""
-        for (executor_id, clone), executor in list(self._executors.items()):
-            state = self._states.get(executor_id)
-            leave = getattr(executor, "leave_lane", None)
-            if leave is None or (state is not None and clone in state.held):
-                continue
-            with contextlib.suppress(Exception):
-                await leave(worktree)
+        return self._book.readmit()
 
     # --- executors -------------------------------------------------------------------------------
 
@@ -447,6 +204,17 @@ class RosterPool:
             self._executors[key] = executor
         return executor
 
+    async def leave_lane(self, worktree: Path) -> None:
+        """Stop every idle agent process confined to the lane worktree `worktree`, which another
+        lane takes next (docs/repositories.md "Worktree reuse"); a held clone is left alone."""
+        for (executor_id, clone), executor in list(self._executors.items()):
+            state = self._states.get(executor_id)
+            leave = getattr(executor, "leave_lane", None)
+            if leave is None or (state is not None and clone in state.held):
+                continue
+            with contextlib.suppress(Exception):
+                await leave(worktree)
+
     def prestart(self, needs: dict[str, int], cwd: Path) -> None:
         """Start, in the background, the agent processes of the clones that the first leases of
         each role will take (`needs`: role → how many leases are expected at once), so a story's
@@ -454,69 +222,26 @@ class RosterPool:
 
         The clones are the ones `lease` would pick (priority, then round robin, roster order),
         planned without taking anything; roles are interleaved so the first story's agents start
-        first, and at most `PRESTART_PARALLEL` start at once. Kinds without a `warm` (CLI and
+        first, and at most `warmup.PRESTART_PARALLEL` start at once. Kinds without a `warm` (CLI and
         OpenAI executors start nothing ahead) are skipped; the executors are the clones' own, so
         `aclose` ends them with the rest."""
         plans = {role: self.planned_clones(role, count) for role, count in needs.items()}
-        order: list[tuple[str, int]] = []
-        for i in range(max((len(p) for p in plans.values()), default=0)):
-            for planned in plans.values():
-                if i < len(planned) and planned[i] not in order:
-                    order.append(planned[i])
-        warmers = []
-        for executor_id, clone in order:
+        executors = []
+        for executor_id, clone in prestart_order(plans):
             state = self._states[executor_id]
             try:
-                executor = self._executor_for_clone(state.spec, clone)
+                executors.append(self._executor_for_clone(state.spec, clone))
             except FlowdError:
                 continue  # the first lease reports it
-            warm = getattr(executor, "warm", None)
-            if warm is not None:
-                warmers.append(warm)
-        if not warmers:
-            return
-        gate = asyncio.Semaphore(PRESTART_PARALLEL)
-
-        async def one(warm: Callable[[Path], Awaitable[None]]) -> None:
-            async with gate:
-                await warm(cwd)
-
-        for warm in warmers:
-            task = asyncio.get_running_loop().create_task(one(warm))
-            self._warming.add(task)
-            task.add_done_callback(self._warming.discard)
+        self._warmup.start(executors, cwd)
 
     async def warmed(self) -> None:
         """Wait until every clone `prestart` began is started (or has failed to)."""
-        if self._warming:
-            await asyncio.gather(*list(self._warming), return_exceptions=True)
+        await self._warmup.wait()
 
     def planned_clones(self, role: str, count: int) -> list[tuple[str, int]]:
-        """The (executor, clone) of the next `count` leases of `role` if nothing were released,
-        by the same ranking as `_pick` (without `prefer`/`avoid`, which only a story knows)."""
-        used = {ident: set(s.held) for ident, s in self._states.items()}
-        coders = {ident: s.busy_coders for ident, s in self._states.items()}
-        last = {ident: s.last_leased for ident, s in self._states.items()}
-        out: list[tuple[str, int]] = []
-        for tick in range(count):
-            able = [
-                s
-                for s in self._states.values()
-                if s.exclusion is None
-                and role in s.spec.roles
-                and len(used[s.spec.id]) < s.spec.slots
-                and (role != "coder" or coders[s.spec.id] < s.spec.coder_capacity)
-            ]
-            if not able:
-                break
-            best = min(able, key=lambda s: (s.spec.priority_for(role), last[s.spec.id], s.order))
-            ident = best.spec.id
-            clone = next(n for n in range(1, best.spec.slots + 1) if n not in used[ident])
-            used[ident].add(clone)
-            coders[ident] += role == "coder"
-            last[ident] = self._counter + tick + 1
-            out.append((ident, clone))
-        return out
+        """The (executor, clone) of the next `count` leases of `role` if nothing were released."""
+        return leasing.planned_clones(self._states, role, count, self._counter)
 
     def _discard(self, executor_id: str, clone: int) -> None:
         executor = self._executors.pop((executor_id, clone), None)
@@ -535,13 +260,8 @@ class RosterPool:
 
     async def aclose(self) -> None:
         """Close every agent connection the pool opened (leases are not released here)."""
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        warming = list(self._warming)
-        for task in warming:
-            task.cancel()
-        await asyncio.gather(*warming, return_exceptions=True)
+        self._book.close()
+        await self._warmup.cancel()
         executors = list(self._executors.values())
         self._executors.clear()
         await asyncio.gather(*(self._close_quietly(e) for e in executors))
@@ -620,7 +340,7 @@ class RosterPool:
 
     def free_slots(self, role: str) -> int:
         """Slots free for the role now on executors not excluded."""
-        self._expire()
+        self._book.expire()
         return sum(s.free_for(role) for s in self._states.values() if s.exclusion is None)
 
     def total_slots(self, role: str) -> int:
@@ -632,22 +352,5 @@ class RosterPool:
         )
 
     def snapshot(self) -> RosterView:
-        self._expire()
-        views = []
-        for s in self._states.values():
-            x = s.exclusion
-            views.append(
-                ExecutorView(
-                    id=s.spec.id,
-                    kind=s.spec.kind,
-                    model=s.spec.model,
-                    roles=list(s.spec.roles),
-                    slots=s.spec.slots,
-                    coder_slots=s.spec.coder_capacity,
-                    held=[HeldClone(clone=n, role=h.role, label=h.label) for n, h in sorted(s.held.items())],
-                    excluded=None
-                    if x is None
-                    else ExclusionView(kind=x.kind, reason=x.reason, until=iso(x.until) if x.until else None),
-                )
-            )
-        return RosterView(executors=views, sources=list(self._roster.sources))
+        self._book.expire()
+        return roster_view(self._states.values(), self._roster.sources)

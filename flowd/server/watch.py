@@ -26,7 +26,7 @@ from pathlib import Path
 from watchfiles import Change, DefaultFilter, awatch
 
 from flowd.server import inotify
-from flowd.vcs.gitops import merge_in_progress
+from flowd.vcs.changes import merge_in_progress
 
 log = logging.getLogger(__name__)
 

@@ -12,17 +12,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from flowd.vcs.gitops import Repo, _git, _split_z
+from flowd.vcs.gitcli import run_git, split_z
+from flowd.vcs.gitops import Repo
 
 
 def enable_worktree_config(repo: Repo) -> bool:
     """Turn on git's per-worktree config in the repository, once: `git sparse-checkout` would do
     it at the first sparse worktree, in the middle of the run, where detection would take the
     change of the shared `config` for a lane's. Returns whether it changed anything."""
-    got = _git(repo.root, ["config", "--bool", "--get", "extensions.worktreeConfig"], "", ok_codes=(0, 1))
+    got = run_git(repo.root, ["config", "--bool", "--get", "extensions.worktreeConfig"], "", ok_codes=(0, 1))
     if got.stdout.strip() == "true":
         return False
-    _git(
+    run_git(
         repo.root,
         ["config", "extensions.worktreeConfig", "true"],
         f"could not turn on git's per-worktree config in {repo.root} (sparse worktrees need it)",
@@ -35,13 +36,13 @@ def kinds_at(repo: Repo, commit: str, paths: Sequence[str]) -> dict[str, bool]:
     submodule). One `git ls-tree` for all of them."""
     if not paths:
         return {}
-    out = _git(
+    out = run_git(
         repo.root,
         ["ls-tree", "-z", "--full-tree", commit, "--", *paths],
         f"could not list {len(paths)} perimeter paths at {commit}",
     ).stdout
     kinds: dict[str, bool] = {}
-    for line in _split_z(out):
+    for line in split_z(out):
         meta, _, name = line.partition("\t")
         if name:
             kinds[name] = meta.split(" ")[1] != "blob"
@@ -49,7 +50,7 @@ def kinds_at(repo: Repo, commit: str, paths: Sequence[str]) -> dict[str, bool]:
 
 
 def is_sparse(wt: Path) -> bool:
-    got = _git(Path(wt), ["config", "--bool", "--get", "core.sparseCheckout"], "", ok_codes=(0, 1))
+    got = run_git(Path(wt), ["config", "--bool", "--get", "core.sparseCheckout"], "", ok_codes=(0, 1))
     return got.stdout.strip() == "true"
 
 
@@ -59,9 +60,9 @@ def apply_cone(wt: Path, dirs: Sequence[str] | None) -> None:
     wt = Path(wt)
     if dirs is None:
         if is_sparse(wt):
-            _git(wt, ["sparse-checkout", "disable"], f"could not check the whole tree out in {wt}")
+            run_git(wt, ["sparse-checkout", "disable"], f"could not check the whole tree out in {wt}")
         return
-    _git(
+    run_git(
         wt,
         ["sparse-checkout", "set", "--cone", "--", *dirs],
         f"could not make {wt} a sparse checkout of {', '.join(dirs) or 'the root files'}",
@@ -75,9 +76,9 @@ def add_sparse(repo: Repo, path: Path, branch: str, start: str | None, dirs: Seq
     args = ["worktree", "add", "-q", "--no-checkout"]
     args += ["-b", branch, str(path), start] if start is not None else [str(path), branch]
     with repo._lock:  # the branch ref and git's worktree records are shared bookkeeping
-        _git(repo.root, args, f"could not add the worktree {path} on {branch}")
+        run_git(repo.root, args, f"could not add the worktree {path} on {branch}")
     apply_cone(path, dirs)
     # The index is still empty: fill it from HEAD, writing only the cone's files.
-    _git(path, ["reset", "-q", "--hard"], f"could not check {branch} out in {path}")
+    run_git(path, ["reset", "-q", "--hard"], f"could not check {branch} out in {path}")
     repo.sync_submodules(path)
     return path

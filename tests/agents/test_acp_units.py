@@ -9,16 +9,10 @@ from pathlib import Path
 import pytest
 from acp.schema import PromptResponse, ToolCallLocation, ToolCallStart, ToolCallUpdate, Usage
 
-from flowd.agents.acp_client import (
-    AcpExecutor,
-    _is_notice,
-    _tool_args,
-    _tool_name,
-    _Turn,
-    base_environment,
-    outside,
-    tool_paths,
-)
+from flowd.agents.acp_access import outside, tool_paths
+from flowd.agents.acp_client import AcpExecutor
+from flowd.agents.acp_process import base_environment
+from flowd.agents.acp_turn import Turn, _is_notice, tool_args, tool_name
 from flowd.agents.base import AgentError, FlowdMeta, ToolCall, TurnRequest, reaped
 from flowd.agents.factory import make_executor
 from flowd.agents.usage import capture_usage, model_usages
@@ -149,16 +143,16 @@ def test_model_usage_counts_every_request_of_the_turn_per_model() -> None:
 
 
 def test_the_answer_leaves_out_notices_and_unnumbered_warnings() -> None:
-    turn = _Turn(session_id="s", cwd=Path("/w"), observe=None)
+    turn = Turn(session_id="s", cwd=Path("/w"), observe=None)
     turn.chunks = [
         (None, "Warning: Model metadata for `gpt-5-codex` not found.\n\n"),
         ("m1", '{"tasks": []}'),
     ]
     assert turn.answer() == '{"tasks": []}' and turn.failure() is None
-    plain = _Turn(session_id="s", cwd=Path("/w"), observe=None)
+    plain = Turn(session_id="s", cwd=Path("/w"), observe=None)
     plain.chunks = [(None, "ready")]
     assert plain.answer() == "ready"  # an agent that numbers nothing (gemini): every chunk
-    failed = _Turn(session_id="s", cwd=Path("/w"), observe=None, failed=True)
+    failed = Turn(session_id="s", cwd=Path("/w"), observe=None, failed=True)
     failed.chunks = [
         (None, "Warning: Model metadata not found.\n\n"),
         (None, "exceeded retry limit, last status: 429"),
@@ -170,10 +164,10 @@ def test_the_answer_leaves_out_notices_and_unnumbered_warnings() -> None:
 
 def test_a_tool_call_waits_for_its_input_before_it_is_told() -> None:
     told: list[object] = []
-    turn = _Turn(session_id="s", cwd=Path("/w"), observe=told.append)
+    turn = Turn(session_id="s", cwd=Path("/w"), observe=told.append)
     start = ToolCallStart(session_update="tool_call", tool_call_id="t1", title="Write", raw_input={},
                           field_meta={"claudeCode": {"toolName": "Write"}})  # fmt: skip
-    turn.tool("t1", ToolCall(tool=_tool_name(start), args=_tool_args(start)), ready=False)
+    turn.tool("t1", ToolCall(tool=tool_name(start), args=tool_args(start)), ready=False)
     assert told == []
     turn.pending["t1"].args = {"file_path": "/w/a.txt", "content": "x"}
     turn.tool("t1", turn.pending["t1"], ready=True)
@@ -182,8 +176,8 @@ def test_a_tool_call_waits_for_its_input_before_it_is_told() -> None:
     ]
     gemini = ToolCallStart(session_update="tool_call", tool_call_id="write_file__write_file_17_0",
                            title="Writing to a.txt", locations=[ToolCallLocation(path="/w/a.txt")])  # fmt: skip
-    assert _tool_name(gemini) == "write_file"
-    assert _tool_args(gemini) == {"title": "Writing to a.txt", "paths": ["/w/a.txt"]}
+    assert tool_name(gemini) == "write_file"
+    assert tool_args(gemini) == {"title": "Writing to a.txt", "paths": ["/w/a.txt"]}
 
 
 def test_missing_program_is_one_sentence_before_any_process(tmp_path: Path) -> None:

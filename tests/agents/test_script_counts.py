@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from flowd.agents.script_agent import STATE_ENV, RunCounts, default_reply
+from flowd.agents.script_agent import default_reply
+from flowd.agents.script_counts import STATE_ENV, RunCounts
 
 
 def test_concurrent_takers_never_lose_a_count(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from flowd.engine.core.outcome import StoryOutcome
-from flowd.engine.lanes.node import HostSpec, LaneMessage, LaneSpec, NodeHost
+from flowd.engine.lanes.node import HostSpec, NodeHost
+from flowd.engine.lanes.node_lane import LaneMessage, LaneSpec
 from flowd.plan.parse import load_plan
 from flowd.store.config import load_roster, load_settings
 from flowd.trace.events import Event, ExecutorLeased

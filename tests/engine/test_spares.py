@@ -13,7 +13,8 @@ from pathlib import Path
 
 from flowd.base.layout import SPARE_DIR, TRASH_DIR
 from flowd.engine.spares import Spares, reap, reap_in_background
-from flowd.vcs.gitops import Repo, bootstrapped, mark_bootstrapped
+from flowd.vcs.bootstrapped import bootstrapped, mark_bootstrapped
+from flowd.vcs.gitops import Repo
 from tests.engine.scenario import Scenario, coder, git, story
 
 ID = ["-c", "user.name=t", "-c", "user.email=t@t"]

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from flowd.trace.events import PerimeterViolation
-from flowd.vcs.gitops import GitError, Repo
+from flowd.vcs.gitcli import GitError
+from flowd.vcs.gitops import Repo
 from tests.engine.scenario import Scenario, coder, git, story
 
 ID = ["-c", "user.name=t", "-c", "user.email=t@t"]

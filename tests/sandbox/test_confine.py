@@ -174,7 +174,7 @@ def test_a_refusal_told_in_an_agents_tool_output_is_named(lane: Path) -> None:
     agent's stderr: the OS's refusal there is found as on stderr."""
     from acp.schema import ToolCallProgress
 
-    from flowd.agents.acp_client import tool_output_text
+    from flowd.agents.acp_turn import tool_output_text
 
     reported: list[tuple[str, str, str, str]] = []
     c = _confinement(lane)

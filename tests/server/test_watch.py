@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 from flowd.server.watch import WorktreeWatches
-from flowd.vcs.gitops import merge_in_progress
+from flowd.vcs.changes import merge_in_progress
 
 
 class Recorder:

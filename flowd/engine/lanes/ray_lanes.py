@@ -28,7 +28,8 @@ from flowd.engine.core.outcome import StoryOutcome
 from flowd.engine.core.placement import Node, PlacementsSpent, after_lost, lane_nodes, least_loaded, trusted
 from flowd.engine.core.revision import rounds_not_counted
 from flowd.engine.core.stops import AwaitingApproval, Halt
-from flowd.engine.lanes.node import HostSpec, LaneSpec, NodeHost
+from flowd.engine.lanes.node import HostSpec, NodeHost
+from flowd.engine.lanes.node_lane import LaneSpec
 from flowd.engine.state import StoryState, append_findings, load_state, save_state
 from flowd.engine.story import StoryRun
 from flowd.plan.hashing import story_hash
@@ -36,7 +37,8 @@ from flowd.store.config import load_roster
 from flowd.tasks.checkpoint import parse_checkpoint
 from flowd.tasks.model import TaskPlan
 from flowd.trace.events import Event, Info, LanePlaced, StoryStatusChanged
-from flowd.vcs.gitops import GitError, Repo, _git
+from flowd.vcs.gitcli import GitError, run_git
+from flowd.vcs.gitops import Repo
 
 
 class LaneHost:
@@ -208,8 +210,8 @@ class RayLanes:
             return 0.0
         started = time.monotonic()
         try:
-            _git(self.ctx.repo.root, ["push", "-q", "--force", self.remote_url, f"{branch}:refs/heads/{branch}"],
-                 f"pushing {branch}")  # fmt: skip
+            run_git(self.ctx.repo.root, ["push", "-q", "--force", self.remote_url, f"{branch}:refs/heads/{branch}"],
+                    f"pushing {branch}")  # fmt: skip
         except GitError as exc:
             raise Halt(f"the remote {self.remote_url} refused the push of {branch} ({exc}); "
                        "fix `[lanes] remote` in .flow/config.toml or the remote's permissions, then run again")  # fmt: skip
@@ -343,7 +345,7 @@ class RayLanes:
         started = time.monotonic()
         try:
             await asyncio.to_thread(
-                _git, ctx.repo.root, ["fetch", "-q", self.remote_url, f"+refs/heads/{branch}:refs/heads/{branch}"],
+                run_git, ctx.repo.root, ["fetch", "-q", self.remote_url, f"+refs/heads/{branch}:refs/heads/{branch}"],
                 f"fetching {branch}",
             )  # fmt: skip
         except GitError as exc:
@@ -384,7 +386,7 @@ def resolve_remote(repo: Repo, remote: str) -> str:
     if "://" in remote or remote.startswith("/") or "@" in remote:
         return remote
     try:
-        url = _git(repo.root, ["remote", "get-url", remote], f"reading remote {remote!r}").stdout.strip()
+        url = run_git(repo.root, ["remote", "get-url", remote], f"reading remote {remote!r}").stdout.strip()
     except GitError:
         candidate = (repo.root / remote).resolve()
         if candidate.exists():

@@ -1,0 +1,173 @@
+"""The leasing rules of the executor pool (`pool.py`): each executor's clones and who holds them,
+and which executor a lease takes.
+
+Leasing order for a role: executors that serve it, are not excluded, not avoided and have a free
+slot (a coder also needs a free coder slot); lowest priority for the role first, then the one
+leased least recently, then roster order; `prefer` wins against executors of equal priority. A
+lease takes the lowest free clone number of its executor. When nothing can ever serve the role,
+`hopeless` says why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from flowd.agents.base import AgentError, Executor
+from flowd.roster.state import Exclusion, Health
+from flowd.store.config import ExecutorSpec
+
+
+class LeaseOwner(Protocol):
+    """The pool a lease came from: it keeps each clone's live agent connection."""
+
+    def _executor_for(self, lease: Lease) -> Executor: ...
+
+
+@dataclass(frozen=True)
+class LeaseInfo:
+    """What a finished call ran on (for events and usage attribution)."""
+
+    executor: str
+    clone: int
+    role: str
+    label: str | None
+    model: str | None
+
+
+@dataclass(eq=False)
+class Lease:
+    """One slot of one executor held for one role; `clone` is the slot's number (`claude#2`)."""
+
+    executor_id: str
+    clone: int
+    role: str
+    label: str | None
+    spec: ExecutorSpec
+    _pool: LeaseOwner = field(repr=False)
+    released: bool = False
+    _reported: AgentError | None = field(default=None, repr=False)
+
+    @property
+    def executor(self) -> Executor:
+        """The live agent connection of this clone (kept across leases of the same clone)."""
+        return self._pool._executor_for(self)
+
+    @property
+    def name(self) -> str:
+        return f"{self.executor_id}#{self.clone}"
+
+    @property
+    def info(self) -> LeaseInfo:
+        return LeaseInfo(self.executor_id, self.clone, self.role, self.label, self.spec.model)
+
+
+@dataclass
+class ExecutorState:
+    """One executor of the roster in the pool: who holds its clones, when it was last leased, its
+    exclusion and health."""
+
+    spec: ExecutorSpec
+    order: int
+    held: dict[int, Lease] = field(default_factory=dict)  # clone → lease
+    last_leased: int = -1
+    exclusion: Exclusion | None = None
+    health: Health = field(default_factory=Health)
+
+    @property
+    def busy_coders(self) -> int:
+        return sum(1 for lease in self.held.values() if lease.role == "coder")
+
+    def free_for(self, role: str) -> int:
+        free = self.spec.slots - len(self.held)
+        if role == "coder":
+            free = min(free, self.spec.coder_capacity - self.busy_coders)
+        return max(0, free) if role in self.spec.roles else 0
+
+
+def pick(
+    states: Iterable[ExecutorState],
+    role: str,
+    prefer: str | None,
+    avoid: frozenset[str],
+    prefer_not: frozenset[str],
+) -> ExecutorState | None:
+    """The executor the next lease of `role` takes, or None when none is free now."""
+    candidates = [
+        s for s in states if s.spec.id not in avoid and s.exclusion is None and s.free_for(role) > 0
+    ]
+    if not candidates:
+        return None
+    candidates.sort(
+        key=lambda s: (s.spec.id in prefer_not, s.spec.priority_for(role), s.last_leased, s.order)
+    )
+    best = candidates[0]
+    if prefer is not None and prefer != best.spec.id:
+        chosen = next((s for s in candidates if s.spec.id == prefer), None)
+        # Continuity breaks ties; it never overrides a better priority (or independence).
+        if chosen is not None and (chosen.spec.id in prefer_not, chosen.spec.priority_for(role)) <= (
+            best.spec.id in prefer_not,
+            best.spec.priority_for(role),
+        ):
+            return chosen
+    return best
+
+
+def can_ever_serve(states: Iterable[ExecutorState], role: str, avoid: frozenset[str]) -> bool:
+    """Some executor outside `avoid` serves the role and is not excluded for the run."""
+    return any(
+        role in s.spec.roles
+        and (role != "coder" or s.spec.coder_capacity > 0)
+        and s.spec.id not in avoid
+        and (s.exclusion is None or s.exclusion.kind != "run")
+        for s in states
+    )
+
+
+def hopeless(states: Iterable[ExecutorState], role: str, avoid: frozenset[str], described: str) -> str:
+    """Why no executor can ever take `role` (the `NoExecutor` message)."""
+    where = f"roster: {described}"
+    serving = [s for s in states if role in s.spec.roles]
+    if not serving:
+        return f'no executor in the roster takes the {role} role ({where}); add one with roles = ["{role}"]'
+    reasons = []
+    for s in serving:
+        if s.spec.id in avoid:
+            reasons.append(f"{s.spec.id} is avoided for this call")
+        elif s.exclusion is not None:
+            reasons.append(f"{s.spec.id} is {s.exclusion.describe()}")
+        else:
+            reasons.append(f"{s.spec.id} has no coder slots")
+    return f"no executor can take the {role} role: {'; '.join(reasons)} ({where})"
+
+
+def planned_clones(
+    states: dict[str, ExecutorState], role: str, count: int, counter: int
+) -> list[tuple[str, int]]:
+    """The (executor, clone) of the next `count` leases of `role` if nothing were released,
+    by the same ranking as `pick` (without `prefer`/`avoid`, which only a story knows);
+    `counter` is the pool's lease count so far."""
+    used = {ident: set(s.held) for ident, s in states.items()}
+    coders = {ident: s.busy_coders for ident, s in states.items()}
+    last = {ident: s.last_leased for ident, s in states.items()}
+    out: list[tuple[str, int]] = []
+    for tick in range(count):
+        able = [
+            s
+            for s in states.values()
+            if s.exclusion is None
+            and role in s.spec.roles
+            and len(used[s.spec.id]) < s.spec.slots
+            and (role != "coder" or coders[s.spec.id] < s.spec.coder_capacity)
+        ]
+        if not able:
+            break
+        best = min(able, key=lambda s: (s.spec.priority_for(role), last[s.spec.id], s.order))
+        ident = best.spec.id
+        clone = next(n for n in range(1, best.spec.slots + 1) if n not in used[ident])
+        used[ident].add(clone)
+        coders[ident] += role == "coder"
+        last[ident] = counter + tick + 1
+        out.append((ident, clone))
+    return out

@@ -1,0 +1,64 @@
+"""The files worktree bootstrap copied into a worktree (docs/worktree-bootstrap.md): the user's
+(`.env`, keys), listed in the worktree's private git dir, out of the agents' reach, so that no
+flowd commit, diff or perimeter listing takes them even after a story's `.gitignore` stops
+ignoring them; and staging, which leaves them and `.flow/` out."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from flowd.vcs.gitcli import FLOW_DIR, private_git_dir, run_git, split_z
+
+_BOOTSTRAPPED = "flowd-bootstrapped"
+
+
+def mark_bootstrapped(wt: Path, paths: Sequence[str]) -> None:
+    """Remember `paths` (repository-relative) as copied into `wt` by worktree bootstrap."""
+    write_bootstrapped(wt, bootstrapped(wt) | set(paths))
+
+
+def write_bootstrapped(wt: Path, listed: Iterable[str]) -> None:
+    private = private_git_dir(wt)
+    if private is None:
+        return
+    target = private / _BOOTSTRAPPED
+    tmp = target.with_name(f".{_BOOTSTRAPPED}.{os.getpid()}.tmp")
+    tmp.write_text("".join(f"{p}\0" for p in sorted(listed)), encoding="utf-8", errors="surrogateescape")
+    os.replace(tmp, target)
+
+
+def bootstrapped(wt: Path) -> frozenset[str]:
+    """The paths worktree bootstrap copied into `wt` (empty when it copied none)."""
+    private = private_git_dir(wt)
+    if private is None:
+        return frozenset()
+    try:
+        text = (private / _BOOTSTRAPPED).read_text(encoding="utf-8", errors="surrogateescape")
+    except OSError:
+        return frozenset()
+    return frozenset(split_z(text))
+
+
+def stage_all(wt: Path, what: str, env: dict[str, str] | None = None) -> None:
+    """Stage every change in `wt` except `.flow/` and the bootstrapped files.
+
+    `.flow/` is kept out by unstaging it after `add -A`, not by an `:(exclude)` pathspec: git
+    refuses such an add (exit 1, "paths are ignored") when `.flow/` is in info/exclude and also
+    holds files a team tracks (`.flow/config.toml`, `.flow/roster.toml`). Resetting it leaves a
+    tracked settings file exactly as its branch has it, whatever an agent did to the copy in the
+    worktree (docs/repositories.md).
+    """
+    run_git(wt, ["add", "-A", "--", "."], what, env=env)
+    run_git(wt, ["reset", "-q", "--", FLOW_DIR.rstrip("/")], what, env=env)
+    _unstage_bootstrapped(wt, what, env)
+
+
+def _unstage_bootstrapped(wt: Path, what: str, env: dict[str, str] | None = None) -> None:
+    private = private_git_dir(wt)
+    listing = private / _BOOTSTRAPPED if private is not None else None
+    if listing is None or not listing.is_file() or listing.stat().st_size == 0:
+        return
+    literal = {**(env or {}), "GIT_LITERAL_PATHSPECS": "1"}
+    run_git(wt, ["reset", "-q", f"--pathspec-from-file={listing}", "--pathspec-file-nul"], what, env=literal)

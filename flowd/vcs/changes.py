@@ -1,0 +1,297 @@
+"""Work inside one of flowd's worktrees: status, changed files and diffs, commits, merges, and
+putting a worktree back (detach, reset, fast-forward, roll back, restore paths). Nothing here
+changes the user's own checkout: `_owned_worktree` refuses it."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from flowd.base.errors import InputError
+from flowd.vcs.bootstrapped import bootstrapped, stage_all, write_bootstrapped
+from flowd.vcs.gitcli import GitError, git_reason, not_flow, run_git, split_z
+from flowd.vcs.repo import RepoBase
+from flowd.vcs.submodules import scrub
+
+
+@dataclass(frozen=True)
+class MergeResult:
+    ok: bool
+    commit: str | None  # HEAD after the merge (the merge commit, or the unchanged head)
+    conflicts: list[str] = field(default_factory=list)
+    already_merged: bool = False
+
+
+def check_rel(wt: Path, path: str) -> Path:
+    """A repository-relative path that stays inside the worktree, or InputError."""
+    p = Path(path)
+    if not path or p.is_absolute() or ".." in p.parts:
+        raise InputError(f"path {path!r} must be relative to the worktree {wt} and stay inside it")
+    return wt / p
+
+
+class WorktreeChanges(RepoBase):
+    """What `gitops.Repo` does inside a worktree."""
+
+    def head_of(self, wt: Path) -> str:
+        return run_git(
+            Path(wt), ["rev-parse", "HEAD"], f"could not read HEAD of the worktree {wt}"
+        ).stdout.strip()
+
+    def status_paths(self, wt: Path) -> list[str]:
+        """Every modified, added, deleted or untracked file (each untracked file listed), sorted.
+
+        Renames are reported as their two paths; anything under `.flow/` is left out.
+        """
+        out = run_git(
+            Path(wt),
+            [
+                "status",
+                "--porcelain",
+                "-z",
+                "--no-renames",
+                "--untracked-files=all",
+                "--ignore-submodules=dirty",
+            ],
+            f"could not read the status of the worktree {wt}",
+        ).stdout
+        copied = bootstrapped(wt)
+        return sorted(set(not_flow([entry[3:] for entry in split_z(out) if entry[3:] not in copied])))
+
+    def is_dirty(self, wt: Path) -> bool:
+        return bool(self.status_paths(wt))
+
+    def commit_all(self, wt: Path, message: str) -> str | None:
+        """Commit every change in `wt` (untracked files included); None when there was nothing."""
+        wt = self._owned_worktree(wt, "commit")
+        what = f"could not commit in the worktree {wt}"
+        stage_all(wt, what)
+        proc = run_git(
+            wt,
+            [*self._commit_args(), "commit", "-q", "--no-verify", "-m", message],
+            what,
+            ok_codes=range(256),
+        )
+        if proc.returncode != 0:
+            # The last: only unstaged `.flow/` or bootstrapped changes are left (`stage_all`).
+            nothing = ("nothing to commit", "nothing added to commit", "no changes added to commit")
+            if any(said in proc.stdout for said in nothing):
+                return None
+            raise GitError(f"{what}: {git_reason(proc)}", detail=proc.stderr + proc.stdout)
+        return self.head_of(wt)
+
+    def changed_files(self, wt: Path, base: str) -> list[str]:
+        """Files differing from the merge-base of `base` and HEAD: committed, uncommitted and untracked.
+
+        Repository-relative, sorted, deletions included, renames as both paths, `.flow/` left out.
+        """
+        wt = Path(wt)
+        what = f"could not list the files changed in the worktree {wt} since {base!r}"
+        tracked = run_git(
+            wt,
+            [
+                "diff",
+                "--name-only",
+                "-z",
+                "--no-renames",
+                "--ignore-submodules=dirty",
+                "--merge-base",
+                base,
+                "--",
+            ],
+            what,
+        )
+        untracked = run_git(wt, ["ls-files", "-z", "--others", "--exclude-standard"], what)
+        copied = bootstrapped(wt)
+        return sorted(
+            set(not_flow(split_z(tracked.stdout) + [p for p in split_z(untracked.stdout) if p not in copied]))
+        )
+
+    def diff(self, wt: Path, base: str) -> str:
+        """The patch from the merge-base of `base` and HEAD to the files in `wt`, new files included.
+
+        Untracked files are staged into a throwaway copy of the index, so the worktree's own index
+        is left exactly as it was.
+        """
+        wt = Path(wt)
+        what = f"could not diff the worktree {wt} against {base!r}"
+        index = Path(
+            run_git(wt, ["rev-parse", "--path-format=absolute", "--git-path", "index"], what).stdout.strip()
+        )
+        with tempfile.TemporaryDirectory(prefix="flowd-index-") as tmp:
+            tmp_index = Path(tmp) / "index"
+            if index.exists():
+                shutil.copyfile(index, tmp_index)
+            env = {"GIT_INDEX_FILE": str(tmp_index)}
+            stage_all(wt, what, env)
+            return run_git(wt, ["diff", "--cached", "--merge-base", base, "--"], what, env=env).stdout
+
+    def merge(self, wt: Path, branch: str, message: str, *, prefer_incoming: bool = False) -> MergeResult:
+        """Merge `branch` into the worktree's branch with a merge commit (`--no-ff`).
+
+        A conflict is aborted (the worktree is left as before) and its paths returned. When `branch`
+        is already contained in HEAD nothing is committed and `already_merged` is set.
+        `prefer_incoming` resolves conflicting hunks in favour of `branch` (`-X theirs`).
+        """
+        wt = self._owned_worktree(wt, "merge")
+        what = f"could not merge {branch!r} into the worktree {wt}"
+        args = [*self._commit_args(), "merge", "--no-ff", "--no-verify", "--no-edit", "-m", message]
+        if prefer_incoming:
+            args += ["-X", "theirs"]
+        proc = run_git(wt, [*args, branch], what, ok_codes=range(256))
+        if proc.returncode == 0:
+            self.sync_submodules(wt)
+            already = "Already up to date" in proc.stdout or "Already up-to-date" in proc.stdout
+            return MergeResult(ok=True, commit=self.head_of(wt), already_merged=already)
+        conflicts = split_z(run_git(wt, ["diff", "--name-only", "-z", "--diff-filter=U"], what).stdout)
+        in_progress = (
+            run_git(wt, ["rev-parse", "-q", "--verify", "MERGE_HEAD"], what, ok_codes=(0, 1)).returncode == 0
+        )
+        if in_progress or conflicts:
+            run_git(wt, ["merge", "--abort"], f"could not abort the conflicted merge of {branch!r} in {wt}")
+        if conflicts:
+            return MergeResult(ok=False, commit=self.head_of(wt), conflicts=sorted(set(conflicts)))
+        raise GitError(f"{what}: {git_reason(proc)}", detail=proc.stderr + proc.stdout)
+
+    def clear_stale_index_lock(self, wt: Path) -> Path | None:
+        """Remove the `index.lock` a git killed mid-command left in `wt`; returns it if there was one.
+
+        Only for flowd's own worktrees, and only while holding the epic lock: then no flowd process
+        is running git there, and a lock is what a killed run left behind.
+        """
+        wt = self._owned_worktree(wt, "clear the index lock")
+        out = run_git(
+            wt,
+            ["rev-parse", "--path-format=absolute", "--git-path", "index.lock"],
+            f"could not find the index of the worktree {wt}",
+        ).stdout.strip()
+        lock = Path(out)
+        try:
+            lock.unlink()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise GitError(f"could not remove the stale lock {lock}: {exc.strerror or exc}") from exc
+        return lock
+
+    def subjects_since(self, wt: Path, base: str) -> set[str]:
+        """Subjects of the commits `wt`'s branch has beyond `base` (empty when git cannot say)."""
+        proc = run_git(Path(wt), ["log", "--format=%s", f"{base}..HEAD", "--"], "", ok_codes=range(256))
+        return set(proc.stdout.splitlines()) if proc.returncode == 0 else set()
+
+    def merge_in_progress(self, wt: Path) -> bool:
+        """A merge stopped half-way in `wt` (MERGE_HEAD is set): a process killed mid-merge."""
+        return merge_in_progress(Path(wt))
+
+    def check_out_detached(self, wt: Path, commit: str) -> None:
+        """Put a throwaway detached worktree exactly at `commit`: tracked files as there, every
+        other file removed (ignored ones too: nothing a previous use built is left to fool a gate).
+        Cheaper than a new worktree: only the files that differ are written."""
+        wt = self._owned_worktree(wt, "check out")
+        what = f"could not check out {commit[:10]} in the worktree {wt}"
+        if self.merge_in_progress(wt):
+            run_git(wt, ["merge", "--abort"], what)
+        run_git(wt, ["checkout", "-q", "--detach", "-f", commit], what)
+        run_git(wt, ["clean", "-fdxq"], what)
+        self.sync_submodules(wt)
+
+    def detach(self, wt: Path) -> None:
+        """Let go of `wt`'s branch (HEAD points at its commit instead): no file, index or merge
+        state is touched, so it works whatever state a killed run left the worktree in."""
+        wt = self._owned_worktree(wt, "detach")
+        what = f"could not detach the worktree {wt} from its branch"
+        head = run_git(wt, ["rev-parse", "--verify", "-q", "HEAD"], what, ok_codes=(0, 1)).stdout.strip()
+        if head:
+            run_git(wt, ["update-ref", "--no-deref", "-m", "flowd: spare worktree", "HEAD", head], what)
+
+    def reset_worktree(self, wt: Path, branch: str, start: str, keep: Sequence[str] = ()) -> None:
+        """Make a used worktree exactly what a new `git worktree add -b branch wt start` gives:
+        `branch` (re)made at `start` and checked out, every other file removed, ignored ones too
+        (but the repository-relative `keep`), submodules at the commits `start` records with
+        nothing of their own left. Only what differs from the previous checkout is written.
+        `start` may be `branch` itself (an existing branch checked out as it is)."""
+        wt = self._owned_worktree(wt, "reset")
+        what = f"could not reset the worktree {wt} to {branch!r} at {start!r}"
+        self.clear_stale_index_lock(wt)
+        args = ["checkout", "-q", "-f", "--no-recurse-submodules"]
+        args += [branch] if start == branch else ["-B", branch, start]
+        with self._lock:  # the branch ref is shared bookkeeping
+            run_git(wt, args, what)
+        # `checkout` clears MERGE_HEAD and friends; anything a previous use left in the index
+        # beyond the commit (an unmerged entry) is gone with `-f`. A kept copy must still be
+        # ignored by the new branch's rules, or a later `git add -A` would commit it.
+        kept = sorted(self.ignored_among(wt, keep)) if keep else []
+        scrub(wt, what, kept)
+        write_bootstrapped(wt, kept)
+        self.sync_submodules(wt)
+
+    def fast_forward(self, wt: Path, commit: str) -> None:
+        """Move the worktree and its branch forward to `commit`, a descendant of its HEAD; refuses
+        (GitError) when it is not one: the branch moved since `commit` was built on it."""
+        wt = self._owned_worktree(wt, "fast-forward")
+        run_git(
+            wt,
+            ["merge", "--ff-only", "-q", "--no-verify", commit],
+            f"could not fast-forward the worktree {wt} to {commit[:10]}",
+        )
+        self.sync_submodules(wt)
+
+    def reset_hard(self, wt: Path, commit: str) -> None:
+        """Roll the worktree and its branch back to `commit`; untracked files are kept."""
+        wt = self._owned_worktree(wt, "reset")
+        run_git(wt, ["reset", "--hard", "-q", commit], f"could not roll the worktree {wt} back to {commit}")
+        self.sync_submodules(wt)
+
+    def restore_paths(self, wt: Path, paths: Sequence[str], from_ref: str) -> None:
+        """Make each path (file or folder) in `wt` exactly as it is in `from_ref`.
+
+        A path `from_ref` has is checked out from it (files under it that `from_ref` lacks are
+        deleted first); a path it lacks is deleted, tracked or not. The result is staged in the
+        worktree's index and not committed: follow with `commit_all`.
+        """
+        wt = self._owned_worktree(wt, "restore paths")
+        if not paths:
+            return
+        # "src/" would make ls-tree list the folder's contents instead of the folder itself.
+        full = {p.rstrip("/"): check_rel(wt, p) for p in paths}
+        what = f"could not restore {len(full)} path(s) in the worktree {wt} from {from_ref!r}"
+        listed = run_git(wt, ["ls-tree", "-z", from_ref, "--", *full], what).stdout
+        modes = {entry.partition("\t")[2]: entry.split(" ", 1)[0] for entry in split_z(listed)}
+        present = [p for p in full if p in modes]
+        # A submodule `from_ref` has is only pointed back (checkout, then sync): `git rm` of it
+        # would also drop its entry from `.gitmodules`, a change of its own.
+        removed = {p: target for p, target in full.items() if modes.get(p) != "160000"}
+        if removed:
+            run_git(wt, ["rm", "-r", "-f", "-q", "--ignore-unmatch", "--", *removed], what)
+        for target in removed.values():
+            try:
+                if target.is_dir() and not target.is_symlink():
+                    shutil.rmtree(target)
+                elif target.exists() or target.is_symlink():
+                    target.unlink()
+            except OSError as exc:
+                raise GitError(f"{what}: {target} could not be deleted ({exc.strerror or exc})") from exc
+        if present:
+            run_git(wt, ["checkout", from_ref, "--", *present], what)
+        self.sync_submodules(wt)
+
+
+def merge_in_progress(worktree: Path) -> bool:
+    """Whether git is in the middle of a merge in `worktree` (its git dir holds MERGE_HEAD).
+
+    Read from the files, with no git process: the server asks this on every batch of changes.
+    """
+    dotgit = worktree / ".git"
+    try:
+        if dotgit.is_dir():
+            return (dotgit / "MERGE_HEAD").exists()
+        first = dotgit.read_text(encoding="utf-8", errors="replace").splitlines()[0]
+    except (OSError, IndexError):
+        return False
+    if not first.startswith("gitdir:"):
+        return False
+    gitdir = Path(first.removeprefix("gitdir:").strip())
+    return (gitdir if gitdir.is_absolute() else worktree / gitdir).joinpath("MERGE_HEAD").exists()
