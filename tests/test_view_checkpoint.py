@@ -332,7 +332,7 @@ def test_the_state_round_trips_every_field(tmp_path: Path) -> None:
 
 
 # The fields a checkpoint carries. A new field of the fold must be looked at in
-# flowd/trace/checkpoint.py (nested dataclasses, types it can check) before it is added here.
+# flowd/trace/checkpoint.py (a type msgspec decodes, JSON object keys) before it is added here.
 FIELDS = {
     RunView: "run_id epic_id epic_branch plan status started_at ended_at concurrency reason budget_usd "
     "budget_exceeded lanes clones exclusions totals flaky_gates batches pauses pause_on raised_usd "
@@ -405,8 +405,22 @@ def test_a_view_json_cannot_hold_is_not_checkpointed_and_the_run_goes_on(tmp_pat
     writer.fold_into(view, checkpoint_every=1)
     writer.emit(one_of_each()[0])
     assert restored_offset(path) == path.stat().st_size
-    view.totals.tokens = 2**70  # past what JSON numbers hold here
+    view.epic_id = "\ud800"  # a lone surrogate: no UTF-8 holds it
     writer.emit(Info(message="still written"))
     writer.close()
     assert restored_offset(path) < path.stat().st_size  # the older checkpoint stays
     assert b"still written" in path.read_bytes()
+
+
+def test_an_integer_past_64_bits_is_checkpointed_exactly(tmp_path: Path) -> None:
+    path = tmp_path / "run" / "trace.jsonl"
+    writer = TraceWriter(path, RUN)
+    view = RunView(run_id=RUN, pricer=price)
+    writer.fold_into(view, checkpoint_every=1)
+    writer.emit(one_of_each()[0])
+    view.totals.tokens = 2**70  # JSON integers are read and written exactly, of any size
+    writer.emit(Info(message="after"))
+    writer.close()
+    restored = RunView(run_id=RUN, pricer=price)
+    assert restored_offset(path) == path.stat().st_size and TraceFollower(path).restore(restored)
+    assert restored.totals.tokens == 2**70

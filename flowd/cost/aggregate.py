@@ -4,8 +4,8 @@ each group priced once.
 A busy repository holds millions of `TokensUsed` lines, and building, pricing and bucketing one
 sample per line costs more than reading it. So this reader:
 
-- finds the usage lines by a bytes search for `"TokensUsed"` in 4 MB blocks (no other line is
-  split out or parsed) and decodes each with a msgspec decoder typed to the fields the report
+- finds the usage lines by a bytes search for `"TokensUsed"` in 4 MB blocks
+  (`flowd.base.jsonl.marked_lines`: no other line is split out or parsed) and decodes each with a msgspec decoder typed to the fields the report
   reads (strict: any odd value makes it refuse the line);
 - sums the five token counts of the turns that share a group (UTC hour, run, model, estimated,
   agent, executor, clone, story, and whether the agent reported a cost) in a list of ints;
@@ -17,7 +17,7 @@ linear in the tokens, so a turn takes the exact per-sample path (`report.Folder.
 `build_report` runs) wherever it is not, or where a group cannot stand for its turns: input above
 the model's first price tier, more cache tokens than input (the uncached rest is clamped at 0), an
 hour that straddles `--since`/`--until`, a line without its run id, a time not in the writer's
-form, or a line the decoder refuses (orjson and `sample_from_dict` then decide, as before, whether
+form, or a line the decoder refuses (`jsonl.loads` and `sample_from_dict` then decide, as before, whether
 it is a usage line or a skipped one). A UTC hour that spans two local hours (a half-hour zone, a
 change mid-hour) is split by local hour in the key. Costs are summed as integers
 (`prices.UNITS_PER_USD`), so the sums are the same in any grouping and order.
@@ -34,8 +34,8 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import msgspec
-import orjson
 
+from flowd.base.jsonl import JSONError, loads, marked_lines
 from flowd.cost.fold import Folder, UsageFold, local_hour
 from flowd.cost.prices import ExactRates, Prices, to_units
 from flowd.cost.samples import ScanStats, note_run_started, sample_from_dict
@@ -54,8 +54,7 @@ SLOT_CAP = 100_000
 SLOW = -1
 DROP = -2
 
-# orjson reads integers past 64 bits as floats, which `sample_from_dict` treats differently: those
-# lines take the exact path.
+# Integers past 63 bits (JSON integers are read exactly, of any size) take the exact path.
 _Int = Annotated[int, msgspec.Meta(ge=-(1 << 63), le=(1 << 63) - 1)]
 _Count = Annotated[int, msgspec.Meta(ge=0, le=(1 << 63) - 1)]
 
@@ -170,16 +169,8 @@ class Aggregator:
         # called on the rare paths (a new group or minute, a line for the exact path).
         # docs/performance.md: cost.
         decode, groups, slots = _DECODE, self._groups, self._slots
-        find, rfind = data.find, data.rfind
         first, last = self._first, self._last
-        pos = find(_TOKENS_MARK, begin, end)
-        while pos >= 0:
-            start = rfind(b"\n", begin, pos) + 1 or begin
-            stop = find(b"\n", pos, end)
-            if stop < 0:
-                stop = end
-            pos = find(_TOKENS_MARK, stop, end)
-            line = data[start:stop]
+        for line, _ in marked_lines(data, _TOKENS_MARK, begin, end):
             try:
                 record = decode(line)
             except msgspec.MsgspecError:
@@ -233,22 +224,15 @@ class Aggregator:
 
     def _run_started(self, data: bytes, begin: int, end: int, stats: ScanStats) -> None:
         """Budgets and epics from the `RunStarted` lines of `data[begin:end]` (a usage line is not one)."""
-        pos = data.find(_STARTED_MARK, begin, end)
-        while pos >= 0:
-            start = data.rfind(b"\n", begin, pos) + 1 or begin
-            stop = data.find(b"\n", pos, end)
-            if stop < 0:
-                stop = end
-            line = data[start:stop]
+        for line, _ in marked_lines(data, _STARTED_MARK, begin, end):
             if _TOKENS_MARK not in line:
                 note_run_started(line, stats)
-            pos = data.find(_STARTED_MARK, stop, end)
 
     def _exactly(self, line: bytes, stats: ScanStats, hint: str) -> None:
         """A line the groups cannot take, read as `read_samples` and `scan` read every line."""
         try:
-            raw = orjson.loads(line)
-        except orjson.JSONDecodeError:
+            raw = loads(line)
+        except JSONError:
             stats.skipped_lines += 1
             return
         sample = sample_from_dict(raw, hint)

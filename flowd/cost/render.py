@@ -6,8 +6,7 @@ from collections.abc import Sequence
 from datetime import tzinfo
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-import orjson
-
+from flowd.base.jsonl import dumps_indented
 from flowd.base.timeutil import parse_iso
 from flowd.cost.model import Bucket, CostReport, Totals
 from flowd.cost.samples import UNKNOWN_MODEL
@@ -29,7 +28,7 @@ HIDDEN_NOTE = (
 
 def render(report: CostReport, fmt: str = "text") -> str:
     if fmt == "json":
-        return orjson.dumps(report.wire(), option=orjson.OPT_INDENT_2).decode() + "\n"
+        return dumps_indented(report.wire()).decode() + "\n"
     if fmt in ("md", "markdown"):
         return render_markdown(report)
     return render_text(report)

@@ -1,8 +1,8 @@
 """Usage samples: one `Sample` per `TokensUsed` line of the repository's traces.
 
 The reader is built for volume (a busy repository holds millions of trace lines): it looks for
-the `"TokensUsed"` marker in the raw bytes before parsing anything, parses only those lines with
-orjson, and builds samples from the dicts tolerantly instead of validating each line with pydantic.
+the `"TokensUsed"` marker in the raw bytes before parsing anything, parses only those lines
+(`flowd.base.jsonl`), and builds samples from the dicts tolerantly instead of validating each line with pydantic.
 Files and lines it cannot read are skipped and counted in `ScanStats`, never fatal.
 `flowd cost` itself reads with `flowd.cost.aggregate`, which sums lines by group and falls back to
 `sample_from_dict` for the lines it cannot sum; `scan` is the per-sample reference it must equal.
@@ -16,8 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import orjson
-
+from flowd.base.jsonl import JSONError, loads
 from flowd.base.timeutil import iso, parse_iso
 from flowd.store.config import flow_dir
 
@@ -28,6 +27,7 @@ log = logging.getLogger(__name__)
 
 _TOKENS_MARK = b'"TokensUsed"'
 _STARTED_MARK = b'"RunStarted"'
+_FLOAT_MAX = 1 << 1023  # the integers below this convert to a float without overflow
 UNKNOWN_MODEL = "(unknown)"
 
 
@@ -150,6 +150,8 @@ def sample_from_dict(raw: Any, run_hint: str = "") -> Sample | None:
     cost = usage.get("costUsd")
     if cost is not None:
         if type(cost) is int:
+            if not -_FLOAT_MAX <= cost <= _FLOAT_MAX:
+                return None  # an integer no float holds (JSON integers are read exactly)
             cost = float(cost)
         elif type(cost) is not float:
             return None
@@ -186,15 +188,13 @@ def read_samples(path: Path, stats: ScanStats, run_hint: str = "") -> Iterator[S
         stats.problems.append(f"skipped {path}: {exc.strerror or exc}")
         log.warning("cost: skipped %s: %s", path, exc)
         return
-    loads = orjson.loads
-    decode_error = orjson.JSONDecodeError
     with handle:
         try:
             for line in handle:
                 if _TOKENS_MARK in line:
                     try:
                         raw = loads(line)
-                    except decode_error:
+                    except JSONError:
                         stats.skipped_lines += 1
                         continue
                     sample = sample_from_dict(raw, run_hint)
@@ -212,8 +212,8 @@ def read_samples(path: Path, stats: ScanStats, run_hint: str = "") -> Iterator[S
 
 def note_run_started(line: bytes, stats: ScanStats) -> None:
     try:
-        raw = orjson.loads(line)
-    except orjson.JSONDecodeError:
+        raw = loads(line)
+    except JSONError:
         return
     if not isinstance(raw, dict) or not isinstance(raw.get("event"), dict):
         return

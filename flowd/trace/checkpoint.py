@@ -18,30 +18,19 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import hashlib
 import os
 import sys
 import tempfile
+import typing
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
-import orjson
+import msgspec
 
-from flowd.trace.view import (
-    BatchView,
-    CloneView,
-    FlakyGate,
-    LaneView,
-    PauseView,
-    PhaseSpan,
-    Pricer,
-    RunTotals,
-    RunView,
-    TaskView,
-    reported_cost,
-)
+from flowd.base.jsonl import JSONError, dumps, loads
+from flowd.trace.view import PauseView, Pricer, RunView, reported_cost
 
 FILE_NAME = "view-checkpoint.jsonl"
 FORMAT = 1
@@ -108,167 +97,46 @@ def _digest_fold_code() -> str:
 
 
 # -- the view as JSON ----------------------------------------------------------------------------
-# Fields holding dataclasses, per class: everything else is plain JSON (str, int, float, bool,
-# None, lists and str-keyed dicts of those). A test pins every class's fields, so a new field is
-# looked at here before it ships.
-_NESTED: dict[type, dict[str, tuple[str, type]]] = {
-    RunView: {
-        "lanes": ("dict", LaneView),
-        "clones": ("dict", CloneView),
-        "totals": ("one", RunTotals),
-        "flaky_gates": ("list", FlakyGate),
-        "batches": ("list", BatchView),
-        "pauses": ("pairs", PauseView),  # keyed by lane or None (the run's own pause)
-    },
-    LaneView: {"tasks": ("list", TaskView), "phases": ("list", PhaseSpan)},
-}
+# The view's folded fields, as one msgspec struct made from `RunView`'s own fields and types (no
+# second declaration to keep in step), and decoded by type: every field, nested views included,
+# must have its type exactly (no text for a number, no bool for an int); the top level must have
+# every field and no other. A nested view's missing field takes its default and an unknown one is
+# ignored: what detects a changed file is the digest, this only keeps a corrupt one from reaching
+# the fold. Pauses are keyed by lane or None (the run's own pause), so they travel as pairs.
 _SKIPPED = frozenset({"pricer", "run_id"})  # the reader's own
+_AS_PAIRS = {"pauses": list[tuple[str | None, PauseView]]}
+_State = msgspec.defstruct(
+    "_State",
+    [
+        (f.name, _AS_PAIRS.get(f.name, hint))
+        for f in dataclasses.fields(RunView)
+        if f.name not in _SKIPPED
+        for hint in [typing.get_type_hints(RunView)[f.name]]
+    ],
+    forbid_unknown_fields=True,
+    gc=False,
+)
+_STATE_NAMES = _State.__struct_fields__
+_decode_state = msgspec.json.Decoder(_State).decode
+_encode = msgspec.json.Encoder().encode
+
+
+def _state_of(view: RunView) -> Any:
+    fields = {name: getattr(view, name) for name in _STATE_NAMES}
+    fields["pauses"] = list(view.pauses.items())
+    return _State(**fields)
 
 
 def view_state(view: RunView) -> dict[str, Any]:
-    """The view as plain JSON data (what `load_view` takes back)."""
-    return _dump(view)
+    """The view's folded fields as plain JSON data (what a checkpoint's body holds)."""
+    return cast(dict[str, Any], msgspec.to_builtins(_state_of(view)))
 
 
-def _dump(obj: Any) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for name, shape in _dumped_fields(type(obj)):
-        value = getattr(obj, name)
-        if shape is None:
-            out[name] = value
-        elif shape[0] == "dict":
-            out[name] = {k: _dump(v) for k, v in value.items()}
-        elif shape[0] == "pairs":
-            out[name] = [[k, _dump(v)] for k, v in value.items()]
-        elif shape[0] == "list":
-            out[name] = [_dump(v) for v in value]
-        else:
-            out[name] = _dump(value)
-    return out
-
-
-_DumpedFields = tuple[tuple[str, tuple[str, type] | None], ...]
-_DUMPED: dict[type, _DumpedFields] = {}
-
-
-def _dumped_fields(cls: type) -> _DumpedFields:
-    # Once per class, not per object (`dataclasses.fields` was a third of a large view's dump).
-    found = _DUMPED.get(cls)
-    if found is None:
-        nested = _NESTED.get(cls, {})
-        found = tuple((f.name, nested.get(f.name)) for f in dataclasses.fields(cls) if f.name not in _SKIPPED)
-        _DUMPED[cls] = found
-    return found
-
-
-def load_view(state: dict[str, Any], view: RunView) -> None:
-    """Set `view`'s folded fields from `view_state` data (its run id and pricer stay its own).
-    Raises (TypeError, KeyError, ValueError) on data that is not a view's."""
-    fresh = _load(RunView, state, run_id=view.run_id, pricer=view.pricer)
-    for f in dataclasses.fields(RunView):
-        setattr(view, f.name, getattr(fresh, f.name))
-
-
-def _load(cls: type, state: Any, **own: Any) -> Any:
-    if type(state) is not dict:
-        raise TypeError(f"{cls.__name__}: not an object")
-    names, checks = _fields_of(cls)
-    if state.keys() != names:
-        raise KeyError(f"{cls.__name__}: fields {sorted(state.keys() ^ names)}")
-    args = dict(state)
-    for name, annotation, check, shape in checks:
-        value = args[name]
-        if shape is None:
-            if not check(value):
-                raise TypeError(f"{cls.__name__}.{name}: not a {annotation}")
-        elif shape[0] == "dict":
-            args[name] = {str(k): _load(shape[1], v) for k, v in value.items()}
-        elif shape[0] == "pairs":
-            args[name] = {_key(k): _load(shape[1], v) for k, v in value}
-        elif shape[0] == "list":
-            args[name] = [_load(shape[1], v) for v in value]
-        else:
-            args[name] = _load(shape[1], value)
-    return cls(**args, **own)
-
-
-_FieldCheck = tuple[str, str, "Callable[[Any], bool]", "tuple[str, type] | None"]
-
-
-@functools.cache
-def _fields_of(cls: type) -> tuple[frozenset[str], tuple[_FieldCheck, ...]]:
-    """A class's checked fields, once per class: a checkpoint holds tens of thousands of objects
-    (tasks, phases), and reading the annotations for each was most of its load (docs/performance.md)."""
-    nested = _NESTED.get(cls, {})
-    fields = [f for f in dataclasses.fields(cls) if f.name not in _SKIPPED]
-    checks = tuple((f.name, str(f.type), _checker(str(f.type)), nested.get(f.name)) for f in fields)
-    return frozenset(f.name for f in fields), checks
-
-
-def _key(key: Any) -> str | None:
-    if key is not None and type(key) is not str:
-        raise TypeError("a pause's lane: not a string")
-    return key
-
-
-# Names in the view's annotations that stand for plain JSON types.
-_ALIASES = {"TaskState": "str"}
-
-
-def _matches(value: Any, annotation: str) -> bool:
-    """Whether JSON data fits a field's annotation (`int`, `str | None`, `list[int] | None`,
-    `dict[str, dict[str, str | None]]`…): what a corrupt checkpoint must not get past."""
-    return _checker(annotation)(value)
-
-
-@functools.cache
-def _checker(annotation: str) -> Callable[[Any], bool]:
-    """`_matches` for one annotation, parsed once: the alternatives are tried in order, and an
-    annotation with no check raises TypeError only when a value reaches it (as before)."""
-    alternatives = [_one_checker(alternative, annotation) for alternative in _split(annotation, "|")]
-    if len(alternatives) == 1:
-        return alternatives[0]
-    return lambda value: any(check(value) for check in alternatives)
-
-
-def _one_checker(alternative: str, annotation: str) -> Callable[[Any], bool]:
-    name, _, rest = alternative.partition("[")
-    name = _ALIASES.get(name, name)
-    if name == "None":
-        return lambda value: value is None
-    if name in _PLAIN:
-        types = _PLAIN[name]
-        return lambda value: type(value) in types
-    if name == "list" and rest:
-        item = _checker(rest[:-1])
-        return lambda value: type(value) is list and all(item(v) for v in value)
-    if name == "dict" and rest:
-        key_annotation, item_annotation = _split(rest[:-1], ",")
-        key, item = _checker(key_annotation), _checker(item_annotation)
-        return lambda value: type(value) is dict and all(key(k) and item(v) for k, v in value.items())
-
-    def unknown(value: Any) -> bool:
-        raise TypeError(f"no check for the annotation {annotation!r}")
-
-    return unknown
-
-
-_PLAIN: dict[str, tuple[type, ...]] = {"int": (int,), "float": (float, int), "str": (str,), "bool": (bool,)}
-
-
-def _split(text: str, sep: str) -> list[str]:
-    """`text` cut at `sep` outside brackets, each part stripped."""
-    parts, depth, start = [], 0, 0
-    for i, char in enumerate(text):
-        if char == "[":
-            depth += 1
-        elif char == "]":
-            depth -= 1
-        elif char == sep and depth == 0:
-            parts.append(text[start:i].strip())
-            start = i + 1
-    parts.append(text[start:].strip())
-    return parts
+def _load(state: Any, view: RunView) -> None:
+    """Set `view`'s folded fields from a decoded `_State` (its run id and pricer stay its own)."""
+    for name in _STATE_NAMES:
+        setattr(view, name, getattr(state, name))
+    view.pauses = dict(state.pauses)
 
 
 # -- writing ---------------------------------------------------------------------------------
@@ -279,8 +147,8 @@ def capture(view: RunView, offset: int, last_line: bytes) -> bytes | None:
     if key is None or not last_line.endswith(b"\n") or view.last_seq == 0:
         return None
     try:
-        body = orjson.dumps(view_state(view))
-    except TypeError:  # orjson.JSONEncodeError: e.g. an integer past 64 bits; the run goes on
+        body = _encode(_state_of(view))
+    except (TypeError, ValueError):  # e.g. a lone surrogate in a title; the run goes on
         return None
     header = {
         "v": FORMAT,
@@ -293,7 +161,7 @@ def capture(view: RunView, offset: int, last_line: bytes) -> bytes | None:
         "lineSha256": hashlib.sha256(last_line).hexdigest(),
         "viewSha256": hashlib.sha256(body).hexdigest(),
     }
-    return orjson.dumps(header) + b"\n" + body + b"\n"
+    return dumps(header) + b"\n" + body + b"\n"
 
 
 def save(trace: Path, data: bytes) -> bool:
@@ -335,21 +203,18 @@ def restore(trace: Path, view: RunView) -> int:
     if found is None:
         return 0
     offset, state = found
-    try:
-        load_view(state, view)
-    except (TypeError, KeyError, ValueError, AttributeError):
-        return 0
+    _load(state, view)
     return offset
 
 
-def _checked(data: bytes, trace: Path, run_id: str, key: str) -> tuple[int, dict[str, Any]] | None:
+def _checked(data: bytes, trace: Path, run_id: str, key: str) -> tuple[int, Any] | None:
     """(offset, view state) of a checkpoint that is ours and matches the trace as it is now."""
     if len(data) > MAX_CHECKPOINT_BYTES:
         return None
     head, _, body = data.partition(b"\n")
     try:
-        header = orjson.loads(head)
-    except orjson.JSONDecodeError:
+        header = loads(head)
+    except JSONError:
         return None
     if type(header) is not dict:
         return None
@@ -369,10 +234,10 @@ def _checked(data: bytes, trace: Path, run_id: str, key: str) -> tuple[int, dict
     ):
         return None
     try:
-        state = orjson.loads(body)
-    except orjson.JSONDecodeError:
+        state: Any = _decode_state(body)
+    except msgspec.MsgspecError:
         return None
-    if type(state) is not dict or state.get("last_seq") != seq:
+    if state.last_seq != seq:
         return None
     return offset, state
 

@@ -11,9 +11,9 @@ import re
 from functools import cache
 from typing import Annotated, Any, Literal
 
-import orjson
 from pydantic import Field, TypeAdapter, ValidationError
 
+from flowd.base.jsonl import JSONError, dumps, loads
 from flowd.base.wire import WireModel
 
 StoryStatus = Literal["planned", "active", "waiting", "ready", "done", "failed", "skipped"]
@@ -479,8 +479,8 @@ def _envelope() -> TypeAdapter[Envelope]:
 def parse_line(line: bytes | str) -> Envelope | None:
     """One trace line to an envelope; None for a line that does not parse or an unknown type."""
     try:
-        raw = orjson.loads(line)
-    except orjson.JSONDecodeError:
+        raw = loads(line)
+    except JSONError:
         return None
     return envelope_from_dict(raw)
 
@@ -500,4 +500,4 @@ def envelope_from_dict(raw: object) -> Envelope | None:
 
 def dump_envelope(envelope: Envelope) -> bytes:
     """The trace line for an envelope, without the newline."""
-    return orjson.dumps(envelope.model_dump(mode="json", by_alias=True, exclude_none=True))
+    return dumps(envelope.model_dump(mode="json", by_alias=True, exclude_none=True))

@@ -13,7 +13,7 @@ it), reached with less work:
   to exactly what the fold takes without pydantic: strict (no text for a number, no bool for an
   int, no unknown usage or lease key), so a line they take is one pydantic would take unchanged,
   and the decoded struct is folded as it is (no dict, no per-field checks in Python);
-- the other lines that matter, and any line those decoders refuse, are parsed with orjson and,
+- the other lines that matter, and any line those decoders refuse, are parsed (`flowd.base.jsonl`) and,
   when the envelope and event have exactly their fields' types, folded from the dict. Anything
   else (a missing field, text where a number belongs, another writer's spacing) goes through
   pydantic, which decides as it does for `parse_line`.
@@ -28,9 +28,9 @@ import re
 from typing import Annotated, Any, Literal, cast
 
 import msgspec
-import orjson
 from pydantic import ValidationError
 
+from flowd.base.jsonl import JSONError, loads, marked_lines
 from flowd.trace.events import EVENT_CLASSES, Event, envelope_from_dict
 from flowd.trace.view import FOLDED_TYPES, RunView, Tokens
 
@@ -45,8 +45,8 @@ _LEASE_KEYS = frozenset({"type", "executor", "clone", "role", "label", "borrowed
 _TOKENS_BYTES = b"TokensUsed"
 _LEASE_BYTES = (b"ExecutorLeased", b"ExecutorReleased")
 
-# The typed decoders of the two hot line kinds. orjson reads integers past 64 bits as floats (the
-# dict path then sends them to pydantic): they are refused here, and take that path.
+# The typed decoders of the two hot line kinds. Integers past 63 bits are refused here (the fold's
+# fast paths never took them): they take the dict path, whose checks then send them on.
 _Int = Annotated[int, msgspec.Meta(ge=-(1 << 63), le=(1 << 63) - 1)]
 
 
@@ -112,15 +112,7 @@ def fold_lines(view: RunView, chunk: bytes) -> None:
             if line and (view.started_at is None or _folded(line)):
                 fold_line(view, line)
         return
-    last = -1
-    rfind, find = chunk.rfind, chunk.find
-    for match in _FOLDED_MARK.finditer(chunk):
-        start = rfind(b"\n", 0, match.start()) + 1
-        if start == last:
-            continue  # a second mark in one line (an object nested in the event)
-        last = start
-        line = chunk[start : find(b"\n", match.end())]
-        kind = match[1]
+    for line, kind in marked_lines(chunk, _FOLDED_MARK):
         if kind == _TOKENS_BYTES:
             if _fold_typed_tokens(view, line):
                 continue
@@ -177,8 +169,8 @@ def _folded(line: bytes) -> bool:
 def fold_line(view: RunView, line: bytes) -> None:
     """Fold one trace line of any shape into `view` (as `view.apply(parse_line(line))`)."""
     try:
-        raw = orjson.loads(line)
-    except orjson.JSONDecodeError:
+        raw = loads(line)
+    except JSONError:
         return
     if type(raw) is dict:
         event, seq, at, run_id = raw.get("event"), raw.get("seq"), raw.get("at"), raw.get("runId")

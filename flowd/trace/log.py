@@ -4,8 +4,9 @@
 Readers never hold a whole trace: `TraceFollower` reads new bytes in bounded chunks. Folding a
 long trace into a view (re-attach, `flowd status`, a resumed run) starts from the view checkpoint
 the writer keeps next to the trace (flowd/trace/checkpoint.py) and goes through `fold_lines` for the
-rest, which skips the lines no view folds without parsing them and folds the others from orjson
-dicts, building no pydantic object for the common `TokensUsed` line (docs/performance.md).
+rest, which skips the lines no view folds without parsing them and folds the others from typed
+decoders or plain dicts, building no pydantic object for the common `TokensUsed` line
+(docs/performance.md).
 """
 
 from __future__ import annotations
@@ -20,10 +21,10 @@ from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
 
-import orjson
 from pydantic import ValidationError
 
 from flowd.base.fsio import write_model_atomic
+from flowd.base.jsonl import JSONError, loads, marked_lines
 from flowd.base.timeutil import iso, parse_iso
 from flowd.base.wire import WireModel
 from flowd.trace.checkpoint import Checkpoints, capture, checkpoint_bytes, restore, save
@@ -118,8 +119,8 @@ def _last_seq(path: Path) -> int:
                 envelope = parse_line(line)
                 if envelope is not None:
                     return envelope.seq
-                with contextlib.suppress(orjson.JSONDecodeError, TypeError, AttributeError):
-                    seq = orjson.loads(line).get("seq")
+                with contextlib.suppress(JSONError, TypeError, AttributeError):
+                    seq = loads(line).get("seq")
                     if isinstance(seq, int):
                         return seq
             if offset == 0:
@@ -391,18 +392,9 @@ def story_durations(repo: Path, limit: int = HISTORY_RUNS) -> dict[str, float]:
         run_id = record.run_id
         started: dict[str, datetime] = {}
         for chunk in TraceFollower(trace_path(repo, run_id)).chunks():
-            for line in _marked_lines(chunk, _STORY_MARKS):
+            for line, _ in marked_lines(chunk, _STORY_MARKS):
                 _note_story(line, started, out)
     return out
-
-
-def _marked_lines(chunk: bytes, marks: re.Pattern[bytes]) -> Iterator[bytes]:
-    last = -1
-    for match in marks.finditer(chunk):
-        start = chunk.rfind(b"\n", 0, match.start()) + 1
-        if start != last:
-            last = start
-            yield chunk[start : chunk.find(b"\n", match.end())]
 
 
 def _note_story(line: bytes, started: dict[str, datetime], out: dict[str, float]) -> None:

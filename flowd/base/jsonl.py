@@ -1,0 +1,72 @@
+"""JSON lines as flowd reads and writes them: one JSON stack (msgspec) and one scan of trace bytes.
+
+Every trace line, view checkpoint and JSON report goes through msgspec: `loads`/`dumps` for plain
+values, and the typed decoders (`msgspec.json.Decoder(SomeStruct)`) the hot readers build for the
+lines they fold or sum, which orjson has no counterpart for (docs/performance.md).
+
+`marked_lines` is the one way a reader finds the lines it needs in a block of trace bytes without
+splitting or parsing the others: a bytes search for a mark (a literal, or a regular expression of
+several), then the whole line around each hit, once per line.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import msgspec
+
+# What `loads` raises on anything but one JSON document (a `ValueError`, as json's is).
+JSONError = msgspec.MsgspecError
+
+_decode = msgspec.json.Decoder().decode
+# `dumps(value)`: compact JSON bytes; a value JSON cannot hold raises TypeError (or
+# UnicodeEncodeError for a lone surrogate).
+dumps = msgspec.json.Encoder().encode
+
+
+def loads(data: bytes | str) -> Any:
+    """One JSON document to Python values; `JSONError` when it is not one. Integers of any size
+    stay integers; nesting past the interpreter's recursion limit is an error like any other."""
+    try:
+        return _decode(data)
+    except RecursionError:
+        raise msgspec.DecodeError("JSON nested too deeply") from None
+
+
+def dumps_indented(value: Any) -> bytes:
+    """`dumps` with two-space indentation (reports meant to be read)."""
+    return msgspec.json.format(dumps(value), indent=2)
+
+
+def marked_lines(
+    data: bytes, mark: bytes | re.Pattern[bytes], begin: int = 0, end: int | None = None
+) -> Iterator[tuple[bytes, bytes]]:
+    """Each line of `data[begin:end]` (whole lines: no line is cut by `begin` or `end`) that holds
+    `mark`, once, with the mark found (a pattern's group 1 when it has one, else its match).
+
+    A literal is searched with `bytes.find` (a pattern costs 25 % more per hit even for one literal:
+    the cost reader's hot path); a pattern finds several marks in one pass (the fold's 17 types)."""
+    if end is None:
+        end = len(data)
+    find, rfind = data.find, data.rfind
+    if isinstance(mark, bytes):
+        pos = find(mark, begin, end)
+        while pos >= 0:
+            start = rfind(b"\n", begin, pos) + 1 or begin
+            stop = find(b"\n", pos, end)
+            if stop < 0:
+                stop = end
+            yield data[start:stop], mark
+            pos = find(mark, stop, end)
+        return
+    group = 1 if mark.groups else 0
+    last = -1
+    for match in mark.finditer(data, begin, end):
+        start = rfind(b"\n", begin, match.start()) + 1 or begin
+        if start == last:
+            continue  # a second mark in one line (an object nested in the event)
+        last = start
+        stop = find(b"\n", match.end(), end)
+        yield data[start : stop if stop >= 0 else end], match[group]
