@@ -392,7 +392,7 @@ export async function openWorktree(ctx: CommandContext, arg?: unknown): Promise<
   const found = laneOf(ctx, arg);
   const repo = root();
   if (!found || !repo) return undefined;
-  const worktree = findWorktree(repo, found.run, found.lane);
+  const worktree = findWorktree(found.lane);
   if (!worktree) {
     void vscode.window.showWarningMessage(`flowd: story ${found.lane.lane} has no worktree now (not started yet, or cleaned after its merge).`);
     return undefined;
@@ -405,9 +405,13 @@ export function showLaneDiff(ctx: CommandContext, arg?: unknown): string[] | und
   const found = laneOf(ctx, arg);
   const repo = root();
   if (!found || !repo) return undefined;
-  const worktree = findWorktree(repo, found.run, found.lane);
-  const merged = mergeCommit(repo, found.run.epicId, found.lane.lane);
-  const command = diffCommand(repo, found.run.epicId, found.lane.lane, worktree, merged);
+  const worktree = findWorktree(found.lane);
+  const merged = mergeCommit(repo, found.run, found.lane);
+  const command = diffCommand(repo, found.run, found.lane, worktree, merged);
+  if (!command) {
+    void vscode.window.showWarningMessage(`flowd: the server did not say story ${found.lane.lane}'s branches; restart it (Flow: Restart Server).`);
+    return undefined;
+  }
   const terminal = vscode.window.createTerminal({ name: `flowd diff ${found.lane.lane}`, cwd: repo });
   terminal.show();
   terminal.sendText(command.map(shellQuote).join(" "));
@@ -416,9 +420,8 @@ export function showLaneDiff(ctx: CommandContext, arg?: unknown): string[] | und
 
 export function showLaneReport(ctx: CommandContext, arg?: unknown): string | undefined {
   const found = laneOf(ctx, arg);
-  const repo = root();
-  if (!found || !repo) return undefined;
-  const line = reportLine(repo, found.run, found.lane);
+  if (!found) return undefined;
+  const line = reportLine(found.run, found.lane);
   ctx.log.appendLine(`[report] ${found.run.epicId} ${line}`);
   void vscode.window.showInformationMessage(line, "Show Log").then((choice) => {
     if (choice === "Show Log") ctx.log.show(true);
@@ -429,11 +432,6 @@ export function showLaneReport(ctx: CommandContext, arg?: unknown): string | und
 // ------------------------------------------------------------------------------ run ends ---
 
 export const OPEN_REPORT = "Open Report";
-
-/** The epic report's Markdown (written at the end of every run). */
-export function reportPath(repo: string, epicId: string): string {
-  return path.join(repo, ".flow", "epics", epicId, "report.md");
-}
 
 /** What the end-of-run notification says: outcome, stories, the epic's cost (all its runs). */
 export function runEndedMessage(model: LanesModel, run: RunEntry): string {
@@ -454,15 +452,14 @@ export async function notifyRunEnded(ctx: CommandContext, run: RunEntry): Promis
   ctx.log.appendLine(message);
   const show = run.status === "done" ? vscode.window.showInformationMessage : vscode.window.showWarningMessage;
   const choice = await show(message, OPEN_REPORT);
-  if (choice === OPEN_REPORT) await openReport(run.epicId);
+  if (choice === OPEN_REPORT) await openReport(run);
 }
 
-export async function openReport(epicId: string): Promise<vscode.Uri | undefined> {
-  const repo = root();
-  if (!repo) return undefined;
-  const file = reportPath(repo, epicId);
-  if (!fs.existsSync(file)) {
-    void vscode.window.showWarningMessage(`flowd: no report yet at ${file}.`);
+/** The epic report's Markdown, where the server said it is (written at the end of every run). */
+export async function openReport(run: RunEntry): Promise<vscode.Uri | undefined> {
+  const file = run.reportMarkdown;
+  if (!file || !fs.existsSync(file)) {
+    void vscode.window.showWarningMessage(file ? `flowd: no report yet at ${file}.` : `flowd: the server did not say where run ${run.runId}'s report is.`);
     return undefined;
   }
   const uri = vscode.Uri.file(file);

@@ -38,6 +38,8 @@ local OTHER = "other answer…"
 
 -- What the server has told us, per client id: runs[runId] = flow/run params (+ epicId),
 -- lanes[runId] = { order = {lane...}, by = {lane -> flow/lane params} }, cost[runId] = flow/cost.
+-- Branches and paths (a run's `epicBranch`, `reportMarkdown`; a lane's `worktree`, `branch`,
+-- `findings`) are the server's, kept as sent: the plugin builds none (docs/protocol.md).
 local state = {}
 local roots = {} -- directory -> main checkout root (or false: not in a git repository)
 local lanes_bufs = {} -- client id -> lanes buffer
@@ -225,7 +227,8 @@ local function on_init(client)
     for _, run in ipairs(res.runs) do
       s.runs[run.runId] = vim.tbl_extend("keep", s.runs[run.runId] or {}, {
         runId = run.runId, epicId = run.epicId, status = run.status, startedAt = run.startedAt,
-        totals = run.totals, total = #run.lanes,
+        totals = run.totals, total = #run.lanes, epicBranch = run.epicBranch,
+        reportMarkdown = run.reportMarkdown, reportJson = run.reportJson,
         done = #vim.tbl_filter(function(l) return l.status == "done" end, run.lanes),
       })
       for _, lane in ipairs(run.lanes) do
@@ -319,16 +322,15 @@ end
 M.execute = execute
 M.say = function(msg, level) notify(msg, level) end
 M.waiting = function() return waiting() end
---- The epic id of a run some client told us of, or nil.
-M.epic_of = function(run_id)
-  for _, s in pairs(state) do
-    local run = s.runs and s.runs[run_id]
-    if run and run.epicId then return run.epicId end
-  end
-end
 
 --- What the server said of run `run_id` (flow/run params), or nil.
 function M.run_of(client_id, run_id) return st(client_id).runs[run_id] end
+
+--- What the server said of lane `lane` of run `run_id` (flow/lane params), or nil.
+function M.lane_of(client_id, run_id, lane)
+  local lanes = st(client_id).lanes[run_id]
+  return lanes and lanes.by[lane] or nil
+end
 
 --- The run :FlowGraph shows by default: the newest running one, else the newest.
 function M.default_run(client_id)
