@@ -20,7 +20,7 @@ import {
   readyStories,
   REQUEST_CHANGES_ITEM,
 } from "./approval";
-import type { CommandContext } from "./commands";
+import type { CommandContext } from "./commandContext";
 import { findWorktree } from "./laneActions";
 import { mainCheckout } from "./repoRoot";
 
