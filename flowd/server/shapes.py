@@ -12,7 +12,7 @@ them; without (a view with no repository behind it), those fields are left out.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,13 +26,35 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class Places:
     """Where one repository keeps its runs' things: its main checkout (where `.flow/` is) and the
-    root its story worktrees are made under (`worktreeRoot`, docs/repositories.md)."""
+    root its story worktrees are made under (`worktreeRoot`, docs/repositories.md). The names of
+    an epic and of a story never change, so each is made once (lane notes are the hot path)."""
 
     repo: Path
     worktree_root: Path
+    _runs: dict[str, tuple[str, str]] = field(default_factory=dict, compare=False, repr=False)
+    _stories: dict[tuple[str, str], tuple[str, str, str]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
 
-    def in_repo(self, relative: Path) -> str:
-        return str(self.repo / relative)
+    def reports(self, epic: str) -> tuple[str, str]:
+        """The epic report's Markdown and JSON files."""
+        if epic not in self._runs:
+            self._runs[epic] = (
+                str(self.repo / layout.report_markdown(epic)),
+                str(self.repo / layout.report_json(epic)),
+            )
+        return self._runs[epic]
+
+    def of_story(self, epic: str, story: str) -> tuple[str, str, str]:
+        """The story's worktree, branch and findings file."""
+        key = (epic, story)
+        if key not in self._stories:
+            self._stories[key] = (
+                str(layout.story_worktree(self.worktree_root, epic, story)),
+                layout.story_branch(epic, story),
+                str(self.repo / layout.story_findings(epic, story)),
+            )
+        return self._stories[key]
 
 
 def _usd(value: float | None) -> float | None:
@@ -48,12 +70,7 @@ def _run_places(view: RunView, places: Places | None) -> tuple[str | None, str |
     """The run's epic branch and its report's two files, when the repository is known."""
     if places is None or not view.epic_id:
         return None, None, None
-    epic = view.epic_id
-    return (
-        epic_branch(view),
-        places.in_repo(layout.report_markdown(epic)),
-        places.in_repo(layout.report_json(epic)),
-    )
+    return epic_branch(view), *places.reports(view.epic_id)
 
 
 def run_params(view: RunView, places: Places | None = None) -> proto.RunParams:
@@ -78,12 +95,7 @@ def _lane_places(
     """The story's worktree, branch and findings file, when the repository is known."""
     if places is None or not view.epic_id:
         return None, None, None
-    epic, story = view.epic_id, lane.lane
-    return (
-        str(layout.story_worktree(places.worktree_root, epic, story)),
-        layout.story_branch(epic, story),
-        places.in_repo(layout.story_findings(epic, story)),
-    )
+    return places.of_story(view.epic_id, lane.lane)
 
 
 def lane_params(view: RunView, lane: LaneView, places: Places | None = None) -> proto.LaneParams:
