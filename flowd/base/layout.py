@@ -6,7 +6,8 @@ Git: the epic's branch `epic/<epic>`; a story's `story/<epic>/<id>`; a parallel 
 default): `<epic>/<id>` a story's worktree, `<epic>/<id>.task-<n>` a parallel task's, `<epic>/_epic`
 the epic's, `<epic>/_train/w<n>/_epic` a merge-train candidate's, `<epic>/_spare/<n>` and
 `<epic>/_trash/<n>` worktrees kept for reuse and being deleted. Names that start with `_` are
-never story ids (plan validation refuses them).
+never story ids (plan validation refuses them). In the repository: `.flow/epics/<epic>/` the
+epic's state, with `report.md`, `report.json` and a story's `stories/<id>.findings.md`.
 """
 
 from __future__ import annotations
@@ -58,3 +59,22 @@ def epic_worktree(root: Path, epic_id: str) -> Path:
 def story_of_worktree(name: str) -> str:
     """The story a lane worktree's directory name belongs to (a parallel task's: its story's)."""
     return name.split(TASK_WORKTREE)[0]
+
+
+# -- the epic's state in the repository, relative to its root --------------------------------------
+def epic_state(epic_id: str) -> Path:
+    return Path(".flow", "epics", epic_id)
+
+
+def story_findings(epic_id: str, story_id: str) -> Path:
+    """The story's human log of review and judge findings."""
+    return epic_state(epic_id) / "stories" / f"{story_id}.findings.md"
+
+
+def report_markdown(epic_id: str) -> Path:
+    """The epic report people read, written at the end of every run."""
+    return epic_state(epic_id) / "report.md"
+
+
+def report_json(epic_id: str) -> Path:
+    return epic_state(epic_id) / "report.json"

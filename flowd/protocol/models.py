@@ -167,6 +167,12 @@ class RunParams(Shape):
     failed: int
     skipped: int
     total: int
+    # Where the run's things are (flowd/base/layout.py), so editors never build these names:
+    # the epic's branch, and the absolute paths of its report (Markdown, JSON), which may not
+    # exist yet (written at the end of every run).
+    epic_branch: str | None = None
+    report_markdown: str | None = None
+    report_json: str | None = None
 
 
 class LaneTask(Shape):
@@ -196,9 +202,11 @@ class LaneParams(Shape):
     ports: str | None = None
     # The merge train's batch while `status` is `queued`/`merging` in one (docs/merging.md).
     batch: int | None = None
-    # Not sent by this server; clients use them when a server does (docs/protocol.md).
+    # The story's worktree (absolute; it may not exist yet, or any more), its branch, and its
+    # findings file (absolute; written once there are findings), from flowd/base/layout.py.
     worktree: str | None = None
     branch: str | None = None
+    findings: str | None = None
 
 
 class TaskState(StrEnum):
@@ -298,6 +306,8 @@ class StatusRun(NullableShape):
     ended_at: str | None = nullable()
     plan: str | None = None
     epic_branch: str | None = None
+    report_markdown: str | None = None  # as `flow/run` sends them
+    report_json: str | None = None
     lanes: list[LaneParams]
     totals: RunTotals | None = None
     clones: list[HeldClone] | None = None

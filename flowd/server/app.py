@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     # Modules built on pydantic (plans, events, views, params) load on first use, after
     # `initialize` has been answered (docs/performance.md).
     from flowd.plan.model import StoryPlan
+    from flowd.server.shapes import Places
     from flowd.trace.events import Envelope
     from flowd.trace.view import Pricer
 
@@ -63,6 +64,7 @@ class FlowServer(LanguageServer, RunHooks):
         self.repo: Repo | None = None
         self.repo_problem: str | None = None
         self.runs: RunManager | None = None
+        self.places: Places | None = None  # where the repository's runs keep things, sent to editors
         self.diags = diag.DiagnosticStore(self._publish)
         self.pacer = Pacer(self._send, self._call_later)
         self.worktrees = WorktreeWatches(lambda _key, message: self.watch_polled(message))
@@ -110,6 +112,7 @@ class FlowServer(LanguageServer, RunHooks):
             self.repo_problem = str(exc)
             log.warning("%s", exc)
         if self.repo is not None:
+            self.places = await asyncio.to_thread(places_of, self.repo)
             self.runs = RunManager(self.repo.root, self, await asyncio.to_thread(self._pricer))
             await self.runs.start()
             self.spawn(self.runs.watch())
@@ -207,6 +210,21 @@ class FlowServer(LanguageServer, RunHooks):
 
 def _feature_failed(feature: FeatureHooks, hook: str) -> None:
     log.exception("feature %s failed in %s; the other features go on", type(feature).__name__, hook)
+
+
+def places_of(repo: Repo) -> Places:
+    """Where `repo`'s runs keep their things: the worktree root as `flowd run` resolves it from
+    config.toml (a broken config: the default root, as the runner would refuse it anyway)."""
+    from flowd.server.shapes import Places
+    from flowd.store.config import load_settings
+    from flowd.vcs.gitops import worktree_root
+
+    try:
+        configured = load_settings(repo.root).worktree_root
+    except (FlowdError, OSError) as exc:  # a broken config must not stop the server
+        log.warning("worktree root: %s; using the default", exc)
+        configured = None
+    return Places(repo.root, worktree_root(repo, configured))
 
 
 def main_checkout(where: Path) -> Repo:

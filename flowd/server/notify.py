@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from flowd import protocol
 
 if TYPE_CHECKING:  # flowd.trace.events needs pydantic: imported on first use (docs/performance.md)
+    from flowd.server.shapes import Places
     from flowd.trace.events import (
         Event,
         ExecutorExcluded,
@@ -49,7 +50,9 @@ class Note:
     sig: Hashable = None
 
 
-def lane_note(view: RunView, lane: LaneView, *, transition: bool = False) -> Note:
+def lane_note(
+    view: RunView, lane: LaneView, *, transition: bool = False, places: Places | None = None
+) -> Note:
     task = lane.task
     sig = (
         lane.status,
@@ -62,13 +65,13 @@ def lane_note(view: RunView, lane: LaneView, *, transition: bool = False) -> Not
     )
     from flowd.server.shapes import lane_wire
 
-    return Note(LANE, lane_wire(view, lane), (LANE, view.run_id, lane.lane), transition, sig)
+    return Note(LANE, lane_wire(view, lane, places), (LANE, view.run_id, lane.lane), transition, sig)
 
 
-def run_note(view: RunView) -> Note:
+def run_note(view: RunView, places: Places | None = None) -> Note:
     from flowd.server.shapes import run_wire
 
-    return Note(RUN, run_wire(view), (RUN, view.run_id), True)
+    return Note(RUN, run_wire(view, places), (RUN, view.run_id), True)
 
 
 def cost_note(view: RunView, *, transition: bool = False) -> Note:
@@ -128,10 +131,10 @@ def _task_notes(view: RunView, lane_id: str, indexes: list[int]) -> list[Note]:
     return notes
 
 
-def _lane(view: RunView, lane_id: str | None) -> list[Note]:
+def _lane(view: RunView, lane_id: str | None, places: Places | None) -> list[Note]:
     if lane_id is None or lane_id not in view.lanes:
         return []
-    return [lane_note(view, view.lanes[lane_id])]
+    return [lane_note(view, view.lanes[lane_id], places=places)]
 
 
 def repair_note(view: RunView, event: PerimeterViolation) -> Note:
@@ -142,8 +145,11 @@ def repair_note(view: RunView, event: PerimeterViolation) -> Note:
     perhaps the user by hand, must learn that their changes were put back.
     """
     listed = ", ".join(f"{p.path} ({p.kind})" for p in event.paths)
-    branch = view.epic_branch or f"epic/{view.epic_id}"
-    findings = f".flow/epics/{view.epic_id}/stories/{event.lane}.findings.md"
+    from flowd.base.layout import story_findings
+    from flowd.server.shapes import epic_branch
+
+    branch = epic_branch(view)
+    findings = story_findings(view.epic_id, event.lane).as_posix()
     message = (
         f"story '{event.lane}': the perimeter repair restored {len(event.paths)} path(s) from {branch}, "
         f"undoing their changes in its worktree: {listed} (see {findings})"
@@ -193,8 +199,9 @@ def unconfined_note(view: RunView, message: str) -> Note:
     return Note(ATTENTION, params, (ATTENTION, view.run_id, "unconfined"), True)
 
 
-def notes_for(view: RunView, event: Event) -> list[Note]:
-    """The notifications implied by `event`, already folded into `view`."""
+def notes_for(view: RunView, event: Event, places: Places | None = None) -> list[Note]:
+    """The notifications implied by `event`, already folded into `view`; with `places`, the run's
+    and lanes' notifications say where their things are (`flowd/server/shapes.py`)."""
     from flowd.trace.events import (
         BudgetExceeded,
         ExecutorExcluded,
@@ -222,26 +229,29 @@ def notes_for(view: RunView, event: Event) -> list[Note]:
     )
 
     if isinstance(event, RunStarted):
-        return [run_note(view), *(lane_note(view, lane, transition=True) for lane in view.lanes.values())]
+        return [
+            run_note(view, places),
+            *(lane_note(view, lane, transition=True, places=places) for lane in view.lanes.values()),
+        ]
     if isinstance(event, RunEnded):
-        lanes = [lane_note(view, lane, transition=True) for lane in view.lanes.values()]
-        return [*lanes, cost_note(view, transition=True), run_note(view)]
+        lanes = [lane_note(view, lane, transition=True, places=places) for lane in view.lanes.values()]
+        return [*lanes, cost_note(view, transition=True), run_note(view, places)]
     if isinstance(event, StoryStatusChanged):
-        return [*_lane(view, event.story), run_note(view)]
+        return [*_lane(view, event.story, places), run_note(view, places)]
     if isinstance(event, TasksPlanned):
         lane = view.lanes.get(event.lane)
         count = len(lane.tasks) if lane else 0
-        return [*_task_notes(view, event.lane, list(range(1, count + 1))), *_lane(view, event.lane)]
+        return [*_task_notes(view, event.lane, list(range(1, count + 1))), *_lane(view, event.lane, places)]
     if isinstance(event, TaskStarted | TaskCompleted):
-        return [*_task_notes(view, event.lane, [event.index]), *_lane(view, event.lane)]
+        return [*_task_notes(view, event.lane, [event.index]), *_lane(view, event.lane, places)]
     if isinstance(event, TokensUsed):
-        return [*_lane(view, event.lane), cost_note(view)]
+        return [*_lane(view, event.lane, places), cost_note(view)]
     if isinstance(event, LanePlaced):  # the lane's `node` (docs/scale-out.md)
-        return _lane(view, event.lane)
+        return _lane(view, event.lane, places)
     if isinstance(event, ExecutorLeased | ExecutorReleased):
         state = "leased" if isinstance(event, ExecutorLeased) else "released"
         note = Note(CLONE, _lease_params(view, event, state), (CLONE, view.run_id, event.executor), True)
-        coder_lane = _lane(view, event.label) if event.role == "coder" else []
+        coder_lane = _lane(view, event.label, places) if event.role == "coder" else []
         return [note, *coder_lane]
     if isinstance(event, ExecutorExcluded | ExecutorResumed):
         state = "excluded" if isinstance(event, ExecutorExcluded) else "resumed"
@@ -254,26 +264,26 @@ def notes_for(view: RunView, event: Event) -> list[Note]:
         return [repair_note(view, event)]
     # The merge train (docs/merging.md): `queued`, `merging` with its batch, back to `active`.
     if isinstance(event, MergeBatchStarted):
-        return [note for lane in event.lanes for note in _lane(view, lane)]
+        return [note for lane in event.lanes for note in _lane(view, lane, places)]
     if isinstance(event, StageStarted | MergeRolledBack) and event.lane is not None:
-        return _lane(view, event.lane)
+        return _lane(view, event.lane, places)
     if isinstance(event, StoryPaused | StoryAnswered):
         # The run may be `paused` now (or no longer): the pause comes after its story's status.
-        return [run_note(view)]
+        return [run_note(view, places)]
     if isinstance(event, LaneEscape):
         return [escape_note(view, event)]
     if isinstance(event, Info) and event.lane is None and event.message.startswith(SANDBOX_NOTE):
         return [unconfined_note(view, event.message)]
     if isinstance(event, GateFlaky | MergeRevision):
-        return _lane(view, event.lane)  # a transition: `flaky`/`mergeRevision` changed its signature
+        return _lane(view, event.lane, places)  # a transition: `flaky`/`mergeRevision` changed its signature
     return []
 
 
-def snapshot(view: RunView) -> list[Note]:
+def snapshot(view: RunView, places: Places | None = None) -> list[Note]:
     """Every notification a client needs to draw a run it has not seen (attach, re-attach)."""
-    notes: list[Note] = [run_note(view)]
+    notes: list[Note] = [run_note(view, places)]
     for lane in view.lanes.values():
-        notes.append(lane_note(view, lane, transition=True))
+        notes.append(lane_note(view, lane, transition=True, places=places))
         notes.extend(_task_notes(view, lane.lane, [t.index for t in lane.tasks]))
     for clone in view.clones.values():
         if clone.held:

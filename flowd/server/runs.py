@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from flowd.base import layout
+
 if TYPE_CHECKING:  # pydantic models: imported on first use, after `initialize` (docs/performance.md)
     import subprocess
 
@@ -216,7 +218,7 @@ class RunManager:
         await asyncio.to_thread(_fold_past, run.follower, view)
         view.epic_id = view.epic_id or record.epic_id
         view.plan = view.plan or record.plan
-        view.epic_branch = view.epic_branch or f"epic/{record.epic_id}"
+        view.epic_branch = view.epic_branch or layout.epic_branch(record.epic_id)
         view.started_at = record.started_at
         self.runs[record.run_id] = run
         run.ready = True

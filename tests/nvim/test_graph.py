@@ -1,6 +1,7 @@
 """`:FlowGraph` in headless Neovim 0.11 against a real server and run (docs/editors.md): the graph
 buffer's layers, signs and critical marks match `flow/graph` at launch, mid-run and at the end,
-the timeline buffer draws each lane, and <CR> opens a story's worktree."""
+the timeline buffer draws each lane, and <CR> opens a story's worktree (where the server says it
+is: under a worktree root of the project's own)."""
 
 from __future__ import annotations
 
@@ -48,7 +49,11 @@ def demo(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
 
     root, plan = sample(tmp_path / "calc", tune)
     config = root / ".flow" / "config.toml"
-    config.write_text(config.read_text().replace("gates = []", f"gates = {json.dumps([EPIC_GATE])}"))
+    # Story worktrees under a root of the project's own: <CR> must open where the server says.
+    config.write_text(
+        config.read_text().replace("gates = []", f"gates = {json.dumps([EPIC_GATE])}")
+        + 'worktreeRoot = "../trees"\n'
+    )
     yield root, plan
     kill_runs(root)
 
@@ -104,4 +109,4 @@ def test_flowgraph_draws_the_server_graph_live(nvim: Path, demo: tuple[Path, Pat
     assert all(sign == "✓" for sign, _, _ in cells(end).values())
     ends = {line.split()[0]: line for line in out["points"][-1]["timeline"][4::2]}
     assert all(re.search(r"M\s+done$", line) for line in ends.values()), ends
-    assert out["opened"] == str(repo.parent / "calc.flowd" / "calc" / "parser")
+    assert out["opened"] == str((repo.parent / "trees").resolve() / "calc" / "parser")

@@ -218,5 +218,5 @@ def test_the_editors_take_the_enums_from_the_generated_modules() -> None:
     ts = (ROOT / "editors" / "vscode" / "src" / "attention.ts").read_text(encoding="utf-8")
     assert 'WAITING_REASONS as WAITING } from "./protocol"' in ts
     lua = ROOT / "editors" / "nvim" / "lua" / "flowd"
-    assert "P.waiting_reasons" in (lua / "init.lua").read_text(encoding="utf-8")
+    assert "P.waiting_reasons" in (lua / "handlers.lua").read_text(encoding="utf-8")
     assert "G.PHASES = P.timeline_phases" in (lua / "graph.lua").read_text(encoding="utf-8")

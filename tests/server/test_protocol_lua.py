@@ -42,4 +42,6 @@ def test_the_plugin_spells_no_method_name_outside_the_generated_module() -> None
                 continue  # a comment may name a method; code takes the names from the module
             found += [f"{path.relative_to(ROOT)}:{number}: {m}" for m in METHOD_NAME.findall(line)]
     assert found == []
-    assert 'require("flowd.protocol")' in (PLUGIN / "init.lua").read_text(encoding="utf-8")
+    # The notification handlers and the commands take their names from the generated module.
+    for module in ("handlers.lua", "commands.lua", "client.lua"):
+        assert 'require("flowd.protocol")' in (PLUGIN / module).read_text(encoding="utf-8"), module

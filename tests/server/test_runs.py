@@ -111,6 +111,9 @@ async def test_launch_streams_lanes_tasks_clones_in_order_and_progress(
         "failed": 0,
         "skipped": 0,
         "total": 5,
+        "epicBranch": "epic/calc",
+        "reportMarkdown": str(repo.resolve() / ".flow" / "epics" / "calc" / "report.md"),
+        "reportJson": str(repo.resolve() / ".flow" / "epics" / "calc" / "report.json"),
     }
     cost = client.of("flow/cost")[-1]
     assert cost["runId"] == run_id and cost["tokens"] > 0

@@ -6,7 +6,6 @@
 
 import { execFileSync } from "node:child_process";
 import * as path from "node:path";
-import { epicBranch } from "./laneActions";
 import { LanesModel } from "./lanesModel";
 import { AnswerArgs, AnswerResult, AttentionParams, Commands, FlowServer, LaunchArgs } from "./protocol";
 
@@ -70,10 +69,10 @@ function git(cwd: string, args: string[]): string {
   return execFileSync("git", ["-C", cwd, ...args], { encoding: "utf8", stdio: ["ignore", "pipe", "ignore"] });
 }
 
-/** Where the story forked from its epic branch (the left side of its diff), or undefined. */
-export function forkPoint(worktree: string, epicId: string): string | undefined {
+/** Where the story forked from `epicBranch` (the left side of its diff), or undefined. */
+export function forkPoint(worktree: string, epicBranch: string): string | undefined {
   try {
-    return git(worktree, ["merge-base", "HEAD", epicBranch(epicId)]).trim() || undefined;
+    return git(worktree, ["merge-base", "HEAD", epicBranch]).trim() || undefined;
   } catch {
     return undefined;
   }

@@ -20,8 +20,8 @@ import {
   readyStories,
   REQUEST_CHANGES_ITEM,
 } from "./approval";
-import type { CommandContext } from "./commands";
-import { epicBranch, findWorktree } from "./laneActions";
+import type { CommandContext } from "./commandContext";
+import { findWorktree } from "./laneActions";
 import { mainCheckout } from "./repoRoot";
 
 export const ApprovalCommands = {
@@ -72,8 +72,8 @@ export async function reviewStory(ctx: CommandContext, arg?: unknown): Promise<s
   const run = target ? ctx.model.run(target.runId) : undefined;
   const lane = target ? run?.lanes.get(target.story) : undefined;
   if (!target || !repo || !run || !lane) return [];
-  const worktree = findWorktree(repo, run, lane);
-  const base = worktree ? forkPoint(worktree, run.epicId) : undefined;
+  const worktree = findWorktree(lane);
+  const base = worktree && run.epicBranch ? forkPoint(worktree, run.epicBranch) : undefined;
   if (!worktree || !base) {
     void vscode.window.showWarningMessage(`flowd: story ${target.story} has no worktree to review now.`);
     return [];
@@ -85,7 +85,7 @@ export async function reviewStory(ctx: CommandContext, arg?: unknown): Promise<s
     const theirs = f.status === "A" ? undefined : vscode.Uri.parse(baseUri(worktree, base, f.basePath));
     return [mine, theirs, f.status === "D" ? undefined : mine];
   });
-  const title = `Story ${target.story} against ${epicBranch(run.epicId)}`;
+  const title = `Story ${target.story} against ${run.epicBranch}`;
   await vscode.commands.executeCommand("vscode.changes", title, resources);
   if (lane.status === "ready") void decide(ctx, target);
   return files.map((f) => f.path);

@@ -4,7 +4,6 @@
 // diff or findings. The page loads only the bundled dist/graphView.js (no remote asset).
 
 import * as fs from "node:fs";
-import * as path from "node:path";
 import * as vscode from "vscode";
 import { formatUsd } from "./format";
 import { themeCss, timelineLegend } from "./graphLayout";
@@ -110,16 +109,16 @@ export class GraphPanel implements vscode.Disposable {
     const run = this.deps.model.run(this.runId);
     const lane = run?.lanes.get(story);
     if (!repo || !run || !lane) return;
-    const findings = path.join(repo, ".flow", "epics", run.epicId, "stories", `${story}.findings.md`);
+    const findings = lane.findings;
     const items = [
-      findWorktree(repo, run, lane) ? "Open Worktree" : "",
+      findWorktree(lane) ? "Open Worktree" : "",
       "Show Diff",
-      fs.existsSync(findings) ? "Open Findings" : "",
+      findings && fs.existsSync(findings) ? "Open Findings" : "",
     ].filter(Boolean);
     const choice = await vscode.window.showQuickPick(items, { title: `Story ${story} (${lane.status})` });
     if (choice === "Open Worktree") await this.deps.laneCommand("flowd.openWorktree", this.runId, story);
     if (choice === "Show Diff") await this.deps.laneCommand("flowd.showLaneDiff", this.runId, story);
-    if (choice === "Open Findings") await vscode.window.showTextDocument(vscode.Uri.file(findings), { viewColumn: vscode.ViewColumn.One });
+    if (choice === "Open Findings" && findings) await vscode.window.showTextDocument(vscode.Uri.file(findings), { viewColumn: vscode.ViewColumn.One });
   }
 
   dispose(): void {

@@ -1,24 +1,11 @@
 // Where a lane's work lives (worktree, branches) and what its report says. No vscode import:
-// the paths follow docs/architecture.md and are read from the real files in tests.
+// every name and path is the server's (`flow/run`, `flow/lane`, docs/protocol.md), read from the
+// real files in tests; nothing here builds a branch name or a path of flowd's.
 
 import { execFileSync } from "node:child_process";
 import * as fs from "node:fs";
-import * as path from "node:path";
 import { formatTokens, laneCost } from "./format";
 import { cloneName, LaneEntry, RunEntry } from "./lanesModel";
-
-export function epicBranch(epicId: string): string {
-  return `epic/${epicId}`;
-}
-
-export function storyBranch(epicId: string, lane: string): string {
-  return `story/${epicId}/${lane}`;
-}
-
-/** `<repo>/../<repoName>.flowd/<epicId>/<storyId>`: the default when no state says otherwise. */
-export function defaultWorktree(repo: string, epicId: string, lane: string): string {
-  return path.join(path.dirname(repo), `${path.basename(repo)}.flowd`, epicId, lane);
-}
 
 function readJson(file: string): unknown {
   try {
@@ -32,19 +19,9 @@ function field(value: unknown, key: string): unknown {
   return typeof value === "object" && value !== null ? (value as Record<string, unknown>)[key] : undefined;
 }
 
-/**
- * The story worktree: what the server sent with the lane, else the story's state file
- * (`.flow/epics/<epicId>/stories/<storyId>.json`), else the default location — whichever exists.
- */
-export function findWorktree(repo: string, run: RunEntry, lane: LaneEntry): string | undefined {
-  const state = readJson(path.join(repo, ".flow", "epics", run.epicId, "stories", `${lane.lane}.json`));
-  const fromState = field(state, "worktree");
-  const candidates = [
-    lane.worktree,
-    typeof fromState === "string" ? path.resolve(repo, fromState) : undefined,
-    defaultWorktree(repo, run.epicId, lane.lane),
-  ];
-  return candidates.find((c): c is string => c !== undefined && fs.existsSync(c));
+/** The story's worktree, as the server sent it with the lane, while it exists. */
+export function findWorktree(lane: LaneEntry): string | undefined {
+  return lane.worktree !== undefined && fs.existsSync(lane.worktree) ? lane.worktree : undefined;
 }
 
 /** Single-quoted for a POSIX shell. */
@@ -64,13 +41,14 @@ function gitLines(repo: string, args: string[]): string[] {
 
 /**
  * The merge commit that brought the story into its epic branch (flowd merges with `--no-ff`):
- * on `epic/<epicId>`, the merge whose second parent is the story branch's tip. Undefined while
- * the story has not merged (or either branch is gone).
+ * on the run's epic branch, the merge whose second parent is the story branch's tip. Undefined
+ * while the story has not merged (or either branch is gone, or the server did not name them).
  */
-export function mergeCommit(repo: string, epicId: string, lane: string): string | undefined {
-  const [tip] = gitLines(repo, ["rev-parse", "--verify", "--quiet", `refs/heads/${storyBranch(epicId, lane)}^{commit}`]);
+export function mergeCommit(repo: string, run: RunEntry, lane: LaneEntry): string | undefined {
+  if (!run.epicBranch || !lane.branch) return undefined;
+  const [tip] = gitLines(repo, ["rev-parse", "--verify", "--quiet", `refs/heads/${lane.branch}^{commit}`]);
   if (!tip) return undefined;
-  for (const line of gitLines(repo, ["rev-list", "--merges", "--parents", `refs/heads/${epicBranch(epicId)}`])) {
+  for (const line of gitLines(repo, ["rev-list", "--merges", "--parents", `refs/heads/${run.epicBranch}`])) {
     const [commit, , second] = line.split(" ");
     if (second === tip) return commit;
   }
@@ -82,20 +60,22 @@ export function mergeCommit(repo: string, epicId: string, lane: string): string 
  * commit): the change the merge brought into the epic (the merge against its first parent) —
  * `epic...story` is empty once the story is in. Not merged, in the worktree: its working tree
  * (uncommitted edits included) against where it forked from the epic; without a worktree, the
- * story branch's commits since the fork.
+ * story branch's commits since the fork. Undefined when the server named no branches.
  */
-export function diffCommand(repo: string, epicId: string, lane: string, worktree?: string, merged?: string): string[] {
+export function diffCommand(repo: string, run: RunEntry, lane: LaneEntry, worktree?: string, merged?: string): string[] | undefined {
   if (merged) return ["git", "-C", repo, "diff", "--stat", "--patch", `${merged}^1`, merged];
-  if (worktree) return ["git", "-C", worktree, "diff", "--stat", "--patch", "--merge-base", epicBranch(epicId)];
-  return ["git", "-C", repo, "diff", "--stat", "--patch", `${epicBranch(epicId)}...${storyBranch(epicId, lane)}`];
+  if (!run.epicBranch) return undefined;
+  if (worktree) return ["git", "-C", worktree, "diff", "--stat", "--patch", "--merge-base", run.epicBranch];
+  if (!lane.branch) return undefined;
+  return ["git", "-C", repo, "diff", "--stat", "--patch", `${run.epicBranch}...${lane.branch}`];
 }
 
 /**
- * The lane's line of the epic report (`.flow/epics/<epicId>/report.json`, written at the end
- * of every run); while a run is going, a line built from the live lane instead.
+ * The lane's line of the epic report (the run's `reportJson`, written at the end of every run);
+ * while a run is going, a line built from the live lane instead.
  */
-export function reportLine(repo: string, run: RunEntry, lane: LaneEntry): string {
-  const report = readJson(path.join(repo, ".flow", "epics", run.epicId, "report.json"));
+export function reportLine(run: RunEntry, lane: LaneEntry): string {
+  const report = run.reportJson ? readJson(run.reportJson) : undefined;
   const stories = field(report, "stories") ?? field(field(report, "data"), "stories");
   if (Array.isArray(stories)) {
     const story: unknown = stories.find((s) => field(s, "id") === lane.lane);

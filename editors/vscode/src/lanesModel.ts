@@ -50,7 +50,10 @@ export interface RunEntry {
   startedAt?: string;
   endedAt?: string;
   plan?: string;
+  /** Where the run's things are, as the server names them (docs/protocol.md): never built here. */
   epicBranch?: string;
+  reportMarkdown?: string;
+  reportJson?: string;
   lanes: Map<string, LaneEntry>;
   /** Latest state of every clone the run has touched, by `cloneKey`. */
   clones: Map<string, CloneEntry>;
@@ -203,6 +206,7 @@ export class LanesModel {
     run.failed = p.failed;
     run.skipped = p.skipped;
     run.total = p.total;
+    this.mergePlaces(run, p);
     if (isRunActive(p.status)) run.seenActive = true;
     if (wasActive && !isRunActive(p.status)) this.ended(run);
     this.changed({ runId: run.runId });
@@ -297,7 +301,7 @@ export class LanesModel {
     run.startedAt = present(s.startedAt) ?? run.startedAt;
     run.endedAt = present(s.endedAt) ?? run.endedAt;
     run.plan = s.plan ?? run.plan;
-    run.epicBranch = s.epicBranch ?? run.epicBranch;
+    this.mergePlaces(run, s);
     for (const p of s.lanes ?? []) {
       const lane = this.ensureLane(run, p.lane, p.title);
       this.mergeLane(run, lane, p);
@@ -345,6 +349,12 @@ export class LanesModel {
     else if (!isRunActive(run.status)) this.endLeases(run);
   }
 
+  private mergePlaces(run: RunEntry, p: Pick<RunParams, "epicBranch" | "reportMarkdown" | "reportJson">): void {
+    run.epicBranch = p.epicBranch ?? run.epicBranch;
+    run.reportMarkdown = p.reportMarkdown ?? run.reportMarkdown;
+    run.reportJson = p.reportJson ?? run.reportJson;
+  }
+
   private applyCloneQuiet(run: RunEntry, p: CloneParams): void {
     const key = cloneKey(p.executor, p.clone, p.label);
     const entry: CloneEntry = { executor: p.executor, clone: p.clone, role: p.role, label: p.label, state: p.state };
@@ -370,6 +380,7 @@ export class LanesModel {
     lane.batch = p.batch ?? undefined; // the merge train's batch, while it is in one
     lane.worktree = p.worktree ?? lane.worktree;
     lane.branch = p.branch ?? lane.branch;
+    lane.findings = p.findings ?? lane.findings;
     lane.node = p.node ?? lane.node;
     if (p.task) {
       for (const t of lane.tasks.values()) t.count = p.task.count;

@@ -240,6 +240,7 @@ export interface LaneParams {
   batch?: number;
   worktree?: string;
   branch?: string;
+  findings?: string;
 }
 
 export interface LaneTask {
@@ -313,6 +314,9 @@ export interface RunParams {
   failed: number;
   skipped: number;
   total: number;
+  epicBranch?: string;
+  reportMarkdown?: string;
+  reportJson?: string;
 }
 
 export interface RunTotals {
@@ -341,6 +345,8 @@ export interface StatusRun {
   endedAt?: string | null;
   plan?: string;
   epicBranch?: string;
+  reportMarkdown?: string;
+  reportJson?: string;
   lanes: LaneParams[];
   totals?: RunTotals;
   clones?: HeldClone[];

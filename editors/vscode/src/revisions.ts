@@ -26,7 +26,7 @@ function inside(dir: string, file: string): boolean {
 export function worktreeTarget(model: LanesModel, repo: string, file: string): RevisionTarget | undefined {
   for (const run of model.activeRuns()) {
     for (const lane of run.lanes.values()) {
-      const worktree = findWorktree(repo, run, lane);
+      const worktree = findWorktree(lane);
       if (worktree && worktree !== repo && inside(worktree, file) && takesRevisions(lane.status)) {
         return { runId: run.runId, story: lane.lane };
       }

@@ -1,7 +1,7 @@
 // The status bar item: runs at a glance, a click away from the Lanes view.
 
 import * as vscode from "vscode";
-import { PaletteCommands } from "./commands";
+import { PaletteCommands } from "./commandContext";
 import { LanesModel } from "./lanesModel";
 import { AttentionTracker, attentionText } from "./attention";
 import { ServerState } from "./server";

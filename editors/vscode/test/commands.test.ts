@@ -315,15 +315,20 @@ describe("lane actions", () => {
     const model = new LanesModel();
     for (const [m, p] of START) model.apply(m, p);
     const ctx = context(undefined, model);
+    // Where the server says the report is: a place of its own here, not `.flow/epics/<epic>/`.
+    const reportJson = path.join(workspace, "reports", "auth.json");
+    model.apply("flow/run", { runId: RUN_ID, epicId: "auth", status: "running", done: 0, failed: 0, skipped: 0, total: 1, reportJson });
     const live = showLaneReport(ctx, { runId: RUN_ID, lane: "api" });
     assert.equal(live, "api: active · claude#1 · task 1/3 Password hashing · 4.2k tok · $0.05 (live; the report is written when the run ends)");
-    write(".flow/epics/auth/report.json", JSON.stringify({
+    write(".flow/epics/auth/report.json", "{}"); // where flowd's default would be: not read
+    assert.equal(showLaneReport(ctx, { runId: RUN_ID, lane: "api" }), live);
+    write("reports/auth.json", JSON.stringify({
       epicId: "auth",
       epicBranch: "epic/auth",
       stories: [{ id: "api", title: "Login API", status: "done", branch: "story/auth/api", executor: "claude", tokens: 27500, costUsd: 0.38 }],
     }));
     assert.equal(showLaneReport(ctx, { runId: RUN_ID, lane: "api" }), "api: done · story/auth/api · claude · 27.5k tok · $0.38");
-    assert.equal(stub.recorded.messages[1].message, "api: done · story/auth/api · claude · 27.5k tok · $0.38");
+    assert.equal(stub.recorded.messages[2].message, "api: done · story/auth/api · claude · 27.5k tok · $0.38");
   });
 });
 

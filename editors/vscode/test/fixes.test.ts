@@ -14,7 +14,7 @@ import { clientLogChannel, clientLogLine } from "../src/clientLog";
 import { CommandContext, notifyRunEnded, OPEN_REPORT, resumeRun, resumeTarget, runEndedMessage, showAttention, showCostReport, showLaneDiff } from "../src/commands";
 import { diffCommand, mergeCommit } from "../src/laneActions";
 import { buildTree, TreeNode } from "../src/laneTree";
-import { epicCost, LanesModel, RunEntry } from "../src/lanesModel";
+import { epicCost, LaneEntry, LanesModel, RunEntry } from "../src/lanesModel";
 import { LanesTreeProvider } from "../src/lanesView";
 import { escapeAngleBrackets } from "../src/markdown";
 import { FlowServer, StatusResult } from "../src/protocol";
@@ -143,6 +143,9 @@ describe("a notice when a run ends", () => {
     // A run already over when the window first heard of it is history, not news.
     model.applyStatus({ runs: [{ runId: "old", epicId: "docs", status: "done", lanes: [] }] });
     model.apply(...runNote("r1", "auth", "running", 0, 2));
+    // Where the server says the report is (a place of its own here): the notice opens that file.
+    const report = path.join(tmp, "notice", "elsewhere", "report.md");
+    model.apply("flow/run", { runId: "r1", epicId: "auth", status: "running", done: 0, failed: 0, skipped: 0, total: 2, reportMarkdown: report });
     model.apply(...costNote("r1", 5000, 0.12));
     model.apply(...runNote("r1", "auth", "failed", 1, 2));
     model.apply(...runNote("r1", "auth", "failed", 1, 2)); // repeated: no second notice
@@ -155,15 +158,15 @@ describe("a notice when a run ends", () => {
 
     // The notice opens the report.
     const repo = path.join(tmp, "notice");
-    fs.mkdirSync(path.join(repo, ".flow", "epics", "auth"), { recursive: true });
-    fs.writeFileSync(path.join(repo, ".flow", "epics", "auth", "report.md"), "# auth\n");
+    fs.mkdirSync(path.dirname(report), { recursive: true });
+    fs.writeFileSync(report, "# auth\n");
     stub.reset([repo]);
     stub.answers.message.push(OPEN_REPORT);
     await notifyRunEnded(context(undefined, model), ended[0]);
     assert.equal(stub.recorded.messages[0].kind, "warning");
     assert.deepEqual(stub.recorded.messages[0].items, [OPEN_REPORT]);
     const preview = stub.recorded.executed.find((e) => e.command === "markdown.showPreview");
-    assert.equal((preview?.args[0] as stub.Uri).fsPath, path.join(repo, ".flow", "epics", "auth", "report.md"));
+    assert.equal((preview?.args[0] as stub.Uri).fsPath, report);
   });
 
   test("an end learnt from flow/status counts too; a cancel (the user's own act) is not announced", async () => {
@@ -202,26 +205,43 @@ describe("Show Diff Against Epic Branch on a merged lane", () => {
     git(repo, "checkout", "-q", "main");
   });
 
+  /** The run and lane as the server names them: `epic/auth`, `story/auth/<lane>`. */
+  function named(lane: string): { run: RunEntry; lane: LaneEntry } {
+    const model = new LanesModel();
+    model.apply("flow/run", { runId: "r1", epicId: "auth", status: "done", done: 1, failed: 0, skipped: 0, total: 1, epicBranch: "epic/auth" });
+    model.apply("flow/lane", { runId: "r1", lane, title: lane, status: "done", tokens: 0, estimated: false, branch: `story/auth/${lane}` });
+    const run = model.run("r1");
+    assert.ok(run);
+    const entry = run.lanes.get(lane);
+    assert.ok(entry);
+    return { run, lane: entry };
+  }
+
   test("diffs the story's merge against the epic before it, not the empty epic...story", () => {
-    const merged = mergeCommit(repo, "auth", "api");
+    const api = named("api");
+    const merged = mergeCommit(repo, api.run, api.lane);
     assert.equal(merged, git(repo, "rev-parse", "epic/auth"));
-    const command = diffCommand(repo, "auth", "api", undefined, merged);
+    const command = diffCommand(repo, api.run, api.lane, undefined, merged);
+    assert.ok(command);
     const out = execFileSync(command[0], command.slice(1), { encoding: "utf8" });
     assert.match(out, /src\/login\.py \| 1 \+/);
     assert.match(out, /^\+def login\(\): \.\.\.$/m);
     // What the old command showed once merged: nothing.
-    const old = diffCommand(repo, "auth", "api");
+    const old = diffCommand(repo, api.run, api.lane);
+    assert.ok(old);
     assert.equal(execFileSync(old[0], old.slice(1), { encoding: "utf8" }), "");
   });
 
   test("a story not merged yet has no merge commit; the lane command sends the merge diff once merged", () => {
     git(repo, "branch", "story/auth/ui", "main");
-    assert.equal(mergeCommit(repo, "auth", "ui"), undefined);
-    assert.equal(mergeCommit(repo, "auth", "gone"), undefined);
+    const ui = named("ui");
+    const gone = named("gone");
+    assert.equal(mergeCommit(repo, ui.run, ui.lane), undefined);
+    assert.equal(mergeCommit(repo, gone.run, gone.lane), undefined);
     stub.reset([repo]);
     const model = new LanesModel();
-    model.apply(...runNote("r1", "auth", "done"));
-    model.apply("flow/lane", { runId: "r1", lane: "api", title: "API", status: "done", tokens: 0, estimated: false });
+    model.apply("flow/run", { runId: "r1", epicId: "auth", status: "done", done: 0, failed: 0, skipped: 0, total: 1, epicBranch: "epic/auth" });
+    model.apply("flow/lane", { runId: "r1", lane: "api", title: "API", status: "done", tokens: 0, estimated: false, branch: "story/auth/api" });
     const sent = showLaneDiff(context(undefined, model), { runId: "r1", lane: "api" });
     const merged = git(repo, "rev-parse", "epic/auth");
     assert.deepEqual(sent, ["git", "-C", repo, "diff", "--stat", "--patch", `${merged}^1`, merged]);

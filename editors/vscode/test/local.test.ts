@@ -8,7 +8,7 @@ import * as os from "node:os";
 import * as path from "node:path";
 import { after, before, describe, test } from "node:test";
 import { findFlowd } from "../src/findFlowd";
-import { defaultWorktree, diffCommand, findWorktree } from "../src/laneActions";
+import { diffCommand, findWorktree } from "../src/laneActions";
 import { LanesModel } from "../src/lanesModel";
 import { defaultDraftPath, draftArgs, failureMessage, isMarkdownPlan, runFlowd } from "../src/plans";
 
@@ -94,54 +94,63 @@ describe("lane worktree and diff", () => {
   const git = (cwd: string, ...args: string[]): string =>
     execFileSync("git", ["-c", "user.name=t", "-c", "user.email=t@example.invalid", ...args], { cwd, encoding: "utf8" });
 
-  test("the diff against the epic branch shows the story's work, committed or not", () => {
+  test("the diff against the epic branch shows the story's work, in the worktree the server named", () => {
     const repo = path.join(tmp, "myrepo");
     fs.mkdirSync(repo);
     git(repo, "init", "-q", "-b", "main");
     fs.writeFileSync(path.join(repo, "README.md"), "hello\n");
     git(repo, "add", ".");
     git(repo, "commit", "-q", "-m", "init");
-    git(repo, "branch", "epic/auth");
-    const worktree = defaultWorktree(repo, "auth", "api");
-    assert.equal(worktree, path.join(tmp, "myrepo.flowd", "auth", "api"));
-    git(repo, "worktree", "add", "-q", "-b", "story/auth/api", worktree, "epic/auth");
+    // Names no default would give: a worktree root of the project's own, other branch names.
+    git(repo, "branch", "releases/auth");
+    const worktree = path.join(tmp, "elsewhere", "auth", "api");
+    git(repo, "worktree", "add", "-q", "-b", "work/auth-api", worktree, "releases/auth");
+    // A directory where flowd's default root would be must not be picked up.
+    fs.mkdirSync(path.join(tmp, "myrepo.flowd", "auth", "api"), { recursive: true });
     fs.mkdirSync(path.join(worktree, "src"));
     fs.writeFileSync(path.join(worktree, "src", "login.py"), "def login(): ...\n");
     git(worktree, "add", ".");
     git(worktree, "commit", "-q", "-m", "login");
     fs.writeFileSync(path.join(worktree, "README.md"), "hello\nuncommitted\n");
     // The epic moves on after the story forked: that must not show in the story's diff.
-    git(repo, "checkout", "-q", "epic/auth");
+    git(repo, "checkout", "-q", "releases/auth");
     fs.writeFileSync(path.join(repo, "OTHER.md"), "another story\n");
     git(repo, "add", ".");
     git(repo, "commit", "-q", "-m", "other story merged");
     git(repo, "checkout", "-q", "main");
 
     const model = new LanesModel();
-    model.apply("flow/run", { runId: "r", epicId: "auth", status: "running", done: 0, failed: 0, skipped: 0, total: 1 });
-    model.apply("flow/lane", { runId: "r", lane: "api", title: "API", status: "active", tokens: 0, estimated: false });
+    model.apply("flow/run", { runId: "r", epicId: "auth", status: "running", done: 0, failed: 0, skipped: 0, total: 1, epicBranch: "releases/auth" });
+    model.apply("flow/lane", { runId: "r", lane: "api", title: "API", status: "active", tokens: 0, estimated: false, worktree, branch: "work/auth-api" });
     const run = model.run("r");
     const lane = run?.lanes.get("api");
     assert.ok(run && lane);
-    assert.equal(findWorktree(repo, run, lane), worktree);
+    assert.equal(findWorktree(lane), worktree);
 
-    const [cmd, ...args] = diffCommand(repo, "auth", "api", worktree);
-    const diff = execFileSync(cmd, args, { encoding: "utf8" });
+    const inTree = diffCommand(repo, run, lane, worktree);
+    assert.deepEqual(inTree, ["git", "-C", worktree, "diff", "--stat", "--patch", "--merge-base", "releases/auth"]);
+    const diff = execFileSync(inTree[0], inTree.slice(1), { encoding: "utf8" });
     assert.match(diff, /src\/login\.py/);
     assert.match(diff, /\+uncommitted/);
     assert.doesNotMatch(diff, /OTHER\.md/);
 
-    const [cmd2, ...args2] = diffCommand(repo, "auth", "api");
-    const branchDiff = execFileSync(cmd2, args2, { encoding: "utf8" });
+    const onBranch = diffCommand(repo, run, lane);
+    assert.deepEqual(onBranch, ["git", "-C", repo, "diff", "--stat", "--patch", "releases/auth...work/auth-api"]);
+    const branchDiff = execFileSync(onBranch[0], onBranch.slice(1), { encoding: "utf8" });
     assert.match(branchDiff, /src\/login\.py/);
     assert.doesNotMatch(branchDiff, /uncommitted|OTHER\.md/);
-
-    // A state file naming another worktree wins over the default location.
-    const moved = path.join(tmp, "moved-wt");
-    fs.mkdirSync(moved);
-    fs.mkdirSync(path.join(repo, ".flow", "epics", "auth", "stories"), { recursive: true });
-    fs.writeFileSync(path.join(repo, ".flow", "epics", "auth", "stories", "api.json"), JSON.stringify({ id: "api", worktree: moved }));
-    assert.equal(findWorktree(repo, run, lane), moved);
     git(repo, "worktree", "remove", "--force", worktree);
+    assert.equal(findWorktree(lane), undefined, "a worktree gone is gone: no other place is guessed");
+  });
+
+  test("without the server's names nothing is guessed: no worktree, no diff", () => {
+    const model = new LanesModel();
+    model.apply("flow/run", { runId: "old", epicId: "auth", status: "running", done: 0, failed: 0, skipped: 0, total: 1 });
+    model.apply("flow/lane", { runId: "old", lane: "api", title: "API", status: "active", tokens: 0, estimated: false });
+    const run = model.run("old");
+    const lane = run?.lanes.get("api");
+    assert.ok(run && lane);
+    assert.equal(findWorktree(lane), undefined);
+    assert.equal(diffCommand(tmp, run, lane), undefined);
   });
 });

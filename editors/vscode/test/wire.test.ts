@@ -344,7 +344,13 @@ if (!WIRE) {
       assert.equal(git(repo, "show", `epic/${EPIC}:src/api/login.py`), "def login() -> bool:\n    return True\n");
       const apiLane = run.lanes.get("api");
       assert.ok(apiLane);
-      assert.match(reportLine(repo, run, apiLane), /^api: done/);
+      assert.match(reportLine(run, apiLane), /^api: done/);
+      // Where things are, as the server names them: the extension reads these and builds none.
+      assert.equal(run.epicBranch, `epic/${EPIC}`);
+      assert.equal(run.reportJson, path.join(repo, ".flow", "epics", EPIC, "report.json"));
+      assert.equal(apiLane.branch, `story/${EPIC}/api`);
+      assert.equal(apiLane.worktree, path.join(path.dirname(repo), `${path.basename(repo)}.flowd`, EPIC, "api"));
+      assert.equal(apiLane.findings, path.join(repo, ".flow", "epics", EPIC, "stories", "api.findings.md"));
 
       // A fresh flow/status agrees with what the notifications built.
       const status = await session.server.request<StatusResult>(Requests.status, {});
@@ -375,11 +381,12 @@ if (!WIRE) {
     test("Show Diff Against Epic Branch on a merged lane shows what the story brought in", () => {
       const run = session.model.epics().find((e) => e.epicId === EPIC)?.latest;
       assert.ok(run);
-      const merged = mergeCommit(repo, EPIC, "api");
-      assert.ok(merged, "no merge commit of story/auth/api on epic/auth");
       const apiLane = run.lanes.get("api");
       assert.ok(apiLane);
-      const command = diffCommand(repo, EPIC, "api", findWorktree(repo, run, apiLane), merged);
+      const merged = mergeCommit(repo, run, apiLane);
+      assert.ok(merged, "no merge commit of story/auth/api on epic/auth");
+      const command = diffCommand(repo, run, apiLane, findWorktree(apiLane), merged);
+      assert.ok(command);
       const out = execFileSync(command[0], command.slice(1), { encoding: "utf8" });
       assert.match(out, /src\/api\/hashing\.py/);
       assert.match(out, /^\+def login\(\) -> bool:$/m);
@@ -407,7 +414,7 @@ if (!WIRE) {
       // The cancelled story keeps its worktree; a window opened on it is served from the main checkout.
       const slowLane = stopped.lanes.get("slow-story");
       assert.ok(slowLane);
-      const worktree = findWorktree(repo, stopped, slowLane);
+      const worktree = findWorktree(slowLane);
       assert.ok(worktree && worktree !== repo, `no worktree for slow-story: ${worktree}`);
       assert.equal(mainCheckout(worktree), repo);
       assert.match(statusText(session.model), /^\$\(circle-slash\) slow cancelled · 0\/1 done/);

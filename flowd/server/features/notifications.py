@@ -13,13 +13,14 @@ from flowd.server.notify import cost_note, notes_for, run_note, snapshot
 if TYPE_CHECKING:
     from flowd.server.notify import Note
     from flowd.server.runs import Tracked
+    from flowd.server.shapes import Places
     from flowd.trace.events import Envelope
     from flowd.trace.view import RunView
 
 
-def notes_for_end(view: RunView) -> list[Note]:
+def notes_for_end(view: RunView, places: Places | None = None) -> list[Note]:
     """The closing notifications of a run that ended without a RunEnded event (killed)."""
-    return [cost_note(view, transition=True), run_note(view)]
+    return [cost_note(view, transition=True), run_note(view, places)]
 
 
 class RunNotifications(Feature):
@@ -28,18 +29,18 @@ class RunNotifications(Feature):
             self.server.pacer.offer(note)
 
     def run_attached(self, run: Tracked) -> None:
-        self._offer(snapshot(run.view))
+        self._offer(snapshot(run.view, self.server.places))
 
     def run_event(self, run: Tracked, envelope: Envelope) -> None:
         from flowd.trace.events import RunEnded
 
-        self._offer(notes_for(run.view, envelope.event))
+        self._offer(notes_for(run.view, envelope.event, self.server.places))
         if isinstance(envelope.event, RunEnded):
             run.end_notified = True
 
     def run_ended(self, run: Tracked) -> None:
         if not run.end_notified:
-            self._offer(notes_for_end(run.view))
+            self._offer(notes_for_end(run.view, self.server.places))
         run_id = run.run_id
         self.server.pacer.forget(lambda key: isinstance(key, tuple) and len(key) > 1 and key[1] == run_id)
 
@@ -51,7 +52,7 @@ class RunNotifications(Feature):
         from flowd.protocol import models as proto
         from flowd.server.shapes import status_run
 
-        runs_out = [status_run(run.view, run.record.started_at) for run in runs.ordered()]
+        runs_out = [status_run(run.view, run.record.started_at, self.server.places) for run in runs.ordered()]
         return proto.StatusResult(runs=runs_out).wire()
 
     def graph(self, run_id: str) -> dict[str, Any]:

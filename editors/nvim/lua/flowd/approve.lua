@@ -77,9 +77,9 @@ function A.request_changes(flowd, arg)
   end)
 end
 
---- The lines of `git diff` of the story's worktree against where it forked from the epic.
-function A.diff_lines(worktree, epic_id)
-  local out = vim.system({ "git", "-C", worktree, "diff", "--stat", "--patch", "--merge-base", "epic/" .. epic_id },
+--- The lines of `git diff` of the story's worktree against where it forked from `epic_branch`.
+function A.diff_lines(worktree, epic_branch)
+  local out = vim.system({ "git", "-C", worktree, "diff", "--stat", "--patch", "--merge-base", epic_branch },
     { text = true }):wait()
   if out.code ~= 0 then return nil, vim.trim(out.stderr or "") end
   return vim.split(out.stdout, "\n", { trimempty = true })
@@ -91,10 +91,13 @@ function A.review(flowd, arg)
   local story = A.split(arg, A.ready(flowd.waiting()))
   pick(flowd, story, function(p)
     local client = flowd.client()
-    local epic_id = flowd.epic_of(p.runId)
-    if not (client and epic_id) then return flowd.say("the run of story " .. p.lane .. " is not known yet", vim.log.levels.WARN) end
-    local worktree = require("flowd.revise").worktree_of(client.root_dir, epic_id, p.lane)
-    local lines, err = A.diff_lines(worktree, epic_id)
+    local run = client and flowd.run_of(client.id, p.runId)
+    local worktree = client and require("flowd.revise").worktree_of(flowd.lane_of(client.id, p.runId, p.lane))
+    local epic_branch = run and run.epicBranch
+    if not (worktree and epic_branch) then
+      return flowd.say("the run of story " .. p.lane .. " is not known yet", vim.log.levels.WARN)
+    end
+    local lines, err = A.diff_lines(worktree, epic_branch)
     if not lines then return flowd.say(("no diff for story %s: %s"):format(p.lane, err), vim.log.levels.ERROR) end
     local name = ("flowd://review/%s/%s"):format(p.runId, p.lane)
     local buf = vim.fn.bufnr(name)
@@ -111,7 +114,7 @@ function A.review(flowd, arg)
     vim.keymap.set("n", "gr", function() A.request_changes(flowd, p.lane) end,
       vim.tbl_extend("force", opts, { desc = "flowd: request changes" }))
     vim.api.nvim_set_current_buf(buf)
-    flowd.say(("story %s against epic/%s: ga approves, gr asks for changes, :FlowRevise on a line of its worktree's files comments"):format(p.lane, epic_id))
+    flowd.say(("story %s against %s: ga approves, gr asks for changes, :FlowRevise on a line of its worktree's files comments"):format(p.lane, epic_branch))
   end)
 end
 

@@ -232,13 +232,12 @@ function G.open(flowd, client_id)
   local cursor = vim.api.nvim_win_get_cursor(0)
   local story = G.story_at(client_id, cursor[1], cursor[2])
   if not story then return end
-  local client = vim.lsp.get_client_by_id(client_id)
-  local run = flowd.run_of(client_id, views[client_id].run_id) or {}
-  local root = client and client.root_dir
-  if not (root and run.epicId) then return end
-  local worktree = require("flowd.revise").worktree_of(root, run.epicId, story)
-  local findings = ("%s/.flow/epics/%s/stories/%s.findings.md"):format(root, run.epicId, story)
-  local target = vim.fn.isdirectory(worktree) == 1 and worktree or vim.fn.filereadable(findings) == 1 and findings
+  -- Where the story's worktree and findings are, as its `flow/lane` said.
+  local lane = flowd.lane_of(client_id, views[client_id].run_id, story) or {}
+  local worktree = require("flowd.revise").worktree_of(lane)
+  local findings = type(lane.findings) == "string" and lane.findings or nil
+  local target = worktree and vim.fn.isdirectory(worktree) == 1 and worktree
+    or findings and vim.fn.filereadable(findings) == 1 and findings
   if not target then
     flowd.say(("story %s has no worktree or findings yet"):format(story))
     return

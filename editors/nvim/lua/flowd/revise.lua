@@ -11,31 +11,23 @@ local function within(dir, file)
   return dir ~= nil and file:sub(1, #dir + 1) == dir .. "/"
 end
 
-local function read_json(path)
-  local ok, lines = pcall(vim.fn.readfile, path)
-  if not ok then return nil end
-  local decoded_ok, data = pcall(vim.json.decode, table.concat(lines, "\n"))
-  return decoded_ok and type(data) == "table" and data or nil
-end
-
---- The lane's worktree: its state file's, else the default `<root>/../<name>.flowd/<epic>/<lane>`.
-function R.worktree_of(root, epic_id, lane)
-  local state = read_json(("%s/.flow/epics/%s/stories/%s.json"):format(root, epic_id, lane))
-  if state and type(state.worktree) == "string" then return vim.fs.normalize(state.worktree) end
-  return ("%s/%s.flowd/%s/%s"):format(vim.fs.dirname(root), vim.fs.basename(root), epic_id, lane)
+--- The lane's worktree as the server sent it (`flow/lane`'s `worktree`), or nil.
+function R.worktree_of(lane)
+  local worktree = lane and lane.worktree
+  return type(worktree) == "string" and vim.fs.normalize(worktree) or nil
 end
 
 --- Stories of live runs a comment on `file` may go to: the one whose worktree holds it, or (in the
 --- main checkout) the one owning it by `owner` (flow/perimeter's answer). Returns those that may
 --- still take a revision, and those that cannot (merged, failed), so the run can say why.
-function R.candidates(status, root, file, owner)
+function R.candidates(status, file, owner)
   local taking, others = {}, {}
   for _, run in ipairs(status.runs or {}) do
     if LIVE[run.status] then
       for _, lane in ipairs(run.lanes or {}) do
         local entry = { runId = run.runId, story = lane.lane, status = lane.status }
         local list = TAKES[lane.status] and taking or others
-        if within(R.worktree_of(root, run.epicId, lane.lane), file) then return { entry }, {}, true end
+        if within(R.worktree_of(lane), file) then return { entry }, {}, true end
         if owner and owner.story == lane.lane and (owner.runId == nil or owner.runId == run.runId) then
           table.insert(list, entry)
         end
@@ -83,12 +75,12 @@ function R.revise(flowd, arg)
 
   client:request(P.requests.status, vim.empty_dict(), function(err, status)
     if err or not status then return flowd.say(err and err.message or "no status", vim.log.levels.ERROR) end
-    local list, _, own = R.candidates(status, root, file, nil)
+    local list, _, own = R.candidates(status, file, nil)
     if own then return send(list[1]) end
     if not within(root, file) then return choose({}) end
     client:request(P.requests.perimeter, { uri = uri }, function(perr, owner)
       if perr then return flowd.say(perr.message, vim.log.levels.ERROR) end
-      choose(R.candidates(status, root, file, owner and owner.owner))
+      choose(R.candidates(status, file, owner and owner.owner))
     end)
   end)
 end
