@@ -33,7 +33,7 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import orjson
+from flowd.base import jsonl
 
 CCUSAGE = "20.0.24"
 RUNS = 20
@@ -109,7 +109,7 @@ def write_flowd(repo: Path, records: int, seed: int) -> None:
                 for event in (tool, used):
                     seq += 1
                     line = {"v": 1, "seq": seq, "at": at, "runId": run, "event": event}
-                    handle.write(orjson.dumps(line) + b"\n")
+                    handle.write(jsonl.dumps(line) + b"\n")
                 n += 1
 
 
@@ -144,7 +144,7 @@ def write_claude(home: Path, records: int, seed: int) -> Path:
                         },
                     },
                 }  # fmt: skip
-                handle.write(orjson.dumps(user) + b"\n" + orjson.dumps(assistant) + b"\n")
+                handle.write(jsonl.dumps(user) + b"\n" + jsonl.dumps(assistant) + b"\n")
                 n += 1
     return config
 

@@ -46,7 +46,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import orjson
+from flowd.base import jsonl
 
 RUN_ID = "20261130-0900-bench"
 LANES = 20
@@ -75,7 +75,7 @@ class TraceGen:
         self.clock += timedelta(milliseconds=self.rng.randrange(5, 400))
         at = self.clock.strftime("%Y-%m-%dT%H:%M:%S.") + f"{self.clock.microsecond // 1000:03d}Z"
         line = {"v": 1, "seq": self.seq, "at": at, "runId": RUN_ID, "event": event}
-        self.handle.write(orjson.dumps(line) + b"\n")
+        self.handle.write(jsonl.dumps(line) + b"\n")
 
     def text(self, low: int, high: int) -> str:
         n = self.rng.randrange(low, high)
@@ -220,7 +220,7 @@ def build_repo(root: Path, events: int, pid: int) -> tuple[Path, int, int]:
         "pid": pid,
         "startedAt": "2026-11-30T09:00:00.000Z",
     }
-    (trace.parent / "run.json").write_bytes(orjson.dumps(record))
+    (trace.parent / "run.json").write_bytes(jsonl.dumps(record))
     return repo, count, trace.stat().st_size
 
 
@@ -303,7 +303,7 @@ async def serve(repo: Path) -> tuple[float, float, float, float]:
     }  # fmt: skip
     t1 = time.perf_counter()
     with trace.open("ab") as handle:
-        handle.write(orjson.dumps(line) + b"\n")
+        handle.write(jsonl.dumps(line) + b"\n")
     await asyncio.wait_for(followed.wait(), 60)
     follow_s = time.perf_counter() - t1
     peak = max(peak, _vm_hwm(server.pid))

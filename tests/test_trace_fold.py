@@ -7,9 +7,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-import orjson
 import pytest
 
+from flowd.base import jsonl
 from flowd.server.shapes import status_wire
 from flowd.trace.events import (
     EVENT_CLASSES,
@@ -125,8 +125,8 @@ def line(number: int, event: Event | dict[str, Any], *, spaced: bool = False, **
         raw |= {"event": event, **header}
     else:
         at = f"2026-11-30T09:00:{seq % 60:02d}.000Z"
-        raw = orjson.loads(dump_envelope(Envelope(seq=seq, at=at, run_id=RUN, event=event))) | header
-    return (json.dumps(raw) if spaced else orjson.dumps(raw).decode()).encode()
+        raw = jsonl.loads(dump_envelope(Envelope(seq=seq, at=at, run_id=RUN, event=event))) | header
+    return (json.dumps(raw) if spaced else jsonl.dumps(raw).decode()).encode()
 
 
 def odd_lines(start: int) -> list[bytes]:

@@ -10,9 +10,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import orjson
 import pytest
 
+from flowd.base import jsonl
 from flowd.cost.prices import pricer
 from flowd.server.shapes import status_wire
 from flowd.store.config import PriceOverride, Settings
@@ -211,18 +211,18 @@ def test_following_goes_on_from_the_checkpoint(tmp_path: Path) -> None:
 def _header(path: Path, **changes: Any) -> None:
     ckpt = checkpoint_path(path)
     head, body = ckpt.read_bytes().split(b"\n", 1)
-    ckpt.write_bytes(orjson.dumps(orjson.loads(head) | changes) + b"\n" + body)
+    ckpt.write_bytes(jsonl.dumps(jsonl.loads(head) | changes) + b"\n" + body)
 
 
 def _body(path: Path, change: Callable[[dict[str, Any]], Any]) -> None:
     """Change the view's data and make its digest match again (only the data's own checks left)."""
     ckpt = checkpoint_path(path)
     head, body = ckpt.read_bytes().split(b"\n", 1)
-    state = orjson.loads(body)
+    state = jsonl.loads(body)
     change(state)
-    body = orjson.dumps(state)
-    header = orjson.loads(head) | {"viewSha256": hashlib.sha256(body).hexdigest()}
-    ckpt.write_bytes(orjson.dumps(header) + b"\n" + body + b"\n")
+    body = jsonl.dumps(state)
+    header = jsonl.loads(head) | {"viewSha256": hashlib.sha256(body).hexdigest()}
+    ckpt.write_bytes(jsonl.dumps(header) + b"\n" + body + b"\n")
 
 
 def _rewrite_trace(path: Path, offset: int) -> None:

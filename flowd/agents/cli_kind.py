@@ -23,8 +23,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import orjson
-
 from flowd.agents.base import (
     AGENT_DEFAULT_ENV,
     AgentError,
@@ -38,6 +36,7 @@ from flowd.agents.base import (
 from flowd.agents.faults import classify, worded
 from flowd.agents.program_dirs import program_key
 from flowd.agents.programs import cli_version, program_of, too_old
+from flowd.base import jsonl
 from flowd.sandbox.confine import Scanner, current, spawning
 from flowd.store.config import ExecutorSpec
 
@@ -144,8 +143,8 @@ class CliTurn:
 def fold_line(turn: CliTurn, line: bytes | str) -> list[ToolCall | str]:
     """Add one output line to `turn`; returns what an observer should see (tool calls, text)."""
     try:
-        event = orjson.loads(line)
-    except orjson.JSONDecodeError:
+        event = jsonl.loads(line)
+    except jsonl.JSONError:
         return []  # CLIs print the odd banner; only JSON lines are events
     if not isinstance(event, dict):
         return []

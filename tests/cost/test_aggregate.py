@@ -10,9 +10,9 @@ import random
 import subprocess
 from pathlib import Path
 
-import orjson
 import pytest
 
+from flowd.base import jsonl
 from flowd.cost import aggregate
 from flowd.cost.aggregate import Aggregator
 from flowd.cost.fold import as_zone
@@ -99,7 +99,7 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
         write_trace(repo, f"run-{r}", events, extra=tuple(ODD_LINES[r::2]))
     # A last line without its newline, and a directory where a trace belongs: a skipped file.
     with trace_path(repo, "run-5").open("ab") as handle:
-        handle.write(orjson.dumps({"v": 1, "at": "2026-10-25T02:00:00.000Z", "runId": "run-5",
+        handle.write(jsonl.dumps({"v": 1, "at": "2026-10-25T02:00:00.000Z", "runId": "run-5",
                                    "event": {"type": "TokensUsed", "agent": "c", "usage": {"input": 3}}}))  # fmt: skip
     trace_path(repo, "run-9").mkdir(parents=True)
     return repo

@@ -2,8 +2,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import orjson
-
+from flowd.base import jsonl
 from flowd.cost.samples import (
     Sample,
     ScanStats,
@@ -62,7 +61,7 @@ def test_a_written_trace_reads_back_as_samples(tmp_path: Path) -> None:
 
 
 def test_corrupt_and_odd_lines_are_skipped_and_counted(tmp_path: Path) -> None:
-    good = orjson.dumps(line(usage={"input": 5, "output": 1}))
+    good = jsonl.dumps(line(usage={"input": 5, "output": 1}))
     torn = good[:-5]
     write_trace(
         tmp_path,
@@ -70,9 +69,9 @@ def test_corrupt_and_odd_lines_are_skipped_and_counted(tmp_path: Path) -> None:
         [(AT, used(input=7))],
         extra=(
             torn,  # a line cut by a kill
-            orjson.dumps(line(usage={"input": -3, "output": 1})),  # a negative count
-            orjson.dumps(line(usage="lots")),  # not an object
-            orjson.dumps({**line(usage={"input": 1}), "at": "yesterday"}),  # no usable time
+            jsonl.dumps(line(usage={"input": -3, "output": 1})),  # a negative count
+            jsonl.dumps(line(usage="lots")),  # not an object
+            jsonl.dumps({**line(usage={"input": 1}), "at": "yesterday"}),  # no usable time
             b'{"v":1,"event":{"type":"ToolUse","tool":"x"',  # torn, but not usage: not our business
             b"",
             good,

@@ -9,9 +9,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import orjson
 import pytest
 
+from flowd.base import jsonl
 from flowd.cost.prices import pricer
 from flowd.trace.checkpoint import checkpoint_path
 from flowd.trace.events import ExecutorLeased, RunEnded, TaskStarted
@@ -79,7 +79,7 @@ async def test_a_live_run_reattaches_from_its_checkpoint_as_from_the_whole_trace
     assert follower.restore(RunView(run_id=RUN, pricer=pricer(None)))
     assert 0 < follower.offset < live_run.stat().st_size  # some lines only after the checkpoint
     appended = TaskStarted(lane="b", index=3, count=3, title="appended")
-    line = orjson.dumps(
+    line = jsonl.dumps(
         {"v": 1, "seq": 10**6, "at": "2026-11-30T10:00:00.000Z", "runId": RUN, "event": appended.wire()}
     )
     from_checkpoint, status = await attach(repo, line + b"\n")

@@ -12,11 +12,11 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import orjson
 import pytest
 import pytest_lsp
 from pygls.exceptions import JsonRpcException
 
+from flowd.base import jsonl
 from tests.engine.scenario import Scenario, git
 from tests.engine.test_review_comments import two_stories
 from tests.server.conftest import CONFIG, FlowClient, command, initialize
@@ -27,7 +27,7 @@ REQUEST_FAILED = -32803
 
 def trace(repo: Path, run_id: str) -> list[dict[str, Any]]:
     path = repo / ".flow" / "runs" / run_id / "trace.jsonl"
-    return [orjson.loads(line)["event"] for line in path.read_bytes().splitlines() if line.strip()]
+    return [jsonl.loads(line)["event"] for line in path.read_bytes().splitlines() if line.strip()]
 
 
 def has(repo: Path, run_id: str, kind: str, lane: str) -> bool:

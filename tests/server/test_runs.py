@@ -7,18 +7,18 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
-import orjson
 import pytest
 import pytest_lsp
 from lsprotocol import types as lsp
 
+from flowd.base import jsonl
 from tests.server.conftest import CONFIG, FlowClient, command, initialize, request, stop_client
 from tests.server.demo_repo import delay, kill_runs, sample
 
 
 def trace(repo: Path, run_id: str) -> list[dict[str, Any]]:
     path = repo / ".flow" / "runs" / run_id / "trace.jsonl"
-    return [orjson.loads(line)["event"] for line in path.read_bytes().splitlines() if line.strip()]
+    return [jsonl.loads(line)["event"] for line in path.read_bytes().splitlines() if line.strip()]
 
 
 def run_status(client: FlowClient, run_id: str) -> str | None:
