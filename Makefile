@@ -29,7 +29,10 @@ typecheck: $(STAMP)
 # marked `slow` are collected first (tests/conftest.py). PYTEST_WORKERS=0 runs them serially.
 PYTEST_WORKERS ?= 4
 XDIST = $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist load)
+# tests/engine/test_report_pictures.py opens the HTML report in Debian's chromium, the one the
+# editor end-to-end test drives: installed on first use (apt-get, as root), with its packages.
 pytest: $(STAMP)
+	@[ -x "$${CHROMIUM:-/usr/bin/chromium}" ] || bash editors/vscode/scripts/e2e-install.sh --packages-only
 	$(BIN)/python -m pytest $(XDIST) --ignore=tests/nvim
 
 # Story lanes on a real local Ray cluster (docs/scale-out.md): a head and a worker node started with
