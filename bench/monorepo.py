@@ -198,7 +198,9 @@ def epic_seconds(repo: Path, sparse: bool = False) -> tuple[float, float]:
         if Path(f"/proc/{result.reaper}/stat").read_text().split(") ")[-1].startswith("Z"):
             break
         time.sleep(0.05)
-    return took, time.perf_counter() - started
+    finished = time.perf_counter() - started
+    _removed()
+    return took, finished
 
 
 def print_rounds(rounds: list[dict[str, tuple[float, float]]], repo: Path, tmp: Path) -> None:
@@ -215,19 +217,37 @@ def print_rounds(rounds: list[dict[str, tuple[float, float]]], repo: Path, tmp: 
     )
 
 
+# When flowd's leftovers (or a previous round) were last removed: see `settle`.
+_removed_at = 0.0
+
+# ext4 without a journal (this project's CI machines: no /proc/fs/jbd2 entry) will not reuse an
+# inode deleted less than 60 s ago, 300 s while its inode-table block is unwritten (the kernel's
+# `recently_deleted` in fs/ext4/ialloc.c): each new file then scans past the freed ones, and a
+# 25,000-file checkout right after a removal took 10-22 s of system time where it takes 1.1 s.
+_INODE_REUSE_WAIT = 60.0
+
+
 def settle(quiet: float = 5.0, longest: float = 120.0) -> None:
     """Wait until the file system has written back what the previous step left (a removal's
     discards, a checkout's dirty pages): `sync`, then until the kernel's I/O pressure (the share
-    of the last 10 s some task waited on I/O) is under `quiet` %, so each measurement starts from
-    the same state rather than paying for the one before."""
+    of the last 10 s some task waited on I/O) is under `quiet` %, and until a removal's inodes
+    may be reused (above), so each measurement starts from the same state rather than paying for
+    the one before."""
     subprocess.run(["sync"], check=False)
     pressure = Path("/proc/pressure/io")
     deadline = time.monotonic() + longest
     while pressure.is_file() and time.monotonic() < deadline:
         some = pressure.read_text().split()[1]  # "avg10=N"
         if float(some.split("=")[1]) < quiet:
-            return
+            break
         time.sleep(1.0)
+    time.sleep(max(0.0, _removed_at + _INODE_REUSE_WAIT - time.monotonic()))
+
+
+def _removed() -> None:
+    global _removed_at
+    subprocess.run(["sync"], check=False)  # the freed inodes' table blocks written: 60 s, not 300
+    _removed_at = time.monotonic()
 
 
 def _fresh_copy(repo: Path, tmp: Path, sparse: bool) -> Path:
@@ -259,6 +279,7 @@ def main() -> int:
         )
         rounds = [paired_round(repo, tmp / f"round{n}") for n in range(args.rounds)]
         if rounds:
+            _removed()
             print_rounds(rounds, repo, tmp)
         if args.epic:
             settle()

@@ -169,11 +169,18 @@ class TrainShell:
     def warm(self) -> None:
         """Make the first candidate worktree now, while the lanes work: in a big repository a
         checkout takes seconds, which the first merge would otherwise wait for (docs/merging.md).
-        A killed run's slot at that path is taken over, as `_merge_all` does."""
+        A killed run's slot at that path is taken over, as `_merge_all` does. It starts once the
+        epic worktree is made: two whole checkouts at once took several times as long as one after
+        the other here (docs/performance.md "A big monorepo")."""
         if self._warming is not None or self._free or self._slots:
             return
         self._slots = 1
-        self._warming = asyncio.create_task(asyncio.to_thread(self._make_slot, self._slot_path(1)))
+        self._warming = asyncio.create_task(self._make_slot_after_epic(self._slot_path(1)))
+
+    async def _make_slot_after_epic(self, worktree: Path) -> Path:
+        with contextlib.suppress(Exception):  # its failure is the first merge's to report
+            await self.ctx.epic_worktree()
+        return await asyncio.to_thread(self._make_slot, worktree)
 
     def _make_slot(self, worktree: Path) -> Path:
         try:
