@@ -20,6 +20,7 @@ leftover worktrees removed by a background process), then until that removal has
 Prints medians and ratios; nothing is asserted.
 
     .venv/bin/python bench/monorepo.py [--files 25000] [--commits 3] [--rounds 2] [--epic]
+        [--git-profile]
 """
 
 from __future__ import annotations
@@ -182,12 +183,31 @@ def _epic_repo(repo: Path, sparse: bool = False) -> Path:
     )
 
 
-def epic_seconds(repo: Path, sparse: bool = False) -> tuple[float, float]:
+def git_profile(trace: Path, top: int = 8) -> None:
+    """The slowest git processes a run started (not their children), from a `GIT_TRACE2_EVENT`
+    file: when each started, how long it took, what it was."""
+    started: dict[str, tuple[str, list[str]]] = {}
+    slowest: list[tuple[float, str, str]] = []
+    for line in trace.read_text(encoding="utf-8").splitlines():
+        event = json.loads(line)
+        sid = event["sid"]
+        if event["event"] == "start":
+            started[sid] = (event["time"][11:23], event["argv"][1:6])
+        elif event["event"] == "atexit" and sid in started and "/" not in sid:
+            at, argv = started[sid]
+            slowest.append((event["t_abs"], at, " ".join(argv)))
+    for took, at, argv in sorted(slowest, reverse=True)[:top]:
+        print(f"    {took:6.2f} s from {at}: git {argv}")
+
+
+def epic_seconds(repo: Path, sparse: bool = False, trace: Path | None = None) -> tuple[float, float]:
     """Seconds until the run returned (as `flowd run` does: its leftover worktrees removed by a
     process of their own), and until that removal had finished too."""
     from flowd.engine.runner import RunOptions, run_epic
 
     plan = _epic_repo(repo, sparse)
+    if trace is not None:
+        os.environ["GIT_TRACE2_EVENT"] = str(trace)
     started = time.perf_counter()
     options = RunOptions(plan=plan, cwd=repo, handle_signals=False, reap_in_background=True)
     result = asyncio.run(run_epic(options))
@@ -199,6 +219,7 @@ def epic_seconds(repo: Path, sparse: bool = False) -> tuple[float, float]:
             break
         time.sleep(0.05)
     finished = time.perf_counter() - started
+    os.environ.pop("GIT_TRACE2_EVENT", None)
     _removed()
     return took, finished
 
@@ -267,6 +288,11 @@ def main() -> int:
     parser.add_argument(
         "--epic", action="store_true", help="also run a 4-story epic on it and on a small repo"
     )
+    parser.add_argument(
+        "--git-profile",
+        action="store_true",
+        help="with --epic: print the epics' slowest git processes (git's trace2 events)",
+    )
     args = parser.parse_args()
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]  # each figure as it comes
     tmp = Path(tempfile.mkdtemp(prefix="flowd-monorepo-"))
@@ -295,12 +321,15 @@ def main() -> int:
             print(f"4-story epic: small repo {e_small:.1f} s, one bare worktree add {one_add:.1f} s")
             for sparse in (False, True):
                 settle()
-                e_mono, e_all = epic_seconds(_fresh_copy(repo, tmp, sparse), sparse)
+                trace = tmp / f"trace2-{sparse}.json" if args.git_profile else None
+                e_mono, e_all = epic_seconds(_fresh_copy(repo, tmp, sparse), sparse, trace)
                 print(
                     f"  monorepo, {'sparse' if sparse else 'whole'} story worktrees: {e_mono:.1f} s, "
                     f"/ (small + one add) = {e_mono / goal:.2f}x; until the leftovers' removal ended too: "
                     f"{e_all:.1f} s ({e_all / goal:.2f}x)"
                 )
+                if trace is not None:
+                    git_profile(trace)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return 0
