@@ -74,7 +74,7 @@ class LaneLost(Exception):
     """The worker or node running a lane died (or could not be reached) mid-story."""
 
 
-class RayLanes:
+class RayPlacement:
     """The runner's side of lanes on Ray: placement, the event stream, re-placement, the merge."""
 
     def __init__(self, ctx: RunContext, ray: Any, remote_url: str, prestart: int = 0) -> None:
@@ -88,7 +88,7 @@ class RayLanes:
         self.epic_pushed: str | None = None  # the epic commit the remote has (pushed by this run)
 
     @classmethod
-    async def connect(cls, ctx: RunContext, prestart: int = 0) -> RayLanes:
+    async def connect(cls, ctx: RunContext, prestart: int = 0) -> RayPlacement:
         try:
             import ray
         except ImportError:
@@ -439,4 +439,4 @@ class _Unreachable(FlowdError):
     exit_code = EXIT_HALTED
 
 
-__all__ = ["LaneHost", "RayLanes", "resolve_remote"]
+__all__ = ["LaneHost", "RayPlacement", "resolve_remote"]
