@@ -37,6 +37,7 @@ from flowd.store.config import load_roster
 from flowd.tasks.checkpoint import parse_checkpoint
 from flowd.tasks.model import TaskPlan
 from flowd.trace.events import Event, Info, LanePlaced, StoryStatusChanged
+from flowd.trace.statuses import lane_status_of
 from flowd.vcs.gitcli import GitError, run_git
 from flowd.vcs.gitops import Repo
 
@@ -134,7 +135,7 @@ class RayPlacement:
         except Exception as exc:
             # The runner's own part failed (a remote refusing the epic, git): the failure policy says how.
             outcome = outcome_of(exc, StoryFacts(story, self.ctx.story_branch(story), []))
-            shown = outcome.status if outcome.status in ("done", "failed") else "waiting"
+            shown = lane_status_of(outcome.status)
             self.ctx.emit(StoryStatusChanged(story=story, status=shown, reason=outcome.reason))
             return outcome
 
