@@ -100,6 +100,7 @@ def test_a_cycle_through_type_checking_or_a_function_import_is_found(tmp_path: P
 CORE_MAY_IMPORT = (
     "flowd.engine.core",
     "flowd.trace.events",
+    "flowd.trace.statuses",  # the status vocabularies: plain Literals and how they map
     "flowd.plan.model",
     "flowd.plan.graph",
     "flowd.tasks.model",  # a story's task plan: plain models, like the story plan's

@@ -17,6 +17,7 @@ LAYERS: dict[str, int] = {
     "flowd.plan": 1,  # story plans: models, parsing, validation, graph, perimeter
     "flowd.tasks": 1,  # task plans
     "flowd.trace.events": 1,  # the event union
+    "flowd.trace.statuses": 1,  # the status vocabularies the events and the core use
     "flowd.engine.core": 2,  # the engine's pure rules
     "flowd.trace": 3,  # trace files, the fold, checkpoints
     "flowd.store": 3,  # files under .flow/

@@ -21,7 +21,7 @@ from flowd.base.timeutil import iso, parse_iso
 from flowd.store.config import flow_dir
 
 if TYPE_CHECKING:
-    from flowd.trace.events import TokensUsed
+    pass
 
 log = logging.getLogger(__name__)
 
@@ -52,25 +52,6 @@ class Sample:
     @property
     def total(self) -> int:
         return self.input + self.output
-
-    @classmethod
-    def from_event(cls, event: TokensUsed, *, run_id: str = "", at: str = "") -> Sample:
-        usage = event.usage
-        return cls(
-            run_id=run_id,
-            at=at,
-            agent=event.agent,
-            input=usage.input,
-            output=usage.output,
-            cached_read=usage.cached_read or 0,
-            cache_write=usage.cache_write or 0,
-            cost_usd=usage.cost_usd,
-            estimated=event.estimated,
-            model=event.model,
-            lane=event.lane,
-            executor=event.executor,
-            clone=event.clone,
-        )
 
 
 @dataclass

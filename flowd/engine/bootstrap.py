@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from flowd.base.errors import InputError
-from flowd.engine.core.ports import LanePorts, ceiling_problem
+from flowd.engine.core.ports import SlotPorts, ceiling_problem
 from flowd.store.config import Settings
 from flowd.vcs.bootstrapped import mark_bootstrapped
 from flowd.vcs.gitops import Repo
@@ -294,7 +294,7 @@ def _inside(path: Path, root: Path) -> bool:
     return real == top or real.startswith(top.rstrip(os.sep) + os.sep)
 
 
-def describe_prepared(ports: LanePorts, copied: Copied) -> str:
+def describe_prepared(ports: SlotPorts, copied: Copied) -> str:
     """A line for the trace's Info: what the worktree got, and what it could not."""
     files = f"{len(copied.copied)} file(s) from your checkout" if copied.copied else "no files"
     line = f"worktree prepared: {files}, ports {ports.ports}"
@@ -303,7 +303,7 @@ def describe_prepared(ports: LanePorts, copied: Copied) -> str:
     return line
 
 
-def prepare_lane(ctx: RunContext, key: str, lane: str, worktree: Path) -> tuple[LanePorts, Copied]:
+def prepare_lane(ctx: RunContext, key: str, lane: str, worktree: Path) -> tuple[SlotPorts, Copied]:
     """Give the lane `key` (a story id, or `<story>#t<n>` for a parallel task) its port range and
     copy the user's matching ignored files into its worktree; blocking (run it in a thread)."""
     ports = ctx.ports.take(key, lane)

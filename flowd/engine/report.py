@@ -17,13 +17,14 @@ from flowd.engine.pictures import mermaid_blocks, render_html
 from flowd.engine.state import EpicPaths
 from flowd.plan.model import StoryPlan
 from flowd.trace.log import fold_trace, list_runs, trace_path
+from flowd.trace.statuses import ReportStatus, report_status
 from flowd.trace.view import Pricer, RunView, reported_cost
 
 
 class StoryLine(WireModel):
     id: str
     title: str
-    status: str
+    status: ReportStatus
     branch: str | None = None
     tokens: int = 0  # over every run of the epic, like cost_usd
     cost_usd: float | None = None
@@ -149,7 +150,7 @@ def build_report(
     for story in plan.stories:
         lane = view.lanes.get(story.id)
         branch, note, chain = notes.get(story.id, (None, None, []))
-        status = lane.status if lane else "planned"
+        status = report_status(lane.status if lane else None)
         reason = lane.reason if lane else None
         tokens, cost, estimated, done_in = _story_figures(story.id, views)
         if done_in is not None and done_in != view.run_id and status == "done":

@@ -47,7 +47,7 @@ from flowd.engine.core.scheduler import (
 from flowd.engine.core.scheduler import Event as SchedulerEvent
 from flowd.engine.core.stopped import when_stopped
 from flowd.engine.detect import Detector
-from flowd.engine.lanes import Lanes, LocalLanes, open_lanes
+from flowd.engine.lanes import LocalPlacement, Placement, open_placement
 from flowd.engine.pause_desk import PauseDesk, earlier_pauses
 from flowd.engine.report import EpicReport, build_report, epic_history, write_report
 from flowd.engine.requests import RequestDesk
@@ -253,7 +253,7 @@ class _Session:
             )
             if p is not None
         )
-        self.lanes: Lanes | None = None
+        self.placement: Placement | None = None
         self.spares: Spares | None = None
         self.reaper: int | None = None
         self.ctx: RunContext | None = None
@@ -411,7 +411,7 @@ class _Session:
         enforcing = confinement is not None and confinement.enforcing
         if setup.settings.lanes.engine == "local" and not enforcing:
             self.pool.prestart({"coder": first, "planner": first}, setup.repo.root)
-        self.lanes = await open_lanes(ctx, first)
+        self.placement = await open_placement(ctx, first)
         shell = SchedulerShell(
             ctx,
             setup.concurrency,
@@ -419,7 +419,7 @@ class _Session:
             self.outcomes,
             stop=self.stop,
             broken=self.broken,
-            lanes=self.lanes,
+            placement=self.placement,
         )
         shell.carried = self.carried
         return await shell.run(self.options.handle_signals)
@@ -430,9 +430,9 @@ class _Session:
         if self.epic_made is not None:
             with contextlib.suppress(BaseException):
                 await asyncio.shield(self.epic_made)  # a checkout in a thread: waited for, not cut
-        if self.lanes is not None:
+        if self.placement is not None:
             with contextlib.suppress(Exception):
-                await asyncio.shield(self.lanes.aclose())
+                await asyncio.shield(self.placement.aclose())
         if self.ctx is not None:
             with contextlib.suppress(Exception):
                 await asyncio.shield(self.ctx.close_train())
@@ -524,10 +524,10 @@ class SchedulerShell:
         *,
         stop: asyncio.Event | None = None,
         broken: list[str] | None = None,
-        lanes: Lanes | None = None,
+        placement: Placement | None = None,
     ) -> None:
         self.ctx = ctx
-        self.lanes = lanes or LocalLanes(ctx)
+        self.placement = placement or LocalPlacement(ctx)
         self.outcomes = outcomes
         self.tasks: dict[str, asyncio.Task[StoryOutcome]] = {}
         # Longest expected chain of dependents first, by durations estimated from each story's size
@@ -634,7 +634,7 @@ class SchedulerShell:
         ctx = self.ctx
         for step in instructions:
             if isinstance(step, Launch):
-                run = self.lanes.run(step.story)
+                run = self.placement.run(step.story)
                 self.tasks[step.story] = asyncio.create_task(run, name=f"story {step.story}")
             elif isinstance(step, MarkWaiting):
                 ctx.emit(StoryStatusChanged(story=step.story, status="waiting", reason=step.reason))

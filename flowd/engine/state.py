@@ -11,7 +11,6 @@ import contextlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 from pydantic import ValidationError
 
@@ -19,8 +18,7 @@ from flowd.base.errors import InputError
 from flowd.base.fsio import write_model_atomic, write_text_atomic
 from flowd.base.wire import WireModel, describe_validation_error
 from flowd.trace.log import pid_alive
-
-StoryStateStatus = Literal["started", "merged", "failed"]
+from flowd.trace.statuses import StoryFileStatus
 
 
 class StoryState(WireModel):
@@ -28,7 +26,7 @@ class StoryState(WireModel):
     hash: str
     branch: str
     worktree: str
-    status: StoryStateStatus
+    status: StoryFileStatus
     executor: str | None = None
     # Beyond the fields every reader needs: the commit the branch started from (tells a branch with work
     # from a fresh one when deciding whether it was merged before a kill) and the last failure.

@@ -31,11 +31,6 @@ class TaskPlan(WireModel):
         ]
         return self.model_copy(update={"tasks": tasks})
 
-    def completing_title(self, title: str) -> TaskPlan:
-        """A copy with every task titled `title` completed (duplicate titles tick together)."""
-        tasks = [t.model_copy(update={"completed": True}) if t.title == title else t for t in self.tasks]
-        return self.model_copy(update={"tasks": tasks})
-
     def appending(self, task: Task) -> TaskPlan:
         return self.model_copy(update={"tasks": [*self.tasks, task]})
 

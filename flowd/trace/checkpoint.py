@@ -25,7 +25,7 @@ import tempfile
 import typing
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import msgspec
 
@@ -125,11 +125,6 @@ def _state_of(view: RunView) -> Any:
     fields = {name: getattr(view, name) for name in _STATE_NAMES}
     fields["pauses"] = list(view.pauses.items())
     return _State(**fields)
-
-
-def view_state(view: RunView) -> dict[str, Any]:
-    """The view's folded fields as plain JSON data (what a checkpoint's body holds)."""
-    return cast(dict[str, Any], msgspec.to_builtins(_state_of(view)))
 
 
 def _load(state: Any, view: RunView) -> None:

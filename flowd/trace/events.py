@@ -15,8 +15,8 @@ from pydantic import Field, TypeAdapter, ValidationError
 
 from flowd.base.jsonl import JSONError, dumps, loads
 from flowd.base.wire import WireModel
+from flowd.trace.statuses import StoryStatus as StoryStatus
 
-StoryStatus = Literal["planned", "active", "waiting", "ready", "done", "failed", "skipped"]
 RunOutcome = Literal["done", "failed", "cancelled", "halted"]
 PerimeterKind = Literal["outside", "sharedReadOnly", "foreignOwned"]
 PerimeterAction = Literal["flagged", "restored", "failed"]

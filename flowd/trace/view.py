@@ -43,6 +43,7 @@ from flowd.trace.events import (
     TokensUsed,
     WorktreePrepared,
 )
+from flowd.trace.statuses import LaneStatus, StoryStatus
 
 TaskState = Literal["planned", "started", "completed"]
 
@@ -139,7 +140,7 @@ class PhaseSpan:
 class LaneView:
     lane: str
     title: str
-    status: str = "planned"
+    status: LaneStatus = "planned"
     reason: str | None = None
     executor: str | None = None
     clone: int | None = None
@@ -410,7 +411,7 @@ class RunView:
         elif where == "epic" and current == "queued":
             _enter(lane, "merging", start)
 
-    def _status_times(self, lane: LaneView, status: str, at: str) -> None:
+    def _status_times(self, lane: LaneView, status: StoryStatus, at: str) -> None:
         if status == "active" and lane.started_at is None:
             lane.started_at = at
         if status in ("done", "failed", "skipped"):

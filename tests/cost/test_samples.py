@@ -4,7 +4,6 @@ from pathlib import Path
 
 from flowd.base import jsonl
 from flowd.cost.samples import (
-    Sample,
     ScanStats,
     read_samples,
     runs_dir,
@@ -111,13 +110,6 @@ def test_missing_runs_dir_reads_nothing(tmp_path: Path) -> None:
     assert trace_files(tmp_path) == []
     assert list(read_samples(tmp_path / "nope.jsonl", stats := ScanStats())) == []
     assert stats.skipped_files == 1
-
-
-def test_sample_from_event_matches_the_reader() -> None:
-    event = used(input=9, output=1, cached_read=4, lane="a")
-    assert Sample.from_event(event, run_id="r", at=AT) == sample_from_dict(
-        {"v": 1, "seq": 1, "at": AT, "runId": "r", "event": event.wire()}
-    )
 
 
 def test_runs_dir_is_the_traces_own(tmp_path: Path) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from flowd.engine.core.ports import LanePorts, PortSlots, ceiling_problem, lowest_free_slot, port_range
+from flowd.engine.core.ports import PortSlots, SlotPorts, ceiling_problem, lowest_free_slot, port_range
 
 
 @pytest.mark.parametrize(
@@ -23,7 +23,7 @@ def test_lowest_free_slot(held: list[int], expected: int) -> None:
 
 
 @pytest.mark.parametrize(
-    ("slot", "base", "per_lane", "first", "last", "ports"),
+    ("slot", "base", "per_slot", "first", "last", "ports"),
     [
         (0, 41000, 10, 41000, 41009, "41000-41009"),
         (1, 41000, 10, 41010, 41019, "41010-41019"),
@@ -32,8 +32,8 @@ def test_lowest_free_slot(held: list[int], expected: int) -> None:
         (3, 20000, 100, 20300, 20399, "20300-20399"),
     ],
 )
-def test_port_range(slot: int, base: int, per_lane: int, first: int, last: int, ports: str) -> None:
-    lane = port_range("api", slot, base, per_lane)
+def test_port_range(slot: int, base: int, per_slot: int, first: int, last: int, ports: str) -> None:
+    lane = port_range("api", slot, base, per_slot)
     assert (lane.first, lane.last, lane.ports) == (first, last, ports)
     assert lane.env() == {"FLOWD_LANE": "api", "FLOWD_PORT": str(first), "FLOWD_PORTS": ports}
 
@@ -84,11 +84,11 @@ def test_slots(steps: list[Step], expected: dict[str, int]) -> None:
 def test_a_parallel_task_keeps_its_story_as_lane() -> None:
     slots = PortSlots(41000, 10)
     slots.take("api", "api")
-    assert slots.take("api#t2", "api") == LanePorts(lane="api", slot=1, first=41010, last=41019)
+    assert slots.take("api#t2", "api") == SlotPorts(lane="api", slot=1, first=41010, last=41019)
 
 
 @pytest.mark.parametrize(
-    ("base", "per_lane", "lanes", "problem"),
+    ("base", "per_slot", "lanes", "problem"),
     [
         (41000, 10, 8, None),
         (65530, 1, 6, None),  # the last port is 65535 exactly
@@ -96,5 +96,5 @@ def test_a_parallel_task_keeps_its_story_as_lane() -> None:
         (41000, 1000, 64, "64 lane(s) of 1000 port(s) from 41000 would need ports up to 104999, past 65535"),
     ],
 )
-def test_ceiling(base: int, per_lane: int, lanes: int, problem: str | None) -> None:
-    assert ceiling_problem(base, per_lane, lanes) == problem
+def test_ceiling(base: int, per_slot: int, lanes: int, problem: str | None) -> None:
+    assert ceiling_problem(base, per_slot, lanes) == problem

@@ -93,8 +93,6 @@ def test_next_incomplete_and_completing() -> None:
     assert next_incomplete(SAMPLE) == (2, SAMPLE.tasks[1])
     after = SAMPLE.completing(2).completing(3)
     assert next_incomplete(after) is None and after.done
-    dup = TaskPlan(story_id="s", tasks=[Task(title="same"), Task(title="same"), Task(title="other")])
-    assert [t.completed for t in dup.completing_title("same").tasks] == [True, True, False]
 
 
 def test_prompt_for_puts_the_brief_first() -> None:

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
 
-OutcomeStatus = Literal["done", "failed", "waiting", "cancelled", "paused"]
+from flowd.trace.statuses import OutcomeStatus as OutcomeStatus
 
 
 @dataclass

@@ -245,9 +245,6 @@ class MergeTrain:
         """Whether `story` is queued or in a candidate."""
         return story in self.queue or any(story in c.lanes for c in self.chain)
 
-    def batch_of(self, story: str) -> int | None:
-        return next((c.batch for c in self.chain if story in c.lanes), None)
-
     # -- the one door ----------------------------------------------------------------------------
     def handle(self, *events: Event) -> list[Instruction]:
         out: list[Instruction] = []

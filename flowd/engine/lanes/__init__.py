@@ -1,6 +1,7 @@
-"""Where story lanes run (docs/scale-out.md): the seam between the scheduler and a story's pipeline.
+"""Where story lanes run (docs/scale-out.md): the placement, the seam between the scheduler and a
+story's pipeline.
 
-The scheduler's shell asks a `Lanes` engine to run one story and gets its outcome; the story's
+The scheduler's shell asks a `Placement` to run one story and gets its outcome; the story's
 events reach the run's trace through `ctx.emit` either way. `local` (the default) runs the
 pipeline in this process, as flowd always did; `ray` (`flowd/engine/lanes/ray_lanes.py`) places
 each lane on a Ray cluster and merges what it pushed.
@@ -18,17 +19,17 @@ from flowd.engine.story import StoryRun
 from flowd.trace.events import Info
 
 
-class Lanes(Protocol):
+class Placement(Protocol):
     async def run(self, story: str) -> StoryOutcome:
         """Run one story to its outcome (merged, failed, waiting); cancellable."""
         ...
 
     async def aclose(self) -> None:
-        """Nothing placed by this engine outlives the run."""
+        """Nothing this placement started outlives the run."""
         ...
 
 
-class LocalLanes:
+class LocalPlacement:
     """Story lanes on this machine: the pipeline in this process, agents as its children."""
 
     def __init__(self, ctx: RunContext) -> None:
@@ -54,11 +55,11 @@ class LocalLanes:
             await asyncio.gather(*list(self._later), return_exceptions=True)
 
 
-async def open_lanes(ctx: RunContext, prestart: int = 0) -> Lanes:
-    """The engine `[lanes] engine` names; a cluster that cannot be reached halts the run here.
+async def open_placement(ctx: RunContext, prestart: int = 0) -> Placement:
+    """The placement `[lanes] engine` names; a cluster that cannot be reached halts the run here.
     `prestart`: how many lanes start at once first (a Ray cluster warms that many agent clones)."""
     if ctx.settings.lanes.engine == "ray":
-        from flowd.engine.lanes.ray_lanes import RayLanes
+        from flowd.engine.lanes.ray_lanes import RayPlacement
 
-        return await RayLanes.connect(ctx, prestart)
-    return LocalLanes(ctx)
+        return await RayPlacement.connect(ctx, prestart)
+    return LocalPlacement(ctx)

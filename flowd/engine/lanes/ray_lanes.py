@@ -37,6 +37,7 @@ from flowd.store.config import load_roster
 from flowd.tasks.checkpoint import parse_checkpoint
 from flowd.tasks.model import TaskPlan
 from flowd.trace.events import Event, Info, LanePlaced, StoryStatusChanged
+from flowd.trace.statuses import lane_status_of
 from flowd.vcs.gitcli import GitError, run_git
 from flowd.vcs.gitops import Repo
 
@@ -74,7 +75,7 @@ class LaneLost(Exception):
     """The worker or node running a lane died (or could not be reached) mid-story."""
 
 
-class RayLanes:
+class RayPlacement:
     """The runner's side of lanes on Ray: placement, the event stream, re-placement, the merge."""
 
     def __init__(self, ctx: RunContext, ray: Any, remote_url: str, prestart: int = 0) -> None:
@@ -88,7 +89,7 @@ class RayLanes:
         self.epic_pushed: str | None = None  # the epic commit the remote has (pushed by this run)
 
     @classmethod
-    async def connect(cls, ctx: RunContext, prestart: int = 0) -> RayLanes:
+    async def connect(cls, ctx: RunContext, prestart: int = 0) -> RayPlacement:
         try:
             import ray
         except ImportError:
@@ -134,7 +135,7 @@ class RayLanes:
         except Exception as exc:
             # The runner's own part failed (a remote refusing the epic, git): the failure policy says how.
             outcome = outcome_of(exc, StoryFacts(story, self.ctx.story_branch(story), []))
-            shown = outcome.status if outcome.status in ("done", "failed") else "waiting"
+            shown = lane_status_of(outcome.status)
             self.ctx.emit(StoryStatusChanged(story=story, status=shown, reason=outcome.reason))
             return outcome
 
@@ -439,4 +440,4 @@ class _Unreachable(FlowdError):
     exit_code = EXIT_HALTED
 
 
-__all__ = ["LaneHost", "RayLanes", "resolve_remote"]
+__all__ = ["LaneHost", "RayPlacement", "resolve_remote"]
