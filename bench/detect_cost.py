@@ -26,7 +26,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from flowd.engine.detect import Detector, lane_processes  # noqa: E402
+from flowd.engine.detect import Detector  # noqa: E402
+from flowd.engine.lane_procs import lane_processes  # noqa: E402
 
 
 def _git(cwd: Path, *args: str) -> None:

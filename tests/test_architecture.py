@@ -121,6 +121,8 @@ CORE_MAY_LOAD = (
 )
 SHELL = (
     "flowd.engine.story",
+    "flowd.engine.story_prepare",
+    "flowd.engine.story_merge",
     "flowd.engine.runner",
     "flowd.engine.taskloop",
     "flowd.engine.taskbody",

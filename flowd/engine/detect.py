@@ -6,7 +6,8 @@ compared with their fingerprints (the repository's git config, hooks and info, i
 settings and state, the user's checkout, the home directory's startup and git files). A lane's own
 worktree is fingerprinted when its step ends and compared when its next step starts, so a change
 made there meanwhile is another lane's. The rule (what counts, who is blamed, what is done) is
-`engine/core/escape.py`'s; this module fingerprints, puts back and reports.
+`engine/core/escape.py`'s; this module fingerprints and reports, `engine/putback.py` puts back and
+`engine/lane_procs.py` finds the stray processes.
 """
 
 from __future__ import annotations
@@ -14,8 +15,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import signal
-import subprocess
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
@@ -56,6 +55,8 @@ from flowd.engine.fingerprint import (
     status,
     unlogged_move,
 )
+from flowd.engine.lane_procs import kill_lane_processes
+from flowd.engine.putback import descends, put_file_back, put_ref_back, put_worktree_path_back, safely
 from flowd.trace.events import EscapeAction, Event, Info, LaneEscape
 
 # Startup and git files of the home directory: a write there runs later with the user's rights.
@@ -220,7 +221,7 @@ class Detector:
             self.emit(Info(message=unsure_note(change, Unsure(verdict.lanes, "reported"))))
             return Unsure(verdict.lanes, "reported")
         action = verdict.action
-        if action == "undone" and not _safely(restore):
+        if action == "undone" and not safely(restore):
             action = "reported"
         self.emit(LaneEscape(lane=verdict.lane, path=change.path, what=change.what, action=action))
         self.pending.setdefault(verdict.lane, []).append((change, action))
@@ -275,7 +276,7 @@ class Detector:
                 at=changed_at(Path(key), now),
                 restorable=before.data is not None or not before.exists,
             )
-            verdict = self._settle(change, since, partial(_put_file_back, Path(key), before))
+            verdict = self._settle(change, since, partial(put_file_back, Path(key), before))
             if isinstance(verdict, Foreign) or verdict.action != "undone":
                 self._files[key] = print_file(Path(key))
         for key in [k for k in self._files if k not in current and not self._files[k].exists]:
@@ -313,7 +314,7 @@ class Detector:
                 at=ref_changed_at(self.common_dir, name, after),
                 restorable=name != checked_out,  # the user's own branch: maybe their commit
             )
-            verdict = self._settle(change, since, partial(_put_ref_back, self.common_dir, name, before))
+            verdict = self._settle(change, since, partial(put_ref_back, self.common_dir, name, before))
             if isinstance(verdict, Foreign) or verdict.action != "undone":
                 if after is None:
                     self._refs.pop(name, None)
@@ -334,7 +335,7 @@ class Detector:
             if name.removeprefix(prefix) in suspects(change, self.windows, since=since, now=time.time()):
                 continue  # its own lane was running then: it may move its own branch
             before = RefPrint(logged, self.common_dir / name)
-            self._settle(change, since, partial(_put_ref_back, self.common_dir, name, before))
+            self._settle(change, since, partial(put_ref_back, self.common_dir, name, before))
 
     def _check_checkout(self, since: float) -> None:
         """The user's checkout: reported, never put back (the user may be editing it)."""
@@ -424,7 +425,7 @@ class Detector:
             if not holds_secret(head):
                 continue
             action: EscapeAction = (
-                "undone" if _safely(partial(_put_worktree_path_back, wt, rel, entry)) else "reported"
+                "undone" if safely(partial(put_worktree_path_back, wt, rel, entry)) else "reported"
             )
             change = Change(str(wt / rel), "secret", None, action == "undone")
             self.emit(LaneEscape(lane=lane, path=change.path, what="secret", action=action))
@@ -452,7 +453,7 @@ class Detector:
                 path = wt / rel
                 at = entry.mtime_ns / 1e9 if entry.mtime_ns is not None else changed_at(path, MISSING)
                 change = Change(str(path), "otherLane", at, rel not in snap.entries, owner=lane, home=str(wt))
-                verdict = self._settle(change, snap.taken, partial(_put_worktree_path_back, wt, rel, entry))
+                verdict = self._settle(change, snap.taken, partial(put_worktree_path_back, wt, rel, entry))
                 if not isinstance(verdict, Foreign) and verdict.action == "undone":
                     entries = None  # put back: read it again
         self.snapshot(wt, entries)
@@ -464,7 +465,7 @@ class Detector:
         now = print_file(path, snap.head)
         if snap.head.exists and now.exists and not same(snap.head, now):
             change = Change(str(path), "otherLane", changed_at(path, now), True, owner=lane, home=str(wt))
-            self._settle(change, snap.taken, partial(_put_file_back, path, snap.head))
+            self._settle(change, snap.taken, partial(put_file_back, path, snap.head))
 
     def check_epic_worktree(self) -> list[str]:
         """The epic worktree and branch are flowd's alone (checked under the merge lock): whatever
@@ -480,9 +481,7 @@ class Detector:
                 path = self.epic_wt / rel
                 at = entry.mtime_ns / 1e9 if entry.mtime_ns is not None else changed_at(path, MISSING)
                 change = Change(str(path), "otherLane", at, True, home=str(self.epic_wt))
-                verdict = self._settle(
-                    change, 0.0, partial(_put_worktree_path_back, self.epic_wt, rel, entry)
-                )
+                verdict = self._settle(change, 0.0, partial(put_worktree_path_back, self.epic_wt, rel, entry))
                 if isinstance(verdict, Foreign) or verdict.action != "undone":
                     left.append(rel)
         return left
@@ -492,11 +491,11 @@ class Detector:
         now, before = read_refs(self.common_dir).get(name), self.epic_head
         if before is None or now is None or now.sha == before.sha:
             return
-        if _descends(self.common_dir, now.sha, before.sha):
+        if descends(self.common_dir, now.sha, before.sha):
             self.epic_head = now  # commits on top: the user may work on the epic branch
             return
         change = Change(name, "gitRef", ref_changed_at(self.common_dir, name, now), True)
-        verdict = self._settle(change, 0.0, partial(_put_ref_back, self.common_dir, name, before))
+        verdict = self._settle(change, 0.0, partial(put_ref_back, self.common_dir, name, before))
         if isinstance(verdict, Foreign) or verdict.action != "undone":
             self.epic_head = now
 
@@ -515,10 +514,7 @@ class Detector:
 
     # -- stray processes ------------------------------------------------------------------------
     def _kill_strays(self, lane: str, since: float) -> None:
-        strays = lane_processes(lane, since, (self.worktree_root / self.epic_id, self.root))
-        for pid, _cmd in strays:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
+        strays = kill_lane_processes(lane, since, (self.worktree_root / self.epic_id, self.root))
         if strays:
             listed = ", ".join(f"{pid} ({cmd[:60]})" for pid, cmd in strays[:5])
             self.emit(
@@ -552,128 +548,3 @@ def _rel_inside(path: Path, root: Path) -> str | None:
 
 def changed_at_path(path: Path) -> float | None:
     return changed_at(path, print_file(path))
-
-
-def _safely(restore: Callable[[], bool]) -> bool:
-    try:
-        return restore()
-    except (OSError, subprocess.SubprocessError):
-        return False
-
-
-def _put_file_back(path: Path, before: FilePrint) -> bool:
-    if not before.exists:
-        if path.is_dir() and not path.is_symlink():
-            return False
-        path.unlink(missing_ok=True)
-        return True
-    if before.data is None:
-        return False
-    tmp = path.with_name(f".{path.name}.flowd-restore")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp.write_bytes(before.data)
-    if before.mode is not None:
-        os.chmod(tmp, before.mode & 0o7777)
-    os.replace(tmp, path)
-    return True
-
-
-def _put_ref_back(common_dir: Path, name: str, before: RefPrint | None) -> bool:
-    args = ["update-ref", name, before.sha] if before is not None else ["update-ref", "-d", name]
-    proc = subprocess.run(
-        ["git", f"--git-dir={common_dir}", *args], capture_output=True, stdin=subprocess.DEVNULL, check=False
-    )
-    return proc.returncode == 0
-
-
-def _descends(common_dir: Path, new: str, old: str) -> bool:
-    proc = subprocess.run(
-        ["git", f"--git-dir={common_dir}", "merge-base", "--is-ancestor", old, new],
-        capture_output=True,
-        stdin=subprocess.DEVNULL,
-        check=False,
-    )
-    return proc.returncode == 0
-
-
-def _put_worktree_path_back(wt: Path, rel: str, entry: Entry) -> bool:
-    if entry.code == "??":
-        path = wt / rel
-        if path.is_dir() and not path.is_symlink():
-            return False
-        path.unlink(missing_ok=True)
-        return True
-    proc = subprocess.run(
-        ["git", "restore", "--source=HEAD", "--staged", "--worktree", "--", rel],
-        cwd=wt,
-        capture_output=True,
-        stdin=subprocess.DEVNULL,
-        check=False,
-    )
-    return proc.returncode == 0
-
-
-def _boot_time() -> float:
-    try:
-        with open("/proc/stat") as handle:
-            for line in handle:
-                if line.startswith("btime "):
-                    return float(line.split()[1])
-    except OSError:
-        pass
-    return 0.0
-
-
-def lane_processes(lane: str, since: float, roots: tuple[Path, ...]) -> list[tuple[int, str]]:
-    """Processes a lane left behind: this user's, carrying `FLOWD_LANE=<lane>`, started since
-    `since`, working under one of `roots` (this run's worktrees: another run's lane of the same
-    name is not ours), and no longer flowd's descendants (an agent's own children are)."""
-    mark = f"FLOWD_LANE={lane}".encode()
-    me, tick = os.getpid(), os.sysconf("SC_CLK_TCK")
-    boot = _boot_time()
-    found = []
-    try:
-        pids = [int(n) for n in os.listdir("/proc") if n.isdigit()]
-    except OSError:
-        return []
-    for pid in pids:
-        if pid == me or not _works_under(pid, roots):  # the cheap test first
-            continue
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as handle:
-                if mark not in handle.read().split(b"\0"):
-                    continue
-            with open(f"/proc/{pid}/stat", "rb") as handle:
-                fields = handle.read().rsplit(b")", 1)[1].split()
-            with open(f"/proc/{pid}/cmdline", "rb") as handle:
-                cmd = handle.read().replace(b"\0", b" ").decode(errors="replace").strip()
-        except (OSError, IndexError):
-            continue
-        started = boot + int(fields[19]) / tick
-        if fields[0] == b"Z" or started < since - 1.0:
-            continue
-        if not _descends_from(int(fields[1]), me):
-            found.append((pid, cmd))
-    return found
-
-
-def _works_under(pid: int, roots: tuple[Path, ...]) -> bool:
-    try:
-        cwd = os.readlink(f"/proc/{pid}/cwd")
-    except OSError:
-        return False
-    return any(cwd == str(r) or cwd.startswith(f"{r}/") for r in roots)
-
-
-def _descends_from(ppid: int, ancestor: int) -> bool:
-    seen = 0
-    while ppid > 1 and seen < 64:
-        if ppid == ancestor:
-            return True
-        try:
-            with open(f"/proc/{ppid}/stat", "rb") as handle:
-                ppid = int(handle.read().rsplit(b")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            return False
-        seen += 1
-    return ppid == ancestor

@@ -54,7 +54,8 @@ from flowd.engine.requests import RequestDesk
 from flowd.engine.review import carry_over
 from flowd.engine.spares import Spares, reap, reap_in_background
 from flowd.engine.state import EpicLock, EpicPaths, load_state
-from flowd.engine.story import StoryOutcome, undo_interrupted_merge
+from flowd.engine.story import StoryOutcome
+from flowd.engine.story_merge import undo_interrupted_merge
 from flowd.engine.train import TrainShell, recover_train
 from flowd.plan.graph import critical_path_rank, estimate_durations, ready
 from flowd.plan.hashing import story_hash

@@ -1,0 +1,72 @@
+"""Putting back what a lane changed where it must not (docs/sandbox-detection.md): a file from its
+fingerprinted bytes, a ref to its old target, a worktree path from HEAD. `engine/detect.py`
+decides when; each helper here says whether the place is as it was.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+from flowd.engine.fingerprint import Entry, FilePrint, RefPrint
+
+
+def safely(restore: Callable[[], bool]) -> bool:
+    try:
+        return restore()
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+def put_file_back(path: Path, before: FilePrint) -> bool:
+    if not before.exists:
+        if path.is_dir() and not path.is_symlink():
+            return False
+        path.unlink(missing_ok=True)
+        return True
+    if before.data is None:
+        return False
+    tmp = path.with_name(f".{path.name}.flowd-restore")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp.write_bytes(before.data)
+    if before.mode is not None:
+        os.chmod(tmp, before.mode & 0o7777)
+    os.replace(tmp, path)
+    return True
+
+
+def put_ref_back(common_dir: Path, name: str, before: RefPrint | None) -> bool:
+    args = ["update-ref", name, before.sha] if before is not None else ["update-ref", "-d", name]
+    proc = subprocess.run(
+        ["git", f"--git-dir={common_dir}", *args], capture_output=True, stdin=subprocess.DEVNULL, check=False
+    )
+    return proc.returncode == 0
+
+
+def descends(common_dir: Path, new: str, old: str) -> bool:
+    proc = subprocess.run(
+        ["git", f"--git-dir={common_dir}", "merge-base", "--is-ancestor", old, new],
+        capture_output=True,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
+    return proc.returncode == 0
+
+
+def put_worktree_path_back(wt: Path, rel: str, entry: Entry) -> bool:
+    if entry.code == "??":
+        path = wt / rel
+        if path.is_dir() and not path.is_symlink():
+            return False
+        path.unlink(missing_ok=True)
+        return True
+    proc = subprocess.run(
+        ["git", "restore", "--source=HEAD", "--staged", "--worktree", "--", rel],
+        cwd=wt,
+        capture_output=True,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
+    return proc.returncode == 0
