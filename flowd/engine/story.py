@@ -49,6 +49,7 @@ from flowd.trace.events import (
     StoryStatus,
     StoryStatusChanged,
 )
+from flowd.trace.statuses import lane_status_of
 
 __all__ = ["RedMerge", "StoryOutcome", "StoryRun"]
 
@@ -269,11 +270,9 @@ class StoryRun:
         reason = outcome.reason
         if outcome.status == "paused":  # waits on a person (docs/answers.md)
             reason = f"paused ({outcome.pause}): {outcome.reason}"
-        status: StoryStatus = "waiting"
+        status: StoryStatus = lane_status_of(outcome.status)
         if outcome.pause == "merge":  # its work is done: it waits for approval to merge
             status, reason = "ready", f"waiting for approval: {outcome.reason}"
-        elif outcome.status in ("done", "failed"):
-            status = "done" if outcome.status == "done" else "failed"
         ctx.emit(StoryStatusChanged(story=self.story.id, status=status, reason=reason))
         return outcome
 
