@@ -7,7 +7,8 @@ default): `<epic>/<id>` a story's worktree, `<epic>/<id>.task-<n>` a parallel ta
 the epic's, `<epic>/_train/w<n>/_epic` a merge-train candidate's, `<epic>/_spare/<n>` and
 `<epic>/_trash/<n>` worktrees kept for reuse and being deleted. Names that start with `_` are
 never story ids (plan validation refuses them). In the repository: `.flow/epics/<epic>/` the
-epic's state, with `report.md`, `report.json` and a story's `stories/<id>.findings.md`.
+epic's state, with `report.md`, `report.json` and a story's `stories/<id>.findings.md` and
+`stories/<id>.answers.md`.
 """
 
 from __future__ import annotations
@@ -62,13 +63,28 @@ def story_of_worktree(name: str) -> str:
 
 
 # -- the epic's state in the repository, relative to its root --------------------------------------
+def epics_state() -> Path:
+    """Every epic's state, one folder each."""
+    return Path(".flow", "epics")
+
+
 def epic_state(epic_id: str) -> Path:
-    return Path(".flow", "epics", epic_id)
+    return epics_state() / epic_id
+
+
+def epic_stories(epic_id: str) -> Path:
+    """Each story's state file, plan checkpoint, findings and gate logs."""
+    return epic_state(epic_id) / "stories"
 
 
 def story_findings(epic_id: str, story_id: str) -> Path:
     """The story's human log of review and judge findings."""
-    return epic_state(epic_id) / "stories" / f"{story_id}.findings.md"
+    return epic_stories(epic_id) / f"{story_id}.findings.md"
+
+
+def story_answers(epic_id: str, story_id: str) -> Path:
+    """A blocked story's free-text answers, read by its next turn (docs/answers.md)."""
+    return epic_stories(epic_id) / f"{story_id}.answers.md"
 
 
 def report_markdown(epic_id: str) -> Path:

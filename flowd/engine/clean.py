@@ -71,7 +71,7 @@ def plan_clean(repo: Repo) -> CleanPlan:
     root = _worktrees_root(repo)
     result = CleanPlan()
     registered = {info.path.resolve(): info for info in repo.worktrees()}
-    epics_dir = repo.root / ".flow" / "epics"
+    epics_dir = repo.root / layout.epics_state()
     known = {p.name for p in epics_dir.iterdir() if p.is_dir()} if epics_dir.is_dir() else set()
     epic_ids = set(known) | {b.split("/")[1] for b in repo.branches("story/") if b.count("/") >= 2}
     for epic_id in sorted(epic_ids):

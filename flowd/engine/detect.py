@@ -57,6 +57,7 @@ from flowd.engine.fingerprint import (
 )
 from flowd.engine.lane_procs import kill_lane_processes
 from flowd.engine.putback import descends, put_file_back, put_ref_back, put_worktree_path_back, safely
+from flowd.engine.state import EpicPaths
 from flowd.trace.events import EscapeAction, Event, Info, LaneEscape
 
 # Startup and git files of the home directory: a write there runs later with the user's rights.
@@ -298,7 +299,7 @@ class Detector:
         for prefix in ("refs/heads/epic/", "refs/heads/story/"):
             if name.startswith(prefix):
                 epic = name[len(prefix) :].split("/")[0]
-                return (self.root / ".flow" / "epics" / epic / "lock").exists()
+                return EpicPaths(self.root, epic).lock.exists()
         return False
 
     def _check_refs(self, since: float) -> None:

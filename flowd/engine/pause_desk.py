@@ -61,7 +61,7 @@ from flowd.trace.view import PauseView, Pricer, RunView, reported_cost
 
 
 def answers_file(paths: EpicPaths, story: str) -> Path:
-    return paths.checkpoint(story).with_name(f"{story}.answers.md")
+    return paths.answers(story)
 
 
 def told(paths: EpicPaths, story: str) -> list[str]:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from flowd.base import layout
 from flowd.base.errors import InputError
 from flowd.base.fsio import write_model_atomic, write_text_atomic
 from flowd.base.wire import WireModel, describe_validation_error
@@ -43,11 +44,11 @@ class EpicPaths:
 
     @property
     def root(self) -> Path:
-        return self.repo / ".flow" / "epics" / self.epic_id
+        return self.repo / layout.epic_state(self.epic_id)
 
     @property
     def stories(self) -> Path:
-        return self.root / "stories"
+        return self.repo / layout.epic_stories(self.epic_id)
 
     def state(self, story_id: str) -> Path:
         return self.stories / f"{story_id}.json"
@@ -56,7 +57,10 @@ class EpicPaths:
         return self.stories / f"{story_id}.plan.md"
 
     def findings(self, story_id: str) -> Path:
-        return self.stories / f"{story_id}.findings.md"
+        return self.repo / layout.story_findings(self.epic_id, story_id)
+
+    def answers(self, story_id: str) -> Path:
+        return self.repo / layout.story_answers(self.epic_id, story_id)
 
     def gate_logs(self, story_id: str) -> Path:
         return self.stories / story_id / "gates"
@@ -74,11 +78,11 @@ class EpicPaths:
 
     @property
     def report_json(self) -> Path:
-        return self.root / "report.json"
+        return self.repo / layout.report_json(self.epic_id)
 
     @property
     def report_md(self) -> Path:
-        return self.root / "report.md"
+        return self.repo / layout.report_markdown(self.epic_id)
 
 
 class MergeIntent(WireModel):

@@ -134,7 +134,7 @@ def _discard(run: StoryRun, worktree: Path, branch: str) -> None:
         problem = repo.discard_worktree(worktree, branch)
     if problem is not None:
         run.info(f"could not remove the old worktree cleanly: {problem}")
-    stale_answers = paths.checkpoint(run.story.id).with_name(f"{run.story.id}.answers.md")
+    stale_answers = paths.answers(run.story.id)
     for stale in (paths.checkpoint(run.story.id), paths.state(run.story.id), stale_answers):
         with contextlib.suppress(FileNotFoundError):
             stale.unlink()
