@@ -28,7 +28,7 @@ from flowd.agents.base import (
 from flowd.base.errors import EXIT_HALTED, NoExecutor
 from flowd.base.timeutil import iso
 from flowd.base.timeutil import now as utc_now
-from flowd.roster.leasing import Lease
+from flowd.roster.leasing import ExecutorState, Lease, pick_clone
 from flowd.roster.pool import RosterPool
 from flowd.roster.state import Holding, after_fault
 from flowd.store.config import ExecutorSpec, Roster, load_roster
@@ -113,7 +113,9 @@ def entry(ident: str, roles: str = '"planner", "coder", "reviewer", "judge"', **
     return "\n".join(lines) + "\n"
 
 
-def make_pool(repo: Path, body: str, clock: Callable[[], datetime] | None = None) -> Harness:
+def make_pool(
+    repo: Path, body: str, clock: Callable[[], datetime] | None = None, *, lane_bound: bool = False
+) -> Harness:
     roster = write_roster(repo, body)
     events: list[Event] = []
     made: list[FakeExecutor] = []
@@ -131,6 +133,7 @@ def make_pool(repo: Path, body: str, clock: Callable[[], datetime] | None = None
         emit=events.append,
         executor_factory=factory,
         clock=clock or Clock(),
+        lane_bound=lane_bound,
     )
     return Harness(pool, events, made, plans, state_path, roster)
 
@@ -163,6 +166,56 @@ async def test_clones_are_numbered_from_one_and_the_lowest_free_is_reused(tmp_pa
     released = [(e.clone, e.label) for e in h.events if isinstance(e, ExecutorReleased)]
     assert leased == [(1, "s1"), (2, "s2"), (3, "s3"), (1, "s4")]
     assert released == [(1, "s1")]
+
+
+# (held clones, clone → (label, tick) of its last lease, the new lease's label, lane-bound) → clone
+PICK_CLONE = [
+    ((), {}, "a", False, 1),  # nothing served yet: the lowest
+    ((), {}, "a", True, 1),
+    ((), {1: ("b", 1), 2: ("a", 2)}, "a", False, 2),  # the lane's own clone, whoever else is free
+    ((), {1: ("b", 1), 2: ("a", 2)}, "a", True, 2),
+    ((), {1: ("b", 1)}, "a", False, 1),  # processes serve any lane: the lowest (likely running)
+    ((), {1: ("b", 1)}, "a", True, 2),  # one lane per process: a clone that never served, not b's
+    ((), {1: ("b", 5), 2: ("c", 3), 3: ("d", 4)}, "a", True, 2),  # all served: the longest ago
+    ((2,), {1: ("b", 5), 2: ("c", 3), 3: ("d", 4)}, "a", True, 3),  # ... among the free
+    ((2,), {2: ("a", 3)}, "a", True, 1),  # the lane's own clone is held (its coder): another one
+    ((), {1: ("b", 1)}, None, True, 2),  # no label: no affinity, same rule otherwise
+]
+
+
+@pytest.mark.parametrize(("held", "served", "label", "lane_bound", "expected"), PICK_CLONE)
+def test_pick_clone(
+    held: tuple[int, ...],
+    served: dict[int, tuple[str, int]],
+    label: str | None,
+    lane_bound: bool,
+    expected: int,
+) -> None:
+    spec = ExecutorSpec(id="demo", kind="script", script="demo.script.json", slots=3)
+    state = ExecutorState(spec, 0, served=dict(served))
+    for clone in held:
+        state.held[clone] = Lease("demo", clone, "coder", "x", spec, None)  # type: ignore[arg-type]
+    assert pick_clone(state, label, lane_bound=lane_bound) == expected
+
+
+async def test_a_lane_bound_pool_keeps_each_lane_on_its_own_clone(tmp_path: Path) -> None:
+    """Where each agent process serves one lane (an enforcing sandbox), a lane's helper turns come
+    back to the clone that served it, so its confined agent process is not started again."""
+    h = make_pool(tmp_path, entry("helpers", slots=3), lane_bound=True)
+    order = [
+        ("a", "planner"),
+        ("b", "planner"),
+        ("a", "reviewer"),
+        ("c", "planner"),
+        ("b", "judge"),
+        ("a", "judge"),
+    ]
+    taken = []
+    for label, role in order:
+        lease = await h.pool.lease(role, label=label)
+        taken.append((label, lease.clone))
+        h.pool.release(lease)
+    assert taken == [("a", 1), ("b", 2), ("a", 1), ("c", 3), ("b", 2), ("a", 1)]
 
 
 async def test_priority_first_then_least_recently_leased_then_roster_order(tmp_path: Path) -> None:

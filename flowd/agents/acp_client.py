@@ -129,12 +129,15 @@ class AcpExecutor:
         Best effort (docs/performance.md: throughput): a failure or timeout stops the half-started
         process and is forgotten, so the first turn starts the agent again and reports whatever
         happens then, exactly as without the warm start. Agents whose clones must start one after
-        another (codex: its first session is part of its start) are left to their first turn."""
+        another (codex: its first session is part of its start) are left to their first turn. A
+        process confined to another lane than `cwd`'s is replaced (docs/sandbox.md)."""
         if starts_alone(self._command):
             return
         async with self._turn_lock:
-            if self._closed or self._agent.running:
+            if self._closed or (self._agent.running and not self._confined_elsewhere(cwd)):
                 return
+            if self._confined_elsewhere(cwd):  # idle, and of no use to the lane it will serve
+                await self._stop(graceful=True)
             try:
                 await asyncio.wait_for(self._start(cwd), self._start_timeout_s)
             except (AgentError, TimeoutError, OSError):
@@ -242,12 +245,7 @@ class AcpExecutor:
     # -- process and session ----------------------------------------------------------------------
 
     async def _ensure_session(self, cwd: Path) -> str:
-        confinement = current()
-        if (
-            self._agent.proc is not None
-            and confinement is not None
-            and confinement.key_for(cwd) != self._agent.confined_to
-        ):
+        if self._confined_elsewhere(cwd):
             # A process confined to one lane cannot serve another: start one for this lane.
             await self._stop(graceful=True)
         if not self._agent.running:
@@ -260,6 +258,15 @@ class AcpExecutor:
                 await self._start(cwd)
                 return await self._open_session(cwd)
         return await self._open_session(cwd)
+
+    def _confined_elsewhere(self, cwd: Path) -> bool:
+        """The running process is confined to another lane than `cwd`'s (docs/sandbox.md)."""
+        confinement = current()
+        return (
+            self._agent.proc is not None
+            and confinement is not None
+            and confinement.key_for(cwd) != self._agent.confined_to
+        )
 
     async def leave_lane(self, worktree: Path) -> bool:
         """Stop the agent process when it is confined to the lane worktree `worktree` and idle:

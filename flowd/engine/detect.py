@@ -49,6 +49,7 @@ from flowd.engine.fingerprint import (
     files_under,
     head_file,
     print_file,
+    read_ref,
     read_refs,
     ref_changed_at,
     same,
@@ -330,7 +331,7 @@ class Detector:
             logged = unlogged_move(self.common_dir, name)
             if logged is None:
                 continue
-            now = read_refs(self.common_dir).get(name)
+            now = read_ref(self.common_dir, name)
             change = Change(path=name, what="gitRef", at=ref_changed_at(self.common_dir, name, now),
                             restorable=True)  # fmt: skip
             if name.removeprefix(prefix) in suspects(change, self.windows, since=since, now=time.time()):

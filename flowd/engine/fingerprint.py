@@ -129,6 +129,29 @@ def read_refs(common_dir: Path) -> dict[str, RefPrint]:
     return refs
 
 
+def read_ref(common_dir: Path, name: str) -> RefPrint | None:
+    """One ref, as `read_refs` would give it: its loose file, else its line in packed-refs."""
+    path = common_dir / name
+    try:
+        sha = path.read_text(encoding="utf-8", errors="surrogateescape").strip()
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+        sha = ""
+    except OSError:
+        return None
+    if sha and not sha.startswith("ref:"):
+        return RefPrint(sha, path)
+    packed = common_dir / "packed-refs"
+    try:
+        text = packed.read_text(encoding="utf-8", errors="surrogateescape")
+    except OSError:
+        return None
+    suffix = f" {name}"
+    for line in text.splitlines():
+        if line.endswith(suffix) and line[0] not in "#^":
+            return RefPrint(line.partition(" ")[0], packed)
+    return None
+
+
 def unlogged_move(common_dir: Path, name: str) -> str | None:
     """The sha git's reflog says `name` was last set to, when the ref now holds another one
     that no git command logged (a ref file written directly); None when they agree, the ref has
@@ -142,9 +165,9 @@ def unlogged_move(common_dir: Path, name: str) -> str | None:
     except OSError:
         return None
     logged = last[1].decode("ascii", "replace") if len(last) == 3 else ""
-    before = read_refs(common_dir).get(name)
+    before = read_ref(common_dir, name)
     locked = (common_dir / f"{name}.lock").exists()
-    after = read_refs(common_dir).get(name)
+    after = read_ref(common_dir, name)
     if not logged or locked or before is None or after is None or before.sha != after.sha:
         return None
     return logged if after.sha != logged else None

@@ -370,6 +370,8 @@ class _Session:
 
     async def _schedule(self) -> tuple[RunOutcome, str | None]:
         setup, writer, confinement = self.setup, self.writer, current()
+        # A confined agent process serves one lane for life (docs/sandbox.md).
+        enforcing = confinement is not None and confinement.enforcing
 
         def emit(event: Event) -> None:
             writer.emit(event)
@@ -379,6 +381,7 @@ class _Session:
             state_path=setup.repo.root / ".flow" / "roster-state.json",
             emit=emit,
             log_dir=setup.paths.agent_logs(),
+            lane_bound=enforcing,
         )
         ctx = RunContext(
             repo=setup.repo,
@@ -408,8 +411,7 @@ class _Session:
         # The first stories' agents start while their worktrees are prepared (docs/performance.md),
         # here or on the lanes' nodes (docs/scale-out.md).
         first = min(setup.concurrency, len(ready(setup.plan)))
-        # A confined agent process serves one lane for life (docs/sandbox.md): none starts ahead.
-        enforcing = confinement is not None and confinement.enforcing
+        # None starts ahead where a process serves one lane (its first turn would replace it).
         if setup.settings.lanes.engine == "local" and not enforcing:
             self.pool.prestart({"coder": first, "planner": first}, setup.repo.root)
         self.placement = await open_placement(ctx, first)

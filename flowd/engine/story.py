@@ -248,6 +248,8 @@ class StoryRun:
         ctx, story = self.ctx, self.story.id
         assert self.state is not None
         lease = await ctx.pool.lease("coder", label=story, prefer=self.state.executor)
+        # Its agent starts for this lane while the story catches up and plans its tasks.
+        ctx.pool.warm_for(lease, self.worktree)
         before = self.coder.chain if self.coder is not None else []
         self.coder = HeldCoder(ctx, story, lease)
         # A story re-leases its coder for a merge revision: one executor chain over both leases.

@@ -3,8 +3,8 @@ and which executor a lease takes.
 
 Leasing order for a role: executors that serve it, are not excluded, not avoided and have a free
 slot (a coder also needs a free coder slot); lowest priority for the role first, then the one
-leased least recently, then roster order; `prefer` wins against executors of equal priority. A
-lease takes the lowest free clone number of its executor. When nothing can ever serve the role,
+leased least recently, then roster order; `prefer` wins against executors of equal priority.
+Within the executor, `pick_clone` chooses the clone. When nothing can ever serve the role,
 `hopeless` says why.
 """
 
@@ -72,6 +72,8 @@ class ExecutorState:
     order: int
     held: dict[int, Lease] = field(default_factory=dict)  # clone → lease
     last_leased: int = -1
+    # clone → the label and lease count of its last lease (`pick_clone`)
+    served: dict[int, tuple[str | None, int]] = field(default_factory=dict)
     exclusion: Exclusion | None = None
     health: Health = field(default_factory=Health)
 
@@ -112,6 +114,26 @@ def pick(
         ):
             return chosen
     return best
+
+
+def pick_clone(state: ExecutorState, label: str | None, *, lane_bound: bool) -> int:
+    """The free clone a lease labelled `label` takes (the executor has one free).
+
+    The clone that last served the same label first: its agent process is still the lane's, with
+    its session. Otherwise, where an agent process serves one lane for life (`lane_bound`: an
+    enforcing sandbox, docs/sandbox.md), whichever clone is taken starts a new process, so it
+    takes one that never served (no other lane's live process is stopped), else the one served
+    longest ago (the lane least likely to come back for it); where processes serve any lane, the
+    lowest free clone, the one most likely to be running already.
+    """
+    free = [n for n in range(1, state.spec.slots + 1) if n not in state.held]
+    if label is not None:
+        same = [n for n in free if n in state.served and state.served[n][0] == label]
+        if same:
+            return same[0]
+    if not lane_bound:
+        return free[0]
+    return min(free, key=lambda n: (n in state.served, state.served.get(n, (None, -1))[1], n))
 
 
 def can_ever_serve(states: Iterable[ExecutorState], role: str, avoid: frozenset[str]) -> bool:

@@ -52,8 +52,11 @@ class RosterPool:
         clock: Callable[[], datetime] = utc_now,
         policy: ExclusionPolicy | None = None,
         log_dir: Path | None = None,
+        lane_bound: bool = False,
     ) -> None:
         self._roster = roster
+        # Each agent process serves one lane for life (an enforcing sandbox): clones keep to lanes.
+        self._lane_bound = lane_bound
         self._emit = emit
         self._factory = executor_factory
         self._log_dir = log_dir
@@ -154,9 +157,10 @@ class RosterPool:
             self.release(lease)
 
     def _take(self, state: ExecutorState, role: str, label: str | None) -> Lease:
-        clone = next(n for n in range(1, state.spec.slots + 1) if n not in state.held)
+        clone = leasing.pick_clone(state, label, lane_bound=self._lane_bound)
         self._counter += 1
         state.last_leased = self._counter
+        state.served[clone] = (label, self._counter)
         lease = Lease(state.spec.id, clone, role, label, state.spec, self)
         state.held[clone] = lease
         self._emit(ExecutorLeased(executor=state.spec.id, clone=clone, role=role, label=label))
@@ -234,6 +238,15 @@ class RosterPool:
             except FlowdError:
                 continue  # the first lease reports it
         self._warmup.start(executors, cwd)
+
+    def warm_for(self, lease: Lease, cwd: Path) -> None:
+        """Start the leased clone's agent process for the lane of `cwd` in the background, so the
+        lane's first turn on it finds it running (docs/performance.md: throughput)."""
+        try:
+            executor = lease.executor
+        except FlowdError:
+            return  # the turn reports it
+        self._warmup.start([executor], cwd)
 
     async def warmed(self) -> None:
         """Wait until every clone `prestart` began is started (or has failed to)."""

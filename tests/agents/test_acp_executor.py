@@ -371,3 +371,38 @@ async def test_a_confined_agent_never_serves_a_reused_worktree_and_leaves_it_whe
         assert (web / "here.txt").exists()
         assert await executor.leave_lane(web) is True
         assert executor.pid is None and not pid_alive(second)
+
+
+async def test_a_warm_start_for_a_lane_replaces_an_idle_agent_confined_to_another(
+    worktree: Path, tmp_path: Path, write_script: Callable[..., Path], executors: Callable[..., AcpExecutor]
+) -> None:
+    """docs/performance.md "Throughput": a story's coder clone is warmed for its lane while the
+    story plans. An idle agent confined to another lane is replaced by one confined to this lane,
+    whose first turn then runs in it without another start; a warm for the lane it already serves
+    starts nothing."""
+    from flowd.sandbox import landlock
+    from flowd.sandbox.confine import Confinement, active
+
+    assert landlock.abi() >= 2, "this test needs the kernel's Landlock"
+    repo = tmp_path / "repo"
+    web = worktree.parent / "web"
+    subprocess.run(["git", "worktree", "add", "-q", "-b", "story/epic/web", str(web)], cwd=repo, check=True)
+    home = tmp_path / "home"
+    home.mkdir()
+    confinement = Confinement(
+        "enforce", checkout=repo, common_dir=repo / ".git", lanes_root=tmp_path / "repo.flowd",
+        epic="epic", home=home,
+    )  # fmt: skip
+    script = write_script([{"writes": {"here.txt": "x\n"}, "reply": "ok"}])
+    executor = executors(script)
+    with active(confinement):
+        await executor.run_turn(request(worktree))
+        first = executor.pid
+        assert first is not None
+        await executor.warm(worktree)  # the lane it serves: kept
+        assert executor.pid == first
+        await executor.warm(web)
+        second = executor.pid
+        assert second is not None and second != first and not pid_alive(first)
+        await executor.run_turn(request(web, story="web"))
+        assert executor.pid == second and (web / "here.txt").exists()

@@ -189,6 +189,30 @@ def test_a_ref_lock_file_is_not_a_ref(tmp_path: Path) -> None:
     assert sorted(read_refs(repo / ".git")) == ["refs/heads/main"]
 
 
+def test_one_ref_read_alone_is_what_every_ref_read_together_gives(tmp_path: Path) -> None:
+    """`read_ref` (one ref, read after every step for each story branch) agrees with `read_refs`
+    on loose refs, packed refs, a loose ref over a packed one, a symbolic ref and a missing one."""
+    from flowd.engine.fingerprint import read_ref, read_refs
+
+    repo = tmp_path / "r"
+    repo.mkdir()
+    for args in (["init", "-q", "-b", "main"], ["commit", "-q", "--allow-empty", "-m", "i"]):
+        _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", *args)
+    _git(repo, "branch", "story/ep/a")
+    _git(repo, "branch", "story/ep/b")
+    _git(repo, "pack-refs", "--all")  # both packed, then one moved: loose over packed
+    _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty", "-m", "j")
+    _git(repo, "update-ref", "refs/heads/story/ep/b", "HEAD")
+    _git(repo, "symbolic-ref", "refs/heads/alias", "refs/heads/main")
+    common = repo / ".git"
+    every = read_refs(common)
+    for name in ("refs/heads/main", "refs/heads/story/ep/a", "refs/heads/story/ep/b", "refs/heads/alias",
+                 "refs/heads/story/ep", "refs/heads/none"):  # fmt: skip
+        assert read_ref(common, name) == every.get(name), name
+    assert every["refs/heads/story/ep/a"].where == common / "packed-refs"
+    assert every["refs/heads/story/ep/b"].where == common / "refs/heads/story/ep/b"
+
+
 def test_a_sibling_story_branch_written_past_git_is_put_back_and_the_writer_blamed(tmp_path: Path) -> None:
     """Lanes of one epic share the directory their branches live in (docs/sandbox.md): a ref
     file written directly (no reflog entry; git's own update is refused its reflog) is caught."""

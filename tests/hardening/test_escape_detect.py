@@ -141,6 +141,12 @@ def _attack(tmp_path: Path) -> Path:
         # wait for that release too, or a write could have two suspects (docs/sandbox-detection.md).
         'n=0; until grep -Eqs \'"ExecutorReleased",[^}]*"role":"coder","label":"v"\' $REPO/.flow/runs/*/trace.jsonl;'
         " do n=$((n+1)); [ $n -gt 600 ] && break; sleep 0.1; done",
+        # Blame counts 20 ms around each step window as inside it (the kernel stamps files from a
+        # coarse clock); the release can follow the window's end by less than that, when the
+        # victim's after-step check was served by one already begun. The first writes then had two
+        # suspects and were left unblamed (the flake seen as 'absolute path' missing), so the
+        # attack starts past that margin.
+        "sleep 0.2",
     ]
     script.write_text("\n".join([*head, *lines, DOUBLE_FORK]) + "\n", encoding="utf-8")
     return script

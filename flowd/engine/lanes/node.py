@@ -157,8 +157,13 @@ class NodeHost:
                 state_path=self.clone / ".flow" / "roster-state.json",
                 emit=self._route,
                 log_dir=self.paths.agent_logs(),
+                lane_bound=self._enforcing(),
             )
         return self._pool
+
+    def _enforcing(self) -> bool:
+        """Whether this node's lanes are confined, each agent process to one lane (docs/sandbox.md)."""
+        return effective_mode(self.spec.settings.sandbox.mode, landlock.abi()) == "enforce"
 
     def _roster(self) -> Roster:
         """The runner's roster, with each scripted executor's script written on this node."""
@@ -178,7 +183,7 @@ class NodeHost:
         await asyncio.to_thread(self.ensure_clone)
         count = self.spec.prestart
         # A confined agent process serves one lane for life (docs/sandbox.md): none starts ahead.
-        if count > 0 and effective_mode(self.spec.settings.sandbox.mode, landlock.abi()) != "enforce":
+        if count > 0 and not self._enforcing():
             self.pool().prestart({"coder": count, "planner": count}, self.clone)
 
     def detector(self) -> Detector | None:
