@@ -7,13 +7,16 @@ from typing import get_args
 import pytest
 
 from flowd.trace.statuses import (
+    RUN_OUTCOMES,
     LaneStatus,
     OutcomeStatus,
     ReportStatus,
+    RunStatus,
     StoryFileStatus,
     StoryStatus,
     lane_status_of,
     report_status,
+    run_status_of,
 )
 
 
@@ -48,3 +51,22 @@ def test_every_outcome_has_a_story_status() -> None:
 )
 def test_the_report_says_the_lanes_status_or_planned(lane: LaneStatus | None, reported: ReportStatus) -> None:
     assert report_status(lane) == reported
+
+
+@pytest.mark.parametrize(
+    ("outcome", "status"),
+    [
+        ("done", "done"),
+        ("failed", "failed"),
+        ("cancelled", "cancelled"),
+        ("halted", "halted"),
+        (None, "interrupted"),  # killed: its run.json has no outcome
+        ("exploded", "interrupted"),  # a word this flowd does not know
+    ],
+)
+def test_a_gone_runs_status_is_its_recorded_outcome_or_interrupted(outcome: str | None, status: str) -> None:
+    assert run_status_of(outcome) == status
+
+
+def test_every_run_outcome_is_a_run_status() -> None:
+    assert set(RUN_OUTCOMES) < set(get_args(RunStatus))

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, get_args
+
+from flowd.trace import statuses
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -88,24 +90,16 @@ METHODS = (*COMMANDS, *REQUESTS, *NOTIFICATIONS)
 BY_NAME = {m.name: m for m in METHODS}
 
 # The statuses a run ends with (`RunEnded.outcome`); any other run status means it is going on.
-RUN_OUTCOMES = ("done", "failed", "cancelled", "halted")
+RUN_OUTCOMES = statuses.RUN_OUTCOMES
 
 # The words some string fields take, generated into the clients (`protocol.ts`, `protocol.lua`)
 # so the editors compare against these names instead of copies; tests/server/test_protocol_decl.py
 # ties each to what the server sends. Wire name (the schema's `enums` key) → words.
 ENUMS: dict[str, tuple[str, ...]] = {
     # `flow/lane.status` (and a `flow/graph` story's): a story's status, and the merge train's.
-    "laneStatuses": (
-        "planned",
-        "active",
-        "waiting",
-        "ready",
-        "queued",
-        "merging",
-        "done",
-        "failed",
-        "skipped",
-    ),
+    "laneStatuses": get_args(statuses.LaneStatus),
+    # `flow/run.status` and a `flow/status` run's.
+    "runStatuses": get_args(statuses.RunStatus),
     # `flow/attention.reason`; `repaired`, `escaped` and `unconfined` only inform, `cleared` ends
     # a wait.
     "attentionReasons": (

@@ -28,6 +28,7 @@ from pydantic.alias_generators import to_camel
 from pydantic.config import JsonDict
 
 from flowd.base.wire import WireModel
+from flowd.trace.statuses import LaneStatus, RunStatus
 
 _STRICT = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", defer_build=True)
 
@@ -162,7 +163,7 @@ class AddRevisionResult(Shape):
 class RunParams(Shape):
     run_id: str
     epic_id: str
-    status: str
+    status: RunStatus
     done: int
     failed: int
     skipped: int
@@ -185,7 +186,7 @@ class LaneParams(Shape):
     run_id: str
     lane: str
     title: str
-    status: str
+    status: LaneStatus
     executor: str | None = None
     clone: int | None = None
     task: LaneTask | None = None
@@ -301,7 +302,7 @@ class Exclusion(NullableShape):
 class StatusRun(NullableShape):
     run_id: str
     epic_id: str
-    status: str
+    status: RunStatus
     started_at: str | None = nullable()
     ended_at: str | None = nullable()
     plan: str | None = None
@@ -341,7 +342,7 @@ class PerimeterParams(Params):
 class PerimeterOwner(Shape):
     story: str
     run_id: str | None = None
-    status: str | None = None
+    status: LaneStatus | None = None
 
 
 class PerimeterOfFile(Shape):
@@ -377,7 +378,7 @@ class GraphStory(Shape):
 
     id: str
     title: str
-    status: str
+    status: LaneStatus
     depends_on: list[str]
     lane: str | None = None
     started_at: str | None = None
@@ -415,7 +416,7 @@ class TimelinePhase(Shape):
 class TimelineLane(Shape):
     lane: str
     title: str
-    status: str
+    status: LaneStatus
     phases: list[TimelinePhase]
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from flowd.base import layout
+from flowd.trace.statuses import run_status_of
 
 if TYPE_CHECKING:  # pydantic models: imported on first use, after `initialize` (docs/performance.md)
     import subprocess
@@ -299,7 +300,7 @@ class RunManager:
         self._close_pidfd(run)
         if run.view.status == "running":
             # No RunEnded in the trace: the record says how it ended, or the process died.
-            run.view.status = run.record.outcome or "interrupted"
+            run.view.status = run_status_of(run.record.outcome)
             run.view.ended_at = run.record.ended_at
         self.hooks.ended(run)
 

@@ -15,9 +15,9 @@ from pydantic import Field, TypeAdapter, ValidationError
 
 from flowd.base.jsonl import JSONError, dumps, loads
 from flowd.base.wire import WireModel
+from flowd.trace.statuses import RunOutcome as RunOutcome
 from flowd.trace.statuses import StoryStatus as StoryStatus
 
-RunOutcome = Literal["done", "failed", "cancelled", "halted"]
 PerimeterKind = Literal["outside", "sharedReadOnly", "foreignOwned"]
 PerimeterAction = Literal["flagged", "restored", "failed"]
 GateWhere = Literal["task", "epic", "baseline"]

@@ -9,19 +9,25 @@
   reached (`report_status`).
 - `OutcomeStatus`, how one story's run ended for the scheduler; `lane_status_of` says which
   story status the trace shows for it.
+- `RunOutcome`, how a run ended (`RunEnded.outcome`, `run.json`'s `outcome`), and `RunStatus`, a
+  run's on `flow/run` and `flow/status`: `running`, `paused` (alive with only pauses left),
+  `interrupted` (its process is gone without an end), or its outcome (`run_status_of`).
 
 The values are the wire's (docs/protocol.md, docs/trace.md); they are spelled here only.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, get_args
 
 StoryFileStatus = Literal["started", "merged", "failed"]
 StoryStatus = Literal["planned", "active", "waiting", "ready", "done", "failed", "skipped"]
 LaneStatus = Literal[StoryStatus, "queued", "merging"]
 ReportStatus = LaneStatus
 OutcomeStatus = Literal["done", "failed", "waiting", "cancelled", "paused"]
+RunOutcome = Literal["done", "failed", "cancelled", "halted"]
+RunStatus = Literal["running", "paused", "interrupted", RunOutcome]
+RUN_OUTCOMES: tuple[RunOutcome, ...] = get_args(RunOutcome)
 
 
 def lane_status_of(outcome: OutcomeStatus) -> StoryStatus:
@@ -35,3 +41,12 @@ def lane_status_of(outcome: OutcomeStatus) -> StoryStatus:
 def report_status(lane: LaneStatus | None) -> ReportStatus:
     """The report's status of a story: its lane's in the last run, `planned` when it has none."""
     return lane if lane is not None else "planned"
+
+
+def run_status_of(outcome: str | None) -> RunStatus:
+    """The status of a run whose process is gone, from the outcome its `run.json` recorded:
+    that outcome, or `interrupted` when it recorded none (killed) or one this flowd does not know."""
+    for known in RUN_OUTCOMES:
+        if outcome == known:
+            return known
+    return "interrupted"

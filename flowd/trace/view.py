@@ -43,7 +43,7 @@ from flowd.trace.events import (
     TokensUsed,
     WorktreePrepared,
 )
-from flowd.trace.statuses import LaneStatus, StoryStatus
+from flowd.trace.statuses import LaneStatus, RunStatus, StoryStatus
 
 TaskState = Literal["planned", "started", "completed"]
 
@@ -238,7 +238,7 @@ class RunView:
     epic_id: str = ""
     epic_branch: str = ""
     plan: str = ""
-    status: str = "running"
+    status: RunStatus = "running"
     started_at: str | None = None
     ended_at: str | None = None
     concurrency: int = 0
@@ -275,7 +275,7 @@ class RunView:
         return self.count("active")
 
     @property
-    def shown_status(self) -> str:
+    def shown_status(self) -> RunStatus:
         """The run's status for people: `paused` while it is alive with only pauses left."""
         if self.status == "running" and self.pauses and self.active_lanes == 0:
             return "paused"

@@ -27,7 +27,7 @@ def facts(**changes: object) -> RevisionFacts:
         (facts(), None),
         (facts(status="planned"), None),  # not started: takes it after its task plan
         (facts(status="waiting"), None),  # waiting on a dependency, or cancelled and resumable
-        (facts(status="paused"), None),  # takes it when it continues
+        (facts(status="ready"), None),  # waiting for approval to merge: a revision comes first
         (facts(line=10), None),  # the last line
         (facts(lines=0, line=1), None),  # an empty file still has a line 1
         (facts(known=False), Refusal.UNKNOWN_STORY),

@@ -203,6 +203,7 @@ def test_the_declared_enums_are_the_words_the_server_uses() -> None:
 
     enums = protocol.ENUMS
     assert set(enums["laneStatuses"]) == {*get_args(StoryStatus), "queued", "merging"}
+    assert set(enums["runStatuses"]) == {"running", "paused", "interrupted", *protocol.RUN_OUTCOMES}
     assert enums["pauseReasons"] == PAUSE_REASONS
     pause_on = LaunchArgs.model_fields["pause_on"].annotation
     assert set(get_args(get_args(get_args(pause_on)[0])[0])) == set(PAUSE_REASONS)

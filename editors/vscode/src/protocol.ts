@@ -50,7 +50,8 @@ export const ATTENTION = "flow/attention";
 export const RUN_OUTCOMES = ["done", "failed", "cancelled", "halted"] as const;
 
 /** The words of status and reason fields (flowd.protocol.ENUMS). */
-export const LANE_STATUSES = ["planned", "active", "waiting", "ready", "queued", "merging", "done", "failed", "skipped"] as const;
+export const LANE_STATUSES = ["planned", "active", "waiting", "ready", "done", "failed", "skipped", "queued", "merging"] as const;
+export const RUN_STATUSES = ["running", "paused", "interrupted", "done", "failed", "cancelled", "halted"] as const;
 export const ATTENTION_REASONS = ["paused", "blocked", "failed", "budget", "repaired", "escaped", "unconfined", "cleared"] as const;
 export const WAITING_REASONS = ["paused", "blocked", "budget", "failed"] as const;
 export const PAUSE_REASONS = ["budget", "blocked", "noExecutor", "merge"] as const;
@@ -204,7 +205,7 @@ export interface GraphResult {
 export interface GraphStory {
   id: string;
   title: string;
-  status: string;
+  status: "planned" | "active" | "waiting" | "ready" | "done" | "failed" | "skipped" | "queued" | "merging";
   dependsOn: string[];
   lane?: string;
   startedAt?: string;
@@ -224,7 +225,7 @@ export interface LaneParams {
   runId: string;
   lane: string;
   title: string;
-  status: string;
+  status: "planned" | "active" | "waiting" | "ready" | "done" | "failed" | "skipped" | "queued" | "merging";
   executor?: string;
   clone?: number;
   task?: LaneTask;
@@ -274,7 +275,7 @@ export interface PerimeterOfFile {
 export interface PerimeterOwner {
   story: string;
   runId?: string;
-  status?: string;
+  status?: "planned" | "active" | "waiting" | "ready" | "done" | "failed" | "skipped" | "queued" | "merging";
 }
 
 export interface PerimeterParams {
@@ -309,7 +310,7 @@ export interface ResumeArgs {
 export interface RunParams {
   runId: string;
   epicId: string;
-  status: string;
+  status: "running" | "paused" | "interrupted" | "done" | "failed" | "cancelled" | "halted";
   done: number;
   failed: number;
   skipped: number;
@@ -340,7 +341,7 @@ export interface StatusResult {
 export interface StatusRun {
   runId: string;
   epicId: string;
-  status: string;
+  status: "running" | "paused" | "interrupted" | "done" | "failed" | "cancelled" | "halted";
   startedAt?: string | null;
   endedAt?: string | null;
   plan?: string;
@@ -371,7 +372,7 @@ export type TaskState = "planned" | "started" | "completed";
 export interface TimelineLane {
   lane: string;
   title: string;
-  status: string;
+  status: "planned" | "active" | "waiting" | "ready" | "done" | "failed" | "skipped" | "queued" | "merging";
   phases: TimelinePhase[];
 }
 

@@ -17,6 +17,8 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
+from flowd.trace.statuses import LaneStatus
+
 
 @dataclass(frozen=True)
 class Requested:
@@ -51,7 +53,7 @@ class RevisionFacts:
     """What the shell knows about the story and the line when a comment arrives."""
 
     known: bool  # the run's plan has the story
-    status: str  # its lane status: planned, active, waiting, done, failed, skipped (or paused)
+    status: LaneStatus  # its lane's (`planned` before its lane starts)
     merged: bool  # its saved state says merged (possibly in an earlier run)
     merging: bool  # its merge began in this run (it takes no more comments)
     safe_path: bool  # relative, inside the repository

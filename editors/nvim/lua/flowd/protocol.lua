@@ -28,7 +28,8 @@ return {
   -- Outcomes a run ends with (RunEnded.outcome); any other status means it is still going.
   run_outcomes = { "done", "failed", "cancelled", "halted" },
   -- The words of status and reason fields (flowd.protocol.ENUMS), by snake_case name.
-  lane_statuses = { "planned", "active", "waiting", "ready", "queued", "merging", "done", "failed", "skipped" },
+  lane_statuses = { "planned", "active", "waiting", "ready", "done", "failed", "skipped", "queued", "merging" },
+  run_statuses = { "running", "paused", "interrupted", "done", "failed", "cancelled", "halted" },
   attention_reasons = { "paused", "blocked", "failed", "budget", "repaired", "escaped", "unconfined", "cleared" },
   waiting_reasons = { "paused", "blocked", "budget", "failed" },
   pause_reasons = { "budget", "blocked", "noExecutor", "merge" },
