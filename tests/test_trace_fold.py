@@ -59,7 +59,8 @@ from flowd.trace.events import (
     parse_line,
 )
 from flowd.trace.log import TraceFollower, fold_trace, read_trace
-from flowd.trace.view import FOLDED_TYPES, RunView, UsageLike, fold, reported_cost
+from flowd.trace.usage import UsageLike, reported_cost
+from flowd.trace.view import FOLDED_TYPES, RunView, fold
 
 RUN = "r1"
 

@@ -30,7 +30,7 @@ from flowd.store.config import PriceOverride, Settings
 
 if TYPE_CHECKING:
     from flowd.cost.samples import Sample
-    from flowd.trace.view import Pricer, UsageLike
+    from flowd.trace.usage import Pricer, UsageLike
 
 log = logging.getLogger(__name__)
 

@@ -57,7 +57,8 @@ from flowd.store.inbox import Answer, By, Reply
 from flowd.tasks.checkpoint import parse_checkpoint
 from flowd.trace.events import AnswerEffect, StoryAnswered, StoryPaused, StoryStatusChanged
 from flowd.trace.log import fold_trace, list_runs, trace_path
-from flowd.trace.view import PauseView, Pricer, RunView, reported_cost
+from flowd.trace.usage import Pricer, reported_cost
+from flowd.trace.view import PauseView, RunView
 
 
 def answers_file(paths: EpicPaths, story: str) -> Path:

@@ -18,7 +18,8 @@ from flowd.engine.state import EpicPaths
 from flowd.plan.model import StoryPlan
 from flowd.trace.log import fold_trace, list_runs, trace_path
 from flowd.trace.statuses import ReportStatus, report_status
-from flowd.trace.view import Pricer, RunView, reported_cost
+from flowd.trace.usage import Pricer, reported_cost
+from flowd.trace.view import RunView
 
 
 class StoryLine(WireModel):

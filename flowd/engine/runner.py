@@ -3,21 +3,19 @@ done, failed, halted or cancelled; the report and `RunEnded` are written whateve
 
 Ready stories launch by critical-path rank (longest chain of dependents first, plan order
 breaking ties), up to `concurrency` and never more than the roster's coder slots. Those rules are
-the `Scheduler` machine's (engine/core/scheduler.py); `SchedulerShell` carries out what it says.
+the `Scheduler` machine's (engine/core/scheduler.py); `SchedulerShell` (engine/scheduler_shell.py)
+carries out what it says.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import faulthandler
 import os
-import signal
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import cast
 
 from flowd.base import layout
 from flowd.base.errors import EXIT_CANCELLED, EXIT_FAILED, EXIT_HALTED, EXIT_OK, FlowdError, InputError
@@ -27,44 +25,23 @@ from flowd.cost.prices import pricer
 from flowd.engine.bootstrap import bootstrap_epic, preflight
 from flowd.engine.confinement import announcement, run_confinement
 from flowd.engine.context import RunContext
-from flowd.engine.core.budget import BudgetLimits, budget_spent
-from flowd.engine.core.scheduler import (
-    AskPerson,
-    Cancelled,
-    Instruction,
-    LaneFreed,
-    Launch,
-    MarkWaiting,
-    Paused,
-    Poll,
-    ReportBudget,
-    Say,
-    Scheduler,
-    StopAll,
-    StoryFinished,
-    StoryStopped,
-)
-from flowd.engine.core.scheduler import Event as SchedulerEvent
-from flowd.engine.core.stopped import when_stopped
 from flowd.engine.detect import Detector
-from flowd.engine.lanes import LocalPlacement, Placement, open_placement
-from flowd.engine.pause_desk import PauseDesk, earlier_pauses
+from flowd.engine.lanes import Placement, open_placement
+from flowd.engine.pause_desk import earlier_pauses
 from flowd.engine.report import EpicReport, build_report, epic_history, write_report
-from flowd.engine.requests import RequestDesk
-from flowd.engine.review import carry_over
+from flowd.engine.scheduler_shell import SchedulerShell
 from flowd.engine.spares import Spares, reap, reap_in_background
 from flowd.engine.state import EpicLock, EpicPaths, load_state
 from flowd.engine.story import StoryOutcome
 from flowd.engine.story_merge import undo_interrupted_merge
 from flowd.engine.train import TrainShell, recover_train
-from flowd.plan.graph import critical_path_rank, estimate_durations, ready
+from flowd.plan.graph import ready
 from flowd.plan.hashing import story_hash
 from flowd.plan.model import StoryPlan
 from flowd.plan.parse import load_plan
 from flowd.roster.pool import RosterPool
 from flowd.sandbox.confine import active, current
 from flowd.store.config import Roster, Settings, load_roster, load_settings
-from flowd.store.inbox import InboxReader
 from flowd.trace.events import (
     Envelope,
     Event,
@@ -74,7 +51,6 @@ from flowd.trace.events import (
     RunStarted,
     StageCompleted,
     StageStarted,
-    StoryStatusChanged,
 )
 from flowd.trace.log import (
     RunRecord,
@@ -82,7 +58,6 @@ from flowd.trace.log import (
     fold_trace,
     list_runs,
     load_run_record,
-    story_durations,
     trace_path,
     write_run_record,
 )
@@ -512,179 +487,3 @@ def _already_done(repo: Repo, plan: StoryPlan, paths: EpicPaths, settings: Setti
     except (OSError, ValueError):
         report = build_report(plan, view, {})
     return RunResult(last.run_id, "done", EXIT_OK, view, report, paths.report_md, fresh=False)
-
-
-class SchedulerShell:
-    """Carries out the `Scheduler` machine's instructions (story tasks, trace events, cancelling)
-    and feeds back what happened as its events; the rules live in `engine/core/scheduler.py`."""
-
-    def __init__(
-        self,
-        ctx: RunContext,
-        concurrency: int,
-        fail_fast: bool,
-        outcomes: dict[str, StoryOutcome],
-        *,
-        stop: asyncio.Event | None = None,
-        broken: list[str] | None = None,
-        placement: Placement | None = None,
-    ) -> None:
-        self.ctx = ctx
-        self.placement = placement or LocalPlacement(ctx)
-        self.outcomes = outcomes
-        self.tasks: dict[str, asyncio.Task[StoryOutcome]] = {}
-        # Longest expected chain of dependents first, by durations estimated from each story's size
-        # and earlier runs (docs/performance.md: scheduling).
-        history = story_durations(ctx.repo.root)
-        rank = critical_path_rank(ctx.plan, estimate_durations(ctx.plan, history))
-        self.machine = Scheduler(ctx.plan, rank, concurrency, fail_fast, pause_on=ctx.pause_on)
-        self.pauses = ctx.pauses = PauseDesk(ctx)
-        self.carried: dict[str, PauseView] = {}  # the epic's previous run's unanswered pauses
-        self.cancel = stop or asyncio.Event()
-        self.broken = broken if broken is not None else []
-        # Stories entering and leaving the merge train (docs/merging.md): a lane freed may launch one.
-        self.lanes_changed: list[LaneFreed] = []
-        self.lanes_wake = asyncio.Event()
-        ctx.lane_freed = self._lane_freed
-
-    def _lane_freed(self, story: str, freed: bool) -> None:
-        self.lanes_changed.append(LaneFreed(story, freed))
-        self.lanes_wake.set()
-
-    async def run(self, handle_signals: bool) -> tuple[RunOutcome, str | None]:
-        loop = asyncio.get_running_loop()
-        installed: list[signal.Signals] = []
-        if handle_signals:
-            handlers = {
-                signal.SIGTERM: self.cancel.set,
-                signal.SIGINT: self.cancel.set,
-                signal.SIGUSR1: dump_tasks,
-            }
-            for sig, handler in handlers.items():
-                with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-                    loop.add_signal_handler(sig, handler)
-                    installed.append(sig)
-        try:
-            return await self._loop()
-        finally:
-            for sig in installed:
-                loop.remove_signal_handler(sig)
-
-    def _poll(self) -> Poll:
-        ctx = self.ctx
-        spent = budget_spent(BudgetLimits(epic_usd=ctx.epic_limit_usd), ctx.view.totals.cost_usd or 0.0)
-        return Poll(
-            coder_slots=ctx.pool.total_slots("coder"),
-            budget_spent=spent.reason if spent else None,
-            may_launch=not self.cancel.is_set(),
-        )
-
-    async def _loop(self) -> tuple[RunOutcome, str | None]:
-        machine = self.machine
-        cancel_wait = asyncio.create_task(self.cancel.wait(), name="cancel")
-        # Answers and revisions from the CLI and the editor (docs/answers.md).
-        carry_over(self.ctx)  # review comments a killed runner recorded but never made tasks
-        inbox = InboxReader(self.ctx.repo.root, self.ctx.run_id)
-        desk = asyncio.create_task(inbox.serve(RequestDesk(self.ctx).handle), name="inbox")
-        # An answer wakes the loop as a finished story does (docs/answers.md).
-        answered = asyncio.create_task(self.pauses.wake.wait(), name="answers")
-        freed = asyncio.create_task(self.lanes_wake.wait(), name="lanes freed")
-        try:
-            # Pauses a killed run left unanswered stay paused (docs/answers.md).
-            await self._carry_out(machine.handle(*self.pauses.restore(self.carried), self._poll()))
-            while machine.ended is None:
-                finished, _ = await asyncio.wait(
-                    [*self.tasks.values(), cancel_wait, answered, freed], return_when=asyncio.FIRST_COMPLETED
-                )
-                if self.cancel.is_set():
-                    await self._carry_out(machine.handle(Cancelled(self.broken[0] if self.broken else None)))
-                    break
-                events: list[SchedulerEvent] = [
-                    self._finished(cast(asyncio.Task[StoryOutcome], task))
-                    for task in finished
-                    if task is not answered and task is not freed
-                ]
-                if freed in finished:
-                    self.lanes_wake.clear()
-                    events[:0], self.lanes_changed = self.lanes_changed, []
-                    freed = asyncio.create_task(self.lanes_wake.wait(), name="lanes freed")
-                if answered in finished:
-                    events += self.pauses.take()
-                    answered = asyncio.create_task(self.pauses.wake.wait(), name="answers")
-                await self._carry_out(machine.handle(*events))
-                await self._carry_out(machine.handle(self._poll()))
-        finally:
-            answered.cancel()
-            freed.cancel()
-            cancel_wait.cancel()
-            desk.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await desk
-        assert machine.ended is not None
-        return machine.ended.outcome, machine.ended.reason
-
-    def _finished(self, task: asyncio.Task[StoryOutcome]) -> StoryFinished | Paused:
-        story = next(s for s, t in self.tasks.items() if t is task)
-        del self.tasks[story]
-        outcome = task.result()
-        self.outcomes[story] = outcome
-        if outcome.status == "paused" and outcome.pause is not None:
-            whose = None if outcome.pause_run else story
-            return Paused(outcome.pause, story=whose, stopped=story, detail=outcome.reason or "")
-        return StoryFinished(story, outcome.status, outcome.halt)
-
-    async def _carry_out(self, instructions: list[Instruction]) -> None:
-        ctx = self.ctx
-        for step in instructions:
-            if isinstance(step, Launch):
-                run = self.placement.run(step.story)
-                self.tasks[step.story] = asyncio.create_task(run, name=f"story {step.story}")
-            elif isinstance(step, MarkWaiting):
-                ctx.emit(StoryStatusChanged(story=step.story, status="waiting", reason=step.reason))
-            elif isinstance(step, Say):
-                ctx.emit(Info(message=step.message))
-            elif isinstance(step, ReportBudget):
-                ctx.budget_stop(None)  # emits BudgetExceeded once per run
-            elif isinstance(step, AskPerson):
-                self.pauses.ask(step.story, step.reason, step.detail)
-            elif isinstance(step, StopAll):
-                await self._carry_out(self.machine.handle(*await self._stop_all()))
-
-    async def _stop_all(self) -> list[StoryStopped]:
-        tasks = list(self.tasks.items())
-        for _, task in tasks:
-            task.cancel()
-        stopped: list[StoryStopped] = []
-        for story, task in tasks:
-            # What each outcome is, is engine/core/stopped.py's rule; this only learns how it ended.
-            self.outcomes[story] = when_stopped(story, await _ended(task))
-            stopped.append(StoryStopped(story, self.outcomes[story].status))
-        self.tasks.clear()
-        return stopped
-
-
-async def _ended(task: asyncio.Task[StoryOutcome]) -> StoryOutcome | Exception | None:
-    """How a cancelled story task ended: its outcome, None when the cancel stopped it, or its error."""
-    try:
-        return await task
-    except asyncio.CancelledError:
-        return None
-    except Exception as exc:
-        return exc
-
-
-def dump_tasks() -> None:
-    """`kill -USR1 <pid>` of a run that seems stuck: every task's chain of awaits and every
-    thread's stack on stderr (docs/reliability.md); the run goes on."""
-    for task in asyncio.all_tasks():
-        print(f"--- task {task.get_name()}", file=sys.stderr)
-        awaited: object = task.get_coro()
-        while awaited is not None:
-            frame = getattr(awaited, "cr_frame", None) or getattr(awaited, "gi_frame", None)
-            if frame is not None:
-                print(
-                    f"  {frame.f_code.co_filename}:{frame.f_lineno} {frame.f_code.co_name}", file=sys.stderr
-                )
-            awaited = getattr(awaited, "cr_await", None) or getattr(awaited, "gi_yieldfrom", None)
-    faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
-    sys.stderr.flush()

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from flowd.plan.model import StoryPlan
     from flowd.server.shapes import Places
     from flowd.trace.events import Envelope
-    from flowd.trace.view import Pricer
+    from flowd.trace.usage import Pricer
 
 log = logging.getLogger(__name__)
 
@@ -147,7 +147,7 @@ class FlowServer(LanguageServer, RunHooks):
         return Path.cwd()
 
     def _pricer(self) -> Pricer:
-        from flowd.trace.view import reported_cost
+        from flowd.trace.usage import reported_cost
 
         try:
             from flowd.cost.prices import pricer

@@ -26,7 +26,8 @@ if TYPE_CHECKING:  # pydantic models: imported on first use, after `initialize` 
     from flowd.plan.model import StoryPlan
     from flowd.trace.events import Envelope
     from flowd.trace.log import RunRecord, TraceFollower
-    from flowd.trace.view import Pricer, RunView
+    from flowd.trace.usage import Pricer
+    from flowd.trace.view import RunView
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +90,7 @@ def _fold_past(follower: TraceFollower, view: RunView) -> None:
 
 class RunManager:
     def __init__(self, repo: Path, hooks: RunHooks, pricer: Pricer | None = None) -> None:
-        from flowd.trace.view import reported_cost
+        from flowd.trace.usage import reported_cost
 
         self.repo = repo
         self.hooks = hooks

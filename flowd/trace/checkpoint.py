@@ -30,7 +30,8 @@ from typing import Any
 import msgspec
 
 from flowd.base.jsonl import JSONError, dumps, loads
-from flowd.trace.view import PauseView, Pricer, RunView, reported_cost
+from flowd.trace.usage import Pricer, reported_cost
+from flowd.trace.view import PauseView, RunView
 
 FILE_NAME = "view-checkpoint.jsonl"
 FORMAT = 1
@@ -44,6 +45,8 @@ MAX_CHECKPOINT_BYTES = 64 << 20
 # The modules whose code decides what a fold gives: a checkpoint written by other code is stale.
 _FOLD_MODULES = (
     "flowd.trace.view",
+    "flowd.trace.timeline",
+    "flowd.trace.usage",
     "flowd.trace.fastfold",
     "flowd.trace.events",
     __name__,

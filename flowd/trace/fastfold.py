@@ -32,7 +32,8 @@ from pydantic import ValidationError
 
 from flowd.base.jsonl import JSONError, loads, marked_lines
 from flowd.trace.events import EVENT_CLASSES, Event, envelope_from_dict
-from flowd.trace.view import FOLDED_TYPES, RunView, Tokens
+from flowd.trace.usage import Tokens
+from flowd.trace.view import FOLDED_TYPES, RunView
 
 _WRITER_PREFIX = b'{"v":1,"seq":'
 _TYPE_MARK = b'"event":{"type":"'

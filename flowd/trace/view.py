@@ -8,12 +8,11 @@ server's notifications. `RunView.apply` is incremental (the server feeds events 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
-from typing import Literal, Protocol
+from typing import Literal
 
-from flowd.base.timeutil import iso, parse_iso
+from flowd.trace import timeline
 from flowd.trace.events import (
     BudgetExceeded,
     Envelope,
@@ -44,41 +43,11 @@ from flowd.trace.events import (
     WorktreePrepared,
 )
 from flowd.trace.statuses import LaneStatus, RunStatus, StoryStatus
+from flowd.trace.timeline import PhaseSpan
+from flowd.trace.usage import Pricer, UsageLike, reported_cost
 
 TaskState = Literal["planned", "started", "completed"]
 
-
-class UsageLike(Protocol):
-    """A turn's usage as the fold reads it: `flowd.trace.events.Usage`, or `Tokens` from the fast reader."""
-
-    @property
-    def input(self) -> int: ...
-    @property
-    def output(self) -> int: ...
-    @property
-    def total(self) -> int: ...
-    @property
-    def cached_read(self) -> int | None: ...
-    @property
-    def cache_write(self) -> int | None: ...
-    @property
-    def cost_usd(self) -> float | None: ...
-
-
-@dataclass(slots=True)
-class Tokens:
-    """A turn's usage without a pydantic object: what the streaming trace reader builds per line."""
-
-    input: int = 0
-    output: int = 0
-    total: int = 0
-    cached_read: int | None = None
-    cache_write: int | None = None
-    cost_usd: float | None = None
-
-
-# Prices a turn: (model, usage) → USD, or None when unknown. The default trusts only reported cost.
-Pricer = Callable[[str | None, UsageLike], float | None]
 
 # The event types `RunView.apply_event` changes the view for. Every other type leaves it as it was,
 # so a reader that only feeds a view may skip those lines unparsed (flowd.trace.fastfold does; a test pins
@@ -97,10 +66,6 @@ FOLDED_TYPES: frozenset[str] = frozenset(
 )  # fmt: skip
 
 
-def reported_cost(model: str | None, usage: UsageLike) -> float | None:
-    return usage.cost_usd
-
-
 @dataclass
 class TaskView:
     index: int
@@ -110,30 +75,6 @@ class TaskView:
     parallel: bool | None = None
     executor: str | None = None
     clone: int | None = None
-
-
-# A lane's phases on the timeline (docs/graph.md), in the order a story usually goes through them.
-PHASES = ("planned", "coding", "gated", "queued", "merging", "merged", "paused", "failed")
-# The phases a lane ends in: drawn as a point at the time it got there.
-FINAL_PHASES = ("merged", "failed")
-# A story status (StoryStatusChanged, or a lane status the merge train or approval sends) → phase.
-_PHASE_OF_STATUS = {
-    "active": "coding",
-    "waiting": "paused",
-    "ready": "paused",
-    "queued": "queued",
-    "merging": "merging",
-    "failed": "failed",
-}
-
-
-@dataclass
-class PhaseSpan:
-    """One stretch of a lane's timeline: `end` None while it lasts (final phases end where they start)."""
-
-    phase: str
-    start: str
-    end: str | None = None
 
 
 @dataclass
@@ -371,62 +312,55 @@ class RunView:
             for story in event.stories:
                 lane = self.lanes.get(story)
                 if lane is None or not lane.phases:
-                    _enter(self._lane(story, event.titles), "planned", at)
+                    timeline.enter(self._lane(story, event.titles).phases, "planned", at)
         elif isinstance(event, StoryStatusChanged):
             self._status_times(self._lane(event.story), event.status, at)
         elif isinstance(event, TaskStarted):
-            _enter(self._lane(event.lane), "coding", at)
+            timeline.enter(self._lane(event.lane).phases, "coding", at)
         elif isinstance(event, GateResult) and event.lane is not None:
-            self._gate_times(self._lane(event.lane), event.where, _minus_ms(at, event.duration_ms), at)
+            timeline.gate_times(
+                self._lane(event.lane).phases, event.where, timeline.minus_ms(at, event.duration_ms), at
+            )
         elif isinstance(event, StageStarted) and event.lane is not None:
             if event.stage == f"story {event.lane}{_MERGE_STAGE_SUFFIX}":
-                _enter(self._lane(event.lane), "queued", at)  # its turn at the merge (the train's queue)
+                timeline.enter(
+                    self._lane(event.lane).phases, "queued", at
+                )  # its turn at the merge (the train's queue)
         elif isinstance(event, MergeBatchStarted):
             for story in event.lanes:
-                _enter(self._lane(story), "merging", at)
+                timeline.enter(self._lane(story).phases, "merging", at)
         elif isinstance(event, MergeRolledBack):
-            _enter(self._lane(event.lane), "coding", at)
+            timeline.enter(self._lane(event.lane).phases, "coding", at)
         elif isinstance(event, StoryMerged):
             lane = self._lane(event.lane)
             lane.merged_at = at
-            _enter(lane, "merged", at)
+            timeline.enter(lane.phases, "merged", at)
         elif isinstance(event, MergeRevision):
-            _enter(self._lane(event.lane), "coding", at)
+            timeline.enter(self._lane(event.lane).phases, "coding", at)
         elif isinstance(event, StoryPaused) and event.lane is not None:
-            _enter(self._lane(event.lane), "paused", at)
+            timeline.enter(self._lane(event.lane).phases, "paused", at)
         elif isinstance(event, StoryAnswered) and event.lane is not None:
             lane = self._lane(event.lane)
             if lane.phases and lane.phases[-1].phase == "paused":
                 before = [p.phase for p in lane.phases if p.phase != "paused"]
-                _enter(lane, before[-1] if before else "coding", at)
-
-    @staticmethod
-    def _gate_times(lane: LaneView, where: str, start: str, at: str) -> None:
-        """A task gate is `gated` for as long as it ran; the epic gates a story's merge runs (without
-        the merge train, which says `MergeBatchStarted`) make its wait in the queue `merging`."""
-        current = lane.phases[-1].phase if lane.phases else None
-        if where == "task" and current in ("coding", "gated"):
-            _enter(lane, "gated", start)
-            _enter(lane, "coding", at)
-        elif where == "epic" and current == "queued":
-            _enter(lane, "merging", start)
+                timeline.enter(lane.phases, before[-1] if before else "coding", at)
 
     def _status_times(self, lane: LaneView, status: StoryStatus, at: str) -> None:
         if status == "active" and lane.started_at is None:
             lane.started_at = at
         if status in ("done", "failed", "skipped"):
             lane.ended_at = at
-        phase = _PHASE_OF_STATUS.get(status)
+        phase = timeline.PHASE_OF_STATUS.get(status)
         if status == "waiting" and lane.started_at is None:
             phase = None  # never started (behind a failed dependency): its planned span just ends
-            _close(lane, at)
+            timeline.close(lane.phases, at)
         if status == "done":
             phase = "merged"
             lane.merged_at = lane.merged_at or at
         if phase is not None:
-            _enter(lane, phase, at)
+            timeline.enter(lane.phases, phase, at)
         elif status == "skipped":
-            _close(lane, at)
+            timeline.close(lane.phases, at)
 
     def _started(self, event: RunStarted) -> None:
         if event.depends_on is not None:
@@ -572,44 +506,6 @@ class RunView:
             lane.estimated = lane.estimated or estimated
             if cost is not None:
                 lane.cost_usd = (lane.cost_usd or 0.0) + cost
-
-
-def _enter(lane: LaneView, phase: str, at: str) -> None:
-    """The lane is in `phase` from `at` on (a repeat of the current phase changes nothing)."""
-    last = lane.phases[-1] if lane.phases else None
-    if last is not None and last.end is None and last.start >= at and len(lane.phases) > 1:
-        lane.phases.pop()  # an instant in between (coding again as a gate ends and the task too)
-        last = lane.phases[-1]
-        if last.phase == phase and last.end == at:
-            last.end = None
-            return
-    if last is not None:
-        if last.end is None and last.phase == phase:
-            return
-        if last.phase in FINAL_PHASES and phase == last.phase:
-            return
-        at = max(at, last.start)  # a gate's computed start may reach back before the last change
-        if last.end is None:
-            last.end = at
-    end = at if phase in FINAL_PHASES else None
-    lane.phases.append(PhaseSpan(phase, at, end))
-
-
-def _close(lane: LaneView, at: str) -> None:
-    if lane.phases and lane.phases[-1].end is None:
-        lane.phases[-1].end = max(at, lane.phases[-1].start)
-
-
-def _minus_ms(at: str, ms: int) -> str:
-    try:
-        if len(at) == 24 and at[0] in "12" and at[19] == "." and at[20:23].isdigit() and at[23] == "Z":
-            # The writer's own form (docs/trace.md), once per gate result of every fold: the same
-            # result as the general path below at a third of its cost.
-            moment = datetime.fromisoformat(at[:23]) - timedelta(milliseconds=ms)
-            return moment.isoformat(timespec="milliseconds") + "Z"
-        return iso(parse_iso(at) - timedelta(milliseconds=ms))
-    except ValueError:
-        return at
 
 
 def fold(run_id: str, envelopes: Iterable[Envelope], pricer: Pricer = reported_cost) -> RunView:

@@ -199,7 +199,7 @@ def test_the_declared_enums_are_the_words_the_server_uses() -> None:
     from flowd.protocol.models import LaunchArgs
     from flowd.server.features.attention import REASON
     from flowd.trace.events import StoryStatus
-    from flowd.trace.view import PHASES
+    from flowd.trace.timeline import PHASES
 
     enums = protocol.ENUMS
     assert set(enums["laneStatuses"]) == {*get_args(StoryStatus), "queued", "merging"}
