@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from flowd.agents.base import (
-    AgentError,
     FlowdMeta,
     ToolCall,
     TurnRequest,
@@ -31,15 +30,12 @@ from flowd.plan.cone import cone_entries, sparse_cone
 from flowd.plan.model import StoryPlan
 from flowd.roster.leasing import Lease, LeaseInfo
 from flowd.roster.pool import RosterPool
-from flowd.roster.state import after_fault
 from flowd.store.config import Settings
 from flowd.store.inbox import Answer, By, Reply
 from flowd.trace.events import (
     AssistantMessage,
     BudgetExceeded,
     Event,
-    ExecutorLeased,
-    ExecutorReleased,
     GateWhere,
     TokensUsed,
     ToolUse,
@@ -83,6 +79,15 @@ MESSAGE_CHARS = 600
 TOOL_ARG_CHARS = 300
 
 
+class LaneCoder(Protocol):
+    """A story's held coder clone as the context asks it for a turn no free slot can take
+    (engine/held_coder.py)."""
+
+    lease: Lease
+
+    async def borrowed_turn(self, request: TurnRequest) -> TurnResult: ...
+
+
 @dataclass
 class RunContext:
     repo: Repo
@@ -105,7 +110,7 @@ class RunContext:
     # What waits for an answer instead of halting (docs/answers.md).
     pause_on: frozenset[str] = frozenset()
     pauses: PauseAnswers | None = None  # the runner's live pauses, once it schedules
-    holders: dict[str, HeldCoder] = field(default_factory=dict)  # lane → its held coder
+    holders: dict[str, LaneCoder] = field(default_factory=dict)  # lane → its held coder
     reviews: ReviewQueue = field(default_factory=ReviewQueue)  # review comments due (engine/review.py)
     _budget_told: set[str] = field(default_factory=set)
     _train: MergeQueue | None = None
@@ -363,82 +368,6 @@ class RunContext:
             )
         self.record_turn(request, result, info, lane=lane, coder_clone=False)
         return result
-
-
-@dataclass
-class HeldCoder:
-    """A story's coder: one clone held for the whole story, handed over when its executor fails."""
-
-    ctx: RunContext
-    lane: str
-    lease: Lease
-    chain: list[str] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        self.chain.append(self.lease.executor_id)
-        self.ctx.holders[self.lane] = self
-
-    async def borrowed_turn(self, request: TurnRequest) -> TurnResult:
-        """A planner/reviewer/judge turn on this story's own coder clone (no slot was free).
-
-        An executor fault does not end it: like a leased call it waits for the executor to come
-        back (the clone is the only one it can use) and asks once more; an executor out for the
-        run halts (`NoExecutor`, exit 3), as docs/roster.md says.
-        """
-        retried = False
-        while True:
-            lease, role = self.lease, request.role
-            try:
-                result = await self._borrow_once(lease, request)
-            except AgentError as error:
-                excluded = self.ctx.pool.fail(lease, error)
-                if after_fault("borrowed", error.kind, excluded=excluded, retried=retried) is None:
-                    raise
-                retried = True
-                await self.ctx.pool.wait_back(lease.executor_id, role)
-                continue
-            self.ctx.pool.succeeded(lease)
-            self.ctx.record_turn(request, result, lease.info, lane=self.lane, coder_clone=False)
-            return result
-
-    async def _borrow_once(self, lease: Lease, request: TurnRequest) -> TurnResult:
-        role = request.role
-        self.ctx.emit(ExecutorLeased(executor=lease.executor_id, role=role, label=self.lane, borrowed=True))
-        try:
-            return await lease.executor.run_turn(request, self.ctx.observer(self.lane, lease.executor_id))
-        finally:
-            self.ctx.emit(
-                ExecutorReleased(executor=lease.executor_id, role=role, label=self.lane, borrowed=True)
-            )
-
-    async def turn(self, request: TurnRequest) -> TurnResult:
-        async with self.ctx.step(self.lane, request.cwd):
-            return await self._turn(request)
-
-    async def _turn(self, request: TurnRequest) -> TurnResult:
-        handed_over = False
-        while True:
-            lease = self.lease
-            try:
-                result = await lease.executor.run_turn(
-                    request, self.ctx.observer(self.lane, lease.executor_id)
-                )
-            except AgentError as error:
-                excluded = self.ctx.pool.fail(lease, error)
-                if after_fault("held", error.kind, excluded=excluded, retried=handed_over) is None:
-                    raise
-                self.lease = await self.ctx.pool.hand_over(lease, error)
-                self.chain.append(self.lease.executor_id)
-                handed_over = True
-                continue
-            self.ctx.pool.succeeded(lease)
-            self.ctx.record_turn(request, result, lease.info, lane=self.lane, coder_clone=True)
-            return result
-
-    def release(self) -> None:
-        self.ctx.pool.release(self.lease)
-        if self.ctx.holders.get(self.lane) is self:
-            del self.ctx.holders[self.lane]
 
 
 def _wire_usage(usage: TurnUsage) -> Usage:

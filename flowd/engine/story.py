@@ -16,7 +16,7 @@ import functools
 from collections.abc import Callable
 
 from flowd.engine import prompts
-from flowd.engine.context import HeldCoder, RunContext
+from flowd.engine.context import RunContext
 from flowd.engine.core.approval import approval_due, is_approved
 from flowd.engine.core.failure import StoryFacts, outcome_of
 from flowd.engine.core.outcome import StoryOutcome
@@ -30,6 +30,7 @@ from flowd.engine.core.revision import (
     rounds_not_counted,
 )
 from flowd.engine.core.stops import AwaitingApproval, StoryFailed
+from flowd.engine.held_coder import HeldCoder
 from flowd.engine.reopen import reopen_with_revision
 from flowd.engine.state import (
     StoryState,

@@ -13,10 +13,11 @@ from pathlib import Path
 from flowd.base.fsio import write_text_atomic
 from flowd.engine import prompts
 from flowd.engine.aside import TaskGraph
-from flowd.engine.context import HeldCoder, RunContext
+from flowd.engine.context import RunContext
 from flowd.engine.core import strays
 from flowd.engine.core.revision import Cleared, RevisionsSpent, after_judge, with_revision
 from flowd.engine.core.stops import StoryFailed, StoryWaiting
+from flowd.engine.held_coder import HeldCoder
 from flowd.engine.reopen import revision_description
 from flowd.engine.replies import Verdict, parse_task_plan, parse_verdict
 from flowd.engine.review import append_revisions
