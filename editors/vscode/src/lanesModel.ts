@@ -82,10 +82,13 @@ export interface ModelChange {
   lane?: string;
 }
 
-// `queued`/`merging`: its work is done and it is in the merge train (docs/merging.md); still running.
-const RUNNING_LANE = new Set(["active", "running", "queued", "merging"]);
+/** A lane's status, in the words the protocol declares (`LANE_STATUSES`). */
+export type LaneStatus = LaneParams["status"];
 
-export function isLaneRunning(status: string): boolean {
+// `queued`/`merging`: its work is done and it is in the merge train (docs/merging.md); still running.
+const RUNNING_LANE: ReadonlySet<LaneStatus> = new Set<LaneStatus>(["active", "queued", "merging"]);
+
+export function isLaneRunning(status: LaneStatus): boolean {
   return RUNNING_LANE.has(status);
 }
 

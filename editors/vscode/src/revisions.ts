@@ -3,7 +3,7 @@
 
 import * as path from "node:path";
 import { findWorktree } from "./laneActions";
-import { isLaneRunning, LanesModel } from "./lanesModel";
+import { isLaneRunning, LanesModel, LaneStatus } from "./lanesModel";
 import { AddRevisionArgs, AddRevisionResult, Commands, FlowServer, PerimeterOfFile, Requests } from "./protocol";
 
 /** The story (of a live run) a comment on a file goes to. */
@@ -13,8 +13,8 @@ export interface RevisionTarget {
 }
 
 /** Lane statuses of a story that may still take a revision (not merged, failed or skipped). */
-export function takesRevisions(status: string): boolean {
-  return isLaneRunning(status) || status === "planned" || status === "waiting" || status === "paused" || status === "ready";
+export function takesRevisions(status: LaneStatus): boolean {
+  return isLaneRunning(status) || status === "planned" || status === "waiting" || status === "ready";
 }
 
 function inside(dir: string, file: string): boolean {
