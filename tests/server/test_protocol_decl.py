@@ -221,3 +221,21 @@ def test_the_editors_take_the_enums_from_the_generated_modules() -> None:
     lua = ROOT / "editors" / "nvim" / "lua" / "flowd"
     assert "P.waiting_reasons" in (lua / "handlers.lua").read_text(encoding="utf-8")
     assert "G.PHASES = P.timeline_phases" in (lua / "graph.lua").read_text(encoding="utf-8")
+
+
+def test_the_editors_status_sets_use_only_declared_words() -> None:
+    """The Lua plugin's sets of lane and run statuses hold only words the protocol declares (the
+    TypeScript sets are typed with them, so tsc checks those)."""
+    lua = ROOT / "editors" / "nvim" / "lua" / "flowd"
+
+    def keys(text: str, name: str) -> set[str]:
+        found = re.search(rf"{re.escape(name)} = \{{([^}}]*)\}}", text)
+        assert found is not None, name
+        return set(re.findall(r"(\w+) = true", found.group(1)))
+
+    revise = (lua / "revise.lua").read_text(encoding="utf-8")
+    state = (lua / "state.lua").read_text(encoding="utf-8")
+    lanes, runs = set(protocol.ENUMS["laneStatuses"]), set(protocol.ENUMS["runStatuses"])
+    assert keys(revise, "local TAKES") <= lanes
+    assert keys(revise, "local LIVE") <= runs
+    assert keys(state, "S.ACTIVE") <= runs

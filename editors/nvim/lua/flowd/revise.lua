@@ -4,7 +4,10 @@
 local R = {}
 local P = require("flowd.protocol")
 
-local TAKES = { active = true, running = true, planned = true, waiting = true, paused = true, ready = true }
+-- Lane statuses (P.lane_statuses) of a story that may still take a revision: not done, failed or
+-- skipped. The runner says why when one it cannot take arrives (a merge already begun).
+local TAKES = { planned = true, active = true, waiting = true, ready = true, queued = true, merging = true }
+-- Run statuses (P.run_statuses) of a run alive to take one.
 local LIVE = { running = true, paused = true }
 
 local function within(dir, file)
