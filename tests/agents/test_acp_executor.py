@@ -14,6 +14,7 @@ from acp import RequestError
 
 from flowd.agents.acp_client import AcpExecutor
 from flowd.agents.base import AgentError, ToolCall
+from flowd.sandbox.confine import Confinement
 from flowd.trace.log import pid_alive
 
 from .conftest import request
@@ -333,6 +334,20 @@ async def test_fs_callbacks_serve_the_working_directory_only(
     assert caught.value.code == -32002
 
 
+def _enforcing(tmp_path: Path) -> Confinement:
+    """The `worktree` fixture's repository confined as a run confines it (the kernel's Landlock)."""
+    from flowd.sandbox import landlock
+
+    assert landlock.abi() >= 2, "this test needs the kernel's Landlock"
+    repo = tmp_path / "repo"
+    home = tmp_path / "home"
+    home.mkdir(exist_ok=True)
+    return Confinement(
+        "enforce", checkout=repo, common_dir=repo / ".git", lanes_root=tmp_path / "repo.flowd",
+        epic="epic", home=home,
+    )  # fmt: skip
+
+
 async def test_a_confined_agent_never_serves_a_reused_worktree_and_leaves_it_when_asked(
     worktree: Path, tmp_path: Path, write_script: Callable[..., Path], executors: Callable[..., AcpExecutor]
 ) -> None:
@@ -340,18 +355,11 @@ async def test_a_confined_agent_never_serves_a_reused_worktree_and_leaves_it_whe
     name is another confinement key, so the agent confined to the old lane is restarted for the
     new one; and `leave_lane` stops an idle agent confined to a worktree about to be handed on."""
     from flowd.engine.spares import Spares
-    from flowd.sandbox import landlock
-    from flowd.sandbox.confine import Confinement, active
+    from flowd.sandbox.confine import active
     from flowd.vcs.gitops import Repo
 
-    assert landlock.abi() >= 2, "this test needs the kernel's Landlock"
     repo = Repo(tmp_path / "repo")
-    home = tmp_path / "home"
-    home.mkdir()
-    confinement = Confinement(
-        "enforce", checkout=repo.root, common_dir=repo.common_dir, lanes_root=tmp_path / "repo.flowd",
-        epic="epic", home=home,
-    )  # fmt: skip
+    confinement = _enforcing(tmp_path)
     script = write_script([{"writes": {"here.txt": "x\n"}, "reply": "ok"}])
     executor = executors(script)
     with active(confinement):
@@ -380,19 +388,13 @@ async def test_a_warm_start_for_a_lane_replaces_an_idle_agent_confined_to_anothe
     story plans. An idle agent confined to another lane is replaced by one confined to this lane,
     whose first turn then runs in it without another start; a warm for the lane it already serves
     starts nothing."""
-    from flowd.sandbox import landlock
-    from flowd.sandbox.confine import Confinement, active
+    from flowd.sandbox.confine import active
 
-    assert landlock.abi() >= 2, "this test needs the kernel's Landlock"
-    repo = tmp_path / "repo"
     web = worktree.parent / "web"
-    subprocess.run(["git", "worktree", "add", "-q", "-b", "story/epic/web", str(web)], cwd=repo, check=True)
-    home = tmp_path / "home"
-    home.mkdir()
-    confinement = Confinement(
-        "enforce", checkout=repo, common_dir=repo / ".git", lanes_root=tmp_path / "repo.flowd",
-        epic="epic", home=home,
-    )  # fmt: skip
+    subprocess.run(
+        ["git", "worktree", "add", "-q", "-b", "story/epic/web", str(web)], cwd=tmp_path / "repo", check=True
+    )
+    confinement = _enforcing(tmp_path)
     script = write_script([{"writes": {"here.txt": "x\n"}, "reply": "ok"}])
     executor = executors(script)
     with active(confinement):

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from flowd.engine.core.escape import SLACK_S
 from flowd.trace.events import Info, LaneEscape
 from tests.engine.scenario import Scenario, coder, git, story
 
@@ -141,12 +142,15 @@ def _attack(tmp_path: Path) -> Path:
         # wait for that release too, or a write could have two suspects (docs/sandbox-detection.md).
         'n=0; until grep -Eqs \'"ExecutorReleased",[^}]*"role":"coder","label":"v"\' $REPO/.flow/runs/*/trace.jsonl;'
         " do n=$((n+1)); [ $n -gt 600 ] && break; sleep 0.1; done",
-        # Blame counts 20 ms around each step window as inside it (the kernel stamps files from a
-        # coarse clock); the release can follow the window's end by less than that, when the
-        # victim's after-step check was served by one already begun. The first writes then had two
-        # suspects and were left unblamed (the flake seen as 'absolute path' missing), so the
-        # attack starts past that margin.
-        "sleep 0.2",
+        # Blame counts SLACK_S around each step window as inside it (the kernel stamps files from a
+        # coarse clock), and the release can follow the window's end by less than that, when the
+        # victim's after-step check was served by one already begun: the first writes then had two
+        # suspects and were left unblamed (the flake seen as 'absolute path' missing). So the
+        # attack waits until the file clock stamps its writes past that margin after the trace's
+        # last write (which came after the victim's window closed), with a clock tick to spare.
+        "M=$(stat -c %.9Y $REPO/.flow/runs/*/trace.jsonl | sort -n | tail -1); P=$(mktemp); n=0;"
+        f" until touch $P && awk -v p=$(stat -c %.9Y $P) -v m=$M 'BEGIN {{ exit !(p > m + {SLACK_S + 0.03}) }}';"
+        " do n=$((n+1)); [ $n -gt 600 ] && break; sleep 0.01; done; rm -f $P",
     ]
     script.write_text("\n".join([*head, *lines, DOUBLE_FORK]) + "\n", encoding="utf-8")
     return script
