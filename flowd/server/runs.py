@@ -100,6 +100,8 @@ class RunManager:
         self._stop = asyncio.Event()
         self._watching = asyncio.Event()
         self._tracking: dict[str, asyncio.Task[Tracked]] = {}
+        # Runs this server is launching: followed from their first line, every transition sent.
+        self._launching: set[str] = set()
         self._polling = False  # out of inotify watches once: the runs directory is polled since
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -171,15 +173,19 @@ class RunManager:
         from flowd.control import runctl
 
         run_id = runctl.new_run_id(epic_id)
-        process = await asyncio.to_thread(runctl.launch_detached, self.repo, plan, run_id, options)
+        self._launching.add(run_id)
         try:
-            record = await asyncio.to_thread(runctl.wait_for_record, self.repo, run_id, process)
-        except BaseException:
-            if process.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(process.pid, 15)
-            raise
-        run = await self.track(record)
+            process = await asyncio.to_thread(runctl.launch_detached, self.repo, plan, run_id, options)
+            try:
+                record = await asyncio.to_thread(runctl.wait_for_record, self.repo, run_id, process)
+            except BaseException:
+                if process.poll() is None:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(process.pid, 15)
+                raise
+            run = await self.track(record)
+        finally:
+            self._launching.discard(run_id)
         if run.process is None:
             run.process = process
         return run
@@ -217,7 +223,11 @@ class RunManager:
         run = Tracked(record, view, TraceFollower(trace_path(self.repo, record.run_id)))
         # The past: from the view checkpoint the runner keeps next to the trace, then the lines
         # after it, streaming and skipping what no view needs (flowd.trace.checkpoint, flowd.trace.fastfold).
-        await asyncio.to_thread(_fold_past, run.follower, view)
+        # A run launched here has a short past whose every transition the editor is owed (its
+        # stories' `planned` among them, which a fast first story may already have left): it is
+        # followed from its first line instead, by `pump` below.
+        if record.run_id not in self._launching:
+            await asyncio.to_thread(_fold_past, run.follower, view)
         view.epic_id = view.epic_id or record.epic_id
         view.plan = view.plan or record.plan
         view.epic_branch = view.epic_branch or layout.epic_branch(record.epic_id)
