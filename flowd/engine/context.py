@@ -23,7 +23,7 @@ from flowd.engine.core.budget import BudgetLimits, BudgetSpent, budget_spent
 from flowd.engine.core.ports import PortSlots
 from flowd.engine.core.review_comments import ReviewQueue
 from flowd.engine.core.stops import BudgetHalt
-from flowd.engine.gates import CommandRun, run_gates
+from flowd.engine.gates import CommandRun, GatesElsewhere, run_gates
 from flowd.engine.spares import Spares
 from flowd.engine.state import EpicPaths
 from flowd.plan.cone import cone_entries, sparse_cone
@@ -68,6 +68,8 @@ if TYPE_CHECKING:
 class MergeQueue(Protocol):
     """What a story needs of the merge train (`engine/train.py`'s `TrainShell`, docs/merging.md):
     the one door into the epic. Declared here so the context stands below the train."""
+
+    elsewhere: GatesElsewhere | None  # where candidates' gates run, if not here (docs/scale-out.md)
 
     async def merge(self, story: str, branch: str) -> str: ...
 

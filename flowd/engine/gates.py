@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from flowd.engine.core.flaky import Failed, Rerun, after_gate_run
 from flowd.sandbox.confine import Scanner, current, spawning
@@ -155,3 +156,15 @@ async def run_gates(
         if step.flaky:
             emit(GateFlaky(lane=lane, where=where, gate=command, attempts=step.red_runs))
     return None
+
+
+class NotPlaced(Exception):
+    """Gates that were to run elsewhere could not (a node lost, a push refused): run them here."""
+
+
+class GatesElsewhere(Protocol):
+    """Where a merge candidate's epic gates run when not on this machine (docs/scale-out.md,
+    "Candidate gates on the cluster"): the candidate's tip in, the first red gate (None: green)
+    out, its events emitted here as they happen. Raises `NotPlaced` to have them run here."""
+
+    async def gate(self, cid: int, tip: str, commands: list[str], lane: str | None) -> CommandRun | None: ...

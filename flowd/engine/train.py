@@ -30,7 +30,7 @@ from flowd.engine.bootstrap import bootstrap_files
 from flowd.engine.context import RunContext
 from flowd.engine.core import train as rules
 from flowd.engine.core.stops import Halt, StoryFailed
-from flowd.engine.gates import run_gates
+from flowd.engine.gates import CommandRun, GatesElsewhere, NotPlaced, run_gates
 from flowd.engine.spares import to_trash
 from flowd.engine.state import EpicPaths, load_state, save_state
 from flowd.trace.events import (
@@ -165,6 +165,8 @@ class TrainShell:
         self._free: list[Path] = []
         self._slots = 0
         self._warming: asyncio.Task[Path] | None = None
+        # Set by a placement that runs candidates' gates on its own machines (docs/scale-out.md).
+        self.elsewhere: GatesElsewhere | None = None
 
     def warm(self) -> None:
         """Make the first candidate worktree now, while the lanes work: in a big repository a
@@ -379,22 +381,8 @@ class TrainShell:
         built = self.built[cid]
         commands = ctx.settings.gates[start:]
         lanes = self._lanes_of(cid)
-        lane = lanes[0] if len(lanes) == 1 else None
-        log_dir = ctx.paths.root / "train" / f"c{cid}"
         started = time.monotonic()
-        red = await run_gates(
-            commands,
-            built.worktree,
-            where="epic",
-            lane=lane,
-            emit=ctx.emit,
-            log_dir=log_dir,
-            timeout_s=ctx.settings.gate_timeout_s,
-            # A candidate's gates use its first story's ports: that lane waits for its merge, so
-            # nothing else of its runs there (docs/worktree-bootstrap.md).
-            env=ctx.lane_env(lanes[0]) if lanes else {},
-            retries=0,  # the machine decides reruns (engine/core/train.py)
-        )
+        red = await self._gates_of(cid, built, commands, lanes)
         duration = int((time.monotonic() - started) * 1000)
         self.gate_ms.append(duration)
         if red is None:
@@ -406,6 +394,32 @@ class TrainShell:
         feed = asyncio.ensure_future(self.feed(gated))
         self._feeds.add(feed)
         feed.add_done_callback(self._feed_done)
+
+    async def _gates_of(
+        self, cid: int, built: _Built, commands: list[str], lanes: list[str]
+    ) -> CommandRun | None:
+        """The candidate's first red gate (None: green): on the cluster when the placement runs
+        them there, else here (and here too when the cluster could not)."""
+        ctx = self.ctx
+        lane = lanes[0] if len(lanes) == 1 else None
+        if self.elsewhere is not None:
+            try:
+                return await self.elsewhere.gate(cid, built.tip, commands, lane)
+            except NotPlaced as why:
+                ctx.emit(Info(lane=lane, message=f"merge candidate {cid}: its epic gates run here ({why})"))
+        return await run_gates(
+            commands,
+            built.worktree,
+            where="epic",
+            lane=lane,
+            emit=ctx.emit,
+            log_dir=ctx.paths.root / "train" / f"c{cid}",
+            timeout_s=ctx.settings.gate_timeout_s,
+            # A candidate's gates use its first story's ports: that lane waits for its merge, so
+            # nothing else of its runs there (docs/worktree-bootstrap.md).
+            env=ctx.lane_env(lanes[0]) if lanes else {},
+            retries=0,  # the machine decides reruns (engine/core/train.py)
+        )
 
     def _gate_done(self, cid: int, task: asyncio.Task[None]) -> None:
         if self.gating.get(cid) is task:

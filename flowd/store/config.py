@@ -72,6 +72,9 @@ class LanesSettings(StrictWireModel):
     # "auto": RAY_ADDRESS or a running cluster, else a local instance; or "ray://host:10001", "host:port".
     address: str = Field(default="auto", min_length=1)
     remote: str = Field(default="origin", min_length=1)  # a git remote name or URL
+    # Where the merge train's candidate gates run: "runner" (this machine) or "cluster" (the
+    # least loaded node, docs/scale-out.md "Candidate gates on the cluster").
+    candidate_gates: Literal["runner", "cluster"] = "runner"
 
 
 SandboxMode = Literal["enforce", "detect", "off"]

@@ -212,3 +212,69 @@ def test_red_forever_on_a_ray_lane_fails_after_its_merge_revision_rounds(
     assert [e["type"] for e in events].count("MergeRevision") == 1
     assert sc.merge_commits() == []
     assert no_lane_actors_left(cluster)
+
+
+def gated_on_the_cluster(sc: Scenario, gate: str, tmp_path: Path) -> None:
+    """The scenario's epic gate is `gate`, candidates gated on the cluster; the gate may write
+    its record under `tmp_path` (the node's confinement denies writes outside a lane)."""
+    config = sc.repo / ".flow" / "config.toml"
+    text = config.read_text(encoding="utf-8").replace(
+        'gates = ["test -f README.md"]', f"gates = [{json.dumps(gate)}]"
+    )
+    text = text.replace("[lanes]\n", '[lanes]\ncandidateGates = "cluster"\n')
+    config.write_text(text + f"\n[sandbox]\nallowWrite = [{json.dumps(str(tmp_path))}]\n", encoding="utf-8")
+
+
+def test_candidate_gates_on_the_cluster_run_on_the_nodes_and_send_back_only_the_red_story(
+    tmp_path: Path, cluster: Cluster
+) -> None:
+    """`candidateGates = "cluster"`: every candidate's epic gates ran in a node's lane cache, the
+    red story went back with the node's gate output, the other merged once, no ref is left."""
+    cwds = tmp_path / "gate-cwds.txt"
+    gate = (
+        f'sh -c \'test "$(basename "$(pwd)")" != _epic || pwd >> {cwds}; '
+        f'{ON_EPIC} || test ! -f a/x.txt || test -f a/fixed.txt || {{ echo "epic check: a/fixed.txt missing"; exit 1; }}\''
+    )
+    fix = coder("a", {"a/fixed.txt": "fixed\n"})
+    fix["when"]["prompt"] = "epic check: a/fixed.txt missing"
+    stories = [story("a", ["a/"]), story("b", ["b/"])]
+    sc = on_ray(tmp_path, stories, [fix, coder("a", {"a/x.txt": "x\n"}), coder("b", {"b/y.txt": "y\n"})])
+    gated_on_the_cluster(sc, gate, tmp_path)
+    done = run(sc, cluster, "--run-id", "cg")
+    assert done.returncode == 0, done.stderr + done.stdout[-3000:]
+    assert sorted(sc.merge_commits()) == ["ep: merge story a", "ep: merge story b"]
+    events = trace(sc, "cg")
+    revisions = [e for e in events if e["type"] == "MergeRevision"]
+    assert [r["lane"] for r in revisions] == ["a"] and "a/fixed.txt missing" in revisions[0]["output"]
+    on_nodes = [e["message"] for e in events if e["type"] == "Info" and "epic gates on node" in e["message"]]
+    ran_here = [e["message"] for e in events if e["type"] == "Info" and "epic gates run here" in e["message"]]
+    assert on_nodes and not ran_here, ran_here
+    caches = [temp / "lanes" for temp in cluster.nodes.values()]
+    ran = cwds.read_text(encoding="utf-8").split()
+    assert ran and all(any(Path(cwd).is_relative_to(c) for c in caches) for cwd in ran), ran
+    assert git(tmp_path / "remote.git", "for-each-ref", "refs/flowd/") == ""
+    assert no_lane_actors_left(cluster)
+
+
+def test_candidate_gates_run_on_the_runner_when_the_remote_refuses_the_candidate(
+    tmp_path: Path, cluster: Cluster
+) -> None:
+    """A remote that takes branches but not flowd's candidate refs (a hook, as hosted remotes
+    restrict namespaces): the train gates the candidate here, says why, and merges as before."""
+    cwds = tmp_path / "gate-cwds.txt"
+    gate = f'sh -c \'test "$(basename "$(pwd)")" != _epic || pwd >> {cwds}\''
+    sc = on_ray(tmp_path, [story("a", ["a/"])], [coder("a", {"a/x.txt": "x\n"})])
+    hook = tmp_path / "remote.git" / "hooks" / "pre-receive"
+    hook.write_text('#!/bin/sh\nif grep -q " refs/flowd/"; then echo "refs/flowd/* is closed"; exit 1; fi\n')
+    hook.chmod(0o755)
+    gated_on_the_cluster(sc, gate, tmp_path)
+    done = run(sc, cluster, "--run-id", "cr")
+    assert done.returncode == 0, done.stderr + done.stdout[-3000:]
+    assert sc.merge_commits() == ["ep: merge story a"]
+    said = [
+        e["message"] for e in trace(sc, "cr") if e["type"] == "Info" and "epic gates run here" in e["message"]
+    ]
+    assert len(said) == 1 and "refused the candidate" in said[0], said
+    ran = cwds.read_text(encoding="utf-8").split()
+    assert ran and all(Path(cwd).is_relative_to(sc.worktree_root) for cwd in ran), ran
+    assert no_lane_actors_left(cluster)

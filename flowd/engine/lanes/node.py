@@ -32,7 +32,8 @@ from flowd.base.fsio import write_text_atomic
 from flowd.engine.core.ports import PortSlots
 from flowd.engine.core.stops import Halt
 from flowd.engine.detect import Detector
-from flowd.engine.lanes.node_lane import FETCHED_REFS, PUSH, LaneMessage, LaneSpec, NodeLane
+from flowd.engine.lanes.node_gates import CandidateSlots, GateSpec, gate_candidate
+from flowd.engine.lanes.node_lane import FETCHED_REFS, PUSH, LaneMessage, LaneSpec, NodeLane, drained
 from flowd.engine.state import EpicPaths
 from flowd.roster.pool import RosterPool
 from flowd.sandbox import landlock
@@ -135,6 +136,7 @@ class NodeHost:
         self._repo: NodeRepo | None = None
         self._pool: RosterPool | None = None
         self._detector: Detector | None = None
+        self.candidates = CandidateSlots(self.cache / "wt", spec.epic)
 
     def ensure_clone(self) -> NodeRepo:
         """The node's clone of the remote (made on first use; lanes fetch what they need)."""
@@ -234,14 +236,7 @@ class NodeHost:
         lane = NodeLane(self, spec, queue.put_nowait)
         task = asyncio.create_task(lane.run())
         try:
-            while True:
-                getter = asyncio.create_task(queue.get())
-                done, _ = await asyncio.wait({getter, task}, return_when=asyncio.FIRST_COMPLETED)
-                batch = [getter.result()] if getter in done else []
-                if getter not in done:
-                    getter.cancel()
-                while not queue.empty():
-                    batch.append(queue.get_nowait())
+            async for batch in drained(queue, task):
                 out: list[LaneMessage] = []
                 for message in batch:
                     if message[0] != PUSH:
@@ -261,15 +256,18 @@ class NodeHost:
                         return
                 if out:
                     yield out
-                if task.done() and queue.empty():
-                    now = time.time()
-                    yield [("timing", lane.timing.summary(), now), ("outcome", task.result(), now)]
-                    return
+            now = time.time()
+            yield [("timing", lane.timing.summary(), now), ("outcome", task.result(), now)]
         finally:
             if not task.done():
                 task.cancel()
                 with contextlib.suppress(BaseException):
                     await task
+
+    async def gate(self, spec: GateSpec) -> AsyncIterator[list[LaneMessage]]:
+        """A merge candidate's epic gates on this node (node_gates.py): events, then the verdict."""
+        async for batch in gate_candidate(self, self.candidates, spec):
+            yield batch
 
     async def aclose(self) -> None:
         if self._pool is not None:

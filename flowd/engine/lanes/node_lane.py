@@ -15,11 +15,11 @@ import socket
 import statistics
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from flowd.base import layout
 from flowd.base.fsio import write_text_atomic
@@ -367,3 +367,27 @@ def _read(path: Path) -> str | None:
         return path.read_text(encoding="utf-8")
     except (FileNotFoundError, NotADirectoryError):
         return None
+
+
+async def drained(
+    queue: asyncio.Queue[LaneMessage], task: asyncio.Task[Any]
+) -> AsyncIterator[list[LaneMessage]]:
+    """What `task` posts to `queue`, a batch at a time (one Ray object each, not one per
+    message), until it has ended and all is out; closing this early (the runner gave up on the
+    work: a discarded candidate, a lost lane) cancels `task` too."""
+    try:
+        while not (task.done() and queue.empty()):
+            getter = asyncio.ensure_future(queue.get())
+            done, _ = await asyncio.wait({getter, task}, return_when=asyncio.FIRST_COMPLETED)
+            batch = [getter.result()] if getter in done else []
+            if getter not in done:
+                getter.cancel()
+            while not queue.empty():
+                batch.append(queue.get_nowait())
+            if batch:
+                yield batch
+    finally:
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task

@@ -29,7 +29,9 @@ from flowd.engine.core.placement import Node, PlacementsSpent, after_lost, lane_
 from flowd.engine.core.revision import rounds_not_counted
 from flowd.engine.core.stops import AwaitingApproval, Halt
 from flowd.engine.lanes.node import HostSpec, NodeHost
+from flowd.engine.lanes.node_gates import GateSpec
 from flowd.engine.lanes.node_lane import LaneSpec
+from flowd.engine.lanes.ray_gates import ClusterGates
 from flowd.engine.state import StoryState, append_findings, load_state, save_state
 from flowd.engine.story import StoryRun
 from flowd.plan.hashing import story_hash
@@ -66,6 +68,13 @@ class LaneHost:
         async for batch in self.node.stream(spec):
             yield batch
 
+    async def gate(self, spec: GateSpec) -> Any:
+        """An async generator of batches: ("placed", node name) first, a merge candidate's gate
+        events, `GATED` last."""
+        yield [("placed", f"{socket.gethostname()}/{self.node_id[:8]}", time.time())]
+        async for batch in self.node.gate(spec):
+            yield batch
+
     async def close(self) -> None:
         """Close the node's agents (the runner kills the actor right after)."""
         await self.node.aclose()
@@ -87,6 +96,7 @@ class RayPlacement:
         self.lost: dict[str, float] = {}  # Ray node id → when a lane placed there was lost
         self.prestart = prestart  # agent clones each node starts before its first lane
         self.epic_pushed: str | None = None  # the epic commit the remote has (pushed by this run)
+        self.gates: ClusterGates | None = None  # `candidateGates = "cluster"` (ray_gates.py)
 
     @classmethod
     async def connect(cls, ctx: RunContext, prestart: int = 0) -> RayPlacement:
@@ -112,9 +122,14 @@ class RayPlacement:
             lanes._start_host(node_id)
         with contextlib.suppress(Halt):  # a refusing remote is said by the first story, which waits
             await asyncio.to_thread(lanes._push_epic)
+        if ctx.settings.lanes.candidate_gates == "cluster":
+            lanes.gates = ClusterGates(lanes)
+            ctx.merge_train().elsewhere = lanes.gates
         return lanes
 
     async def aclose(self) -> None:
+        if self.gates is not None:
+            await self.gates.aclose()
         hosts = list(self.hosts.values())
         self.hosts.clear()
         with contextlib.suppress(Exception):
@@ -254,11 +269,11 @@ class RayPlacement:
         host.warm.remote()  # its failure shows in the first lane placed there
         self.hosts[node_id] = host
 
-    async def _host(self) -> tuple[str, Any]:
+    async def pick_host(self) -> tuple[str, Any]:
         """The least loaded live node's host; a host per live node, started when first needed."""
         alive = await self._nodes()
         for gone in set(self.hosts) - set(alive):
-            self._drop(gone)
+            self.drop_host(gone)
         candidates = trusted(alive, self.lost, time.monotonic())
         for missing in set(candidates) - set(self.hosts):
             self._start_host(missing)
@@ -273,9 +288,9 @@ class RayPlacement:
             try:
                 await asyncio.wait_for(host.ready.remote(), timeout=60)
             except Exception:
-                self._drop(node_id, host)
+                self.drop_host(node_id, host)
 
-    def _drop(self, node_id: str, host: Any = None) -> None:
+    def drop_host(self, node_id: str, host: Any = None) -> None:
         """Forget a host whose node left or whose process died (killed for good: it is ours)."""
         if host is not None and self.hosts.get(node_id) is not host:
             return
@@ -288,7 +303,7 @@ class RayPlacement:
         """One placement: the lane's stream until its outcome; LaneLost when its worker or node dies."""
         ray = self.ray
         asked = time.monotonic()
-        node_id, host = await self._host()
+        node_id, host = await self.pick_host()
         self.load[node_id] = self.load.get(node_id, 0) + 1
         latencies: list[float] = []
         batches = 0
@@ -312,7 +327,7 @@ class RayPlacement:
             self.ctx.emit(StoryStatusChanged(story=story, status="failed", reason=reason[:2000]))
             return StoryOutcome(story, "failed", reason=reason)
         except ray.exceptions.RayError as exc:
-            self._drop(node_id, host)
+            self.drop_host(node_id, host)
             self.lost[node_id] = time.monotonic()
             raise LaneLost(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
         finally:
