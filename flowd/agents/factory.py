@@ -6,8 +6,10 @@ is one entry here.
 
 from __future__ import annotations
 
+import importlib
 import sys
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from flowd.agents.base import Executor
@@ -40,6 +42,27 @@ def _acp(spec: ExecutorSpec, clone: int, log_dir: Path | None) -> Executor:
     if not spec.command:
         raise FlowdError(f"executor {spec.id!r}: kind 'acp' needs `command` (the agent to start)")
     return _acp_executor(spec, clone, log_dir, list(spec.command))
+
+
+ACP_KINDS = frozenset({"acp", "script"})
+
+
+def preload(specs: Iterable[ExecutorSpec]) -> None:
+    """Import the ACP client in a background thread when the roster has ACP executors.
+
+    The import (mostly the `acp` SDK's schema models) takes about half a second of CPU, kept out
+    of the commands that never start an agent. A run needs it for its first lane's first
+    executor; made there, it held the event loop, and every lane's git work with it, while the
+    first story waited (docs/performance.md, "Throughput"). Begun as the run gets ready, it
+    overlaps the epic branch and the first worktrees; an executor made before it ends waits for
+    the rest of it only (Python's import lock)."""
+    if any(spec.kind in ACP_KINDS for spec in specs) and "flowd.agents.acp_client" not in sys.modules:
+        threading.Thread(
+            target=importlib.import_module,
+            args=("flowd.agents.acp_client",),
+            name="flowd-preload",
+            daemon=True,
+        ).start()
 
 
 def script_command(script: Path) -> list[str]:

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from flowd.agents.factory import preload
 from flowd.base import layout
 from flowd.base.errors import EXIT_CANCELLED, EXIT_FAILED, EXIT_HALTED, EXIT_OK, FlowdError, InputError
 from flowd.base.timeutil import iso
@@ -118,6 +119,7 @@ class _Setup:
 
 async def run_epic(options: RunOptions) -> RunResult:
     setup = _validate(options)
+    preload(setup.roster.executors)  # the agents' client, while the run gets ready
     lock = EpicLock(setup.paths)
     lock.acquire(setup.run_id)
     try:
