@@ -20,7 +20,6 @@ from flowd.engine.context import RunContext
 from flowd.engine.core.approval import approval_due, is_approved
 from flowd.engine.core.failure import StoryFacts, outcome_of
 from flowd.engine.core.outcome import StoryOutcome
-from flowd.engine.core.resume import OnState, on_state
 from flowd.engine.core.revision import (
     MERGE_SUBJECT,
     OUTPUT_CHARS,
@@ -43,9 +42,7 @@ from flowd.engine.story_merge import catch_up, clean_up_at, merge, repair_perime
 from flowd.engine.story_prepare import bootstrap, prepare, setup
 from flowd.engine.taskloop import TaskLoop
 from flowd.engine.train import RedMerge
-from flowd.plan.hashing import story_hash
 from flowd.plan.model import Story
-from flowd.roster.leasing import Lease
 from flowd.tasks.model import Task, TaskPlan
 from flowd.trace.events import (
     Info,
@@ -101,30 +98,18 @@ class StoryRun:
         ctx, story = self.ctx, self.story.id
         # The epic head is only read under the merge lock: between a merge and its epic gates it is
         # a commit no gate has passed (and may be rolled back), which no story may start from,
-        # catch up with or restore paths from.
-        # The coder first, then the worktree and its catch-up in one hold of the lock: a story
-        # that queued for the lock twice waited behind every other starting lane's worktree the
-        # second time, the first story of a run on the critical chain too (docs/performance.md).
-        lease = await self._coder_lease()
-        try:
-            async with ctx.merge_lock:
-                merged_before = await asyncio.to_thread(prepare, self)
-                if not merged_before:
-                    await asyncio.to_thread(catch_up, self)
-        except BaseException:
-            if lease is not None:
-                ctx.pool.release(lease)
-            raise
+        # catch up with or restore paths from. The worktree and its catch-up take it once: queued
+        # again to catch up, a story waited behind every other starting lane's worktree, the run's
+        # first story on the critical chain too (docs/performance.md, "The first story's start").
+        async with ctx.merge_lock:
+            merged_before = await asyncio.to_thread(prepare, self)
+            if not merged_before:
+                await asyncio.to_thread(catch_up, self)
         if merged_before:
-            if lease is not None:
-                ctx.pool.release(lease)
             self.info("already merged; skipping")
             return StoryOutcome(story, "done", branch=self.branch, note=merged_before)
-        if lease is None:  # its state said merged, yet it was not: lease it now
-            lease = await ctx.pool.lease(
-                "coder", label=story, prefer=self.state.executor if self.state else None
-            )
-        coder = self._hold(lease)
+        # Leased once its worktree exists: a lane the editors show with its coder has one.
+        coder = await self._lease_coder()
         await bootstrap(self)
         await setup(self)
         loop = TaskLoop(ctx, self.story, self.worktree, coder)
@@ -264,23 +249,10 @@ class StoryRun:
 
     async def _lease_coder(self) -> HeldCoder:
         """One coder clone for the rest of the story, preferring the executor that last held it."""
-        assert self.state is not None
-        lease = await self.ctx.pool.lease("coder", label=self.story.id, prefer=self.state.executor)
-        return self._hold(lease)
-
-    async def _coder_lease(self) -> Lease | None:
-        """The coder's lease before the story's worktree is made, preferring the executor its saved
-        state names; None for a story its state says is merged (it needs none)."""
-        ctx, story = self.ctx, self.story
-        saved = load_state(ctx.paths, story.id)
-        if on_state(saved, story_hash(story)) is OnState.MERGED:
-            return None
-        return await ctx.pool.lease("coder", label=story.id, prefer=saved.executor if saved else None)
-
-    def _hold(self, lease: Lease) -> HeldCoder:
         ctx, story = self.ctx, self.story.id
         assert self.state is not None
-        # Its coder's agent starts for this lane while the story plans its tasks.
+        lease = await ctx.pool.lease("coder", label=story, prefer=self.state.executor)
+        # Its agent starts for this lane while the story plans its tasks.
         ctx.pool.warm_for(lease, self.worktree)
         before = self.coder.chain if self.coder is not None else []
         self.coder = HeldCoder(ctx, story, lease)
