@@ -51,7 +51,14 @@ def of(sc: Scenario, result: RunResult, kind: type[Any]) -> list[Any]:
 
 def test_crash_hang_garbage_and_huge_replies_each_end_as_designed(tmp_path: Path) -> None:
     names = ["crashy", "hangy", "bad-plan", "bad-review", "bad-judge", "chatty", "fine"]
-    stories = [story(n, [f"{n}.txt"]) for n in names]
+    # hangy, then crashy, start first (the longest descriptions: the largest estimates), so both
+    # lease alpha's coders before crashy's crash excludes it, whatever the machine's speed; later
+    # stories may find alpha full of other stories' planner turns and take beta from the start.
+    first = {
+        "hangy": "Build hangy: its coder hangs on alpha, and it starts first, before any crash.",
+        "crashy": "Build crashy: its coder crashes on alpha; it starts second.",
+    }
+    stories = [story(n, [f"{n}.txt"], **({"description": first[n]} if n in first else {})) for n in names]
     alpha = [
         {"when": {"role": "coder", "story": "crashy"}, "fail": "crash"},
         {"when": {"role": "coder", "story": "hangy"}, "fail": "hang"},
