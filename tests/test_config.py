@@ -169,3 +169,14 @@ def test_bad_sandbox_settings_name_each_field(tmp_path: Path) -> None:
     assert "'enforce', 'detect' or 'off'" in message
     assert "sandbox.allowWrite: '' must name a path, like '~/.cache/my-build' or '/opt/cache'" in message
     assert "sandbox.allowRead: " in message and "sandbox.allow: unknown key (check the spelling)" in message
+
+
+def test_candidate_gates_on_the_cluster_need_ray_lanes(tmp_path: Path) -> None:
+    path = write(tmp_path / ".flow/config.toml", '[lanes]\ncandidateGates = "cluster"\n')
+    with pytest.raises(FileProblems) as caught:
+        load_settings(tmp_path)
+    assert str(caught.value) == (
+        f'{path}: lanes.candidateGates: "cluster" needs engine = "ray" (the nodes are the lanes\' cluster)'
+    )
+    write(path, '[lanes]\nengine = "ray"\ncandidateGates = "cluster"\n')
+    assert load_settings(tmp_path).lanes.candidate_gates == "cluster"

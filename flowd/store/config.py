@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import Field, PrivateAttr, ValidationError, field_validator
+from pydantic import Field, PrivateAttr, ValidationError, ValidationInfo, field_validator
 
 from flowd.base import paths
 from flowd.base.errors import FileProblems
@@ -75,6 +75,14 @@ class LanesSettings(StrictWireModel):
     # Where the merge train's candidate gates run: "runner" (this machine) or "cluster" (the
     # least loaded node, docs/scale-out.md "Candidate gates on the cluster").
     candidate_gates: Literal["runner", "cluster"] = "runner"
+
+    @field_validator("candidate_gates")
+    @classmethod
+    def _cluster_needs_ray(cls, value: str, info: ValidationInfo) -> str:
+        # Silently gating on the runner would leave a user believing the cluster does it.
+        if value == "cluster" and info.data.get("engine", "local") != "ray":
+            raise ValueError('"cluster" needs engine = "ray" (the nodes are the lanes\' cluster)')
+        return value
 
 
 SandboxMode = Literal["enforce", "detect", "off"]
