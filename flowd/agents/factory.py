@@ -6,6 +6,7 @@ is one entry here.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import sys
 import threading
@@ -57,12 +58,14 @@ def preload(specs: Iterable[ExecutorSpec]) -> None:
     overlaps the epic branch and the first worktrees; an executor made before it ends waits for
     the rest of it only (Python's import lock)."""
     if any(spec.kind in ACP_KINDS for spec in specs) and "flowd.agents.acp_client" not in sys.modules:
-        threading.Thread(
-            target=importlib.import_module,
-            args=("flowd.agents.acp_client",),
-            name="flowd-preload",
-            daemon=True,
-        ).start()
+        threading.Thread(target=_import_quietly, name="flowd-preload", daemon=True).start()
+
+
+def _import_quietly() -> None:
+    # A failed import here would print a thread's traceback; the first executor made imports it
+    # again and reports the failure as one sentence, as without the preload.
+    with contextlib.suppress(Exception):
+        importlib.import_module("flowd.agents.acp_client")
 
 
 def script_command(script: Path) -> list[str]:
