@@ -103,8 +103,6 @@ class RunContext:
     pool: RosterPool
     emit: Callable[[Event], object]
     view: RunView
-    # The epic worktree being made in the background (engine/runner.py); None: it exists.
-    epic_made: asyncio.Future[None] | None = None
     budget_usd: float | None = None
     story_budget_usd: float | None = None
     merge_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -136,12 +134,6 @@ class RunContext:
         if self._train is None:
             raise RuntimeError("this run context has no merge train (only the runner merges)")
         return self._train
-
-    async def epic_worktree(self) -> Path:
-        """The epic worktree, once made (raising what stopped it being made)."""
-        if self.epic_made is not None:
-            await asyncio.shield(self.epic_made)
-        return self.epic_wt
 
     def set_train(self, train: MergeQueue) -> None:
         self._train = train

@@ -57,9 +57,17 @@ from flowd.engine.fingerprint import (
     unlogged_move,
 )
 from flowd.engine.lane_procs import kill_lane_processes
-from flowd.engine.putback import descends, put_file_back, put_ref_back, put_worktree_path_back, safely
+from flowd.engine.putback import (
+    descends,
+    put_file_back,
+    put_ref_back,
+    put_worktree_path_back,
+    remove_path,
+    safely,
+)
 from flowd.engine.state import EpicPaths
 from flowd.trace.events import EscapeAction, Event, Info, LaneEscape
+from flowd.vcs.gitcli import unchecked_out
 
 # Startup and git files of the home directory: a write there runs later with the user's rights.
 HOME_FILES = (
@@ -120,7 +128,6 @@ class Detector:
     # The run's merge lock: the epic worktree is checked only while no merge is writing it.
     merge_lock: asyncio.Lock | None = None
     epic_head: RefPrint | None = None  # the epic branch as flowd's last merge left it
-    epic_ready: bool = True  # False while the run still makes the epic worktree (nothing to check)
 
     @property
     def places(self) -> Places:
@@ -472,9 +479,13 @@ class Detector:
     def check_epic_worktree(self) -> list[str]:
         """The epic worktree and branch are flowd's alone (checked under the merge lock): whatever
         changed there another lane did. Returns the paths left (the user's, or not put back)."""
-        if not self.enabled or not self.epic_ready:
+        if not self.enabled:
             return []
         self._epic_checked = time.time()
+        if unchecked_out(self.epic_wt):
+            with self._lock:
+                self._check_epic_ref()
+                return self._check_placeholder()
         entries = status(self.epic_wt) or {}
         left = []
         with self._lock:
@@ -486,6 +497,18 @@ class Detector:
                 verdict = self._settle(change, 0.0, partial(put_worktree_path_back, self.epic_wt, rel, entry))
                 if isinstance(verdict, Foreign) or verdict.action != "undone":
                     left.append(rel)
+        return left
+
+    def _check_placeholder(self) -> list[str]:
+        """The epic worktree not checked out yet (engine/epic_worktree.py) holds its `.git` file
+        alone: anything else in it another lane wrote, and it goes (nothing there is kept)."""
+        left = []
+        for name in sorted(_listing(self.epic_wt) - {".git"}):
+            path = self.epic_wt / name
+            change = Change(str(path), "otherLane", changed_at_path(path), True, home=str(self.epic_wt))
+            verdict = self._settle(change, 0.0, partial(remove_path, path))
+            if isinstance(verdict, Foreign) or verdict.action != "undone":
+                left.append(name)
         return left
 
     def _check_epic_ref(self) -> None:
@@ -526,6 +549,13 @@ class Detector:
                     f"ended; flowd killed them: {listed}",
                 )
             )
+
+
+def _listing(folder: Path) -> set[str]:
+    try:
+        return set(os.listdir(folder))
+    except OSError:
+        return set()
 
 
 def admin_dir(wt: Path) -> Path | None:

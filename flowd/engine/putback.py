@@ -6,6 +6,7 @@ decides when; each helper here says whether the place is as it was.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -70,3 +71,13 @@ def put_worktree_path_back(wt: Path, rel: str, entry: Entry) -> bool:
         check=False,
     )
     return proc.returncode == 0
+
+
+def remove_path(path: Path) -> bool:
+    """Remove what a lane made where nothing of anybody's lives (a placeholder worktree, engine/
+    epic_worktree.py): a file or link, or a whole folder."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        path.unlink(missing_ok=True)
+    return True

@@ -63,7 +63,7 @@ def take_revision(ctx: RunContext, request: Revision) -> Reply:
     status = lane.status if lane is not None else "planned"
     lines: list[str] | None = None
     if path is not None and ctx.plan.story(story) is not None:
-        lines = _read_lines(_worktree_for(ctx, story), path)
+        lines = _lines_now(ctx, story, path)
     facts = RevisionFacts(
         known=ctx.plan.story(story) is not None,
         status=status,
@@ -111,10 +111,18 @@ def _clean_path(raw: str) -> str | None:
     return "/".join(parts) if parts else None
 
 
-def _worktree_for(ctx: RunContext, story: str) -> Path:
-    """Where the story's files are now: its worktree, or the epic's before it has one."""
+def _lines_now(ctx: RunContext, story: str, path: str) -> list[str] | None:
+    """The file's lines where the story's files are now: its worktree, or the epic before it has
+    one (the epic branch: the run may not have checked the epic worktree out yet)."""
     own = ctx.story_worktree(story)
-    return own if (own / ".git").exists() else ctx.epic_wt
+    if (own / ".git").exists():
+        return _read_lines(own, path)
+    if ".git" in PurePosixPath(path).parts:
+        return None
+    with contextlib.suppress(FlowdError):
+        text = ctx.repo.file_text(ctx.epic_branch, path)
+        return text.splitlines() if text is not None else None
+    return None
 
 
 def _read_lines(root: Path, path: str) -> list[str] | None:

@@ -23,6 +23,7 @@ from flowd.base.errors import EXIT_CANCELLED, EXIT_FAILED, EXIT_HALTED, EXIT_OK,
 from flowd.base.timeutil import iso
 from flowd.control.runctl import new_run_id
 from flowd.cost.prices import pricer
+from flowd.engine import epic_worktree
 from flowd.engine.bootstrap import bootstrap_epic, preflight
 from flowd.engine.confinement import announcement, run_confinement
 from flowd.engine.context import RunContext
@@ -31,7 +32,7 @@ from flowd.engine.lanes import Placement, open_placement
 from flowd.engine.pause_desk import earlier_pauses
 from flowd.engine.report import EpicReport, build_report, epic_history, write_report
 from flowd.engine.scheduler_shell import SchedulerShell
-from flowd.engine.spares import Spares, reap, reap_in_background
+from flowd.engine.spares import Spares, reap, reap_in_background, to_trash
 from flowd.engine.state import EpicLock, EpicPaths, load_state
 from flowd.engine.story import StoryOutcome
 from flowd.engine.story_merge import undo_interrupted_merge
@@ -172,8 +173,8 @@ def _recover(setup: _Setup, options: RunOptions) -> tuple[list[Event], RunResult
     repo, epic_wt = setup.repo, setup.epic_wt
     recovered: list[Event] = []
     undo_interrupted_merge(repo, setup.paths, epic_wt, recovered.append)
-    recover_train(repo, setup.paths, epic_wt, setup.wt_root, recovered.append)
-    if (epic_wt / ".git").exists():
+    recover_train(repo, setup.paths, epic_wt, setup.plan.epic_branch, setup.wt_root, recovered.append)
+    if epic_worktree.checked_out(epic_wt):
         dirty = repo.status_paths(epic_wt)
         if dirty:
             raise InputError(
@@ -236,8 +237,7 @@ class _Session:
         self.reaper: int | None = None
         self.ctx: RunContext | None = None
         self.detector: Detector | None = None
-        # The epic worktree, when the run makes it: while the first lanes start (docs/merging.md).
-        self.epic_made: asyncio.Future[None] | None = None
+        self.train: TrainShell | None = None
 
     def _trace_failed(self, exc: OSError) -> None:
         self.broken.append(
@@ -302,9 +302,12 @@ class _Session:
         if not repo.branch_exists(plan.epic_branch):
             repo.create_branch(plan.epic_branch, self.options.base or "HEAD")
             writer.emit(Info(message=f"created {plan.epic_branch} at {repo.head(plan.epic_branch)[:10]}"))
-        fresh = not (setup.epic_wt / ".git").exists()
+        # A run that finds none checks the epic worktree out when it ends (engine/epic_worktree.py).
+        fresh = not epic_worktree.checked_out(setup.epic_wt)
         if not fresh:
             repo.worktree_add(setup.epic_wt, plan.epic_branch)  # a previous run's: repaired if needed
+        elif not (setup.epic_wt / ".git").exists():
+            repo.worktree_register(setup.epic_wt, plan.epic_branch)
         if setup.settings.worktree.sparse and sparse.enable_worktree_config(repo):
             said = "extensions.worktreeConfig, for sparse worktrees: docs/repositories.md"
             writer.emit(Info(message=f"turned on git's per-worktree config in {repo.root} ({said})"))
@@ -326,19 +329,24 @@ class _Session:
                 allow_write=tuple(sandbox.allow_write),
                 trace_guard=writer.outside_writes,
             )
-            self.detector.epic_ready = not fresh
             self.detector.start()
-        if fresh:
-            # Stories start from the epic branch, not its worktree: in a big repository the
-            # checkout takes seconds, which the first lanes need not wait for.
-            self.epic_made = asyncio.ensure_future(asyncio.to_thread(self._make_epic_worktree))
 
-    def _make_epic_worktree(self) -> None:
-        setup = self.setup
-        setup.repo.worktree_add(setup.epic_wt, setup.plan.epic_branch, beside=True)
-        self._bootstrap_epic()
-        if self.detector is not None:
-            self.detector.epic_ready = True
+    def _finish_epic_worktree(self) -> None:
+        """A run that found no epic worktree checks it out now, from the train's last candidate
+        worktree when it left one (engine/epic_worktree.py); a failure is said, not raised."""
+        epic_wt = self.setup.epic_wt
+        if not epic_worktree.placeholder(epic_wt):
+            return
+        slot = self.train.handover if self.train is not None else None
+        try:
+            epic_worktree.finish(self.setup.repo, epic_wt, self.setup.plan.epic_branch, slot)
+            self._bootstrap_epic()
+        except (FlowdError, OSError) as exc:
+            self.writer.emit(Info(message=f"could not check out the epic worktree {epic_wt}: {exc}"))
+        if slot is not None and slot.exists():  # not moved (git moves no worktree with submodules)
+            to_trash(epic_wt.parent, slot.parent)  # `_train/w<n>`, emptied after the run
+            with contextlib.suppress(OSError):
+                slot.parent.parent.rmdir()
 
     def _bootstrap_epic(self) -> None:
         note = bootstrap_epic(self.setup.repo, self.setup.settings, self.setup.epic_wt)
@@ -372,7 +380,6 @@ class _Session:
             pool=self.pool,
             emit=writer.emit,
             view=self.view,
-            epic_made=self.epic_made,
             budget_usd=setup.budget_usd,
             story_budget_usd=setup.settings.story_budget_usd,
             pause_on=frozenset(self.pause_on),
@@ -380,7 +387,7 @@ class _Session:
             spares=self.spares,
         )
         self.ctx = ctx
-        train = TrainShell(ctx)
+        train = self.train = TrainShell(ctx)
         ctx.set_train(train)
         train.warm()
         if self.detector is not None:
@@ -407,9 +414,6 @@ class _Session:
     async def _end(self, outcome: RunOutcome, reason: str | None) -> EpicReport:
         """Whatever happened: agents closed, `RunEnded`, the report, `run.json`, the lock released."""
         setup, repo, view, writer = self.setup, self.setup.repo, self.view, self.writer
-        if self.epic_made is not None:
-            with contextlib.suppress(BaseException):
-                await asyncio.shield(self.epic_made)  # a checkout in a thread: waited for, not cut
         if self.placement is not None:
             with contextlib.suppress(Exception):
                 await asyncio.shield(self.placement.aclose())
@@ -419,6 +423,7 @@ class _Session:
         if self.pool is not None:
             with contextlib.suppress(Exception):
                 await asyncio.shield(self.pool.aclose())
+        await asyncio.shield(asyncio.to_thread(self._finish_epic_worktree))
         if self.detector is not None:
             # Nothing of the run is running any more: every place once more (a stray's last write).
             with contextlib.suppress(Exception):

@@ -26,6 +26,7 @@ from flowd.base.errors import FlowdError
 from flowd.base.fsio import write_model_atomic
 from flowd.base.layout import TRAIN_DIR
 from flowd.base.wire import WireModel
+from flowd.engine import epic_worktree
 from flowd.engine.bootstrap import bootstrap_files
 from flowd.engine.context import RunContext
 from flowd.engine.core import train as rules
@@ -82,14 +83,27 @@ def train_root(ctx_root: Path, epic_id: str) -> Path:
 
 
 def recover_train(
-    repo: Repo, paths: EpicPaths, epic_wt: Path, wt_root: Path, emit: Callable[[Event], object]
+    repo: Repo,
+    paths: EpicPaths,
+    epic_wt: Path,
+    branch: str,
+    wt_root: Path,
+    emit: Callable[[Event], object],
 ) -> None:
     """Under the epic lock, before anything reads the epic: finish a landing a killed run left
     half-done and remove candidate worktrees. A landing begins only after its candidate's gates
     passed, so it is finished, never undone; nothing else of a candidate ever reached the epic."""
     path = landing_path(paths)
     landing = _load_landing(path)
-    if landing is not None and (epic_wt / ".git").exists():
+    if landing is not None and epic_worktree.placeholder(epic_wt):
+        if repo.rev_parse(branch) == landing.base:
+            repo.move_branch(branch, landing.tip, landing.base)  # its gates had passed
+            emit(
+                Info(
+                    message=f"finished the epic's landing at {landing.tip[:10]} the previous run was killed in"
+                )
+            )
+    elif landing is not None and (epic_wt / ".git").exists():
         with contextlib.suppress(FlowdError):
             repo.clear_stale_index_lock(epic_wt)
         head = repo.head_of(epic_wt)
@@ -165,24 +179,21 @@ class TrainShell:
         self._free: list[Path] = []
         self._slots = 0
         self._warming: asyncio.Task[Path] | None = None
+        # The slot the run's end makes the epic worktree of, when the run found none (aclose).
+        self.handover: Path | None = None
         # Set by a placement that runs candidates' gates on its own machines (docs/scale-out.md).
         self.elsewhere: GatesElsewhere | None = None
 
     def warm(self) -> None:
         """Make the first candidate worktree now, while the lanes work: in a big repository a
         checkout takes seconds, which the first merge would otherwise wait for (docs/merging.md).
-        A killed run's slot at that path is taken over, as `_merge_all` does. It starts once the
-        epic worktree is made: two whole checkouts at once took several times as long as one after
-        the other here (docs/performance.md "A big monorepo")."""
+        A killed run's slot at that path is taken over, as `_merge_all` does. On a run that found
+        no epic worktree it is the run's one whole checkout: the epic worktree is made from it when
+        the run ends (engine/epic_worktree.py)."""
         if self._warming is not None or self._free or self._slots:
             return
         self._slots = 1
-        self._warming = asyncio.create_task(self._make_slot_after_epic(self._slot_path(1)))
-
-    async def _make_slot_after_epic(self, worktree: Path) -> Path:
-        with contextlib.suppress(Exception):  # its failure is the first merge's to report
-            await self.ctx.epic_worktree()
-        return await asyncio.to_thread(self._make_slot, worktree)
+        self._warming = asyncio.create_task(asyncio.to_thread(self._make_slot, self._slot_path(1)))
 
     def _make_slot(self, worktree: Path) -> Path:
         try:
@@ -208,9 +219,8 @@ class TrainShell:
         """Merge `story`'s `branch` into the epic behind the epic gates: its merge commit. Raises
         `RedMerge` (sent back), `Ejected` (conflicted with the stories ahead) or `Halt`."""
         ctx = self.ctx
-        await ctx.epic_worktree()
         async with ctx.merge_lock:  # never while a landing moves the epic worktree
-            dirty = await asyncio.to_thread(ctx.repo.status_paths, ctx.epic_wt)
+            dirty = await asyncio.to_thread(self._epic_changes)
         if dirty:
             raise Halt(
                 f"the epic worktree {ctx.epic_wt} has uncommitted changes (found after story '{story}' "
@@ -233,6 +243,11 @@ class TrainShell:
                 await asyncio.shield(self.feed(rules.Withdrawn(story)))
             raise
 
+    def _epic_changes(self) -> list[str]:
+        """The user's uncommitted changes in the epic worktree (a placeholder holds none)."""
+        wt = self.ctx.epic_wt
+        return self.ctx.repo.status_paths(wt) if epic_worktree.checked_out(wt) else []
+
     def _lane(self, story: str, freed: bool) -> None:
         if self.ctx.lane_freed is not None:
             self.ctx.lane_freed(story, freed)
@@ -246,6 +261,8 @@ class TrainShell:
             task.cancel()
         with contextlib.suppress(Exception):
             await asyncio.gather(*self.gating.values(), *self._feeds, return_exceptions=True)
+        if self._free and epic_worktree.placeholder(self.ctx.epic_wt):
+            self.handover = self._free.pop()  # the last freed: it holds what landed last, or near
         slots = [*self._free, *(b.worktree for b in self.built.values())]
         self.built.clear()
         self._free.clear()
@@ -467,10 +484,12 @@ class TrainShell:
         ctx, repo = self.ctx, self.ctx.repo
         built = self.built.pop(step.cid)
         async with ctx.merge_lock:
-            head = await asyncio.to_thread(repo.head_of, ctx.epic_wt)
+            head = await asyncio.to_thread(repo.head, ctx.epic_branch)
             write_model_atomic(landing_path(ctx.paths), Landing(base=head, tip=built.tip))
             try:
-                await asyncio.to_thread(repo.fast_forward, ctx.epic_wt, built.tip)
+                await asyncio.to_thread(
+                    epic_worktree.land, repo, ctx.epic_wt, ctx.epic_branch, built.tip, head
+                )
             except FlowdError as exc:
                 landing_path(ctx.paths).unlink(missing_ok=True)
                 self._fail_lanes(

@@ -126,6 +126,13 @@ def private_git_dir(wt: Path) -> Path | None:
     return gitdir if gitdir.is_absolute() else Path(wt) / gitdir
 
 
+def unchecked_out(wt: Path) -> bool:
+    """`wt` is a worktree git records whose checkout was never made (it has no index yet): one
+    added with `--no-checkout`, by flowd on purpose or by a process killed before the checkout."""
+    admin = private_git_dir(wt)
+    return admin is not None and admin.is_dir() and not (admin / "index").exists()
+
+
 def same_path(a: Path, b: Path) -> bool:
     try:
         return os.path.realpath(a) == os.path.realpath(b)

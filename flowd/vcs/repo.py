@@ -122,6 +122,26 @@ class RepoBase:
         with self._lock:
             self._run(["branch", "--no-track", name, start], f"could not create branch {name!r} at {start!r}")
 
+    def file_text(self, ref: str, path: str) -> str | None:
+        """The text of the regular file at repository-relative `path` in `ref`; None when `ref`
+        holds no such file there (a folder, a link, a submodule, or nothing)."""
+        what = f"could not read {path} in {ref}"
+        listed = run_git(self.root, ["ls-tree", "-z", ref, "--", path], what, ok_codes=range(256))
+        fields = listed.stdout.split("\t", 1)[0].split() if listed.returncode == 0 else []
+        if len(fields) != 3 or fields[0] not in ("100644", "100755") or fields[1] != "blob":
+            return None
+        blob = run_git(self.root, ["cat-file", "blob", fields[2]], what, ok_codes=range(256))
+        return blob.stdout if blob.returncode == 0 else None
+
+    def move_branch(self, name: str, to: str, expected: str) -> None:
+        """Point branch `name` at `to` if it still points at `expected` (GitError otherwise): a
+        branch checked out in no worktree's files (an unchecked-out one) moved in one write."""
+        with self._lock:
+            self._run(
+                ["update-ref", "-m", f"flowd: {name} to {to[:10]}", f"refs/heads/{name}", to, expected],
+                f"could not move branch {name!r} from {expected[:10]} to {to[:10]}",
+            )
+
     def delete_branch(self, name: str, force: bool = False) -> None:
         """Delete branch `name`; a branch that is already gone is no error.
 

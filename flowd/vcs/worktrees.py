@@ -12,7 +12,7 @@ from pathlib import Path
 
 from flowd.base.errors import FlowdError
 from flowd.vcs.changes import WorktreeChanges
-from flowd.vcs.gitcli import GitError, git_reason, private_git_dir, remove_tree, run_git, same_path
+from flowd.vcs.gitcli import GitError, git_reason, remove_tree, run_git, same_path, unchecked_out
 
 
 @dataclass(frozen=True)
@@ -108,11 +108,24 @@ class Worktrees(WorktreeChanges):
         self.sync_submodules(path)
         return path
 
+    def worktree_register(self, path: Path, branch: str) -> Path:
+        """Git's record of a worktree at `path` on the existing `branch`, with nothing checked out
+        (no index, no file): one git call, whatever the repository's size."""
+        path = Path(path).absolute()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        args = ["worktree", "add", "--no-checkout", "-q", str(path), branch]
+        what = f"could not register the worktree {path} on {branch!r}"
+        with self._lock:
+            if run_git(self.root, args, what, ok_codes=range(256)).returncode != 0:
+                # A record whose folder was deleted by hand holds the path: forget it, then add.
+                self._run(["worktree", "prune"], what)
+                self._run(args, what)
+        return path
+
     def _fill_if_empty(self, path: Path) -> None:
         """A worktree added with its checkout left for later (`beside`, a sparse one) by a process
         killed before it: it has no index yet. Check it out now."""
-        admin = private_git_dir(path)
-        if admin is not None and not (admin / "index").exists():
+        if unchecked_out(path):
             run_git(path, ["reset", "-q", "--hard"], f"could not check out the worktree {path}")
 
     def _worktree_add_slow(
