@@ -63,12 +63,8 @@ def test_a_fresh_run_checks_the_epic_worktree_out_once_from_the_last_candidate(t
     assert admin.name != "_epic", "the epic worktree is the candidate's, moved (not a new checkout)"
 
 
-ME = {
-    "GIT_AUTHOR_NAME": "t",
-    "GIT_AUTHOR_EMAIL": "t@t",
-    "GIT_COMMITTER_NAME": "t",
-    "GIT_COMMITTER_EMAIL": "t@t",
-}
+# The identity scenario.py commits with, as `-c` options (no environment of its own).
+IDENTITY = ("-c", "user.name=t", "-c", "user.email=t@t")
 
 
 def _repo(tmp_path: Path) -> Repo:
@@ -99,7 +95,7 @@ def _commit_on(repo: Repo, base: str, text: str) -> str:
     ).stdout.strip()
     index.unlink()
     return subprocess.run(
-        ["git", "commit-tree", new_tree, "-p", base, "-m", text], cwd=repo.root, env={**os.environ, **ME},
+        ["git", *IDENTITY, "commit-tree", new_tree, "-p", base, "-m", text], cwd=repo.root,
         capture_output=True, text=True, check=True,
     ).stdout.strip()  # fmt: skip
 
