@@ -3,7 +3,9 @@
 Every agent turn, task gate and setup command of a lane runs inside `Detector.step`: a window
 opens, and when the step ends the lane's stray processes are killed and the shared places are
 compared with their fingerprints (the repository's git config, hooks and info, its refs, flowd's
-settings and state, the user's checkout, the home directory's startup and git files). A lane's own
+settings and state, the home directory's startup and git files). The user's checkout is scanned
+beside the steps instead (a `git status` of a big checkout takes a second under load): a step does
+not wait for it, a story's merge does (`Detector.seen`). A lane's own
 worktree is fingerprinted when its step ends and compared when its next step starts, so a change
 made there meanwhile is another lane's. The rule (what counts, who is blamed, what is done) is
 `engine/core/escape.py`'s; this module fingerprints and reports, `engine/putback.py` puts back and
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import threading
 import time
@@ -84,6 +87,7 @@ AGENT_STATE = (
     ".ipython", ".jupyter", ".wget-hsts", ".lesshst", ".python_history", ".node_repl_history",
     ".bash_history", ".sudo_as_admin_successful", ".android", ".vscode-server", ".dbus",
 )  # fmt: skip
+log = logging.getLogger(__name__)
 FLOW_FILES = ("config.toml", "roster.toml", "roster-state.json")
 SECRET_HEAD = 8192  # how much of a changed file is read for a private key
 
@@ -124,6 +128,11 @@ class Detector:
     _snaps: dict[str, _Snap] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _checked: float = 0.0  # when the last shared check began (it has ended: both hold `_lock`)
+    _checkout_began: float = 0.0  # when the last scan of the user's checkout taken in began
+    _checkout_wanted: float = 0.0  # the latest step end a scan of the checkout must follow
+    _last_end: dict[str, float] = field(default_factory=dict)  # each lane's latest step end
+    _scanner: asyncio.Task[None] | None = None
+    _scanned: asyncio.Event = field(default_factory=asyncio.Event)  # set, and replaced, per scan
     _epic_checked: float = 0.0  # when the last epic worktree check began (under the merge lock)
     # The run's merge lock: the epic worktree is checked only while no merge is writing it.
     merge_lock: asyncio.Lock | None = None
@@ -150,7 +159,7 @@ class Detector:
             self._checkout = status(self.root) or {}
             self._checkout_head = head_file(self.common_dir)
             self._home_names = self._home_listing()
-            self._checked = time.time()
+            self._checked = self._checkout_began = time.time()
         self.epic_settled()
 
     def epic_settled(self) -> None:
@@ -182,6 +191,7 @@ class Detector:
                 await asyncio.shield(asyncio.to_thread(self._kill_strays, lane, window.start))
             ended = self._close(window)
             await asyncio.shield(asyncio.to_thread(self._after_step, lane, home if own_home else None, ended))
+            self._want_checkout(ended)
             await asyncio.shield(self._check_epic_if_quiet(ended))
         if done:
             self.raise_pending(lane)
@@ -190,11 +200,12 @@ class Detector:
         index = next(i for i, w in enumerate(self.windows) if w is window)
         ended = time.time()
         self.windows[index] = Window(window.lane, window.start, ended, window.home)
+        self._last_end[window.lane] = ended
         self._forget_old_windows()
         return ended
 
     def _after_step(self, lane: str, home: Path | None, ended: float) -> None:
-        self.check_shared(after=ended)
+        self.check_shared(after=ended, checkout=False)
         if home is not None:
             entries = self.snapshot(home)
             self._check_secrets(lane, home, entries or {})
@@ -216,7 +227,8 @@ class Detector:
 
     def _forget_old_windows(self) -> None:
         # Windows older than every snapshot and check can no longer be asked about.
-        horizon = min([self._checked, *(s.taken for s in self._snaps.values())]) - 60.0
+        taken = (s.taken for s in self._snaps.values())
+        horizon = min([self._checked, self._checkout_began, *taken]) - 60.0
         self.windows = [w for w in self.windows if w.end is None or w.end >= horizon]
 
     # -- verdicts -------------------------------------------------------------------------------
@@ -237,11 +249,11 @@ class Detector:
         return Blame(verdict.lane, action)
 
     # -- shared places --------------------------------------------------------------------------
-    def check_shared(self, after: float | None = None) -> None:
+    def check_shared(self, after: float | None = None, *, checkout: bool = True) -> None:
         """Compare every shared place with its fingerprint; put back, blame, report. `after`: a step
         ended then, and a check begun since has already seen what it wrote (with several lanes,
-        one check serves every step that ended while another ran: each reads 25,000 files' status
-        in a big checkout)."""
+        one check serves every step that ended while another ran). `checkout` False: the user's
+        checkout is left to its own scan (`_want_checkout`)."""
         if not self.enabled:
             return
         with self._lock:
@@ -252,8 +264,54 @@ class Detector:
             self._check_files(since)
             self._check_refs(since)
             self._check_story_refs(since)
-            self._check_checkout(since)
             self._check_home(since)
+        if checkout:
+            self.check_checkout()
+
+    # -- the user's checkout, scanned beside the steps ----------------------------------------
+    def _want_checkout(self, ended: float) -> None:
+        """A step ended at `ended`: a scan of the user's checkout that begins after it sees what it
+        wrote there. One scan runs at a time, in a task of its own, and serves every step that
+        ended before it began; no step waits for it (`seen` does)."""
+        self._checkout_wanted = max(self._checkout_wanted, ended)
+        if self._scanner is None or self._scanner.done():
+            self._scanner = asyncio.get_running_loop().create_task(self._scan_checkout())
+
+    async def _scan_checkout(self) -> None:
+        while self._checkout_wanted >= self._checkout_began:
+            began = time.time()
+            try:
+                await asyncio.shield(asyncio.to_thread(self.check_checkout))
+            except Exception as exc:  # a scan that failed is a scan missed, never a stuck merge
+                log.warning("could not scan the checkout %s for escapes: %s", self.root, exc)
+                self._checkout_began = max(self._checkout_began, began)
+            finally:
+                done, self._scanned = self._scanned, asyncio.Event()
+                done.set()
+
+    async def seen(self, lane: str) -> None:
+        """Wait for a scan of the user's checkout begun after the lane's last step ended, then fail
+        the story if anything blamed it: a story never merges past an escape not yet seen."""
+        if not self.enabled:
+            return
+        ended = self._last_end.get(lane)
+        while ended is not None and self._checkout_began <= ended:
+            scanned = self._scanned
+            self._want_checkout(ended)
+            await scanned.wait()
+        self.raise_pending(lane)
+
+    def check_checkout(self) -> None:
+        """Scan the user's checkout (its `git status` outside the lock, so the shared check of a
+        step that ends meanwhile does not wait for it) and judge what changed."""
+        began = time.time()
+        entries, head = status(self.root), head_file(self.common_dir)
+        with self._lock:
+            if began <= self._checkout_began:
+                return  # a scan begun later was taken in already
+            since, self._checkout_began = self._checkout_began, began
+            if entries is not None:
+                self._check_checkout(since, head, entries)
 
     def _file_places(self) -> list[str]:
         common, flow = self.common_dir, self.root / ".flow"
@@ -346,12 +404,8 @@ class Detector:
             before = RefPrint(logged, self.common_dir / name)
             self._settle(change, since, partial(put_ref_back, self.common_dir, name, before))
 
-    def _check_checkout(self, since: float) -> None:
+    def _check_checkout(self, since: float, head: bytes, entries: dict[str, Entry]) -> None:
         """The user's checkout: reported, never put back (the user may be editing it)."""
-        head = head_file(self.common_dir)
-        entries = status(self.root)
-        if entries is None:
-            return
         if head != self._checkout_head:
             change = Change(
                 str(self.common_dir / "HEAD"), "checkout", changed_at_path(self.common_dir / "HEAD"), False

@@ -104,9 +104,10 @@ async def merge(run: StoryRun) -> str:
     ctx, story = run.ctx, run.story.id
     if ctx.detect is not None:
         # What another lane put in the epic worktree is put back and blamed on that lane, and
-        # a story blamed for an escape fails here rather than merge (docs/sandbox-detection.md).
+        # a story blamed for an escape (the user's checkout scanned after its last step
+        # included) fails here rather than merge (docs/sandbox-detection.md).
         await asyncio.to_thread(ctx.detect.check_epic_worktree)
-        ctx.detect.raise_pending(story)
+        await ctx.detect.seen(story)
     for attempt in range(3):
         try:
             commit = await ctx.merge_train().merge(story, run.branch)

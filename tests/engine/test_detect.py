@@ -78,11 +78,39 @@ def test_what_the_user_changes_while_no_step_runs_is_theirs(tmp_path: Path) -> N
     async def step() -> None:
         async with detector.step("a", wt):
             pass
+        await detector.seen("a")  # the checkout's scan after the step
 
     asyncio.run(step())
     assert events == []
     assert "name = me" in (tmp_path / "repo" / ".git" / "config").read_text()
     assert _git(tmp_path / "repo", "tag").split() == ["mine"]
+
+
+def test_a_write_into_the_users_checkout_fails_the_story_before_its_merge_and_is_left(tmp_path: Path) -> None:
+    detector, events, wt = _detector(tmp_path)
+    repo = tmp_path / "repo"
+    failed: list[str] = []
+
+    async def steps() -> None:
+        try:
+            async with detector.step("a", wt):
+                (repo / "stray.txt").write_text("x\n")
+            # The scan may end before the step does (raised there) or after: then by the merge.
+            await detector.seen("a")
+        except StoryFailed as stop:
+            failed.append(stop.reason)
+        async with detector.step("b", None):  # another lane's later step: already judged
+            pass
+        await detector.seen("b")
+
+    asyncio.run(steps())
+    assert len(failed) == 1 and failed[0].startswith(
+        f"story 'a' wrote past its lane: it changed {repo / 'stray.txt'} (your checkout) while its command ran"
+    )
+    assert [(e.lane, e.path, e.what, e.action) for e in events if isinstance(e, LaneEscape)] == [
+        ("a", str(repo / "stray.txt"), "checkout", "reported")
+    ]
+    assert (repo / "stray.txt").read_text() == "x\n"  # the user's checkout is never touched
 
 
 def test_two_lanes_running_at_once_are_neither_blamed_and_nothing_is_undone(tmp_path: Path) -> None:

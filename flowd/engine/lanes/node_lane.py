@@ -350,6 +350,8 @@ class _PushingStoryRun(StoryRun):
 
     async def _merge_locked(self) -> str:
         # Where the pipeline merges (with the merge lock held, or taking it): never on a node.
+        if self.ctx.detect is not None:
+            await self.ctx.detect.seen(self.story.id)  # the node's clone scanned after its last step
         await asyncio.to_thread(self.lane.push)
         for note in self.lane.retry_notes():
             self.ctx.emit(note)
