@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from flowd.base.errors import FlowdError, InputError
-from flowd.vcs.gitcli import GitError
+from flowd.vcs.gitcli import GitError, run_git
 from flowd.vcs.gitops import Repo, worktree_default_root, worktree_root
 
 IDENTITY_VARS = (
@@ -553,6 +553,24 @@ def test_git_dir_variables_from_the_caller_are_ignored(repo: Repo, monkeypatch: 
     monkeypatch.setenv("GIT_DIR", os.fspath(repo.git_dir))
     (wt / "a.txt").write_text("a\n")
     assert repo.status_paths(wt) == ["a.txt"]
+
+
+def test_flowds_checkouts_are_parallel_unless_the_environment_says_otherwise(
+    proj: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def workers() -> str:
+        return run_git(proj, ["config", "--get", "checkout.workers"], "read").stdout.strip()
+
+    assert workers() == "0"  # one worker per core, for flowd's own git only
+    assert run_git(proj, ["config", "--get", "core.hooksPath"], "read").stdout.strip() == os.devnull
+    plain = subprocess.run(
+        ["git", "config", "--get", "checkout.workers"], cwd=proj, capture_output=True, check=False
+    )
+    assert plain.returncode == 1  # the repository's config is untouched
+    monkeypatch.setenv("GIT_CONFIG_COUNT", "1")
+    monkeypatch.setenv("GIT_CONFIG_KEY_0", "checkout.workers")
+    monkeypatch.setenv("GIT_CONFIG_VALUE_0", "3")
+    assert workers() == "3"
 
 
 def test_discover_inside_a_linked_worktree(repo: Repo, proj: Path) -> None:

@@ -39,6 +39,10 @@ class GitError(FlowdError):
 # own git commands: `--no-verify` skips only some (pre-commit, commit-msg, pre-merge-commit), not
 # post-checkout, post-commit, post-merge or reference-transaction (docs/repositories.md).
 _NO_HOOKS = ("core.hooksPath", os.devnull)
+# git's parallel checkout, one worker per core, for flowd's own worktrees: a whole checkout of a
+# big repository is file creation, faster from several processes (below 100 files git writes
+# them alone anyway). An environment that sets `checkout.workers` already keeps its own.
+_WORKERS = ("checkout.workers", "0")
 
 
 def git_env(extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -51,8 +55,13 @@ def git_env(extra: dict[str, str] | None = None) -> dict[str, str]:
         count = int(env.get("GIT_CONFIG_COUNT", "0") or 0)
     except ValueError:
         count = 0
-    env[f"GIT_CONFIG_KEY_{count}"], env[f"GIT_CONFIG_VALUE_{count}"] = _NO_HOOKS
-    env["GIT_CONFIG_COUNT"] = str(count + 1)
+    keys = {env.get(f"GIT_CONFIG_KEY_{i}", "").lower() for i in range(count)}
+    for key, value in (_NO_HOOKS, _WORKERS):
+        if key == _WORKERS[0] and key.lower() in keys:
+            continue
+        env[f"GIT_CONFIG_KEY_{count}"], env[f"GIT_CONFIG_VALUE_{count}"] = key, value
+        count += 1
+    env["GIT_CONFIG_COUNT"] = str(count)
     if extra:
         env.update(extra)
     return env
