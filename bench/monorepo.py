@@ -275,9 +275,54 @@ def _fresh_copy(repo: Path, tmp: Path, sparse: bool) -> Path:
     """A clone of the generated repository for one epic (its own refs, runs and worktrees), its
     objects hard-linked, checked out: a user's checkout, as the epic's first run meets it."""
     copy = tmp / f"epic-{'sparse' if sparse else 'whole'}"
+    tmp.mkdir(parents=True, exist_ok=True)
     git(tmp, "clone", "-q", "--local", str(repo), str(copy))
     settle()
     return copy
+
+
+def epic_round(repo: Path, tmp: Path, n: int, profile: bool) -> dict[str, float]:
+    """One reading of each epic: the small repository's, one bare add, then the monorepo's with
+    whole and with sparse story worktrees, each on a fresh clone after the file system settled."""
+    settle()
+    one_add = timed(lambda: git(repo, "worktree", "add", "-q", "--detach", str(tmp / f"one{n}"), "main"))
+    small = tmp / f"small{n}"
+    small.mkdir()
+    (small / "README.md").write_text("# small\n", encoding="utf-8")
+    git(small, "init", "-q", "-b", "main")
+    git(small, "add", "-A")
+    git(small, "commit", "-q", "-m", "init")
+    e_small, _ = epic_seconds(small)
+    got = {"small": e_small, "add": one_add}
+    goal = e_small + one_add
+    print(f"4-story epic: small repo {e_small:.1f} s, one bare worktree add {one_add:.1f} s")
+    for sparse in (False, True):
+        settle()
+        kind = "sparse" if sparse else "whole"
+        trace = tmp / f"trace2-{kind}{n}.json" if profile else None
+        e_mono, e_all = epic_seconds(_fresh_copy(repo, tmp / f"r{n}", sparse), sparse, trace)
+        got[kind] = e_mono
+        print(
+            f"  monorepo, {kind} story worktrees: {e_mono:.1f} s, / (small + one add) = {e_mono / goal:.2f}x; "
+            f"until the leftovers' removal ended too: {e_all:.1f} s ({e_all / goal:.2f}x)"
+        )
+        if trace is not None:
+            git_profile(trace)
+    return got
+
+
+def print_epics(epics: list[dict[str, float]]) -> None:
+    """Medians over the readings; each ratio is the median of the per-round ratios (a round's
+    epics and its baseline met the same machine)."""
+    med = {k: statistics.median(e[k] for e in epics) for k in epics[0]}
+    print(
+        f"medians of {len(epics)}: small repo {med['small']:.1f} s, one bare add {med['add']:.1f} s, "
+        f"whole {med['whole']:.1f} s, sparse {med['sparse']:.1f} s"
+    )
+    for kind in ("whole", "sparse"):
+        ratios = sorted(e[kind] / (e["small"] + e["add"]) for e in epics)
+        listed = ", ".join(f"{r:.2f}x" for r in ratios)
+        print(f"  {kind}: / (small + one add) median {statistics.median(ratios):.2f}x ({listed}; goal 1.5x)")
 
 
 def main() -> int:
@@ -288,6 +333,7 @@ def main() -> int:
     parser.add_argument(
         "--epic", action="store_true", help="also run a 4-story epic on it and on a small repo"
     )
+    parser.add_argument("--epics", type=int, default=1, help="with --epic: readings of each epic")
     parser.add_argument(
         "--git-profile",
         action="store_true",
@@ -308,28 +354,9 @@ def main() -> int:
             _removed()
             print_rounds(rounds, repo, tmp)
         if args.epic:
-            settle()
-            one_add = timed(lambda: git(repo, "worktree", "add", "-q", "--detach", str(tmp / "one"), "main"))
-            small = tmp / "small"
-            small.mkdir()
-            (small / "README.md").write_text("# small\n", encoding="utf-8")
-            git(small, "init", "-q", "-b", "main")
-            git(small, "add", "-A")
-            git(small, "commit", "-q", "-m", "init")
-            e_small, _ = epic_seconds(small)
-            goal = e_small + one_add
-            print(f"4-story epic: small repo {e_small:.1f} s, one bare worktree add {one_add:.1f} s")
-            for sparse in (False, True):
-                settle()
-                trace = tmp / f"trace2-{sparse}.json" if args.git_profile else None
-                e_mono, e_all = epic_seconds(_fresh_copy(repo, tmp, sparse), sparse, trace)
-                print(
-                    f"  monorepo, {'sparse' if sparse else 'whole'} story worktrees: {e_mono:.1f} s, "
-                    f"/ (small + one add) = {e_mono / goal:.2f}x; until the leftovers' removal ended too: "
-                    f"{e_all:.1f} s ({e_all / goal:.2f}x)"
-                )
-                if trace is not None:
-                    git_profile(trace)
+            epics = [epic_round(repo, tmp, n, args.git_profile) for n in range(args.epics)]
+            if len(epics) > 1:
+                print_epics(epics)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return 0
