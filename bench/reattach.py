@@ -22,6 +22,8 @@ For each size it measures, each in a fresh subprocess:
 - `flowd status --json`: wall time and peak RSS (getrusage of the child).
 - a bare `json.loads` of every line of the trace, in a subprocess (CPU time of the whole process,
   its start included, as for the readers): what any reader that parses each line pays;
+- the floor: a bare pygls server (`bench/server_start.py`'s) answering `initialize`, medians of 3:
+  a server built on pygls can show nothing before that;
 - the anchor: the pre-streaming reader, every line validated into pydantic objects and folded
   (`fold(read_trace(...))`), in a subprocess, at the smaller size only unless `--anchor-all`.
 
@@ -38,6 +40,7 @@ import argparse
 import asyncio
 import os
 import random
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -313,6 +316,18 @@ async def serve(repo: Path) -> tuple[float, float, float, float]:
     return shown_s, cpu, peak, follow_s
 
 
+def bare_pygls(cwd: Path) -> tuple[float, float]:
+    """Wall and CPU seconds from spawn to `initialize` answered by a bare pygls server (the
+    `server_start.py` one), medians of 3: what any pygls server pays before it may send anything."""
+    from server_start import BARE, initialize  # bench/ is the script's own folder
+
+    script = cwd.parent / "bare_server.py"
+    script.write_text(BARE, encoding="utf-8")
+    argv = [sys.executable, str(script)]
+    runs = [asyncio.run(initialize(argv, cwd)) for _ in range(3)]
+    return statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs)
+
+
 def _cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
@@ -409,6 +424,12 @@ def bench_size(events: int, anchor: bool) -> None:
             print(
                 f"  serve / status from the checkpoint, CPU: {fast[3] / fast[1]:.2f}x (target <= 1): "
                 f"{'met' if same else 'NOT met'}"
+            )
+            floor_s, floor_cpu = bare_pygls(repo)
+            print(
+                f"  the floor, a bare pygls server (nothing of flowd's) answering initialize: {floor_s:.2f} s "
+                f"(CPU {floor_cpu:.2f} s, median of 3) = {floor_cpu / fast[1]:.2f}x status's CPU; serve "
+                f"shows its snapshot only after initialize, {fast[3] - floor_cpu:.2f} s of CPU after the floor"
             )
             print(
                 f"  serve whole trace / bare json.loads, CPU: {slow[3] / loads_cpu:.2f}x (target <= 0.6): "
