@@ -1,8 +1,9 @@
 """A big monorepo: flowd's worktree work against bare git doing the same, in the same run.
 
-Generates (no download) a repository of `--files` small files (25,000 by default) spread over
-folders of 100, with `--commits` commits of history each rewriting 2% of the files, through
-`git fast-import` so the generation itself is quick. Then, rounds interleaved so both see the
+Generates (no download) a repository of `--files` files (25,000 by default) spread over folders
+of 100, with commits of history each rewriting 2% of the files with a few KB of random text, until
+there are `--commits` of them and `--history-mb` MB of objects (300 by default: about 300 commits,
+each file a few KB at the tip), through `git fast-import` so the generation itself is quick. Then, rounds interleaved so both see the
 same machine load:
 
 - bare git: the least an epic of 4 stories needs: 5 `git worktree add` (the epic and 4 stories),
@@ -19,14 +20,15 @@ leftover worktrees removed by a background process), then until that removal has
 
 Prints medians and ratios; nothing is asserted.
 
-    .venv/bin/python bench/monorepo.py [--files 25000] [--commits 3] [--rounds 2] [--epic]
-        [--git-profile]
+    .venv/bin/python bench/monorepo.py [--files 25000] [--commits 3] [--history-mb 300] [--rounds 2]
+        [--epic] [--epics 1] [--git-profile]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import json
 import os
 import shutil
@@ -64,21 +66,34 @@ def _blob(text: str) -> bytes:
     return b"data %d\n%s\n" % (len(data), data)
 
 
-def generate(repo: Path, files: int, commits: int) -> None:
-    """`files` files in folders of 100, then `commits` commits each rewriting 2% of them."""
+# What a rewritten file holds besides its header: random text (no delta, little compression), so
+# the history's size is what `--history-mb` asks for and each file a few KB, like source files.
+PAYLOAD = 2400
+
+
+def generate(repo: Path, files: int, commits: int, history_mb: int = 0) -> None:
+    """`files` files in folders of 100, then commits each rewriting 2% of them (with a random
+    payload) until there are `commits` of them and the objects written reach `history_mb` MB."""
     repo.mkdir(parents=True)
     git(repo, "init", "-q", "-b", "main")
-    stream: list[bytes] = []
     paths = [f"pkg{n // 100:04d}/mod{n % 100:02d}.py" for n in range(files)]
-    for c in range(commits + 1):
-        stream.append(b"commit refs/heads/main\n")
-        stream.append(b"committer b <b@b> %d +0000\n" % (1_700_000_000 + c))
+    importer = subprocess.Popen(["git", "fast-import", "--quiet"], cwd=repo, stdin=subprocess.PIPE, env=ENV)
+    assert importer.stdin is not None
+    written, c = 0, 0
+    while c <= commits or written < history_mb * 1_000_000:
+        stream = [b"commit refs/heads/main\n", b"committer b <b@b> %d +0000\n" % (1_700_000_000 + c)]
         stream.append(_blob(f"generation {c}"))
-        chosen = paths if c == 0 else paths[c % 50 :: 50]
-        for path in chosen:
+        for path in paths if c == 0 else paths[c % 50 :: 50]:
             body = f"# {path} generation {c}\nVALUE = {c}\n" + "x = 1\n" * 20
+            if c:
+                body += "# " + base64.b64encode(os.urandom(PAYLOAD * 3 // 4)).decode() + "\n"
             stream.append(b"M 100644 inline " + path.encode() + b"\n" + _blob(body))
-    subprocess.run(["git", "fast-import", "--quiet"], cwd=repo, input=b"".join(stream), check=True, env=ENV)
+            written += len(body)
+        importer.stdin.write(b"".join(stream))
+        c += 1
+    importer.stdin.close()
+    if importer.wait() != 0:
+        raise SystemExit("git fast-import failed")
     git(repo, "checkout", "-q", "-f", "main")
 
 
@@ -328,7 +343,8 @@ def print_epics(epics: list[dict[str, float]]) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--files", type=int, default=25_000)
-    parser.add_argument("--commits", type=int, default=3)
+    parser.add_argument("--commits", type=int, default=3, help="at least this many commits of history")
+    parser.add_argument("--history-mb", type=int, default=300, help="and at least this much history")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument(
         "--epic", action="store_true", help="also run a 4-story epic on it and on a small repo"
@@ -344,10 +360,13 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="flowd-monorepo-"))
     try:
         repo = tmp / "mono"
-        took = timed(lambda: generate(repo, args.files, args.commits))
+        took = timed(lambda: generate(repo, args.files, args.commits, args.history_mb))
         size = sum(f.stat().st_size for f in (repo / ".git").rglob("*") if f.is_file())
+        count = git(repo, "rev-list", "--count", "main").strip()
+        tip = sum(f.stat().st_size for f in repo.rglob("*.py"))
         print(
-            f"repository: {args.files} files, {args.commits + 1} commits, .git {size / 1e6:.1f} MB ({took:.1f} s)"
+            f"repository: {args.files} files ({tip / 1e6:.0f} MB checked out), {count} commits, "
+            f".git {size / 1e6:.0f} MB ({took:.1f} s)"
         )
         rounds = [paired_round(repo, tmp / f"round{n}") for n in range(args.rounds)]
         if rounds:
