@@ -72,6 +72,8 @@ from flowd.engine.state import EpicPaths
 from flowd.trace.events import EscapeAction, Event, Info, LaneEscape
 from flowd.vcs.gitcli import unchecked_out
 
+log = logging.getLogger(__name__)
+
 # Startup and git files of the home directory: a write there runs later with the user's rights.
 HOME_FILES = (
     ".gitconfig", ".config/git/config", ".bashrc", ".bash_profile", ".bash_login", ".profile",
@@ -87,7 +89,6 @@ AGENT_STATE = (
     ".ipython", ".jupyter", ".wget-hsts", ".lesshst", ".python_history", ".node_repl_history",
     ".bash_history", ".sudo_as_admin_successful", ".android", ".vscode-server", ".dbus",
 )  # fmt: skip
-log = logging.getLogger(__name__)
 FLOW_FILES = ("config.toml", "roster.toml", "roster-state.json")
 SECRET_HEAD = 8192  # how much of a changed file is read for a private key
 

@@ -56,12 +56,10 @@ def git_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     except ValueError:
         count = 0
     keys = {env.get(f"GIT_CONFIG_KEY_{i}", "").lower() for i in range(count)}
-    for key, value in (_NO_HOOKS, _WORKERS):
-        if key == _WORKERS[0] and key.lower() in keys:
-            continue
-        env[f"GIT_CONFIG_KEY_{count}"], env[f"GIT_CONFIG_VALUE_{count}"] = key, value
-        count += 1
-    env["GIT_CONFIG_COUNT"] = str(count)
+    ours = [_NO_HOOKS] + ([] if _WORKERS[0].lower() in keys else [_WORKERS])
+    for n, (key, value) in enumerate(ours, start=count):
+        env[f"GIT_CONFIG_KEY_{n}"], env[f"GIT_CONFIG_VALUE_{n}"] = key, value
+    env["GIT_CONFIG_COUNT"] = str(count + len(ours))
     if extra:
         env.update(extra)
     return env
