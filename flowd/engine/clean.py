@@ -19,11 +19,11 @@ from pathlib import Path
 from flowd.base import layout
 from flowd.base.errors import FlowdError, InputError
 from flowd.base.layout import SPARE_DIR
+from flowd.engine import epic_worktree
 from flowd.engine.spares import reap, to_trash, trash_root
 from flowd.engine.state import EpicLock, EpicPaths, all_states
 from flowd.store.config import load_settings
 from flowd.trace.log import is_active, list_runs, pid_alive
-from flowd.vcs.gitcli import unchecked_out
 from flowd.vcs.gitops import Repo, worktree_root
 from flowd.vcs.worktrees import WorktreeInfo
 
@@ -155,7 +155,7 @@ def retire_plan(repo: Repo, epic_id: str) -> CleanPlan:
     )
     if epic_wt is not None and epic_wt.path.resolve() != repo.root.resolve():
         # One a killed run left unchecked-out holds nothing of anybody's (engine/epic_worktree.py).
-        dirty = [] if unchecked_out(epic_wt.path) else repo.status_paths(epic_wt.path)
+        dirty = [] if epic_worktree.placeholder(epic_wt.path) else repo.status_paths(epic_wt.path)
         if dirty:
             raise InputError(
                 f"--epic {epic_id}: the epic worktree {epic_wt.path} has uncommitted changes "

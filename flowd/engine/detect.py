@@ -27,6 +27,7 @@ from pathlib import Path
 
 from flowd.agents.program_dirs import every_state_root
 from flowd.base.fsio import written_by_us
+from flowd.engine import epic_worktree
 from flowd.engine.core.escape import (
     Blame,
     Change,
@@ -70,7 +71,6 @@ from flowd.engine.putback import (
 )
 from flowd.engine.state import EpicPaths
 from flowd.trace.events import EscapeAction, Event, Info, LaneEscape
-from flowd.vcs.gitcli import unchecked_out
 
 log = logging.getLogger(__name__)
 
@@ -537,7 +537,7 @@ class Detector:
         if not self.enabled:
             return []
         self._epic_checked = time.time()
-        if unchecked_out(self.epic_wt):
+        if epic_worktree.placeholder(self.epic_wt):
             with self._lock:
                 self._check_epic_ref()
                 return self._check_placeholder()
