@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import time
 from pathlib import Path
 
 
@@ -26,33 +27,44 @@ def lane_processes(lane: str, since: float, roots: tuple[Path, ...]) -> list[tup
     """Processes a lane left behind: this user's, carrying `FLOWD_LANE=<lane>`, started since
     `since`, working under one of `roots` (this run's worktrees: another run's lane of the same
     name is not ours), and no longer flowd's descendants (an agent's own children are)."""
+    return _scan(lane, since, roots)[0]
+
+
+def _scan(lane: str, since: float, roots: tuple[Path, ...]) -> tuple[list[tuple[int, str]], int]:
+    """`lane_processes`, and how many candidates could not be told yet: a process in the middle
+    of an `exec` shows no environment and no command line until the kernel has set them up, and
+    a stray caught there (a double fork's child, on a busy machine) would be missed."""
     mark = f"FLOWD_LANE={lane}".encode()
     me, tick = os.getpid(), os.sysconf("SC_CLK_TCK")
     boot = _boot_time()
-    found = []
+    found, unsure = [], 0
     try:
         pids = [int(n) for n in os.listdir("/proc") if n.isdigit()]
     except OSError:
-        return []
+        return [], 0
     for pid in pids:
         if pid == me or not _works_under(pid, roots):  # the cheap test first
             continue
         try:
             with open(f"/proc/{pid}/environ", "rb") as handle:
-                if mark not in handle.read().split(b"\0"):
-                    continue
+                environ = handle.read().split(b"\0")
             with open(f"/proc/{pid}/stat", "rb") as handle:
                 fields = handle.read().rsplit(b")", 1)[1].split()
             with open(f"/proc/{pid}/cmdline", "rb") as handle:
                 cmd = handle.read().replace(b"\0", b" ").decode(errors="replace").strip()
         except (OSError, IndexError):
             continue
+        marked, blank = mark in environ, environ == [b""] and not cmd
         started = boot + int(fields[19]) / tick
-        if fields[0] == b"Z" or started < since - 1.0:
+        if not (marked or blank) or fields[0] == b"Z" or started < since - 1.0:
             continue
-        if not _descends_from(int(fields[1]), me):
+        if _descends_from(int(fields[1]), me):
+            continue
+        if marked:
             found.append((pid, cmd))
-    return found
+        else:
+            unsure += 1
+    return found, unsure
 
 
 def _works_under(pid: int, roots: tuple[Path, ...]) -> bool:
@@ -77,10 +89,20 @@ def _descends_from(ppid: int, ancestor: int) -> bool:
     return ppid == ancestor
 
 
-def kill_lane_processes(lane: str, since: float, roots: tuple[Path, ...]) -> list[tuple[int, str]]:
-    """Kill what `lane_processes` finds; return what it found."""
-    strays = lane_processes(lane, since, roots)
-    for pid, _cmd in strays:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signal.SIGKILL)
-    return strays
+def kill_lane_processes(
+    lane: str, since: float, roots: tuple[Path, ...], *, rounds: int = 50
+) -> list[tuple[int, str]]:
+    """Kill what `lane_processes` finds; return what it found. It looks again until a look finds
+    nothing to kill and nothing it cannot tell yet (at most `rounds` looks, 10 ms apart): a
+    stray can fork between a look and its kill, or be caught in the middle of an `exec`."""
+    killed: dict[int, str] = {}
+    for _ in range(rounds):
+        strays, unsure = _scan(lane, since, roots)
+        for pid, cmd in strays:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+            killed.setdefault(pid, cmd)
+        if not strays and not unsure:
+            break
+        time.sleep(0.01)
+    return list(killed.items())
