@@ -110,6 +110,13 @@ class WorktreeChanges(RepoBase):
             set(not_flow(split_z(tracked.stdout) + [p for p in split_z(untracked.stdout) if p not in copied]))
         )
 
+    def merged_paths(self, wt: Path, commit: str) -> list[str]:
+        """The files merge commit `commit` changed against its first parent (what the story it
+        merged brought), repository-relative."""
+        what = f"could not list the files merge commit {commit[:12]} changed"
+        proc = run_git(wt, ["diff", "--name-only", "-z", "--no-renames", f"{commit}^1", commit, "--"], what)
+        return split_z(proc.stdout)
+
     def diff(self, wt: Path, base: str) -> str:
         """The patch from the merge-base of `base` and HEAD to the files in `wt`, new files included.
 

@@ -49,6 +49,9 @@ class World:
     rounds: int = 0
     runs: int = 0
     returning: list[str] = field(default_factory=list)
+    # The stories a red run's output names (the shell's `suspects`): None, none; else these
+    # among the candidate's own and those below it (a false lead included, as real output has).
+    named: set[str] | None = None
 
     def feed(self, *events: Event) -> None:
         self.carry_out(self.train.handle(*events))
@@ -84,7 +87,10 @@ class World:
                 self.flaky_runs -= 1
                 events.append(Gated(cid, False, 1000, start, "check", "flake"))
             elif red:
-                events.append(Gated(cid, False, 1000, 0, "check", f"red because of {','.join(red)}"))
+                named = tuple(x for x in self.content[cid] if x in (self.named or set()))
+                events.append(
+                    Gated(cid, False, 1000, 0, "check", f"red because of {','.join(red)}", suspects=named)
+                )
             else:
                 events.append(Gated(cid, True, 1000))
         back, self.returning = self.returning, []
@@ -382,3 +388,47 @@ def test_with_more_gate_slots_a_red_batch_is_split_into_as_many_parts() -> None:
     assert world.sent_back[0][0] == "s7" and sorted(world.landed) == sorted(set(stories(8)) - {"s7"})
     # 8 -> 4 parts of 2 -> 2 singles: the culprit alone in the third round.
     assert world.rounds <= 4
+
+
+@pytest.mark.parametrize(
+    ("concurrency", "broken", "named", "parts", "rounds"),
+    [
+        # The red output names the culprit: it is gated last and alone, so it is found in the
+        # bisection's first round while the rest lands beneath it.
+        (3, {"s4"}, {"s4"}, [("s1", "s2", "s3"), ("s5", "s6"), ("s4",)], 2),
+        (2, {"s4"}, {"s4"}, [("s1", "s2", "s3", "s5", "s6"), ("s4",)], 2),
+        # Two named, two slots: not both alone; they go last, together (the culprit is found in
+        # the fourth round, as with the plain split).
+        (2, {"s2"}, {"s2", "s5"}, [("s1", "s3", "s4"), ("s6", "s2", "s5")], 5),
+        # A false lead costs rounds, never the verdict.
+        (3, {"s4"}, {"s1"}, [("s2", "s3", "s4"), ("s5", "s6"), ("s1",)], 4),
+        # Every story named says nothing: the plain split (the culprit found in the third round,
+        # what was built on it landing in the fourth).
+        (3, {"s4"}, set(stories(6)), [("s1", "s2"), ("s3", "s4"), ("s5", "s6")], 4),
+    ],
+)
+def test_the_stories_a_red_output_names_are_bisected_last_and_alone(
+    concurrency: int, broken: set[str], named: set[str], parts: list[tuple[str, ...]], rounds: int
+) -> None:
+    world = World(
+        train(concurrency=concurrency, gate_retries=0), broken=set(broken), revise=False, named=named
+    )
+    world.feed(*(Ready(s) for s in stories(6)))
+    world.round()  # the batch of 6 is red
+    assert [b.lanes for b in kinds(world, Build) if isinstance(b, Build) and b.bisect] == parts
+    world.settle()
+    assert [s for s, _ in world.sent_back] == sorted(broken)
+    assert sorted(world.landed) == sorted(set(stories(6)) - broken)
+    assert world.rounds == rounds
+
+
+def test_a_named_story_another_depends_on_keeps_its_place() -> None:
+    deps = {"s5": frozenset({"s2"})}
+    world = World(train(deps, concurrency=3, gate_retries=0), broken={"s2"}, revise=False, named={"s2", "s6"})
+    world.feed(*(Ready(s) for s in stories(6)))
+    world.round()
+    first = [b.lanes for b in kinds(world, Build) if isinstance(b, Build) and b.bisect]
+    assert first == [("s1", "s2", "s3"), ("s4", "s5"), ("s6",)]  # s2 stays before s5; s6 goes last
+    world.settle()
+    assert [s for s, _ in world.sent_back] == ["s2"]
+    assert "s5" not in world.landed  # its dependency was sent back (and never revised here)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from flowd.engine.train import mentions
 from flowd.trace.events import MergeBatchStarted, MergeBisect, MergeRevision, StoryMerged
 from tests.engine.scenario import Scenario, coder, git, story
 
@@ -86,6 +87,46 @@ def test_a_red_story_in_a_batch_is_found_by_bisection_and_every_story_merges_onc
     assert not (sc.worktree_root / "ep" / "_train").exists()
     report = json.loads((sc.repo / ".flow/epics/ep/report.json").read_text(encoding="utf-8"))
     assert [b["batch"] for b in report["mergeTrain"]["batches"]] == [b.batch for b in batches]
+
+
+def test_the_story_whose_file_the_red_output_names_is_bisected_alone_first(tmp_path: Path) -> None:
+    green = green_log_in(tmp_path)
+    ids = ["a", "b", "c", "d", "e"]
+    fix = coder("c", {"src/c.py": "C = 3\n"})
+    fix["when"]["prompt"] = "epic check: BROKEN"
+    broken = {s: f"{s.upper()} = 1{'  # BROKEN' if s == 'c' else ''}\n" for s in ids}
+    # `a` is quick: the others queue behind its candidate (one gate slot) and are gated together;
+    # the red gate prints `src/c.py` (grep -l), the file only c's merge brought.
+    work = [coder(s, {f"src/{s}.py": broken[s]}, delayMs=0 if s == "a" else 800) for s in ids]
+    sc = Scenario.create(
+        tmp_path,
+        [story(s, [f"src/{s}.py"]) for s in ids],
+        [fix, *work],
+        settings=settings(green, "mergeConcurrency = 1", sleep=1.5),
+    )
+    result = sc.run()
+    assert result.outcome == "done", result.view.reason
+    events = [e.event for e in sc.events(result.run_id)]
+    assert sorted(sc.merge_commits()) == [f"ep: merge story {s}" for s in ids]
+    assert [e.lane for e in events if isinstance(e, MergeRevision)] == ["c"]
+    assert set(epic_positions(sc)) <= set(green.read_text(encoding="utf-8").split())
+    holding_c = next(e for e in events if isinstance(e, MergeBatchStarted) and "c" in e.lanes)
+    parts = [e.lanes for e in events if isinstance(e, MergeBisect) and e.batch == holding_c.batch]
+    if len(holding_c.lanes) > 1:
+        # The others first (they land), c alone last: it is found in the bisection's first round.
+        rest = [s for s in holding_c.lanes if s != "c"]
+        assert parts == [rest, ["c"], ["c"]], parts  # the two parts, then c named the culprit
+    else:
+        assert parts == []
+
+
+def test_a_red_output_names_a_path_only_where_it_stands_as_one() -> None:
+    out = "FAILED /w/_epic/src/a.py::test_x - assert 1\nsrc/b.py:12: error\nsee docs/c.md."
+    named = ["src/a.py", "src/b.py", "docs/c.md"]
+    assert [p for p in named if mentions(out, p, Path("/w/_epic"))] == named
+    unnamed = ["a.py", "rc/b.py", "src/b.p", "src/a", "docs/c", "_epic/src/a.py"]
+    assert [p for p in unnamed if mentions(out, p, Path("/w/_epic"))] == []
+    assert not mentions("src/aa.py, src/a.pyc, xsrc/a.py, lib/src/a.py", "src/a.py")
 
 
 def test_a_story_after_its_dependency_and_one_at_a_time_as_before(tmp_path: Path) -> None:

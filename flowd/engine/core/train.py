@@ -19,6 +19,10 @@ Rules:
   queue's front). One story alone: the culprit, sent back for a merge revision with its own gate
   output. More: bisected, the first half on the epic and the second on the first (with k gate
   slots, k parts at once), so the innocent land and the culprits are found in O(log n) gate runs.
+  The stories the red output names (the shell's `suspects`: a story whose merged files it
+  mentions) are gated last, each alone where the slots allow, so a named culprit is found in the
+  first round of the bisection while the others land beneath it; a story that another of the
+  candidate depends on keeps its place.
 - The window (stories per batch, at most `mergeBatch`, 16 for auto) drops to one after a red batch
   and doubles after each landing: a red streak is one at a time (no worse than serial by more than
   the first bisection's own runs), a green one grows back.
@@ -70,6 +74,7 @@ class Gated:
     command: str = ""
     output: str = ""
     timed_out: bool = False
+    suspects: tuple[str, ...] = ()  # red: the candidate's stories whose merged files `output` names
 
 
 @dataclass(frozen=True)
@@ -191,6 +196,7 @@ class Candidate:
     duration_ms: int = 0
     command: str = ""
     output: str = ""
+    suspects: tuple[str, ...] = ()
 
 
 def auto_concurrency(free_lanes: int, gate_ms: tuple[int, ...]) -> int:
@@ -297,6 +303,7 @@ class MergeTrain:
             assert isinstance(step, Failed)
             candidate.state = "red"
             candidate.command, candidate.output = event.command, event.output
+            candidate.suspects = event.suspects
         if not candidate.bisect:
             out.append(Result(candidate.batch, candidate.state == "green", candidate.duration_ms))
         return out
@@ -361,17 +368,43 @@ class MergeTrain:
             self.out.add(story)
             out.append(SendBack(story, front.batch, front.command, front.output, front.bisect))
             return out
-        # Halves with one gate slot; with more, as many parts as slots, gated at once (each on the
-        # one before it): the culprit is cornered in log_k n rounds instead of log_2 n.
-        parts = min(len(front.lanes), max(2, self.gate_slots))
-        size, extra = divmod(len(front.lanes), parts)
-        pieces, start = [], 0
-        for number in range(parts):
-            end = start + size + (1 if number < extra else 0)
-            pieces.append(self._candidate(front.batch, front.lanes[start:end], bisect=True))
-            start = end
-        self.chain[:0] = pieces
+        self.chain[:0] = [
+            self._candidate(front.batch, part, bisect=True) for part in self._bisect_parts(front)
+        ]
         return out
+
+    def _bisect_parts(self, front: Candidate) -> list[list[str]]:
+        """Halves with one gate slot; with more, as many parts as slots, gated at once (each on
+        the one before it): the culprit is cornered in log_k n rounds instead of log_2 n. The
+        suspects the red output named go last, alone while the slots allow: a named culprit is
+        then found in this round, on top of the others landing."""
+        slots = min(len(front.lanes), max(2, self.gate_slots))
+        named = self._movable_suspects(front)
+        if not named:
+            return _split(front.lanes, slots)
+        rest = [s for s in front.lanes if s not in named]
+        if len(named) < slots:
+            return [*_split(rest, slots - len(named)), *([s] for s in named)]
+        return _split([*rest, *named], slots)
+
+    def _movable_suspects(self, front: Candidate) -> list[str]:
+        """The suspects that may go after every other story of the candidate: none of them
+        depends on it (dependency order stays). None when every story is named (no hint)."""
+        lanes = set(front.lanes)
+        needed = {d for s in front.lanes for d in self._needs(s, lanes)}
+        named = [s for s in front.lanes if s in front.suspects and s not in needed]
+        return named if len(named) < len(front.lanes) else []
+
+    def _needs(self, story: str, among: set[str]) -> set[str]:
+        """`story`'s dependencies among `among`, through any chain of them."""
+        found: set[str] = set()
+        todo = [story]
+        while todo:
+            for dep in self.deps.get(todo.pop(), frozenset()):
+                if dep in among and dep not in found:
+                    found.add(dep)
+                    todo.append(dep)
+        return found
 
     def _candidate(self, batch: int, lanes: list[str], *, bisect: bool) -> Candidate:
         candidate = Candidate(self._next_cid, batch, list(lanes), bisect)
@@ -435,3 +468,14 @@ class MergeTrain:
         for story in taken:
             self.queue.remove(story)
         return taken
+
+
+def _split(lanes: list[str], parts: int) -> list[list[str]]:
+    """`lanes` in order, cut into `parts` parts as even as can be (the first ones longer)."""
+    size, extra = divmod(len(lanes), parts)
+    pieces, start = [], 0
+    for number in range(parts):
+        end = start + size + (1 if number < extra else 0)
+        pieces.append(lanes[start:end])
+        start = end
+    return [piece for piece in pieces if piece]
