@@ -31,12 +31,14 @@ def test_kills_mid_batch_and_mid_bisect_merge_each_story_once_and_leave_the_epic
 ) -> None:
     # Six stories; every epic gate run takes 2 s and `flaky`'s coder turn is held back, so `flaky`
     # and `models` queue behind `cli`'s candidate and are gated as one batch, which the policy
-    # gate turns red: the train bisects it (docs/merging.md). Killed while a batch is gated and
-    # while it bisects; the kill campaign's checks then hold against an uninterrupted run.
+    # gate turns red: the train bisects it (docs/merging.md). Killed while it bisects, then while a
+    # batch is gated; the kill campaign's checks then hold against an uninterrupted run. The bisect
+    # kill comes first: a resumed run's stories are ready at other moments than a fresh run's, so a
+    # rerun may gate `flaky` alone and never bisect, while every run gates some batch.
     log: list[str] = []
     shape = Shape(epic_sleep=2, delays=(("flaky", 800),), settings="mergeConcurrency = 1\n")
     report = campaign(
-        tmp_path, size=6, kills=2, seed=5, moments=["mid batch", "mid bisect"], log=log.append, shape=shape
+        tmp_path, size=6, kills=2, seed=5, moments=["mid bisect", "mid batch"], log=log.append, shape=shape
     )
     assert report.failures == [], "\n".join(log)
     assert report.kills_survived == report.kills_tried, "\n".join(log)
