@@ -13,6 +13,7 @@ import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from flowd.agents import acp_import
 from flowd.agents.base import Executor
 from flowd.agents.cli_kind import CliExecutor
 from flowd.agents.openai_kind import OpenAIExecutor
@@ -28,6 +29,7 @@ def _log_path(spec: ExecutorSpec, clone: int, log_dir: Path | None) -> Path | No
 
 def _acp_executor(spec: ExecutorSpec, clone: int, log_dir: Path | None, command: list[str]) -> Executor:
     """An ACP agent started by `command`: the `acp` kind's own program or the scripted agent."""
+    acp_import.sdk()  # first: the SDK the quick way (flowd/agents/acp_import.py)
     from flowd.agents.acp_client import AcpExecutor
 
     return AcpExecutor(
@@ -51,8 +53,8 @@ ACP_KINDS = frozenset({"acp", "script"})
 def preload(specs: Iterable[ExecutorSpec]) -> None:
     """Import the ACP client in a background thread when the roster has ACP executors.
 
-    The import (mostly the `acp` SDK's schema models) takes about half a second of CPU, kept out
-    of the commands that never start an agent. A run needs it for its first lane's first
+    The import (mostly the `acp` SDK's schema models) takes about a quarter of a second of CPU
+    (flowd/agents/acp_import.py), kept out of the commands that never start an agent. A run needs it for its first lane's first
     executor; made there, it held the event loop, and every lane's git work with it, while the
     first story waited (docs/performance.md, "Throughput"). Begun as the run gets ready, it
     overlaps the epic branch and the first worktrees; an executor made before it ends waits for
@@ -65,6 +67,7 @@ def _import_quietly() -> None:
     # A failed import here would print a thread's traceback; the first executor made imports it
     # again and reports the failure as one sentence, as without the preload.
     with contextlib.suppress(Exception):
+        acp_import.sdk()
         importlib.import_module("flowd.agents.acp_client")
 
 
