@@ -54,9 +54,9 @@ def preload(specs: Iterable[ExecutorSpec]) -> None:
     """Import the ACP client in a background thread when the roster has ACP executors.
 
     The import (mostly the `acp` SDK's schema models) takes about a quarter of a second of CPU
-    (flowd/agents/acp_import.py), kept out of the commands that never start an agent. A run needs it for its first lane's first
-    executor; made there, it held the event loop, and every lane's git work with it, while the
-    first story waited (docs/performance.md, "Throughput"). Begun as the run gets ready, it
+    (flowd/agents/acp_import.py), kept out of the commands that never start an agent. A run
+    needs it for its first lane's first executor; made there, it held the event loop, and every
+    lane's git work with it, while the first story waited (docs/performance.md, "Throughput"). Begun as the run gets ready, it
     overlaps the epic branch and the first worktrees; an executor made before it ends waits for
     the rest of it only (Python's import lock)."""
     if any(spec.kind in ACP_KINDS for spec in specs) and "flowd.agents.acp_client" not in sys.modules:

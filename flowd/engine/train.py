@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import re
 import shutil
 import time
 from collections.abc import Callable
@@ -426,16 +425,14 @@ class TrainShell:
     def _suspects(self, built: _Built, lanes: list[str], output: str) -> tuple[str, ...]:
         """The candidate's stories whose merged files the red output names: the bisection gates
         them last and alone (engine/core/train.py). Only a hint: git failing here names none."""
-        named = []
+        merged: dict[str, list[str]] = {}
         for story in lanes:
             commit = built.commits.get(story)
             try:
-                paths = self.ctx.repo.merged_paths(built.worktree, commit) if commit else []
+                merged[story] = self.ctx.repo.merged_paths(built.worktree, commit) if commit else []
             except FlowdError:
-                paths = []
-            if any(mentions(output, path, built.worktree) for path in paths):
-                named.append(story)
-        return tuple(named)
+                merged[story] = []
+        return rules.named_stories(output, merged, str(built.worktree))
 
     async def _gates_of(
         self, cid: int, built: _Built, commands: list[str], lanes: list[str]
@@ -564,12 +561,3 @@ class _Conflict(Exception):
     def __init__(self, story: str, detail: str) -> None:
         super().__init__(detail)
         self.story, self.detail = story, detail
-
-
-def mentions(output: str, path: str, root: Path | None = None) -> bool:
-    """Whether `output` names the repository path `path` as a whole path: `src/a.py` in
-    `src/a.py:12` or `<root>/src/a.py` (`root`: where the gates ran), not in `src/aa.py`,
-    `xsrc/a.py`, `lib/src/a.py` or `src/a.pyc`."""
-    if root is not None:
-        output = output.replace(f"{root}/", "")
-    return re.search(rf"(?<![\w./-]){re.escape(path)}(?![\w/-]|\.\w)", output) is not None

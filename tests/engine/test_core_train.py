@@ -32,6 +32,8 @@ from flowd.engine.core.train import (
     SendBack,
     Withdrawn,
     auto_concurrency,
+    mentions,
+    named_stories,
 )
 
 
@@ -432,3 +434,28 @@ def test_a_named_story_another_depends_on_keeps_its_place() -> None:
     world.settle()
     assert [s for s, _ in world.sent_back] == ["s2"]
     assert "s5" not in world.landed  # its dependency was sent back (and never revised here)
+
+
+def test_a_red_output_names_a_path_only_where_it_stands_as_one() -> None:
+    out = "FAILED /w/_epic/src/a.py::test_x - assert 1\nsrc/b.py:12: error\nsee docs/c.md."
+    named = ["src/a.py", "src/b.py", "docs/c.md"]
+    assert [p for p in named if mentions(out, p, "/w/_epic")] == named
+    unnamed = ["a.py", "rc/b.py", "src/b.p", "src/a", "docs/c", "_epic/src/a.py"]
+    assert [p for p in unnamed if mentions(out, p, "/w/_epic")] == []
+    assert not mentions("src/aa.py, src/a.pyc, xsrc/a.py, lib/src/a.py", "src/a.py")
+
+
+@pytest.mark.parametrize(
+    ("output", "named"),
+    [
+        ("src/b.py:3: AssertionError", ("b",)),
+        ("/w/_train/1/src/c.py:1: error\nsrc/a/x.py failed", ("a", "c")),  # in the candidate's order
+        ("3 passed, 1 failed", ()),
+        ("src/b.pyc is stale", ()),
+    ],
+)
+def test_the_suspects_are_the_stories_whose_merged_files_the_output_names(
+    output: str, named: tuple[str, ...]
+) -> None:
+    merged = {"a": ["src/a/x.py", "src/a/y.py"], "b": ["src/b.py"], "c": ["src/c.py"], "d": []}
+    assert named_stories(output, merged, "/w/_train/1") == named

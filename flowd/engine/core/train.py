@@ -33,7 +33,8 @@ Rules:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -479,3 +480,20 @@ def _split(lanes: list[str], parts: int) -> list[list[str]]:
         pieces.append(lanes[start:end])
         start = end
     return [piece for piece in pieces if piece]
+
+
+def named_stories(
+    output: str, merged: Mapping[str, Sequence[str]], root: str | None = None
+) -> tuple[str, ...]:
+    """The candidate's stories (in `merged`'s order: story → the files its merge brought) that a
+    red gate's `output` names: the bisection's `suspects`. `root`: where the gates ran."""
+    return tuple(story for story, paths in merged.items() if any(mentions(output, p, root) for p in paths))
+
+
+def mentions(output: str, path: str, root: str | None = None) -> bool:
+    """Whether `output` names the repository path `path` as a whole path: `src/a.py` in
+    `src/a.py:12` or `<root>/src/a.py`, not in `src/aa.py`, `xsrc/a.py`, `lib/src/a.py` or
+    `src/a.pyc`."""
+    if root is not None:
+        output = output.replace(f"{root}/", "")
+    return re.search(rf"(?<![\w./-]){re.escape(path)}(?![\w/-]|\.\w)", output) is not None
