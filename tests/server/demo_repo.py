@@ -31,6 +31,14 @@ def delay(rules: list[dict[str, Any]], role: str, story: str, ms: int, *, last: 
     (matching[-1] if last else matching[0])["delayMs"] = ms
 
 
+def hold(rules: list[dict[str, Any]], role: str, story: str, release: Path) -> None:
+    """Hold the first rule answering `role` for `story` until the test creates `release`: the
+    lane is certainly still in that turn however slowly a loaded machine gets there (a fixed
+    delay can run out first)."""
+    first = next(r for r in rules if r["when"].get("role") == role and r["when"].get("story") == story)
+    first["run"] = [f"while [ ! -e '{release}' ]; do sleep 0.05; done", *first.get("run", [])]
+
+
 def kill_runs(repo: Path) -> None:
     """Kill every run process group of `repo` still alive (a test's own runs)."""
     for record in list_runs(repo):

@@ -13,7 +13,7 @@ from lsprotocol import types as lsp
 
 from flowd.base import jsonl
 from tests.server.conftest import CONFIG, FlowClient, command, initialize, request, stop_client
-from tests.server.demo_repo import delay, kill_runs, sample
+from tests.server.demo_repo import delay, hold, kill_runs, sample
 
 
 def trace(repo: Path, run_id: str) -> list[dict[str, Any]]:
@@ -183,10 +183,7 @@ def held_repo(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
     release = tmp_path / "release-core"
 
     def tune(rules: list[dict[str, Any]]) -> None:
-        first = next(
-            r for r in rules if r["when"].get("role") == "coder" and r["when"].get("story") == "core"
-        )
-        first["run"] = [f"while [ ! -e '{release}' ]; do sleep 0.05; done", *first.get("run", [])]
+        hold(rules, "coder", "core", release)
 
     root, _ = sample(tmp_path / "calc", tune)
     yield root, release

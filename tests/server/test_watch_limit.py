@@ -29,7 +29,7 @@ from tests.server.conftest import (
     make_client,
     stop_client,
 )
-from tests.server.demo_repo import delay, kill_runs, sample
+from tests.server.demo_repo import hold, kill_runs, sample
 from tests.server.test_live import _diag, _exists
 from tests.server.test_runs import lane_status
 
@@ -61,11 +61,13 @@ def _config(how: str) -> ClientServerConfig:
 
 
 @pytest.fixture
-def wide_repo(tmp_path: Path) -> Iterator[Path]:
-    """The demo, core's first coder turn held for 6 s, with DIRS more directories to watch."""
+def wide_repo(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
+    """The demo with DIRS more directories to watch, core's first coder turn held until the test
+    creates the returned file: core's lane stays active while its polled worktree is checked."""
+    release = tmp_path / "release-core"
 
     def tune(rules: list[dict[str, Any]]) -> None:
-        delay(rules, "coder", "core", 6000)
+        hold(rules, "coder", "core", release)
 
     root, _ = sample(tmp_path / "calc", tune)
     for i in range(DIRS):
@@ -73,7 +75,8 @@ def wide_repo(tmp_path: Path) -> Iterator[Path]:
         (root / "assets" / f"d{i:02}" / "keep.txt").write_text(f"{i}\n")
     git(root, "add", "-A")
     git(root, "commit", "-q", "-m", "assets")
-    yield root
+    yield root, release
+    release.touch()
     kill_runs(root)
 
 
@@ -84,15 +87,18 @@ def _polled(client: FlowClient, lane: str) -> list[str]:
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("how", ["budget", "namespace"])
-async def test_a_worktree_past_the_watch_limit_is_polled_and_said_once(wide_repo: Path, how: str) -> None:
+async def test_a_worktree_past_the_watch_limit_is_polled_and_said_once(
+    wide_repo: tuple[Path, Path], how: str
+) -> None:
+    repo, _ = wide_repo
     if how == "namespace" and not _userns_limit_settable():
         pytest.skip("this kernel does not let an unprivileged user namespace set its inotify limit")
     client = await _config(how).start()
     assert isinstance(client, FlowClient)
     try:
-        await initialize(client, wide_repo)
+        await initialize(client, repo)
         run_id = (await command(client, "flow.launchEpic", {"plan": "calc.epic.json"}))["runId"]
-        worktree = wide_repo.parent / "calc.flowd" / "calc" / "core"
+        worktree = repo.parent / "calc.flowd" / "calc" / "core"
         await _exists(worktree / "calc")
         await client.until(lambda: _polled(client, "core"), 30, "the polling message")
         assert lane_status(client, run_id, "core") == "active"
