@@ -14,7 +14,8 @@ import contextlib
 import json
 import os
 import signal
-from collections.abc import Callable
+import weakref
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any, cast
 
@@ -59,6 +60,25 @@ BASE_ENV_KEYS = (
 _STDOUT_LIMIT = 50 * 1024 * 1024  # agents send whole files in one JSON line
 _TAIL_BYTES = 8192
 SHUTDOWN_WAIT_S = 2.0
+# Agent starts under way at once, across every clone of the run (docs/performance.md "Agent
+# starts"): a start is mostly CPU (an interpreter or node loading its SDK), so more than the cores
+# only makes every start late. The gate is first come, first served, and the scheduler starts the
+# stories on the longest chains first, so theirs are not held up by the others'.
+START_PARALLEL = max(2, os.cpu_count() or 2)
+_start_gates: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+@contextlib.asynccontextmanager
+async def start_slot() -> AsyncIterator[None]:
+    """One of the `START_PARALLEL` slots of this event loop's agent starts, until released."""
+    loop = asyncio.get_running_loop()
+    gate = _start_gates.get(loop)
+    if gate is None:
+        gate = _start_gates[loop] = asyncio.Semaphore(START_PARALLEL)
+    async with gate:
+        yield
 
 
 def base_environment() -> dict[str, str]:
@@ -111,8 +131,13 @@ class AgentProcess:
         return self.proc is not None and self.proc.returncode is None and self.conn is not None
 
     async def start(self, cwd: Path) -> None:
-        """Start the agent in `cwd` (a running one is stopped first) and `initialize` it."""
+        """Start the agent in `cwd` (a running one is stopped first) and `initialize` it, in one of
+        the run's start slots (`start_slot`)."""
         await self.stop(graceful=False)
+        async with start_slot():
+            await self._start(cwd)
+
+    async def _start(self, cwd: Path) -> None:
         self.tail.clear()
         env = {**base_environment(), **self.env}
         try:

@@ -226,9 +226,9 @@ class RosterPool:
 
         The clones are the ones `lease` would pick (priority, then round robin, roster order),
         planned without taking anything; roles are interleaved so the first story's agents start
-        first, and at most `warmup.PRESTART_PARALLEL` start at once. Kinds without a `warm` (CLI and
-        OpenAI executors start nothing ahead) are skipped; the executors are the clones' own, so
-        `aclose` ends them with the rest."""
+        first, and they take the run's agent start slots (`acp_process.start_slot`) in that order.
+        Kinds without a `warm` (CLI and OpenAI executors start nothing ahead) are skipped; the
+        executors are the clones' own, so `aclose` ends them with the rest."""
         plans = {role: self.planned_clones(role, count) for role, count in needs.items()}
         executors = []
         for executor_id, clone in prestart_order(plans):

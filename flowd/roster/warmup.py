@@ -4,15 +4,9 @@ will take, started in the background before a story's first turn needs them."""
 from __future__ import annotations
 
 import asyncio
-import os
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from flowd.agents.base import Executor
-
-# Agent processes `prestart` starts at once: a start is mostly CPU (an interpreter importing its
-# SDK), so more than the cores only makes every clone late; the first story's come first.
-PRESTART_PARALLEL = max(2, os.cpu_count() or 2)
 
 
 def prestart_order(plans: dict[str, list[tuple[str, int]]]) -> list[tuple[str, int]]:
@@ -27,7 +21,8 @@ def prestart_order(plans: dict[str, list[tuple[str, int]]]) -> list[tuple[str, i
 
 
 class Warmup:
-    """The warm starts in flight; at most `PRESTART_PARALLEL` at once."""
+    """The warm starts in flight. They are begun in the order given and take the run's agent start
+    slots (`acp_process.start_slot`) in that order, with every other start of the run."""
 
     def __init__(self) -> None:
         self._warming: set[asyncio.Task[None]] = set()
@@ -41,14 +36,8 @@ class Warmup:
                 warmers.append(warm)
         if not warmers:
             return
-        gate = asyncio.Semaphore(PRESTART_PARALLEL)
-
-        async def one(warm: Callable[[Path], Awaitable[None]]) -> None:
-            async with gate:
-                await warm(cwd)
-
         for warm in warmers:
-            task = asyncio.get_running_loop().create_task(one(warm))
+            task = asyncio.get_running_loop().create_task(warm(cwd))
             self._warming.add(task)
             task.add_done_callback(self._warming.discard)
 
