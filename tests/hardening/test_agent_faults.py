@@ -8,6 +8,9 @@ that the fault is handled and that the others are not disturbed.
 from __future__ import annotations
 
 import json
+import os
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -27,14 +30,18 @@ def _script_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def two_executors(
-    root: Path, stories: list[dict[str, Any]], alpha: list[dict[str, Any]], shared: list[dict[str, Any]]
+    root: Path,
+    stories: list[dict[str, Any]],
+    alpha: list[dict[str, Any]],
+    shared: list[dict[str, Any]],
+    settings: str = FAST,
 ) -> Scenario:
     """`alpha` (tried first, with its own faulty rules ahead of the shared ones) and `beta` (healthy)."""
     sc = Scenario.create(
         root,
         stories,
         shared,
-        settings=FAST,
+        settings=settings,
         executors=[
             {"id": "alpha", "script": "alpha.json", "slots": 8, "priority": 1},
             {"id": "beta", "script": "beta.json", "slots": 8, "priority": 2},
@@ -102,14 +109,30 @@ def test_a_burst_of_rate_and_usage_limits_excludes_the_executor_and_the_stories_
 ) -> None:
     names = ["rl-a", "rl-b", "ul", "plain"]
     stories = [story(n, [f"{n}.txt"]) for n in names]
+    faults = {"rl-a": "rate_limit", "rl-b": "rate_limit", "ul": "usage_limit"}
+    # Each faulty turn fails only once all three are on alpha: the first failure excludes alpha, and
+    # a story still planning then would take beta and never meet its fault (as on a loaded machine).
+    release = tmp_path / "release"
+    hold = "while [ ! -e '{release}' ]; do sleep 0.05; done"
     alpha = [
-        {"when": {"role": "coder", "story": "rl-a"}, "fail": "rate_limit"},
-        {"when": {"role": "coder", "story": "rl-b"}, "fail": "rate_limit"},
-        {"when": {"role": "coder", "story": "ul"}, "fail": "usage_limit"},
+        {
+            "when": {"role": "coder", "story": n},
+            "run": [f": held {n}; {hold.format(release=release)}"],
+            "fail": f,
+        }
+        for n, f in faults.items()
     ]
     shared = [coder(n, {f"{n}.txt": f"{n}\n"}) for n in names]
-    sc = two_executors(tmp_path, stories, alpha, shared)
-    result = sc.run()
+    # Held turns say nothing: the stall clock must outlast the hold.
+    settings = FAST.replace("stallTimeoutS = 2", "stallTimeoutS = 120")
+    sc = two_executors(tmp_path, stories, alpha, shared, settings)
+    releaser = threading.Thread(target=_release_when_held, args=(list(faults), release), daemon=True)
+    releaser.start()
+    try:
+        result = sc.run()
+    finally:
+        release.touch()
+        releaser.join()
     assert result.outcome == "done", {k: v.reason for k, v in result.view.lanes.items()}
     excluded = of(sc, result, ExecutorExcluded)
     assert excluded and {e.executor for e in excluded} == {"alpha"}
@@ -121,6 +144,26 @@ def test_a_burst_of_rate_and_usage_limits_excludes_the_executor_and_the_stories_
     state = json.loads((sc.repo / ".flow" / "roster-state.json").read_text(encoding="utf-8"))
     assert [e["executor"] for e in state["exclusions"]] == ["alpha"]
     assert sorted(sc.merge_commits()) == sorted(f"ep: merge story {n}" for n in names)
+
+
+def _release_when_held(names: list[str], release: Path, timeout_s: float = 120.0) -> None:
+    """Create `release` once a held command (`: held <name>; ...`) runs for each of `names`, each
+    in its lane's coder turn on alpha (found by its command line in /proc), or after `timeout_s`."""
+    marks = {f": held {n};".encode() for n in names}
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and not release.exists():
+        seen = set()
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                    cmdline = handle.read()
+            except OSError:
+                continue
+            seen |= {mark for mark in marks if mark in cmdline}
+        if seen == marks:
+            break
+        time.sleep(0.05)
+    release.touch()
 
 
 def test_with_no_other_executor_an_auth_failure_halts_the_run_saying_why(tmp_path: Path) -> None:
