@@ -171,7 +171,6 @@ class WorktreeWatches:
         True when inotify ran out of watches on the way."""
         polling = poll_ms is not None
         watch_filter = DefaultFilter(ignore_dirs=(*DefaultFilter.ignore_dirs, ".flow"))
-        again: asyncio.Task[None] | None = None
         checked = 0.0
 
         async def settle_and_rescan() -> None:
@@ -180,6 +179,10 @@ class WorktreeWatches:
             if not stop.is_set() and worktree.is_dir():
                 await rescan()
 
+        # The scan before this watch cannot see a write made until the watch is in place (inotify has
+        # no past; a poll's first round is its baseline): one more scan once it is, which the
+        # watcher's set-up (synchronous, on the first step of the loop below) precedes.
+        again: asyncio.Task[None] | None = asyncio.ensure_future(settle_and_rescan())
         try:
             with contextlib.suppress(FileNotFoundError, RuntimeError):
                 async for changes in awatch(

@@ -8,6 +8,9 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import pytest
+
+from flowd.server import inotify
 from flowd.server.watch import WorktreeWatches
 from flowd.vcs.changes import merge_in_progress
 
@@ -69,6 +72,32 @@ async def test_a_watch_waits_for_its_worktree_and_outlives_its_deletion(tmp_path
     finally:
         watches.stop_all()
     assert ("run", "s") not in watches
+
+
+@pytest.mark.parametrize("how", ["watched", "polled"])
+async def test_a_write_while_the_watch_starts_is_seen(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    """The first scan runs before the watch is in place (inotify has no past, a poll's first round is
+    its baseline): a write in between is seen by one more scan once the watch is up."""
+    if how == "polled":
+        monkeypatch.setenv(inotify.BUDGET_ENV, "0")
+    worktree = tmp_path / "wt"
+    worktree.mkdir()
+    recorder = Recorder(worktree)
+
+    async def rescan_then_write() -> None:
+        await recorder.rescan()
+        if len(recorder.seen) == 1:  # the write lands right after the first scan
+            (worktree / "gap.txt").write_text("x")
+
+    watches = WorktreeWatches()
+    watches.start(("run", "s"), lambda: worktree, lambda: [worktree], rescan_then_write)
+    try:
+        await recorder.until(["gap.txt"], timeout=10)
+        assert watches.polling(("run", "s")) == (how == "polled")
+    finally:
+        watches.stop_all()
 
 
 def git(cwd: Path, *args: str) -> str:
