@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,7 @@ import pytest
 
 from flowd.base import jsonl
 from flowd.server.shapes import status_wire
+from flowd.trace import fastfold
 from flowd.trace.events import (
     EVENT_CLASSES,
     AssistantMessage,
@@ -63,6 +65,7 @@ from flowd.trace.usage import UsageLike, reported_cost
 from flowd.trace.view import FOLDED_TYPES, RunView, fold
 
 RUN = "r1"
+FOLDED_TYPES_BYTES = {t.encode() for t in FOLDED_TYPES}
 
 
 def one_of_each() -> list[Event]:
@@ -165,11 +168,33 @@ def odd_lines(start: int) -> list[bytes]:
         line(start + 17, {**used, "usage": {"input": 12, "output": 1}}, v=2),  # a usage line of v 2
         line(start + 18, {"type": "ExecutorLeased", "executor": "y", "role": "coder", "label": "b"}, v=2),
         line(start + 19, {**used, "usage": {"input": 13, "output": True}}),  # a bool as a count
+        *odd_gate_lines(start + 20),
         b"not json",
         b"",
         b"[1, 2]",
         b'{"v":1,"seq":999,"at":"x","runId":"r1","event":{"type":"TokensUsed","lane":"b"',  # torn by a kill
     ]
+
+
+def odd_gate_lines(start: int) -> list[bytes]:
+    """Gate results the typed decoder refuses, for pydantic to coerce, reject or take; lane b codes
+    first, so that each one taken moves its phases."""
+    gate = {"type": "GateResult", "lane": "b", "where": "task", "gate": "pytest", "ok": True}
+    timed = {**gate, "exitCode": 0}
+    odd: list[dict[str, Any]] = [
+        {**gate, "exitCode": "1", "durationMs": 1000},  # a string code, coerced
+        {**timed, "ok": 1, "durationMs": 1000},  # 1 as a bool
+        {**timed, "durationMs": 2000.0},  # a whole float as an int
+        {**gate, "exit_code": 0, "duration_ms": 3000},  # snake_case
+        {**timed, "durationMs": 1000, "extra": 1},  # an unknown key, ignored
+        {**timed, "gate": None, "durationMs": 1000},  # no gate: rejected
+        {**timed, "where": "bogus", "durationMs": 1000},  # rejected
+        {**timed, "durationMs": 10**14},  # a start no clock holds
+        {**timed, "durationMs": 1 << 63},  # past 63 bits
+        {**timed, "lane": None, "durationMs": 1000},  # no lane: no phase
+    ]
+    started = {"type": "TaskStarted", "lane": "b", "index": 1, "count": 1, "title": "t"}
+    return [line(start, started), *(line(start + 1 + n, e) for n, e in enumerate(odd))]
 
 
 def reference(lines: list[bytes], pricer: Any) -> RunView:
@@ -275,3 +300,23 @@ def test_one_shot_readers_take_a_last_line_without_its_newline(tmp_path: Path) -
     assert [e.seq for e in TraceFollower(path).events()] == [1]  # a follower waits for the newline
     assert [e.seq for e in read_trace(path)] == [1, 2]
     assert fold_trace(path, RunView(run_id=RUN)).status == "done"
+
+
+@pytest.mark.parametrize(
+    ("words", "taken", "refused"),
+    [
+        ({b"ab", b"a", b"abc", b"b"}, [b"a", b"ab", b"abc", b"b"], [b"", b"ac", b"abcd", b"ba"]),
+        (
+            {b"TokensUsed", b"TaskStarted"},
+            [b"TokensUsed", b"TaskStarted"],
+            [b"T", b"Tokens", b"TaskStartedX"],
+        ),
+        (set(FOLDED_TYPES_BYTES), sorted(FOLDED_TYPES_BYTES), [b"ToolUse", b"Run", b"AssistantMessage"]),
+    ],
+)
+def test_the_folded_types_mark_takes_exactly_its_words(
+    words: set[bytes], taken: list[bytes], refused: list[bytes]
+) -> None:
+    pattern = re.compile(fastfold._branching(frozenset(words)))
+    assert [w for w in taken if pattern.fullmatch(w)] == taken
+    assert [w for w in refused if pattern.fullmatch(w)] == []

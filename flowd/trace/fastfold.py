@@ -9,9 +9,9 @@ it), reached with less work:
   `_WRITER_PREFIX`, and the first `_TYPE_MARK` in such a line is its event's type (the envelope's
   other fields are scalars; `event` comes last). When every line of a chunk is in that format, one
   regular-expression scan finds the lines with a folded type's mark and nothing else is touched;
-- `TokensUsed` and lease lines (the bulk of what is folded) are decoded by msgspec decoders typed
-  to exactly what the fold takes without pydantic: strict (no text for a number, no bool for an
-  int, no unknown usage or lease key), so a line they take is one pydantic would take unchanged,
+- `TokensUsed`, lease and `GateResult` lines (the bulk of what is folded) are decoded by msgspec
+  decoders typed to exactly what the fold takes without pydantic: strict (no text for a number, no
+  bool for an int, no unknown usage, lease or gate key), so a line they take is one pydantic would take unchanged,
   and the decoded struct is folded as it is (no dict, no per-field checks in Python);
 - the other lines that matter, and any line those decoders refuse, are parsed (`flowd.base.jsonl`) and,
   when the envelope and event have exactly their fields' types, folded from the dict. Anything
@@ -31,20 +31,39 @@ import msgspec
 from pydantic import ValidationError
 
 from flowd.base.jsonl import JSONError, loads, marked_lines
-from flowd.trace.events import EVENT_CLASSES, Event, envelope_from_dict
+from flowd.trace.events import EVENT_CLASSES, Event, GateWhere, envelope_from_dict
 from flowd.trace.usage import Tokens
 from flowd.trace.view import FOLDED_TYPES, RunView
 
 _WRITER_PREFIX = b'{"v":1,"seq":'
 _TYPE_MARK = b'"event":{"type":"'
 _FOLDED_BYTES = frozenset(t.encode() for t in FOLDED_TYPES)
-_FOLDED_MARK = re.compile(re.escape(_TYPE_MARK) + b"(" + b"|".join(sorted(_FOLDED_BYTES)) + b')"')
+
+
+def _branching(words: frozenset[bytes]) -> bytes:
+    """`words` as one regular expression that branches a letter at a time. The regular-expression
+    engine tries an alternation's branches one after another, at every line of a trace: the folded
+    types as a plain alternation cost a try each a line, this a few."""
+    by_first: dict[bytes, set[bytes]] = {}
+    for word in words:
+        by_first.setdefault(word[:1], set()).add(word[1:])
+    ends = by_first.pop(b"", None) is not None  # a word ends here (another goes on)
+    branches = [re.escape(first) + _branching(frozenset(rest)) for first, rest in sorted(by_first.items())]
+    if not branches:
+        return b""
+    if len(branches) == 1 and not ends:
+        return branches[0]
+    return b"(?:" + b"|".join(branches) + b")" + (b"?" if ends else b"")
+
+
+_FOLDED_MARK = re.compile(re.escape(_TYPE_MARK) + b"(" + _branching(_FOLDED_BYTES) + b')"')
 # A line that does not start in the writer's format (the chunk's last newline ends the last line).
 _OTHER_LINE = re.compile(rb"\n(?!" + re.escape(_WRITER_PREFIX) + rb"|\Z)")
 _USAGE_KEYS = frozenset({"input", "output", "total", "cachedRead", "cacheWrite", "costUsd"})
 _LEASE_KEYS = frozenset({"type", "executor", "clone", "role", "label", "borrowed"})
 _TOKENS_BYTES = b"TokensUsed"
 _LEASE_BYTES = (b"ExecutorLeased", b"ExecutorReleased")
+_GATE_BYTES = b"GateResult"
 
 # The typed decoders of the two hot line kinds. Integers past 63 bits are refused here (the fold's
 # fast paths never took them): they take the dict path, whose checks then send them on.
@@ -82,6 +101,19 @@ class _LeaseEvent(msgspec.Struct, gc=False, forbid_unknown_fields=True):
     borrowed: bool | None = None
 
 
+class _GateEvent(msgspec.Struct, gc=False, rename="camel", forbid_unknown_fields=True):
+    """A `GateResult` with every field of the event model, each of exactly its type (one per task
+    gate run: as common as leases in a long trace)."""
+
+    type: Literal["GateResult"]
+    where: GateWhere
+    gate: str
+    ok: bool
+    exit_code: _Int
+    duration_ms: _Int
+    lane: str | None = None
+
+
 class _TokensLine(msgspec.Struct, gc=False, rename={"run_id": "runId"}):
     seq: _Int
     at: str
@@ -98,7 +130,16 @@ class _LeaseLine(msgspec.Struct, gc=False, rename={"run_id": "runId"}):
     v: Literal[1] = 1
 
 
+class _GateLine(msgspec.Struct, gc=False, rename={"run_id": "runId"}):
+    seq: _Int
+    at: str
+    run_id: str
+    event: _GateEvent
+    v: Literal[1] = 1
+
+
 _DECODE_TOKENS = msgspec.json.Decoder(_TokensLine).decode
+_DECODE_GATE = msgspec.json.Decoder(_GateLine).decode
 _DECODE_LEASE = msgspec.json.Decoder(_LeaseLine).decode
 
 
@@ -117,7 +158,10 @@ def fold_lines(view: RunView, chunk: bytes) -> None:
         if kind == _TOKENS_BYTES:
             if _fold_typed_tokens(view, line):
                 continue
-        elif kind in _LEASE_BYTES and _fold_typed_lease(view, line):
+        elif kind in _LEASE_BYTES:
+            if _fold_typed_lease(view, line):
+                continue
+        elif kind == _GATE_BYTES and _fold_typed_gate(view, line):
             continue
         fold_line(view, line)
 
@@ -153,6 +197,18 @@ def _fold_typed_lease(view: RunView, line: bytes) -> bool:
             event.label,
             event.borrowed,
         )
+    return True
+
+
+def _fold_typed_gate(view: RunView, line: bytes) -> bool:
+    """A `GateResult` line with exactly its fields' types, folded; False: nothing was done."""
+    try:
+        record = _DECODE_GATE(line)
+    except msgspec.MsgspecError:
+        return False
+    if view.accept(record.seq, record.at, record.run_id):
+        event = record.event
+        view.apply_gate(event.lane, event.where, event.duration_ms, record.at)
     return True
 
 

@@ -78,5 +78,5 @@ def minus_ms(at: str, ms: int) -> str:
             moment = datetime.fromisoformat(at[:23]) - timedelta(milliseconds=ms)
             return moment.isoformat(timespec="milliseconds") + "Z"
         return iso(parse_iso(at) - timedelta(milliseconds=ms))
-    except ValueError:
+    except (ValueError, OverflowError):  # a duration no clock holds (a corrupt line): no start
         return at

@@ -317,10 +317,8 @@ class RunView:
             self._status_times(self._lane(event.story), event.status, at)
         elif isinstance(event, TaskStarted):
             timeline.enter(self._lane(event.lane).phases, "coding", at)
-        elif isinstance(event, GateResult) and event.lane is not None:
-            timeline.gate_times(
-                self._lane(event.lane).phases, event.where, timeline.minus_ms(at, event.duration_ms), at
-            )
+        elif isinstance(event, GateResult):
+            self.apply_gate(event.lane, event.where, event.duration_ms, at)
         elif isinstance(event, StageStarted) and event.lane is not None:
             if event.stage == f"story {event.lane}{_MERGE_STAGE_SUFFIX}":
                 timeline.enter(
@@ -486,6 +484,11 @@ class RunView:
     @staticmethod
     def _clone_key(executor: str, clone: int | None, label: str | None) -> str:
         return f"{executor}#{clone}" if clone is not None else f"{executor}@{label or ''}"
+
+    def apply_gate(self, lane_id: str | None, where: str, duration_ms: int, at: str) -> None:
+        """A timed `GateResult` event's share of the fold (its lane's phases)."""
+        if lane_id is not None:
+            timeline.gate_times(self._lane(lane_id).phases, where, timeline.minus_ms(at, duration_ms), at)
 
     def apply_tokens(self, lane_id: str | None, model: str | None, usage: UsageLike, estimated: bool) -> None:
         """A `TokensUsed` event's share of the fold (called per line by the streaming reader)."""
