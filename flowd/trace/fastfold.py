@@ -25,7 +25,8 @@ change which lines `RunView.accept` takes as replays.
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal, cast
+from collections.abc import Callable
+from typing import Annotated, Any, Generic, Literal, TypeVar, cast
 
 import msgspec
 from pydantic import ValidationError
@@ -68,6 +69,7 @@ _GATE_BYTES = b"GateResult"
 # The typed decoders of the two hot line kinds. Integers past 63 bits are refused here (the fold's
 # fast paths never took them): they take the dict path, whose checks then send them on.
 _Int = Annotated[int, msgspec.Meta(ge=-(1 << 63), le=(1 << 63) - 1)]
+_E = TypeVar("_E")
 
 
 class _Usage(msgspec.Struct, gc=False, rename="camel", forbid_unknown_fields=True):
@@ -114,33 +116,24 @@ class _GateEvent(msgspec.Struct, gc=False, rename="camel", forbid_unknown_fields
     lane: str | None = None
 
 
-class _TokensLine(msgspec.Struct, gc=False, rename={"run_id": "runId"}):
+class _Line(msgspec.Struct, Generic[_E], gc=False, rename={"run_id": "runId"}):
+    """A writer-format envelope around one of the typed events above."""
+
     seq: _Int
     at: str
     run_id: str
-    event: _TokensEvent
+    event: _E
     v: Literal[1] = 1
 
 
-class _LeaseLine(msgspec.Struct, gc=False, rename={"run_id": "runId"}):
-    seq: _Int
-    at: str
-    run_id: str
-    event: _LeaseEvent
-    v: Literal[1] = 1
-
-
-class _GateLine(msgspec.Struct, gc=False, rename={"run_id": "runId"}):
-    seq: _Int
-    at: str
-    run_id: str
-    event: _GateEvent
-    v: Literal[1] = 1
-
-
-_DECODE_TOKENS = msgspec.json.Decoder(_TokensLine).decode
-_DECODE_GATE = msgspec.json.Decoder(_GateLine).decode
-_DECODE_LEASE = msgspec.json.Decoder(_LeaseLine).decode
+_DECODE_TOKENS = msgspec.json.Decoder(_Line[_TokensEvent]).decode
+_DECODE_LEASE = msgspec.json.Decoder(_Line[_LeaseEvent]).decode
+_DECODE_GATE = msgspec.json.Decoder(_Line[_GateEvent]).decode
+_TYPED: dict[bytes, Callable[[bytes], _Line[Any]]] = {
+    _TOKENS_BYTES: _DECODE_TOKENS,
+    **dict.fromkeys(_LEASE_BYTES, _DECODE_LEASE),
+    _GATE_BYTES: _DECODE_GATE,
+}
 
 
 def fold_lines(view: RunView, chunk: bytes) -> None:
@@ -155,60 +148,32 @@ def fold_lines(view: RunView, chunk: bytes) -> None:
                 fold_line(view, line)
         return
     for line, kind in marked_lines(chunk, _FOLDED_MARK):
-        if kind == _TOKENS_BYTES:
-            if _fold_typed_tokens(view, line):
-                continue
-        elif kind in _LEASE_BYTES:
-            if _fold_typed_lease(view, line):
-                continue
-        elif kind == _GATE_BYTES and _fold_typed_gate(view, line):
-            continue
-        fold_line(view, line)
+        if not _fold_typed(view, line, kind):
+            fold_line(view, line)
 
 
-def _fold_typed_tokens(view: RunView, line: bytes) -> bool:
-    """A `TokensUsed` line in exactly the fast path's shape, folded; False: nothing was done."""
+def _fold_typed(view: RunView, line: bytes, kind: bytes) -> bool:
+    """A `TokensUsed`, lease or `GateResult` line in exactly its typed decoder's shape, folded;
+    False: nothing was done (the dict path or pydantic decides)."""
+    decode = _TYPED.get(kind)
+    if decode is None:
+        return False
     try:
-        record = _DECODE_TOKENS(line)
+        record = decode(line)
     except msgspec.MsgspecError:
         return False
     event = record.event
-    usage = event.usage
-    if type(usage.cost_usd) is int:
-        return False
-    if view.accept(record.seq, record.at, record.run_id):
-        view.apply_tokens(event.lane, event.model, usage, event.estimated)
-    return True
-
-
-def _fold_typed_lease(view: RunView, line: bytes) -> bool:
-    """A lease line in exactly `_lease_shape`, folded; False: nothing was done."""
-    try:
-        record = _DECODE_LEASE(line)
-    except msgspec.MsgspecError:
-        return False
-    event = record.event
-    if view.accept(record.seq, record.at, record.run_id):
-        view.apply_lease(
-            event.type == "ExecutorLeased",
-            event.executor,
-            event.clone,
-            event.role,
-            event.label,
-            event.borrowed,
-        )
-    return True
-
-
-def _fold_typed_gate(view: RunView, line: bytes) -> bool:
-    """A `GateResult` line with exactly its fields' types, folded; False: nothing was done."""
-    try:
-        record = _DECODE_GATE(line)
-    except msgspec.MsgspecError:
-        return False
-    if view.accept(record.seq, record.at, record.run_id):
-        event = record.event
-        view.apply_gate(event.lane, event.where, event.duration_ms, record.at)
+    if type(event) is _TokensEvent:
+        if type(event.usage.cost_usd) is int:
+            return False  # pydantic reads it as a float: the dict path does the same
+        if view.accept(record.seq, record.at, record.run_id):
+            view.apply_tokens(event.lane, event.model, event.usage, event.estimated)
+    elif view.accept(record.seq, record.at, record.run_id):
+        if type(event) is _LeaseEvent:
+            leased = event.type == "ExecutorLeased"
+            view.apply_lease(leased, event.executor, event.clone, event.role, event.label, event.borrowed)
+        else:
+            view.apply_gate(event.lane, event.where, event.duration_ms, record.at)
     return True
 
 
