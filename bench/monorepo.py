@@ -17,6 +17,10 @@ With `--epic`, also a real 4-story epic (the scripted agent, gates `true`) on th
 one-file repository, and the monorepo epic against the small one plus one bare `git worktree add`;
 the run is timed as `flowd run` takes it (until the outcome is written and the run returns, its
 leftover worktrees removed by a background process), then until that removal has finished too.
+The monorepo epic is read three ways, each on a fresh clone: whole story worktrees, sparse ones
+(`[worktree] sparse`), and whole ones with `[worktree] keepSpares = 5` after an earlier epic's run
+(not timed) left its 5 spares: the next epic's 4 lanes and its merge train's first candidate reset
+one each instead of checking out afresh.
 
 Prints medians and ratios; nothing is asserted.
 
@@ -181,20 +185,22 @@ def one_line_epic(repo: Path, epic: str, count: int, rules: list[dict[str, objec
     return plan
 
 
-def _epic_repo(repo: Path, sparse: bool = False) -> Path:
+def _epic_repo(repo: Path, sparse: bool = False, epic: str = "bench", keep: int = 0) -> Path:
     """A 4-story epic (one-line stories, gates `true`) and a scripted roster in `repo`; `sparse`:
-    the stories' worktrees check out only their perimeter (docs/repositories.md)."""
+    the stories' worktrees check out only their perimeter; `keep`: spares left for the next run
+    (docs/repositories.md)."""
     rules: list[dict[str, object]] = [
         {"when": {"role": "coder", "story": f"s{n}"}, "writes": {f"story{n}.txt": "x\n"}, "reply": "done"}
         for n in range(STORIES)
     ]
+    worktree = ("sparse = true\n" if sparse else "") + (f"keepSpares = {keep}\n" if keep else "")
     return one_line_epic(
         repo,
-        "bench",
+        epic,
         STORIES,
         rules,
         'gates = ["true"]\njudgeRounds = 0\nconcurrency = 4\n'
-        + ("[worktree]\nsparse = true\n" if sparse else ""),
+        + (f"[worktree]\n{worktree}" if worktree else ""),
     )
 
 
@@ -215,12 +221,14 @@ def git_profile(trace: Path, top: int = 8) -> None:
         print(f"    {took:6.2f} s from {at}: git {argv}")
 
 
-def epic_seconds(repo: Path, sparse: bool = False, trace: Path | None = None) -> tuple[float, float]:
+def epic_seconds(
+    repo: Path, sparse: bool = False, trace: Path | None = None, epic: str = "bench", keep: int = 0
+) -> tuple[float, float]:
     """Seconds until the run returned (as `flowd run` does: its leftover worktrees removed by a
     process of their own), and until that removal had finished too."""
     from flowd.engine.runner import RunOptions, run_epic
 
-    plan = _epic_repo(repo, sparse)
+    plan = _epic_repo(repo, sparse, epic, keep)
     if trace is not None:
         os.environ["GIT_TRACE2_EVENT"] = str(trace)
     started = time.perf_counter()
@@ -286,10 +294,10 @@ def _removed() -> None:
     _removed_at = time.monotonic()
 
 
-def _fresh_copy(repo: Path, tmp: Path, sparse: bool) -> Path:
+def _fresh_copy(repo: Path, tmp: Path, kind: str) -> Path:
     """A clone of the generated repository for one epic (its own refs, runs and worktrees), its
     objects hard-linked, checked out: a user's checkout, as the epic's first run meets it."""
-    copy = tmp / f"epic-{'sparse' if sparse else 'whole'}"
+    copy = tmp / f"epic-{kind}"
     tmp.mkdir(parents=True, exist_ok=True)
     git(tmp, "clone", "-q", "--local", str(repo), str(copy))
     settle()
@@ -311,19 +319,30 @@ def epic_round(repo: Path, tmp: Path, n: int, profile: bool) -> dict[str, float]
     got = {"small": e_small, "add": one_add}
     goal = e_small + one_add
     print(f"4-story epic: small repo {e_small:.1f} s, one bare worktree add {one_add:.1f} s")
-    for sparse in (False, True):
+    for kind in KINDS:
         settle()
-        kind = "sparse" if sparse else "whole"
+        sparse, keep = kind == "sparse", STORIES + 1 if kind == "kept" else 0  # the lanes and the train
+        clone = _fresh_copy(repo, tmp / f"r{n}", kind)
+        if keep:  # an earlier epic's run leaves its spares (not timed)
+            epic_seconds(clone, epic="earlier", keep=keep)
+            settle()
         trace = tmp / f"trace2-{kind}{n}.json" if profile else None
-        e_mono, e_all = epic_seconds(_fresh_copy(repo, tmp / f"r{n}", sparse), sparse, trace)
+        e_mono, e_all = epic_seconds(clone, sparse, trace, keep=keep)
         got[kind] = e_mono
         print(
-            f"  monorepo, {kind} story worktrees: {e_mono:.1f} s, / (small + one add) = {e_mono / goal:.2f}x; "
+            f"  monorepo, {KINDS[kind]}: {e_mono:.1f} s, / (small + one add) = {e_mono / goal:.2f}x; "
             f"until the leftovers' removal ended too: {e_all:.1f} s ({e_all / goal:.2f}x)"
         )
         if trace is not None:
             git_profile(trace)
     return got
+
+
+KINDS = {
+    "whole": "whole story worktrees",
+    "sparse": "sparse story worktrees",
+    "kept": "whole, spares kept from an earlier epic",
+}
 
 
 def print_epics(epics: list[dict[str, float]]) -> None:
@@ -332,9 +351,9 @@ def print_epics(epics: list[dict[str, float]]) -> None:
     med = {k: statistics.median(e[k] for e in epics) for k in epics[0]}
     print(
         f"medians of {len(epics)}: small repo {med['small']:.1f} s, one bare add {med['add']:.1f} s, "
-        f"whole {med['whole']:.1f} s, sparse {med['sparse']:.1f} s"
+        f"whole {med['whole']:.1f} s, sparse {med['sparse']:.1f} s, kept spares {med['kept']:.1f} s"
     )
-    for kind in ("whole", "sparse"):
+    for kind in KINDS:
         ratios = sorted(e[kind] / (e["small"] + e["add"]) for e in epics)
         listed = ", ".join(f"{r:.2f}x" for r in ratios)
         print(f"  {kind}: / (small + one add) median {statistics.median(ratios):.2f}x ({listed}; goal 1.5x)")

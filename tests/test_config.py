@@ -115,26 +115,30 @@ def test_worktree_settings(tmp_path: Path) -> None:
         "ports_per_lane": 10,
         "sparse": False,
         "sparse_dirs": [],
+        "keep_spares": 0,
     }
     write(
-        tmp_path / ".flow/config.toml", '[worktree]\ninclude = ".copyme"\nportBase = 5000\nportsPerLane = 4\n'
+        tmp_path / ".flow/config.toml",
+        '[worktree]\ninclude = ".copyme"\nportBase = 5000\nportsPerLane = 4\nkeepSpares = 6\n',
     )
     worktree = load_settings(tmp_path).worktree
-    assert (worktree.include, worktree.port_base, worktree.ports_per_lane) == (".copyme", 5000, 4)
+    got = (worktree.include, worktree.port_base, worktree.ports_per_lane, worktree.keep_spares)
+    assert got == (".copyme", 5000, 4, 6)
 
 
 def test_bad_worktree_settings_name_each_field(tmp_path: Path) -> None:
     path = write(
         tmp_path / ".flow/config.toml",
-        '[worktree]\ninclude = "../outside"\nportBase = 70000\nportsPerLane = 0\nports = 3\n',
+        '[worktree]\ninclude = "../outside"\nportBase = 70000\nportsPerLane = 0\nports = 3\nkeepSpares = -1\n',
     )
     with pytest.raises(FileProblems) as caught:
         load_settings(tmp_path)
     assert str(caught.value) == (
-        f"{path} has 4 problems: "
+        f"{path} has 5 problems: "
         "worktree.include: '../outside' must name a file inside the repository, like '.worktreeinclude'; "
         "worktree.portBase: Input should be less than or equal to 65535; "
         "worktree.portsPerLane: Input should be greater than or equal to 1; "
+        "worktree.keepSpares: Input should be greater than or equal to 0; "
         "worktree.ports: unknown key (check the spelling)"
     )
 

@@ -33,7 +33,8 @@ class CleanPlan:
     remove_worktrees: list[Path] = field(default_factory=list)
     delete_branches: list[str] = field(default_factory=list)
     kept: list[str] = field(default_factory=list)
-    # `<worktreeRoot>/<epic>` folders whose spares and trash go (docs/repositories.md "Worktree reuse").
+    # `<worktreeRoot>/<epic>` folders, and `<worktreeRoot>` itself, whose spares and trash go
+    # (docs/repositories.md "Worktree reuse").
     empty_trash: list[Path] = field(default_factory=list)
 
 
@@ -75,6 +76,7 @@ def plan_clean(repo: Repo) -> CleanPlan:
     epics_dir = repo.root / layout.epics_state()
     known = {p.name for p in epics_dir.iterdir() if p.is_dir()} if epics_dir.is_dir() else set()
     epic_ids = set(known) | {b.split("/")[1] for b in repo.branches("story/") if b.count("/") >= 2}
+    _spares_of(root, registered, result)  # those kept between runs (`[worktree] keepSpares`)
     for epic_id in sorted(epic_ids):
         paths = EpicPaths(repo.root, epic_id)
         holder = EpicLock(paths).holder()
@@ -110,7 +112,7 @@ def plan_clean(repo: Repo) -> CleanPlan:
 
 def _spares_of(lanes: Path, registered: dict[Path, WorktreeInfo], result: CleanPlan) -> None:
     """A run killed before its end leaves spare worktrees (detached, clean: nothing of anyone's)
-    and trash; both go."""
+    and trash, and runs keep spares for the next one (`lanes` is then the worktree root); all go."""
     spare_root = lanes / SPARE_DIR
     if spare_root.is_dir():
         for spare in sorted(spare_root.iterdir()):

@@ -32,7 +32,7 @@ from flowd.engine.lanes import Placement, open_placement
 from flowd.engine.pause_desk import earlier_pauses
 from flowd.engine.report import EpicReport, build_report, epic_history, write_report
 from flowd.engine.scheduler_shell import SchedulerShell
-from flowd.engine.spares import Spares, reap, reap_in_background, to_trash
+from flowd.engine.spares import Spares, after_run, reap_in_background, to_trash
 from flowd.engine.state import EpicLock, EpicPaths, load_state
 from flowd.engine.story import StoryOutcome
 from flowd.engine.story_merge import undo_interrupted_merge
@@ -311,8 +311,10 @@ class _Session:
         if setup.settings.worktree.sparse and sparse.enable_worktree_config(repo):
             said = "extensions.worktreeConfig, for sparse worktrees: docs/repositories.md"
             writer.emit(Info(message=f"turned on git's per-worktree config in {repo.root} ({said})"))
-        # Spares a killed run left are the pool's first (docs/repositories.md "Worktree reuse").
-        self.spares = Spares(repo, setup.wt_root / plan.epic_id, writer.emit)
+        # Spares a killed run left, then those earlier runs kept, are the pool's first
+        # (docs/repositories.md "Worktree reuse").
+        keep = setup.settings.worktree.keep_spares
+        self.spares = Spares(repo, setup.wt_root / plan.epic_id, writer.emit, keep=keep)
         self.spares.recover()
         if not fresh:
             self._bootstrap_epic()
@@ -389,12 +391,12 @@ class _Session:
         self.ctx = ctx
         train = self.train = TrainShell(ctx)
         ctx.set_train(train)
-        train.warm()
+        first = min(setup.concurrency, len(ready(setup.plan)))
+        train.warm(first_lanes=first)
         if self.detector is not None:
             self.detector.merge_lock = ctx.merge_lock
         # The first stories' agents start while their worktrees are prepared (docs/performance.md),
         # here or on the lanes' nodes (docs/scale-out.md).
-        first = min(setup.concurrency, len(ready(setup.plan)))
         # None starts ahead where a process serves one lane (its first turn would replace it).
         if setup.settings.lanes.engine == "local" and not enforcing:
             self.pool.prestart({"coder": first, "planner": first}, setup.repo.root)
@@ -464,12 +466,13 @@ class _Session:
         """The trash emptied once the run has ended (engine/spares.py): the outcome, trace and
         report are written and the lock is free; a crash here leaves it to the next run."""
         lanes = self.setup.wt_root / self.setup.plan.epic_id
+        keep = self.spares.keep if self.spares is not None else 0  # and the kept spares made up
         if self.options.reap_in_background:
-            proc = reap_in_background(lanes)
+            proc = reap_in_background(lanes, self.setup.repo.root, keep)
             self.reaper = proc.pid if proc is not None else None
         else:
             with contextlib.suppress(Exception):
-                await asyncio.to_thread(reap, lanes)
+                await asyncio.to_thread(after_run, lanes, self.setup.repo.root, keep)
 
 
 def _already_done(repo: Repo, plan: StoryPlan, paths: EpicPaths, settings: Settings) -> RunResult | None:

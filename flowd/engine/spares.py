@@ -1,12 +1,14 @@
 """Spare worktrees (docs/repositories.md "Worktree reuse"): a finished lane's worktree is kept for
 the next story or task that starts, which checks its branch out there (only what differs is
 written) instead of a full remove then add; what no lane takes is put in the trash and removed
-after the run has ended.
+after the run has ended, or, up to `[worktree] keepSpares`, kept for the next run of any epic.
 
 Layout under `<worktreeRoot>/<epic>/`: `_spare/<n>` holds a detached worktree no lane uses, whole
 and registered with git at that path; `_trash/<n>` holds directories being deleted, never used
 again, whatever state a crash left them in. Neither name can be a story id (ids start with a
-letter or a digit), so a spare is never mistaken for a story's worktree on resume.
+letter or a digit), so a spare is never mistaken for a story's worktree on resume. Spares kept
+between runs are in `<worktreeRoot>/_spare/<n>` (no epic id either); a run starting takes them all
+into its own pool, and gives back up to `keepSpares` when it ends.
 
 A worktree with checked-out submodules is never made a spare: `git worktree move` refuses it
 (their git dirs point back by relative paths), so it goes to the trash instead.
@@ -27,6 +29,7 @@ from pathlib import Path
 from flowd.base.errors import FlowdError
 from flowd.base.layout import SPARE_DIR, TRASH_DIR
 from flowd.trace.events import Event, Info
+from flowd.trace.log import pid_alive
 from flowd.vcs import sparse
 from flowd.vcs.bootstrapped import bootstrapped
 from flowd.vcs.gitcli import private_git_dir
@@ -36,6 +39,11 @@ from flowd.vcs.submodules import has_submodules
 
 def trash_root(lanes: Path) -> Path:
     return lanes / TRASH_DIR
+
+
+def kept_root(worktree_root: Path) -> Path:
+    """Where spares wait between runs: beside the epics' folders, shared by every epic."""
+    return worktree_root / SPARE_DIR
 
 
 def to_trash(lanes: Path, path: Path) -> Path | None:
@@ -56,10 +64,14 @@ def to_trash(lanes: Path, path: Path) -> Path | None:
 class Spares:
     """One run's pool of spare worktrees for one epic. Blocking (called in worker threads)."""
 
-    def __init__(self, repo: Repo, lanes: Path, emit: Callable[[Event], object] | None = None) -> None:
+    def __init__(
+        self, repo: Repo, lanes: Path, emit: Callable[[Event], object] | None = None, keep: int = 0
+    ) -> None:
         self.repo = repo
         self.lanes = lanes
         self.root = lanes / SPARE_DIR
+        self.kept = kept_root(lanes.parent)
+        self.keep = keep  # how many to leave for the next run when this one ends
         self.emit = emit
         self._lock = threading.Lock()
         self._free: list[Path] = []
@@ -71,15 +83,36 @@ class Spares:
     def recover(self) -> None:
         """Run start, under the epic lock: a spare a killed run left is kept when git knows it at
         its place (a move killed half-way left it elsewhere in git's record); anything else
-        there goes to the trash."""
-        if not self.root.is_dir():
-            return
+        there goes to the trash. Then the spares earlier runs kept join the pool."""
         known = self._registered()
-        for entry in sorted(self.root.iterdir()):
-            if os.path.realpath(entry) in known:
-                self._free.append(entry)
-            else:
-                to_trash(self.lanes, entry)
+        if self.root.is_dir():
+            for entry in sorted(self.root.iterdir()):
+                if os.path.realpath(entry) in known:
+                    self._free.append(entry)
+                else:
+                    to_trash(self.lanes, entry)
+        if self.kept.is_dir():
+            for entry in sorted(self.kept.iterdir()):
+                if not entry.name.startswith("."):  # `.fill-<pid>`: spares still being made
+                    self._claim(entry, known)
+            with contextlib.suppress(OSError):
+                self.kept.rmdir()
+
+    def _claim(self, entry: Path, known: set[str]) -> None:
+        """Take a kept spare into this run's pool (one move). Another run starting at the same
+        moment may take it first: its move wins and ours fails, leaving the spare to it."""
+        if os.path.realpath(entry) not in known:
+            gitdir = private_git_dir(entry)
+            ours = os.path.realpath(self.repo.common_dir / "worktrees")
+            if gitdir is not None and os.path.realpath(gitdir.parent) == ours:
+                to_trash(self.lanes, entry)  # ours, but a move killed half-way: git lost it
+            return  # else not this repository's: left alone
+        target = self.root / entry.name
+        try:
+            self.repo.worktree_move(entry, target)
+        except FlowdError:
+            return
+        self._free.append(target)
 
     def _registered(self) -> set[str]:
         return {os.path.realpath(i.path) for i in self.repo.worktrees() if not i.prunable}
@@ -129,12 +162,36 @@ class Spares:
             self.repo.worktree_add(path, branch, start=fresh)
         return "added"
 
+    def reserve(self, leave: int) -> Path | None:
+        """A free spare for the merge train's first candidate, taken only when more than `leave`
+        are free: the run's first lanes come first (a lane waits for its worktree, while the
+        train's is made beside the lanes' work)."""
+        with self._lock:
+            return self._free.pop() if len(self._free) > leave else None
+
+    def take_detached(self, spare: Path, path: Path, commit: str) -> bool:
+        """The `reserve`d `spare` moved to `path` and reset to `commit`, detached and whole (the
+        train's candidate worktree, docs/merging.md "Made ahead"). False, with nothing left at
+        `path`, when it could not be (the train then adds its own)."""
+        path = Path(path).absolute()
+        try:
+            self.repo.worktree_move(spare, path)
+        except FlowdError:
+            to_trash(self.lanes, spare)
+            return False
+        if self._reset(path, None, commit, None, None):
+            return True
+        to_trash(self.lanes, path)
+        with contextlib.suppress(FlowdError):
+            self.repo.worktree_prune()
+        return False
+
     def _pop(self) -> Path | None:
         with self._lock:
             return self._free.pop() if self._free else None
 
     def _reset(
-        self, path: Path, branch: str, start: str, include: Path | None, cone: Sequence[str] | None
+        self, path: Path, branch: str | None, start: str, include: Path | None, cone: Sequence[str] | None
     ) -> bool:
         try:
             self.repo.reset_worktree(path, branch, start, keep=self._keep(path, include))
@@ -180,13 +237,62 @@ class Spares:
         return None
 
     def retire(self) -> None:
-        """The run ends: every spare goes to the trash (`reap` empties it)."""
+        """The run ends: up to `keep` spares (counting those other runs left) are kept for the next
+        run, of this epic or another; the others go to the trash (`reap` empties it)."""
         with self._lock:
             spares, self._free = self._free, []
+        room = self.keep - len(waiting(self.kept))
         for spare in spares:
-            to_trash(self.lanes, spare)
+            if room > 0 and self._keep_for_later(spare):
+                room -= 1
+            else:
+                to_trash(self.lanes, spare)
         with contextlib.suppress(OSError):
             self.root.rmdir()
+
+    def _keep_for_later(self, spare: Path) -> bool:
+        try:
+            self.repo.worktree_move(spare, self.kept / spare.name)
+        except FlowdError:
+            return False
+        return True
+
+
+def waiting(kept: Path) -> list[Path]:
+    """The spares kept between runs, not those a `fill` is still making."""
+    return [e for e in sorted(kept.iterdir()) if not e.name.startswith(".")] if kept.is_dir() else []
+
+
+def fill(repo: Repo, worktree_root: Path, keep: int) -> int:
+    """After a run, off its path: add spares (detached at the checkout's `HEAD`) until `keep` wait
+    between runs, since the run's epic worktree or a lane with submodules used some up. Each is
+    made in `.fill-<pid>/` and moved in whole, so a run starting meanwhile takes none half-made;
+    what a killed fill left there is removed first. Returns how many were added."""
+    kept = kept_root(worktree_root)
+    for staging in kept.glob(".fill-*") if kept.is_dir() else []:
+        pid = staging.name.removeprefix(".fill-")
+        if not (pid.isdigit() and pid_alive(int(pid))):
+            _remove_all(repo, staging)
+    staging = kept / f".fill-{os.getpid()}"
+    added = 0
+    try:
+        for _ in range(keep - len(waiting(kept))):
+            name = uuid.uuid4().hex[:12]
+            repo.worktree_add_detached(staging / name, "HEAD")
+            repo.worktree_move(staging / name, kept / name)
+            added += 1
+    except FlowdError:
+        pass  # a spare is only a shortcut: the next run adds what it lacks
+    finally:
+        _remove_all(repo, staging)
+    return added
+
+
+def _remove_all(repo: Repo, staging: Path) -> None:
+    for entry in sorted(staging.iterdir()) if staging.is_dir() else []:
+        with contextlib.suppress(FlowdError):
+            repo.worktree_remove(entry, force=True)
+    shutil.rmtree(staging, ignore_errors=True)
 
 
 def reap(lanes: Path) -> None:
@@ -218,15 +324,25 @@ def _in_use(admin: Path) -> bool:
     return where.is_file() and private_git_dir(where.parent) == admin
 
 
-def reap_in_background(lanes: Path) -> subprocess.Popen[bytes] | None:
-    """Start `reap` in a process of its own session, which outlives the run's process (the user
-    does not wait for 25,000 files to go); a rerun or `flowd clean` finishes what it did not."""
-    trash = trash_root(lanes)
-    if not trash.is_dir():
+def after_run(lanes: Path, repo: Path | None = None, keep: int = 0) -> None:
+    """What follows a run, off its path: `lanes`' trash emptied, then (with `keep`) the spares
+    kept between runs made up to `keep` in `repo`."""
+    reap(lanes)
+    if keep and repo is not None:
+        fill(Repo(repo), lanes.parent, keep)
+
+
+def reap_in_background(
+    lanes: Path, repo: Path | None = None, keep: int = 0
+) -> subprocess.Popen[bytes] | None:
+    """Start `after_run` in a process of its own session, which outlives the run's process (the
+    user does not wait for 25,000 files to go); a rerun or `flowd clean` finishes what it did not."""
+    if not trash_root(lanes).is_dir() and not (keep and repo is not None):
         return None
+    fills = [str(repo), str(keep)] if keep and repo is not None else []
     try:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "flowd.engine.spares", str(lanes)],
+            [sys.executable, "-m", "flowd.engine.spares", str(lanes), *fills],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -240,4 +356,5 @@ def reap_in_background(lanes: Path) -> subprocess.Popen[bytes] | None:
 
 
 if __name__ == "__main__":
-    reap(Path(sys.argv[1]))
+    _lanes, *_fills = sys.argv[1:]
+    after_run(Path(_lanes), Path(_fills[0]) if _fills else None, int(_fills[1]) if _fills else 0)

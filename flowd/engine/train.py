@@ -185,23 +185,29 @@ class TrainShell:
         # Set by a placement that runs candidates' gates on its own machines (docs/scale-out.md).
         self.elsewhere: GatesElsewhere | None = None
 
-    def warm(self) -> None:
+    def warm(self, first_lanes: int = 0) -> None:
         """Make the first candidate worktree now, while the lanes work: in a big repository a
         checkout takes seconds, which the first merge would otherwise wait for (docs/merging.md).
         A killed run's slot at that path is taken over, as `_merge_all` does. On a run that found
         no epic worktree it is the run's one whole checkout: the epic worktree is made from it when
-        the run ends (engine/epic_worktree.py)."""
+        the run ends (engine/epic_worktree.py). It is a spare when more are free than the
+        `first_lanes` the run starts with need."""
         if self._warming is not None or self._free or self._slots:
             return
         self._slots = 1
-        self._warming = asyncio.create_task(asyncio.to_thread(self._make_slot, self._slot_path(1)))
+        spares = self.ctx.spares
+        spare = spares.reserve(leave=first_lanes) if spares is not None else None
+        self._warming = asyncio.create_task(asyncio.to_thread(self._make_slot, self._slot_path(1), spare))
 
-    def _make_slot(self, worktree: Path) -> Path:
+    def _make_slot(self, worktree: Path, spare: Path | None) -> Path:
         try:
             self._remove(worktree)
             worktree.parent.mkdir(parents=True, exist_ok=True)
             start = self.ctx.repo.head(self.ctx.epic_branch)
-            self.ctx.repo.worktree_add_detached(worktree, start, reclaim=True, beside=True)
+            # A spare (docs/repositories.md "Worktree reuse") writes only what differs.
+            spares = self.ctx.spares
+            if spare is None or spares is None or not spares.take_detached(spare, worktree, start):
+                self.ctx.repo.worktree_add_detached(worktree, start, reclaim=True, beside=True)
             bootstrap_files(self.ctx.repo, self.ctx.settings, worktree)
             self._made_at[worktree] = start
         except BaseException:

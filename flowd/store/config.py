@@ -47,6 +47,9 @@ class WorktreeSettings(StrictWireModel):
     # perimeter names, plus `sparseDirs` (what every story's gates and agents also need).
     sparse: bool = False
     sparse_dirs: list[str] = Field(default_factory=list)
+    # docs/repositories.md "Worktree reuse": spare worktrees left for the next run (of any epic)
+    # when a run ends, so its lanes write only what differs instead of whole checkouts.
+    keep_spares: int = Field(default=0, ge=0, le=64)
 
     @field_validator("sparse_dirs")
     @classmethod

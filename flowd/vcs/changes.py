@@ -214,17 +214,21 @@ class WorktreeChanges(RepoBase):
         if head:
             run_git(wt, ["update-ref", "--no-deref", "-m", "flowd: spare worktree", "HEAD", head], what)
 
-    def reset_worktree(self, wt: Path, branch: str, start: str, keep: Sequence[str] = ()) -> None:
+    def reset_worktree(self, wt: Path, branch: str | None, start: str, keep: Sequence[str] = ()) -> None:
         """Make a used worktree exactly what a new `git worktree add -b branch wt start` gives:
         `branch` (re)made at `start` and checked out, every other file removed, ignored ones too
         (but the repository-relative `keep`), submodules at the commits `start` records with
         nothing of their own left. Only what differs from the previous checkout is written.
-        `start` may be `branch` itself (an existing branch checked out as it is)."""
+        `start` may be `branch` itself (an existing branch checked out as it is); no `branch`:
+        `start` checked out detached, as `git worktree add --detach wt start` gives."""
         wt = self._owned_worktree(wt, "reset")
-        what = f"could not reset the worktree {wt} to {branch!r} at {start!r}"
+        what = f"could not reset the worktree {wt} to {branch or 'a detached HEAD'!r} at {start!r}"
         self.clear_stale_index_lock(wt)
         args = ["checkout", "-q", "-f", "--no-recurse-submodules"]
-        args += [branch] if start == branch else ["-B", branch, start]
+        if branch is None:
+            args += ["--detach", start]
+        else:
+            args += [branch] if start == branch else ["-B", branch, start]
         with self._lock:  # the branch ref is shared bookkeeping
             run_git(wt, args, what)
         # `checkout` clears MERGE_HEAD and friends; anything a previous use left in the index

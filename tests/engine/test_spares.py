@@ -282,3 +282,122 @@ def test_a_run_after_one_killed_mid_reuse_finishes_it_and_carries_nothing_over(t
         assert f"{name}.txt" in changed and not {"junk.txt", "README.md"} & set(changed), (name, changed)
     assert "junk.txt" not in sc.epic_files()
     assert sc.lanes_left() == ["_epic"]
+
+
+def _kept_after_a_run(repo: Repo, lanes: Path, keep: int, names: tuple[str, ...]) -> list[Path]:
+    """What a run of `lanes`' epic whose lanes `names` finished leaves kept, with `keepSpares = keep`."""
+    spares = Spares(repo, lanes, keep=keep)
+    for name in names:
+        spares.take(lanes / name, f"story/{lanes.name}/{name}", "main")
+    for name in names:
+        assert spares.give(lanes / name) is None
+    spares.retire()
+    return sorted((lanes.parent / SPARE_DIR).iterdir())
+
+
+def test_a_run_keeps_spares_for_the_next_run_of_any_epic(tmp_path: Path) -> None:
+    repo = _repo(tmp_path)
+    root = tmp_path / "repo.flowd"
+    (kept,) = _kept_after_a_run(repo, root / "ep", 1, ("a", "b"))  # one kept, one trashed
+    assert os.path.realpath(kept) in {os.path.realpath(w.path) for w in repo.worktrees()}
+    assert git(kept, "status", "--porcelain") == "" and len(list((root / "ep" / TRASH_DIR).iterdir())) == 1
+    inode = kept.stat().st_ino
+    (kept / "stray.txt").write_text("left in a kept spare\n", encoding="utf-8")
+    later = Spares(repo, root / "other")
+    later.recover()
+    assert not (root / SPARE_DIR).exists()
+    wt = root / "other" / "x"
+    assert later.take(wt, "story/other/x", "main") == "reused"
+    assert wt.stat().st_ino == inode and not (wt / "stray.txt").exists()
+    assert git(wt, "rev-parse", "HEAD").strip() == repo.head("main")
+    assert later.take(root / "other" / "y", "story/other/y", "main") == "added"
+    assert later.give(wt) is None
+    later.retire()  # keepSpares 0: nothing kept
+    assert not (root / SPARE_DIR).exists() and (root / "other" / TRASH_DIR).is_dir()
+
+
+def test_a_kept_spare_a_kill_cut_is_trashed_and_another_repositorys_is_left(tmp_path: Path) -> None:
+    repo = _repo(tmp_path)
+    root = tmp_path / "repo.flowd"
+    whole, cut = _kept_after_a_run(repo, root / "ep", 3, ("a", "b"))
+    os.rename(cut, root / SPARE_DIR / "zz-cut")  # git's record of it now points nowhere
+    other = _repo(tmp_path / "elsewhere")
+    foreign = root / SPARE_DIR / "foreign"
+    git(other.root, "worktree", "add", "-q", "--detach", str(foreign), "main")
+    later = Spares(repo, root / "ep2")
+    later.recover()
+    assert [p.name for p in (root / SPARE_DIR).iterdir()] == ["foreign"]
+    assert [p.name for p in (root / "ep2" / SPARE_DIR).iterdir()] == [whole.name]
+    assert len(list((root / "ep2" / TRASH_DIR).iterdir())) == 1
+    assert os.path.realpath(foreign) in {os.path.realpath(w.path) for w in other.worktrees()}
+
+
+def test_kept_spares_serve_the_next_epics_run_and_flowd_clean_removes_them(tmp_path: Path) -> None:
+    """Run 1 (no spares yet) keeps its two lanes' worktrees and makes up a third after it ended;
+    run 2, of another epic, resets all three (its two lanes and the train's first candidate,
+    which becomes its epic worktree) and leaves three again; `flowd clean` removes them."""
+    from flowd.engine.clean import apply_clean, plan_clean
+
+    stories = [story("a", ["a.txt"]), story("b", ["b.txt"])]
+    rules = [coder(s, {f"{s}.txt": f"{s}\n"}) for s in ("a", "b", "c", "d")]
+    settings = 'gates = ["true"]\njudgeRounds = 0\n[worktree]\nkeepSpares = 3\n'
+    sc = Scenario.create(tmp_path, stories, rules, settings=settings)
+    first = sc.run(concurrency=2)
+    assert first.outcome == "done", {k: v.reason for k, v in first.view.lanes.items()}
+    kept = sc.worktree_root / SPARE_DIR
+    inodes = {p.stat().st_ino for p in kept.iterdir()}
+    assert len(inodes) == 3 and sc.lanes_left() == ["_epic"]
+    repo = Repo(sc.repo)
+    listed = {os.path.realpath(w.path): w for w in repo.worktrees()}
+    for spare in kept.iterdir():  # whole, detached, clean, registered where they are
+        assert listed[os.path.realpath(spare)].branch is None and git(spare, "status", "--porcelain") == ""
+        assert (spare / "README.md").is_file()
+    second = sc.repo / "ep2.epic.json"
+    plan = {"epicId": "ep2", "epic": "next", "stories": [story("c", ["c.txt"]), story("d", ["d.txt"])]}
+    second.write_text(json.dumps(plan), encoding="utf-8")
+    sc.plan_path = second
+    result = sc.run(concurrency=2)
+    assert result.outcome == "done", {k: v.reason for k, v in result.view.lanes.items()}
+    said = [e.event.message for e in sc.events(result.run_id) if type(e.event).__name__ == "Info"]
+    assert sum("its worktree is a used one" in m and "(reused)" in m for m in said) == 2, said
+    assert sorted(sc.epic_files("epic/ep2")) == ["README.md", "c.txt", "d.txt"]
+    epic_wt = sc.worktree_root / "ep2" / "_epic"
+    assert epic_wt.stat().st_ino in inodes and sorted(p.name for p in epic_wt.iterdir()) == [
+        ".git", "README.md", "c.txt", "d.txt",
+    ]  # fmt: skip
+    again = {p.stat().st_ino for p in kept.iterdir()}
+    assert len(again) == 3 and len(again & inodes) == 2  # c's and d's, and one made up
+    cleaning = plan_clean(repo)
+    assert sorted(p.parent for p in cleaning.remove_worktrees if p.parent.name == SPARE_DIR) == [kept] * 3
+    assert apply_clean(repo, cleaning) == []
+    assert not kept.exists()
+    assert sorted(w.path.name for w in repo.worktrees()) == ["_epic", "_epic", "repo"]
+
+
+def test_a_fill_a_kill_cut_is_cleared_and_one_still_filling_is_never_claimed(tmp_path: Path) -> None:
+    from flowd.engine.spares import fill, kept_root
+
+    repo = _repo(tmp_path)
+    root = tmp_path / "repo.flowd"
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    live = subprocess.Popen(["sleep", "60"])
+    try:
+        for pid in (dead.pid, live.pid):  # a killed fill's half, and one filling right now
+            staged = kept_root(root) / f".fill-{pid}" / "x"
+            git(repo.root, "worktree", "add", "-q", "--detach", str(staged), "main")
+        later = Spares(repo, root / "ep")
+        later.recover()  # neither is taken
+        assert later.reserve(leave=0) is None
+        assert fill(repo, root, 2) == 2
+    finally:
+        live.kill()
+        live.wait()
+    waiting = sorted(p for p in kept_root(root).iterdir() if not p.name.startswith("."))
+    assert sorted(p.name for p in kept_root(root).iterdir() if p.name.startswith(".")) == [
+        f".fill-{live.pid}"
+    ]
+    listed = {os.path.realpath(w.path) for w in repo.worktrees()}
+    staged = kept_root(root) / f".fill-{live.pid}" / "x"
+    assert listed == {os.path.realpath(p) for p in (repo.root, staged, *waiting)} and len(waiting) == 2
+    assert fill(repo, root, 2) == 0  # already two waiting
