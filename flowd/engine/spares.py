@@ -145,16 +145,8 @@ class Spares:
             with contextlib.suppress(FlowdError):
                 self.repo.worktree_prune()
         while (spare := self._pop()) is not None:
-            try:
-                self.repo.worktree_move(spare, path)
-            except FlowdError:
-                to_trash(self.lanes, spare)
-                continue
-            if self._reset(path, branch, start, include, cone):
+            if self._move_and_reset(spare, path, branch, start, include, cone):
                 return "reused"
-            to_trash(self.lanes, path)
-            with contextlib.suppress(FlowdError):
-                self.repo.worktree_prune()
         fresh = None if start == branch else start
         if cone is not None:
             sparse.add_sparse(self.repo, path, branch, fresh, cone)
@@ -173,13 +165,25 @@ class Spares:
         """The `reserve`d `spare` moved to `path` and reset to `commit`, detached and whole (the
         train's candidate worktree, docs/merging.md "Made ahead"). False, with nothing left at
         `path`, when it could not be (the train then adds its own)."""
-        path = Path(path).absolute()
+        return self._move_and_reset(spare, Path(path).absolute(), None, commit, None, None)
+
+    def _move_and_reset(
+        self,
+        spare: Path,
+        path: Path,
+        branch: str | None,
+        start: str,
+        include: Path | None,
+        cone: Sequence[str] | None,
+    ) -> bool:
+        """`spare` moved to `path` and reset there (`_reset`); False, the spare in the trash,
+        when either failed."""
         try:
             self.repo.worktree_move(spare, path)
         except FlowdError:
             to_trash(self.lanes, spare)
             return False
-        if self._reset(path, None, commit, None, None):
+        if self._reset(path, branch, start, include, cone):
             return True
         to_trash(self.lanes, path)
         with contextlib.suppress(FlowdError):

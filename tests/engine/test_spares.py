@@ -9,13 +9,14 @@ import json
 import os
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 from flowd.base.layout import SPARE_DIR, TRASH_DIR
-from flowd.engine.spares import Spares, reap, reap_in_background
+from flowd.engine.spares import Spares, reap, reap_in_background, waiting
 from flowd.vcs.bootstrapped import bootstrapped, mark_bootstrapped
 from flowd.vcs.gitops import Repo
-from tests.engine.scenario import Scenario, coder, git, story
+from tests.engine.scenario import Scenario, coder, git, kill_group, story
 
 ID = ["-c", "user.name=t", "-c", "user.email=t@t"]
 LOCAL = ["-c", "protocol.file.allow=always"]
@@ -401,3 +402,28 @@ def test_a_fill_a_kill_cut_is_cleared_and_one_still_filling_is_never_claimed(tmp
     staged = kept_root(root) / f".fill-{live.pid}" / "x"
     assert listed == {os.path.realpath(p) for p in (repo.root, staged, *waiting)} and len(waiting) == 2
     assert fill(repo, root, 2) == 0  # already two waiting
+
+
+def test_flowd_run_makes_the_kept_spares_up_in_its_after_run_process(tmp_path: Path) -> None:
+    """`flowd run` (a real process) returns before the pool is made up: its after-run process
+    (`python -m flowd.engine.spares`) empties the trash and adds the spares the new epic
+    worktree used up, in a staging folder that is gone once it is done."""
+    stories = [story("a", ["a.txt"]), story("b", ["b.txt"])]
+    rules = [coder(s, {f"{s}.txt": f"{s}\n"}) for s in ("a", "b")]
+    settings = 'gates = ["true"]\njudgeRounds = 0\n[worktree]\nkeepSpares = 3\n'
+    sc = Scenario.create(tmp_path, stories, rules, settings=settings)
+    process = sc.spawn()
+    try:
+        _, err = process.communicate(timeout=180)
+    finally:
+        kill_group(process)
+    assert process.returncode == 0, err.decode()
+    kept = sc.worktree_root / SPARE_DIR
+    assert sc.lanes_left() == ["_epic"]
+    deadline = time.monotonic() + 60
+    while (len(waiting(kept)) < 3 or any(kept.glob(".fill-*"))) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(waiting(kept)) == 3 and not any(kept.glob(".fill-*"))
+    listed = {os.path.realpath(w.path): w for w in Repo(sc.repo).worktrees()}
+    for spare in waiting(kept):
+        assert listed[os.path.realpath(spare)].branch is None and git(spare, "status", "--porcelain") == ""
