@@ -17,11 +17,13 @@ A worktree with checked-out submodules is never made a spare: `git worktree move
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import shutil
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -279,17 +281,34 @@ def fill(repo: Repo, worktree_root: Path, keep: int) -> int:
             _remove_all(repo, staging)
     staging = kept / f".fill-{os.getpid()}"
     added = 0
+    made: tuple[Path, float] | None = None  # the spare last added, when its checkout ended
     try:
         for _ in range(keep - len(waiting(kept))):
             name = uuid.uuid4().hex[:12]
             repo.worktree_add_detached(staging / name, "HEAD")
-            repo.worktree_move(staging / name, kept / name)
+            if made is not None:  # published once the next one is made: its second has passed
+                _publish(repo, kept, *made)
+            made = (staging / name, time.time())
             added += 1
+        if made is not None:
+            _publish(repo, kept, *made)
     except FlowdError:
         pass  # a spare is only a shortcut: the next run adds what it lacks
     finally:
         _remove_all(repo, staging)
     return added
+
+
+def _publish(repo: Repo, kept: Path, spare: Path, checked_out: float) -> None:
+    """Move a staged spare in among those kept, its index written once more first, a second or
+    more after its checkout. git rereads every file whose mtime is not older than its index's in
+    whole seconds (its racy-timestamp rule), and a checkout writes both in the same second: a
+    spare never written again makes every scan of each worktree it becomes read its files again
+    (docs/performance.md "Why a fresh worktree's git status is slow"). Here no one else knows
+    the spare, so the write takes no one's index lock; the margin is the kernel's coarser clock."""
+    time.sleep(max(0.0, math.floor(checked_out) + 1.05 - time.time()))
+    repo.refresh_index(spare)
+    repo.worktree_move(spare, kept / spare.name)
 
 
 def _remove_all(repo: Repo, staging: Path) -> None:

@@ -163,6 +163,15 @@ class WorktreeChanges(RepoBase):
             return MergeResult(ok=False, commit=self.head_of(wt), conflicts=sorted(set(conflicts)))
         raise GitError(f"{what}: {git_reason(proc)}", detail=proc.stderr + proc.stdout)
 
+    def refresh_index(self, wt: Path) -> None:
+        """Record in `wt`'s index the stat of each file whose content matches it (`git update-index
+        --refresh`, which writes the index), so later scans that may not write it trust the stat
+        instead of reading the file again. Only where no one else runs git at that moment."""
+        wt = self._owned_worktree(wt, "refresh the index of")
+        run_git(
+            wt, ["update-index", "-q", "--refresh"], f"could not refresh the index of {wt}", ok_codes=(0, 1)
+        )
+
     def clear_stale_index_lock(self, wt: Path) -> Path | None:
         """Remove the `index.lock` a git killed mid-command left in `wt`; returns it if there was one.
 

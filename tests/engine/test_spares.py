@@ -427,3 +427,21 @@ def test_flowd_run_makes_the_kept_spares_up_in_its_after_run_process(tmp_path: P
     listed = {os.path.realpath(w.path): w for w in Repo(sc.repo).worktrees()}
     for spare in waiting(kept):
         assert listed[os.path.realpath(spare)].branch is None and git(spare, "status", "--porcelain") == ""
+
+
+def test_a_kept_spares_index_is_written_after_its_files(tmp_path: Path) -> None:
+    """git rereads every file not older than its index (in whole seconds) on each status; a
+    checkout writes both in the same second. A kept spare's index is written again a second
+    later, so every scan of the worktree it becomes trusts the files' stat."""
+    from flowd.engine.spares import fill, kept_root
+    from flowd.vcs.gitcli import private_git_dir
+
+    repo = _repo(tmp_path)
+    root = tmp_path / "repo.flowd"
+    assert fill(repo, root, 2) == 2
+    for spare in waiting(kept_root(root)):
+        admin = private_git_dir(spare)
+        assert admin is not None
+        index = int((admin / "index").stat().st_mtime)
+        files = [p for p in spare.rglob("*") if p.is_file() and p.name != ".git"]
+        assert files and all(int(p.stat().st_mtime) < index for p in files), spare
