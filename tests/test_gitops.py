@@ -612,3 +612,26 @@ def test_a_train_slot_a_killed_git_left_locked_and_missing_is_taken_over(repo: R
         repo.worktree_add_detached(slot)
     repo.worktree_add_detached(slot, reclaim=True)
     assert (slot / "README.md").exists()
+
+
+def test_worktree_add_beside_makes_what_a_plain_add_makes_and_finishes_a_killed_one(repo: Repo) -> None:
+    """`beside` (a lane's checkout outside the repository's lock, so lanes check out at once) gives
+    the same worktree as one `git worktree add`; one a kill left between git's record and the
+    checkout (no index yet) is checked out by the next add."""
+    root = worktree_default_root(repo) / "ep"
+
+    def files(wt: Path) -> dict[str, str]:
+        return {
+            p.relative_to(wt).as_posix(): p.read_text()
+            for p in wt.rglob("*")
+            if p.is_file() and p.name != ".git"
+        }
+
+    plain = repo.worktree_add(root / "plain", "story/ep/p", start="main")
+    beside = repo.worktree_add(root / "beside", "story/ep/b", start="main", beside=True)
+    git(repo.root, "worktree", "add", "-q", "--no-checkout", "-b", "story/ep/k", str(root / "k"), "main")
+    killed = repo.worktree_add(root / "k", "story/ep/k", start="main", beside=True)
+    for wt, branch in ((beside, "story/ep/b"), (killed, "story/ep/k")):
+        assert files(wt) == files(plain) and files(wt)
+        assert git(wt, "status", "--porcelain") == ""
+        assert git(wt, "branch", "--show-current").strip() == branch

@@ -153,7 +153,7 @@ class Spares:
         if cone is not None:
             sparse.add_sparse(self.repo, path, branch, fresh, cone)
         else:
-            self.repo.worktree_add(path, branch, start=fresh)
+            self.repo.worktree_add(path, branch, start=fresh, beside=True)
         return "added"
 
     def reserve(self, leave: int) -> Path | None:

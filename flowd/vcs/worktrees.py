@@ -85,14 +85,17 @@ class Worktrees(WorktreeChanges):
 
         Idempotent: a worktree already there on that branch is returned as is; one whose directory
         was deleted by hand is pruned and recreated (the branch, and so the committed work, stays).
-        `beside`: an existing branch checked out while other worktrees are added (as in
-        `worktree_add_detached`); what goes wrong is then sorted out under the lock.
+        `beside`: checked out while other worktrees are added (as in `worktree_add_detached`), so
+        a lane's checkout of a big repository never waits for another's; what goes wrong is then
+        sorted out under the lock.
         """
         path = Path(path).absolute()
-        if beside and start is None:
+        if beside:
+            made = ["-b", branch, str(path), start] if start is not None else [str(path), branch]
             with self._lock:
-                args = ["worktree", "add", "-q", *_later(True), str(path), branch]
-                proc = run_git(self.root, args, "", ok_codes=range(256))
+                proc = run_git(
+                    self.root, ["worktree", "add", "-q", *_later(True), *made], "", ok_codes=range(256)
+                )
             if proc.returncode == 0:
                 run_git(path, ["reset", "-q", "--hard"], f"could not check {branch} out in {path}")
                 self.sync_submodules(path)
