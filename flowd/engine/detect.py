@@ -90,6 +90,9 @@ AGENT_STATE = (
     ".bash_history", ".sudo_as_admin_successful", ".android", ".vscode-server", ".dbus",
 )  # fmt: skip
 FLOW_FILES = ("config.toml", "roster.toml", "roster-state.json")
+# Between two scans of the user's checkout that no merge waits for, this many times the last
+# scan's length passes (`Detector._rest`): a third of a core at most on a big checkout.
+CHECKOUT_REST = 2.0
 SECRET_HEAD = 8192  # how much of a changed file is read for a private key
 
 
@@ -134,6 +137,9 @@ class Detector:
     _last_end: dict[str, float] = field(default_factory=dict)  # each lane's latest step end
     _scanner: asyncio.Task[None] | None = None
     _scanned: asyncio.Event = field(default_factory=asyncio.Event)  # set, and replaced, per scan
+    _awaited: asyncio.Event = field(default_factory=asyncio.Event)  # set while a merge waits for a scan
+    _waiting: int = 0  # how many merges wait for a scan (`seen`)
+    _rest_until: float = 0.0  # monotonic: no scan nobody waits for begins before (`_rest`)
     _epic_checked: float = 0.0  # when the last epic worktree check began (under the merge lock)
     # The run's merge lock: the epic worktree is checked only while no merge is writing it.
     merge_lock: asyncio.Lock | None = None
@@ -280,7 +286,8 @@ class Detector:
 
     async def _scan_checkout(self) -> None:
         while self._checkout_wanted >= self._checkout_began:
-            began = time.time()
+            await self._rest()
+            began, clock = time.time(), time.monotonic()
             try:
                 await asyncio.shield(asyncio.to_thread(self.check_checkout))
             except Exception as exc:  # a scan that failed is a scan missed, never a stuck merge
@@ -289,6 +296,18 @@ class Detector:
             finally:
                 done, self._scanned = self._scanned, asyncio.Event()
                 done.set()
+                now = time.monotonic()
+                self._rest_until = now + CHECKOUT_REST * (now - clock)
+
+    async def _rest(self) -> None:
+        """Before a scan nobody waits for, rest `CHECKOUT_REST` times as long as the last one
+        took: on a big checkout with several lanes a step ends during every scan, and scanning back
+        to back would keep a core on `git status` while the lanes want it (docs/performance.md "A
+        big monorepo"). A merge waiting for a scan (`seen`) ends the rest at once."""
+        left = self._rest_until - time.monotonic()
+        if left > 0 and not self._awaited.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._awaited.wait(), left)
 
     async def seen(self, lane: str) -> None:
         """Wait for a scan of the user's checkout begun after the lane's last step ended, then fail
@@ -298,8 +317,15 @@ class Detector:
         ended = self._last_end.get(lane)
         while ended is not None and self._checkout_began <= ended:
             scanned = self._scanned
+            self._waiting += 1
+            self._awaited.set()
             self._want_checkout(ended)
-            await scanned.wait()
+            try:
+                await scanned.wait()
+            finally:
+                self._waiting -= 1
+                if not self._waiting:
+                    self._awaited.clear()
         self.raise_pending(lane)
 
     def check_checkout(self) -> None:

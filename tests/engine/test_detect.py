@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from flowd.engine import detect
 from flowd.engine.core.stops import StoryFailed
 from flowd.engine.detect import Detector
 from flowd.trace.events import Event, Info, LaneEscape
@@ -282,3 +283,28 @@ def test_story_branches_flowd_and_their_own_lanes_move_are_not_escapes(tmp_path:
 
     asyncio.run(steps())
     assert [e for e in events if isinstance(e, LaneEscape)] == []
+
+
+def test_a_scan_of_the_checkout_nobody_waits_for_rests_and_a_merge_waiting_ends_the_rest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A step that ends right after a scan of the user's checkout does not start another at once
+    (on a big checkout, back-to-back scans keep a core busy); a merge waiting for one does."""
+    monkeypatch.setattr(detect, "CHECKOUT_REST", 1e6)
+    detector, events, wt = _detector(tmp_path)
+
+    async def steps() -> None:
+        async with detector.step("a", wt):
+            pass
+        await detector.seen("a")  # one scan, begun after a's step ended
+        async with detector.step("b", None):
+            pass
+        ended = detector._last_end["b"]
+        for _ in range(50):  # the scanner's turns come and go: it rests
+            await asyncio.sleep(0.01)
+        assert detector._checkout_began <= ended
+        await asyncio.wait_for(detector.seen("b"), 60)  # the merge's wait ends the rest
+        assert detector._checkout_began > ended
+
+    asyncio.run(steps())
+    assert events == []
