@@ -13,9 +13,16 @@ from pathlib import Path
 from flowd.plan.model import StoryPlan
 from flowd.plan.perimeter import classify
 from flowd.trace.events import PerimeterPath
+from flowd.vcs.gitcli import unchecked_out
 from flowd.vcs.gitops import Repo
 
 
 def perimeter_now(repo: Repo, plan: StoryPlan, story_id: str, worktree: Path) -> list[PerimeterPath]:
-    """Committed (since the epic merge-base), uncommitted and untracked changes outside the story."""
+    """Committed (since the epic merge-base), uncommitted and untracked changes outside the story.
+
+    A worktree whose checkout is still being written (a story's, after the merge lock,
+    engine/story_prepare.py) has no index yet, and git would list every file as changed: nothing
+    in it is anyone's change until the checkout ends, and no agent runs there before."""
+    if unchecked_out(worktree):
+        return []
     return classify(repo.changed_files(worktree, plan.epic_branch), story_id, plan)

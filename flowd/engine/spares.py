@@ -127,13 +127,17 @@ class Spares:
         start: str,
         include: Path | None = None,
         cone: Sequence[str] | None = None,
+        *,
+        checkout: bool = True,
     ) -> str:
         """A worktree at `path` on `branch` made at `start` (`start == branch`: the existing branch
         as it is), exactly as `git worktree add` would make it, or with only the folders `cone`
         checked out (flowd/vcs/sparse.py). What a killed run left at `path` is reset in place;
         else a spare is moved there and reset; else one is added. `include`: the
         `.worktreeinclude` file, whose copies a reused worktree may keep (compared and refreshed
-        by the bootstrap that follows). Returns how: "reset", "reused" or "added"."""
+        by the bootstrap that follows). `checkout` False: a whole worktree added is left for the
+        caller's `Repo.check_out_if_empty` (a story checks out after the merge lock is free).
+        Returns how: "reset", "reused" or "added"."""
         path = Path(path).absolute()
         if path.exists() and (path / ".git").is_file():
             if os.path.realpath(path) not in self._registered():
@@ -153,7 +157,7 @@ class Spares:
         if cone is not None:
             sparse.add_sparse(self.repo, path, branch, fresh, cone)
         else:
-            self.repo.worktree_add(path, branch, start=fresh, beside=True)
+            self.repo.worktree_add(path, branch, start=fresh, beside=True, checkout=checkout)
         return "added"
 
     def reserve(self, leave: int) -> Path | None:

@@ -39,7 +39,7 @@ from flowd.engine.state import (
     save_state,
 )
 from flowd.engine.story_merge import catch_up, clean_up_at, merge, repair_perimeter
-from flowd.engine.story_prepare import bootstrap, prepare, setup
+from flowd.engine.story_prepare import bootstrap, check_out, prepare, setup
 from flowd.engine.taskloop import TaskLoop
 from flowd.engine.train import RedMerge
 from flowd.plan.model import Story
@@ -108,6 +108,7 @@ class StoryRun:
         if merged_before:
             self.info("already merged; skipping")
             return StoryOutcome(story, "done", branch=self.branch, note=merged_before)
+        await asyncio.to_thread(check_out, self)
         # Leased once its worktree exists: a lane the editors show with its coder has one.
         coder = await self._lease_coder()
         await bootstrap(self)

@@ -76,6 +76,7 @@ def _start(run: StoryRun, digest: str) -> None:
             ctx.epic_branch,
             include_path(repo, ctx.settings),
             cone=ctx.cone(run.story.id, ctx.epic_branch),
+            checkout=False,  # `check_out` below, once the merge lock is free
         )
         if how != "added":
             run.info(f"its worktree is a used one, reset to {ctx.epic_branch} ({how})")
@@ -93,6 +94,13 @@ def _start(run: StoryRun, digest: str) -> None:
         base=base,
     )
     save_state(ctx.paths, run.state)
+
+
+def check_out(run: StoryRun) -> None:
+    """Write the files of a worktree `prepare` added without them. The branch was made at the
+    epic's head under the merge lock; its 25,000 files (a big repository's) need no lock, and
+    lanes starting together check out side by side (docs/repositories.md "Worktree reuse")."""
+    run.ctx.repo.check_out_if_empty(run.worktree)
 
 
 def _resume(run: StoryRun, state: StoryState) -> str | None:

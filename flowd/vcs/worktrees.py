@@ -79,7 +79,13 @@ class Worktrees(WorktreeChanges):
         return path
 
     def worktree_add(
-        self, path: Path, branch: str, start: str | None = None, *, beside: bool = False
+        self,
+        path: Path,
+        branch: str,
+        start: str | None = None,
+        *,
+        beside: bool = False,
+        checkout: bool = True,
     ) -> Path:
         """A worktree at `path` on `branch`, creating the branch at `start` when it is missing.
 
@@ -87,7 +93,8 @@ class Worktrees(WorktreeChanges):
         was deleted by hand is pruned and recreated (the branch, and so the committed work, stays).
         `beside`: checked out while other worktrees are added (as in `worktree_add_detached`), so
         a lane's checkout of a big repository never waits for another's; what goes wrong is then
-        sorted out under the lock.
+        sorted out under the lock. `checkout` False (with `beside`): a new worktree is left for
+        the caller's `check_out_if_empty`, once it holds no lock of its own either.
         """
         path = Path(path).absolute()
         if beside:
@@ -97,8 +104,8 @@ class Worktrees(WorktreeChanges):
                     self.root, ["worktree", "add", "-q", *_later(True), *made], "", ok_codes=range(256)
                 )
             if proc.returncode == 0:
-                run_git(path, ["reset", "-q", "--hard"], f"could not check {branch} out in {path}")
-                self.sync_submodules(path)
+                if checkout:
+                    self.check_out_if_empty(path)
                 return path
         with self._lock:
             # Fast path: the common case is a fresh worktree on a fresh branch, one git call.
@@ -130,6 +137,13 @@ class Worktrees(WorktreeChanges):
         killed before it: it has no index yet. Check it out now."""
         if unchecked_out(path):
             run_git(path, ["reset", "-q", "--hard"], f"could not check out the worktree {path}")
+
+    def check_out_if_empty(self, path: Path) -> None:
+        """Write the files of a worktree added with its checkout left for later (no index yet),
+        its submodules included; one already checked out is left exactly as it is."""
+        if unchecked_out(path):
+            self._fill_if_empty(path)
+            self.sync_submodules(path)
 
     def _worktree_add_slow(
         self, path: Path, branch: str, start: str | None, first: subprocess.CompletedProcess[str]

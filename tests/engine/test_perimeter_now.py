@@ -50,3 +50,24 @@ def test_what_a_catch_up_brought_from_the_epic_never_counts_but_a_stray_does(tmp
     (story_a / "b" / "x.py").write_text("changed by a\n", encoding="utf-8")
     found = {(p.path, p.kind) for p in perimeter_now(repo, PLAN, "a", story_a)}
     assert found == {("stray.txt", "outside"), ("b/x.py", "foreignOwned")}
+
+
+def test_a_worktree_whose_checkout_is_still_being_written_changes_nothing(tmp_path: Path) -> None:
+    """A story's worktree is added under the merge lock and its files written after it: until its
+    index exists git lists every file as changed, and none of them is anyone's change."""
+    root = tmp_path / "repo"
+    root.mkdir()
+    (root / "README.md").write_text("r\n", encoding="utf-8")
+    git(root, "init", "-q", "-b", "main")
+    git(root, "add", "-A")
+    git(root, "commit", "-qm", "init")
+    repo = Repo.discover(root)
+    repo.create_branch("epic/ep", "main")
+    wt = repo.worktree_add(tmp_path / "a", "story/ep/a", start="epic/ep", beside=True, checkout=False)
+    (wt / "README.md").write_text("r\n", encoding="utf-8")  # the checkout, half-way
+    assert "README.md" in repo.changed_files(wt, "epic/ep")
+    assert perimeter_now(repo, PLAN, "a", wt) == []
+    repo.check_out_if_empty(wt)
+    assert perimeter_now(repo, PLAN, "a", wt) == []
+    (wt / "stray.txt").write_text("oops\n", encoding="utf-8")
+    assert [(p.path, p.kind) for p in perimeter_now(repo, PLAN, "a", wt)] == [("stray.txt", "outside")]
