@@ -22,7 +22,8 @@ def git(cwd: Path, *args: str) -> None:
     )
 
 
-def test_what_a_catch_up_brought_from_the_epic_never_counts_but_a_stray_does(tmp_path: Path) -> None:
+def _repo(tmp_path: Path) -> Repo:
+    """A one-commit repository with the epic branch `epic/ep` at it."""
     root = tmp_path / "repo"
     root.mkdir()
     (root / "README.md").write_text("r\n", encoding="utf-8")
@@ -31,6 +32,11 @@ def test_what_a_catch_up_brought_from_the_epic_never_counts_but_a_stray_does(tmp
     git(root, "commit", "-qm", "init")
     repo = Repo.discover(root)
     repo.create_branch("epic/ep", "main")
+    return repo
+
+
+def test_what_a_catch_up_brought_from_the_epic_never_counts_but_a_stray_does(tmp_path: Path) -> None:
+    repo = _repo(tmp_path)
     epic = repo.worktree_add(tmp_path / "epic", "epic/ep")
     story_a = repo.worktree_add(tmp_path / "a", "story/ep/a", start="epic/ep")
     start = repo.head("story/ep/a")
@@ -55,14 +61,7 @@ def test_what_a_catch_up_brought_from_the_epic_never_counts_but_a_stray_does(tmp
 def test_a_worktree_whose_checkout_is_still_being_written_changes_nothing(tmp_path: Path) -> None:
     """A story's worktree is added under the merge lock and its files written after it: until its
     index exists git lists every file as changed, and none of them is anyone's change."""
-    root = tmp_path / "repo"
-    root.mkdir()
-    (root / "README.md").write_text("r\n", encoding="utf-8")
-    git(root, "init", "-q", "-b", "main")
-    git(root, "add", "-A")
-    git(root, "commit", "-qm", "init")
-    repo = Repo.discover(root)
-    repo.create_branch("epic/ep", "main")
+    repo = _repo(tmp_path)
     wt = repo.worktree_add(tmp_path / "a", "story/ep/a", start="epic/ep", beside=True, checkout=False)
     (wt / "README.md").write_text("r\n", encoding="utf-8")  # the checkout, half-way
     assert "README.md" in repo.changed_files(wt, "epic/ep")
