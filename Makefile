@@ -11,14 +11,16 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[test]'
-	$(MAKE) --no-print-directory bytecode
+	$(COMPILE)
 	touch $(STAMP)
 
 # flowd's bytecode, as an installed flowd has it: an editable install writes it on first import,
 # except where PYTHONDONTWRITEBYTECODE is set, and then every flowd process compiles its modules
 # again (0.5 s of CPU at each start; docs/performance.md "Bytecode").
-bytecode:
-	$(BIN)/python -m compileall -q flowd >/dev/null
+COMPILE = $(BIN)/python -m compileall -q flowd >/dev/null
+
+bytecode: $(STAMP)
+	$(COMPILE)
 
 demo: $(STAMP)
 	$(BIN)/flowd demo
@@ -79,7 +81,7 @@ test-e2e: $(STAMP)
 test: lint typecheck pytest test-ray vscode-test test-nvim test-agents test-e2e
 
 bench: $(RAY_STAMP)
-	$(MAKE) --no-print-directory bytecode
+	$(COMPILE)
 	for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
 clean-venv:

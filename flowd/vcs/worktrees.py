@@ -132,17 +132,12 @@ class Worktrees(WorktreeChanges):
                 self._run(args, what)
         return path
 
-    def _fill_if_empty(self, path: Path) -> None:
-        """A worktree added with its checkout left for later (`beside`, a sparse one) by a process
-        killed before it: it has no index yet. Check it out now."""
+    def check_out_if_empty(self, path: Path) -> None:
+        """Write the files of a worktree added with its checkout left for later (no index yet: a
+        story's, checked out once the merge lock is free, or one whose process was killed before
+        its checkout), its submodules included; one already checked out is left exactly as it is."""
         if unchecked_out(path):
             run_git(path, ["reset", "-q", "--hard"], f"could not check out the worktree {path}")
-
-    def check_out_if_empty(self, path: Path) -> None:
-        """Write the files of a worktree added with its checkout left for later (no index yet),
-        its submodules included; one already checked out is left exactly as it is."""
-        if unchecked_out(path):
-            self._fill_if_empty(path)
             self.sync_submodules(path)
 
     def _worktree_add_slow(
@@ -154,7 +149,7 @@ class Worktrees(WorktreeChanges):
         here = next((i for i in infos if same_path(i.path, path)), None)
         if here is not None and not here.prunable:
             if here.branch == branch:
-                self._fill_if_empty(path)
+                self.check_out_if_empty(path)
                 return path
             raise GitError(f"{what}: that worktree is on {here.branch or 'a detached HEAD'} instead")
         holder = next((i for i in infos if i.branch == branch and not same_path(i.path, path)), None)
