@@ -3,9 +3,10 @@
 A watch starts as soon as a lane is active, before its worktree exists: a story's first attempt
 announces `active` and only then creates its worktree and state file. Until the worktree is
 there, the watch waits on the places it will appear (the story's state file, the worktree's
-parent), so a stray write in the very first seconds of a story is seen. A worktree deleted by hand
-ends its file watch; the watch rescans (which clears the story's diagnostics) and waits for the
-worktree to come back.
+parent), so a stray write in the very first seconds of a story is seen. A worktree whose checkout
+is still being written (its files come after it appears) is watched once git has written its
+index. A worktree deleted by hand ends its file watch; the watch rescans (which clears the
+story's diagnostics) and waits for the worktree to come back.
 
 The rescan (what changed against the story's base, classified against its perimeter) is the
 caller's; this module owns the watch tasks so that a lane leaving `active`, a run ending or the
@@ -27,6 +28,7 @@ from watchfiles import Change, DefaultFilter, awatch
 
 from flowd.server import inotify
 from flowd.vcs.changes import merge_in_progress
+from flowd.vcs.gitcli import unchecked_out
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +51,8 @@ APPEAR_RECHECK_S = 1.0
 # while a merge is in progress, and each batch gets one more scan once HEAD has had time to move.
 SETTLE_S = 0.5
 MERGE_WAIT_S = 30.0
+# How often a worktree whose checkout is still being written is looked at again (`checked_out`).
+CHECKOUT_POLL_S = 0.05
 # While watched live, a batch that adds directories may have run the user out of watches (notify
 # then drops the error): look at the budget again, at most this often.
 RECHECK_S = 2.0
@@ -62,6 +66,21 @@ async def settled(worktree: Path, stop: asyncio.Event) -> None:
     ):
         await asyncio.sleep(STEP_MS / 1000)
         waited += STEP_MS / 1000
+
+
+async def checked_out(worktree: Path, stop: asyncio.Event) -> bool:
+    """Return True once `worktree`'s checkout has ended (git wrote its index), False when it went
+    or the watch stops first. A story's files are written after its worktree appears
+    (docs/repositories.md "Worktree reuse"): counting its directories for the watch budget before
+    then finds too few, and the directories the checkout adds later would run the watches out
+    unnoticed. Nothing in it counts as a change before (flowd/engine/perimeter_now.py), and the
+    watch scans once more when it is in place."""
+    while await asyncio.to_thread(unchecked_out, worktree):
+        if stop.is_set() or not worktree.is_dir():
+            return False
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), CHECKOUT_POLL_S)
+    return not stop.is_set() and worktree.is_dir()
 
 
 def nearest_existing(path: Path) -> Path | None:
@@ -122,6 +141,8 @@ class WorktreeWatches:
             if worktree is None:
                 await self._appear(anchors(), stop)
                 continue
+            if not await checked_out(worktree, stop):
+                continue  # gone (or stopping) before its checkout ended
             await self._decide(key, worktree)  # before the scan: the watch must follow it closely
             await rescan()
             await self._follow(key, worktree, rescan, stop)

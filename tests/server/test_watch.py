@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from flowd.server import inotify
-from flowd.server.watch import WorktreeWatches
+from flowd.server.watch import CHECKOUT_POLL_S, WorktreeWatches, checked_out
 from flowd.vcs.changes import merge_in_progress
 
 
@@ -149,3 +149,55 @@ async def test_no_scan_sees_a_merge_half_done_and_one_follows_when_head_moves(tm
     finally:
         watches.stop_all()
         git(repo, "worktree", "remove", "--force", str(worktree))
+
+
+async def test_a_worktree_is_watched_and_scanned_only_once_its_checkout_has_ended(tmp_path: Path) -> None:
+    """A story's files are written after its worktree appears: neither the watch budget nor a scan
+    may see it half-written (too few directories to count, every file a change); both follow
+    once git has written its index."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    (repo / "a.txt").write_text("a")
+    (repo / "b.txt").write_text("b")
+    git(repo, "add", "-A")
+    git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "base")
+    worktree = tmp_path / "wt"
+    git(repo, "worktree", "add", "-q", "--no-checkout", "-b", "story", str(worktree))
+    (worktree / "a.txt").write_text("a")  # the checkout, half-way
+    recorder = Recorder(worktree)
+    watches = WorktreeWatches()
+    watches.start(("run", "s"), lambda: worktree, lambda: [worktree], recorder.rescan)
+    try:
+        for _ in range(6):  # several of the watch's looks at the half-made worktree
+            await asyncio.sleep(CHECKOUT_POLL_S)
+        assert recorder.seen == []
+        git(worktree, "reset", "-q", "--hard")
+        await recorder.until([".git", "a.txt", "b.txt"])
+        assert recorder.seen[0] == [".git", "a.txt", "b.txt"]
+    finally:
+        watches.stop_all()
+
+
+async def test_a_worktree_removed_before_its_checkout_ended_is_not_waited_for(tmp_path: Path) -> None:
+    worktree = tmp_path / "wt"
+    (tmp_path / "repo").mkdir()
+    git(tmp_path / "repo", "init", "-q", "-b", "main")
+    git(
+        tmp_path / "repo",
+        "-c",
+        "user.name=t",
+        "-c",
+        "user.email=t@t",
+        "commit",
+        "-q",
+        "--allow-empty",
+        "-m",
+        "b",
+    )
+    git(tmp_path / "repo", "worktree", "add", "-q", "--no-checkout", "-b", "story", str(worktree))
+    waiting = asyncio.ensure_future(checked_out(worktree, asyncio.Event()))
+    await asyncio.sleep(3 * CHECKOUT_POLL_S)
+    assert not waiting.done()
+    shutil.rmtree(worktree)
+    assert await asyncio.wait_for(waiting, 10) is False
