@@ -105,15 +105,22 @@ def git(cwd: Path, *args: str) -> str:
     return done.stdout.strip()
 
 
-async def test_no_scan_sees_a_merge_half_done_and_one_follows_when_head_moves(tmp_path: Path) -> None:
-    """A catch-up merge writes the epic's files before git moves HEAD (no event in the worktree):
-    no scan runs while MERGE_HEAD exists, and one more runs after the commit lands."""
+def _repo(tmp_path: Path, files: dict[str, str]) -> Path:
+    """A repository whose one commit holds `files`."""
     repo = tmp_path / "repo"
     repo.mkdir()
     git(repo, "init", "-q", "-b", "main")
-    (repo / "base.txt").write_text("base")
+    for name, text in files.items():
+        (repo / name).write_text(text)
     git(repo, "add", "-A")
-    git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "base")
+    git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty", "-m", "base")
+    return repo
+
+
+async def test_no_scan_sees_a_merge_half_done_and_one_follows_when_head_moves(tmp_path: Path) -> None:
+    """A catch-up merge writes the epic's files before git moves HEAD (no event in the worktree):
+    no scan runs while MERGE_HEAD exists, and one more runs after the commit lands."""
+    repo = _repo(tmp_path, {"base.txt": "base"})
     worktree = tmp_path / "wt"
     git(repo, "worktree", "add", "-q", "-b", "story", str(worktree))
     (repo / "epic.txt").write_text("from the epic")
@@ -155,13 +162,7 @@ async def test_a_worktree_is_watched_and_scanned_only_once_its_checkout_has_ende
     """A story's files are written after its worktree appears: neither the watch budget nor a scan
     may see it half-written (too few directories to count, every file a change); both follow
     once git has written its index."""
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    git(repo, "init", "-q", "-b", "main")
-    (repo / "a.txt").write_text("a")
-    (repo / "b.txt").write_text("b")
-    git(repo, "add", "-A")
-    git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "base")
+    repo = _repo(tmp_path, {"a.txt": "a", "b.txt": "b"})
     worktree = tmp_path / "wt"
     git(repo, "worktree", "add", "-q", "--no-checkout", "-b", "story", str(worktree))
     (worktree / "a.txt").write_text("a")  # the checkout, half-way
@@ -181,21 +182,7 @@ async def test_a_worktree_is_watched_and_scanned_only_once_its_checkout_has_ende
 
 async def test_a_worktree_removed_before_its_checkout_ended_is_not_waited_for(tmp_path: Path) -> None:
     worktree = tmp_path / "wt"
-    (tmp_path / "repo").mkdir()
-    git(tmp_path / "repo", "init", "-q", "-b", "main")
-    git(
-        tmp_path / "repo",
-        "-c",
-        "user.name=t",
-        "-c",
-        "user.email=t@t",
-        "commit",
-        "-q",
-        "--allow-empty",
-        "-m",
-        "b",
-    )
-    git(tmp_path / "repo", "worktree", "add", "-q", "--no-checkout", "-b", "story", str(worktree))
+    git(_repo(tmp_path, {}), "worktree", "add", "-q", "--no-checkout", "-b", "story", str(worktree))
     waiting = asyncio.ensure_future(checked_out(worktree, asyncio.Event()))
     await asyncio.sleep(3 * CHECKOUT_POLL_S)
     assert not waiting.done()
