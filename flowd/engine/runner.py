@@ -267,7 +267,10 @@ class _Session:
             outcome, reason = "cancelled", f"interrupted ({type(exc).__name__})"
             raise
         finally:
-            report = await self._end(outcome, reason)
+            try:
+                report = await self._end(outcome, reason)  # the run's agent processes end here
+            finally:
+                confinement.close()
         setup = self.setup
         return RunResult(
             setup.run_id,

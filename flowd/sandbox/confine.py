@@ -209,9 +209,17 @@ class Confinement:
         return ref_dir, reflog if reflog.is_file() else None
 
     def _spare(self) -> Path:
+        # The private temp folder of a process started where no lane is (a story worktree the
+        # user deleted, say): made once, removed by `close` when the run is over.
         if self._spare_temp is None:
             self._spare_temp = Path(tempfile.mkdtemp(prefix="flowd-lane-"))
         return self._spare_temp
+
+    def close(self) -> None:
+        """The run is over: remove the temp folder `_spare` made, and what its processes left."""
+        if self._spare_temp is not None:
+            shutil.rmtree(self._spare_temp, ignore_errors=True)
+            self._spare_temp = None
 
     # -- starting processes -------------------------------------------------------------------
     def rules(self, lane: Lane) -> list[landlock.Rule]:

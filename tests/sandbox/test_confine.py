@@ -5,6 +5,7 @@ binder fails closed."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -145,6 +146,24 @@ def test_a_merge_train_candidate_is_a_lane_of_its_own(lane: Path) -> None:
     out = _sh(c, candidate, f"echo ok > built.txt && cat built.txt; echo x > {lane}/INTRUDER.txt")
     assert (candidate / "built.txt").read_text(encoding="utf-8") == "ok\n"
     assert not (lane / "INTRUDER.txt").exists(), out
+
+
+def test_a_process_where_no_lane_is_gets_a_temp_folder_the_runs_end_removes(lane: Path) -> None:
+    """A story worktree deleted by hand mid-run: an agent started there is a process of no lane.
+    It is given a private temp folder (and may write nowhere else); the run's end removes it with
+    what the process left there, so runs leave nothing in the system temp folder."""
+    shutil.rmtree(lane)
+    lane.mkdir()  # the agent's folder, as the run would find it: no longer a worktree
+    c = _confinement(lane)
+    assert c.lane_top(lane) is None
+    out = _sh(c, lane, 'echo left > "$TMPDIR/tool.log" && echo "$TMPDIR"; echo x > here.txt')
+    temp = Path(out.splitlines()[0])
+    assert (temp / "tool.log").read_text(encoding="utf-8") == "left\n", out
+    assert not (lane / "here.txt").exists(), out
+    assert _sh(c, lane, 'echo "$TMPDIR"').splitlines()[0] == str(temp)  # one folder per run
+    c.close()
+    assert not temp.exists()
+    c.close()  # twice: nothing more to do
 
 
 def test_a_worktree_made_again_at_its_path_is_a_new_lane(lane: Path) -> None:

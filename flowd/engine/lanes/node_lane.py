@@ -319,6 +319,7 @@ class NodeLane:
                 outcome = await _PushingStoryRun(ctx, spec.plan.require(spec.story), self).run()
         finally:
             host.detach(spec.story)
+            confinement.close()
         self.timing.pipeline = time.monotonic() - started
         self.files()
         return outcome
