@@ -160,10 +160,19 @@ class Project:
             lines += [f"{key} = {toml_value(value)}" for key, value in spec.items()]
         (self.repo / ".flow" / "roster.toml").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
+    def env(self) -> dict[str, str]:
+        """The environment flowd runs in here: the temp folder is the test's own. The agent
+        programs write there when no lane gives them one (`flowd roster check`, a killed run):
+        gemini leaves a report of each failed request, which must not pile up in /tmp."""
+        temp = self.repo.parent / "tmp"
+        temp.mkdir(exist_ok=True)
+        return {**os.environ, "TMPDIR": str(temp)}
+
     def flowd(self, *args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [*FLOWD, *args], cwd=self.repo, capture_output=True, text=True, timeout=timeout, check=False
-        )
+            [*FLOWD, *args], cwd=self.repo, env=self.env(), capture_output=True, text=True,
+            timeout=timeout, check=False,
+        )  # fmt: skip
 
     def spawn(self, *args: str) -> Running:
         """`flowd run` as a real process in its own process group, output to files."""
@@ -172,6 +181,7 @@ class Project:
         proc = subprocess.Popen(
             [*FLOWD, "run", str(self.plan), "--json", *args],
             cwd=self.repo,
+            env=self.env(),
             stdout=out,
             stderr=err,
             text=True,
