@@ -51,7 +51,7 @@ APPEAR_RECHECK_S = 1.0
 # while a merge is in progress, and each batch gets one more scan once HEAD has had time to move.
 SETTLE_S = 0.5
 MERGE_WAIT_S = 30.0
-# How often a worktree whose checkout is still being written is looked at again (`checked_out`).
+# How often a worktree whose checkout is still being written is looked at again (`until_checked_out`).
 CHECKOUT_POLL_S = 0.05
 # While watched live, a batch that adds directories may have run the user out of watches (notify
 # then drops the error): look at the budget again, at most this often.
@@ -68,7 +68,7 @@ async def settled(worktree: Path, stop: asyncio.Event) -> None:
         waited += STEP_MS / 1000
 
 
-async def checked_out(worktree: Path, stop: asyncio.Event) -> bool:
+async def until_checked_out(worktree: Path, stop: asyncio.Event) -> bool:
     """Return True once `worktree`'s checkout has ended (git wrote its index), False when it went
     or the watch stops first. A story's files are written after its worktree appears
     (docs/repositories.md "Worktree reuse"): counting its directories for the watch budget before
@@ -141,7 +141,7 @@ class WorktreeWatches:
             if worktree is None:
                 await self._appear(anchors(), stop)
                 continue
-            if not await checked_out(worktree, stop):
+            if not await until_checked_out(worktree, stop):
                 continue  # gone (or stopping) before its checkout ended
             await self._decide(key, worktree)  # before the scan: the watch must follow it closely
             await rescan()

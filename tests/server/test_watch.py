@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from flowd.server import inotify
-from flowd.server.watch import CHECKOUT_POLL_S, WorktreeWatches, checked_out
+from flowd.server.watch import CHECKOUT_POLL_S, WorktreeWatches, until_checked_out
 from flowd.vcs.changes import merge_in_progress
 
 
@@ -183,7 +183,7 @@ async def test_a_worktree_is_watched_and_scanned_only_once_its_checkout_has_ende
 async def test_a_worktree_removed_before_its_checkout_ended_is_not_waited_for(tmp_path: Path) -> None:
     worktree = tmp_path / "wt"
     git(_repo(tmp_path, {}), "worktree", "add", "-q", "--no-checkout", "-b", "story", str(worktree))
-    waiting = asyncio.ensure_future(checked_out(worktree, asyncio.Event()))
+    waiting = asyncio.ensure_future(until_checked_out(worktree, asyncio.Event()))
     await asyncio.sleep(3 * CHECKOUT_POLL_S)
     assert not waiting.done()
     shutil.rmtree(worktree)
