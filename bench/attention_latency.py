@@ -29,7 +29,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench.notify_latency import RUN_ID, _repo  # noqa: E402
-from flowd.trace.events import RunEnded, RunStarted, StoryAnswered, StoryPaused, StoryStatusChanged  # noqa: E402
+from flowd.events.model import RunEnded, RunStarted, StoryAnswered, StoryPaused, StoryStatusChanged  # noqa: E402
 from flowd.trace.log import TraceWriter, trace_path  # noqa: E402
 
 Key = tuple[str, int, str]

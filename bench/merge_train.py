@@ -37,7 +37,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from flowd.base.timeutil import parse_iso  # noqa: E402
-from flowd.trace.events import (  # noqa: E402
+from flowd.events.model import (  # noqa: E402
     GateResult,
     MergeBatchStarted,
     MergeBisect,

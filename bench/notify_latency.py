@@ -26,7 +26,7 @@ from lsprotocol import types as lsp
 from pygls.lsp.client import LanguageClient
 
 from flowd.base.timeutil import iso
-from flowd.trace.events import (
+from flowd.events.model import (
     RunEnded,
     RunStarted,
     StoryStatusChanged,

@@ -34,8 +34,8 @@ from pygls.lsp.client import LanguageClient
 from flowd.base.timeutil import iso
 from flowd.engine.perimeter_now import perimeter_now
 from flowd.engine.state import EpicPaths, StoryState, save_state
+from flowd.events.model import RunStarted, StoryStatusChanged
 from flowd.plan.parse import load_plan
-from flowd.trace.events import RunStarted, StoryStatusChanged
 from flowd.trace.log import RunRecord, TraceWriter, trace_path, write_run_record
 from flowd.vcs.gitops import Repo
 

@@ -65,7 +65,7 @@ _WORDS = _TEXT.split(" ")
 
 
 class TraceGen:
-    """Writes one run's trace line by line in the writer's format (`flowd.trace.events.dump_envelope`)."""
+    """Writes one run's trace line by line in the writer's format (`flowd.events.model.dump_envelope`)."""
 
     def __init__(self, handle: Any, seed: int = 16) -> None:
         self.handle = handle

@@ -33,7 +33,7 @@ from pygls.lsp.server import LanguageServer
 LanguageServer("bare", "1").start_io()
 """
 
-HEAVY = ("pydantic", "git", "flowd.trace.events", "flowd.engine", "flowd.cost", "watchfiles", "rich")
+HEAVY = ("pydantic", "git", "flowd.events.model", "flowd.engine", "flowd.cost", "watchfiles", "rich")
 
 
 def cpu_seconds(pid: int) -> float:

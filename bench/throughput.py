@@ -36,7 +36,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from flowd.base.timeutil import parse_iso  # noqa: E402
-from flowd.trace.events import StoryMerged, StoryStatusChanged, TaskCompleted, TaskStarted, TokensUsed  # noqa: E402
+from flowd.events.model import StoryMerged, StoryStatusChanged, TaskCompleted, TaskStarted, TokensUsed  # noqa: E402
 from tests.engine.scenario import Scenario, story  # noqa: E402
 
 PHASES = ("launch", "start", "coder", "turn overhead", "review", "merge")

@@ -41,10 +41,10 @@ import acp  # noqa: E402
 from flowd.agents.factory import script_command  # noqa: E402
 from flowd.engine.context import RunContext  # noqa: E402
 from flowd.engine.state import EpicPaths  # noqa: E402
+from flowd.events.model import Event  # noqa: E402
 from flowd.plan.model import StoryPlan  # noqa: E402
 from flowd.roster.pool import RosterPool  # noqa: E402
 from flowd.store.config import Settings, load_roster  # noqa: E402
-from flowd.trace.events import Event  # noqa: E402
 from flowd.trace.log import TraceWriter  # noqa: E402
 from flowd.trace.view import RunView  # noqa: E402
 from flowd.vcs.gitops import Repo  # noqa: E402

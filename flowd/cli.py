@@ -120,7 +120,7 @@ def _add_serve(sub: Subparsers) -> None:
 
 
 def _add_run(sub: Subparsers) -> None:
-    p = _command(sub, "run", "flowd.engine.cli:run_command", "run or resume an epic")
+    p = _command(sub, "run", "flowd.control.run:run_command", "run or resume an epic")
     p.add_argument(
         "plan", metavar="PLAN", help="the story plan (*.epic.json, or Markdown with a json storyplan block)"
     )
@@ -158,10 +158,12 @@ def _add_run(sub: Subparsers) -> None:
 
 def _add_plan(sub: Subparsers) -> None:
     plan_sub = _group(sub, "plan", "validate or draft a story plan", "plan_command", "SUBCOMMAND")
-    p = _command(plan_sub, "validate", "flowd.plan.cli:validate_command", "print every violation of a plan")
+    p = _command(
+        plan_sub, "validate", "flowd.control.validate:validate_command", "print every violation of a plan"
+    )
     p.add_argument("plan", metavar="PLAN", help="the story plan file")
     p.add_argument("--json", action="store_true", help="print {plan, valid, violations} as JSON on stdout")
-    p = _command(plan_sub, "new", "flowd.plan.draft:new_command", "draft a story plan with the planner")
+    p = _command(plan_sub, "new", "flowd.engine.draft:new_command", "draft a story plan with the planner")
     p.add_argument("text", nargs="?", default="", metavar="EPIC TEXT", help="the epic in a sentence")
     p.add_argument(
         "-o", "--output", required=True, metavar="PLAN", help="where to write the draft (.json or .md)"
@@ -203,14 +205,14 @@ def _add_cost(sub: Subparsers) -> None:
 
 def _add_check(sub: Subparsers) -> None:
     p = _command(
-        sub, "check", "flowd.engine.cli:check_command", "perimeter violations in story worktrees now"
+        sub, "check", "flowd.control.run:check_command", "perimeter violations in story worktrees now"
     )
     p.add_argument("--json", action="store_true", help="print {violations: [...]} as JSON on stdout")
 
 
 def _add_cancel(sub: Subparsers) -> None:
     p = _command(
-        sub, "cancel", "flowd.engine.cli:cancel_command", "stop a run gracefully (run it again to resume)"
+        sub, "cancel", "flowd.control.run:cancel_command", "stop a run gracefully (run it again to resume)"
     )
     p.add_argument(
         "run_id",
@@ -307,7 +309,7 @@ def _add_schema(sub: Subparsers) -> None:
     p = _command(
         sub,
         "schema",
-        "flowd.store.schema:schema_command",
+        "flowd.schema.json_schema:schema_command",
         "print the JSON Schema of a file or the LSP protocol",
     )
     p.add_argument(

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from flowd.control.shapes import lane_wire
 from flowd.engine.epicgraph import critical_stories, graph_wire, timeline_wire
-from flowd.plan.graph import critical_path, rank_of_graph
-from flowd.server.shapes import lane_wire
-from flowd.trace.events import (
+from flowd.events.model import (
     Envelope,
     Event,
     GateResult,
@@ -29,6 +28,7 @@ from flowd.trace.events import (
     TaskStarted,
     WorktreePrepared,
 )
+from flowd.plan.graph import critical_path, rank_of_graph
 from flowd.trace.view import RunView, fold
 
 RUN = "r1"

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import json
 
-from flowd.trace.events import (
+from flowd.events.model import (
     EVENT_TYPES,
     Envelope,
     ExecutorHandedOver,
@@ -81,7 +81,7 @@ def test_every_event_type_is_documented_with_its_fields() -> None:
     import re
     from pathlib import Path
 
-    from flowd.trace import events
+    from flowd.events import model as events
 
     doc = (Path(__file__).resolve().parents[1] / "docs" / "trace.md").read_text(encoding="utf-8")
     rows = {m.group(1): m.group(0) for m in re.finditer(r"^\| `(\w+)`.*$", doc, flags=re.M)}
@@ -96,7 +96,7 @@ def test_every_event_type_is_documented_with_its_fields() -> None:
 
 
 def test_lane_escape_round_trips() -> None:
-    from flowd.trace.events import LaneEscape
+    from flowd.events.model import LaneEscape
 
     event = LaneEscape(lane="api", path="/repo/.git/hooks/post-checkout", what="gitHooks", action="undone")
     line = dump_envelope(Envelope(seq=3, at="2026-11-29T14:03:07.412Z", run_id="r1", event=event))

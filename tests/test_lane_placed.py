@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from flowd.control.progress import lane_row, plain_lines
+from flowd.control.shapes import lane_wire
+from flowd.events.model import Envelope, LanePlaced, RunStarted
 from flowd.server.notify import notes_for
-from flowd.server.shapes import lane_wire
-from flowd.trace.events import Envelope, LanePlaced, RunStarted
 from flowd.trace.view import RunView
 
 

@@ -9,41 +9,34 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# Module prefix → layer; the longest matching prefix decides. Lower layers never import higher.
+# Package → layer: each folder is one layer (a sub-package such as `engine/core/` may be a layer
+# of its own); the longest matching prefix decides. Lower layers never import higher.
 LAYERS: dict[str, int] = {
     "flowd": 0,  # the package itself holds only `__version__`
     "flowd.base": 0,  # errors, durable writes, times, wire models, path arithmetic
     "flowd.protocol": 1,  # the declared LSP protocol (names and models)
     "flowd.plan": 1,  # story plans: models, parsing, validation, graph, perimeter
     "flowd.tasks": 1,  # task plans
-    "flowd.trace.events": 1,  # the event union
-    "flowd.trace.statuses": 1,  # the status vocabularies the events and the core use
+    "flowd.events": 1,  # the event union and the status vocabularies the core uses
     "flowd.engine.core": 2,  # the engine's pure rules
     "flowd.trace": 3,  # trace files, the fold, checkpoints
-    "flowd.store": 3,  # files under .flow/
+    "flowd.store": 3,  # files under .flow/ (settings, roster, inbox, the scripted agent's script)
     "flowd.vcs": 3,  # git
-    "flowd.agents.script_model": 3,  # the scripted agent's file format, read by the roster loader
-    "flowd.agents.script_rules": 3,
+    "flowd.programs": 3,  # the agent programs flowd knows and where they keep their state
     "flowd.agents": 4,  # agent processes
     "flowd.sandbox": 4,  # lane confinement, applied where agents and gates start
     "flowd.cost": 4,
     "flowd.roster": 5,  # the executor pool
-    "flowd.control.runctl": 5,  # run ids, launch and cancel, which the runner uses too
-    "flowd.engine": 6,  # the engine's shell
-    "flowd.plan.draft": 6,  # the planner drafting a plan is an agent call
-    "flowd.control": 7,  # commands over runs
-    "flowd.engine.cli": 7,
-    "flowd.plan.cli": 7,
-    "flowd.store.schema": 7,
-    "flowd.protocol.codegen": 7,  # the generators of the clients' protocol files
-    "flowd.protocol.lua": 7,
-    "flowd.protocol.typescript": 7,
+    "flowd.engine": 6,  # the engine's shell: a run, its launch and the planner's drafts
+    "flowd.control": 7,  # commands over runs and plans, and the views' wire shapes
+    "flowd.schema": 7,  # generated schemas and the clients' protocol files
     "flowd.demo": 8,
     "flowd.server": 8,
-    "flowd.server.shapes": 7,  # the views' wire shapes, for `flowd status --json` too
     "flowd.cli": 9,
     "flowd.__main__": 9,
 }
+# The only rows that are modules rather than folders: the package's entry points.
+ENTRY_MODULES = {"flowd", "flowd.cli", "flowd.__main__"}
 
 
 def layer_of(module: str) -> int:
@@ -108,3 +101,21 @@ def test_every_layer_prefix_names_a_module() -> None:
     mods = modules()
     stale = [p for p in LAYERS if not any(m == p or m.startswith(p + ".") for m in mods)]
     assert stale == []
+
+
+def test_every_layer_is_a_folder() -> None:
+    """No per-module exceptions: a module whose imports belong to another layer moves to a folder
+    of that layer (docs/architecture.md, "Layers")."""
+    not_folders = [
+        p
+        for p in LAYERS
+        if p not in ENTRY_MODULES and not (ROOT / p.replace(".", "/") / "__init__.py").is_file()
+    ]
+    assert not_folders == []
+
+
+def test_a_module_put_back_in_a_lower_folder_is_a_violation() -> None:
+    """The planner's drafting calls agents (layer 6): back among the plan's pure modules it climbs."""
+    source = "from flowd.engine import prompts\n"
+    graph = {"flowd.plan.draft": imports_of(source, {"flowd.engine.prompts"})}
+    assert violations(graph) == ["flowd.plan.draft (layer 1) imports flowd.engine.prompts (layer 6)"]

@@ -3,7 +3,7 @@ from __future__ import annotations
 from rich.console import Console
 
 from flowd.control.progress import render_run
-from flowd.trace.events import (
+from flowd.events.model import (
     Envelope,
     Event,
     ExecutorExcluded,
@@ -76,7 +76,7 @@ def test_a_narrow_terminal_shortens_the_task_not_the_ids_or_statuses() -> None:
 
 def test_the_merge_train_is_shown_live_and_as_plain_lines() -> None:
     from flowd.control.progress import plain_lines
-    from flowd.trace.events import MergeBatchResult, MergeBatchStarted, MergeBisect, StageStarted
+    from flowd.events.model import MergeBatchResult, MergeBatchStarted, MergeBisect, StageStarted
     from flowd.trace.view import RunView
 
     events: list[Event] = [
@@ -107,7 +107,7 @@ def test_the_merge_train_is_shown_live_and_as_plain_lines() -> None:
 
 def test_a_lanes_ports_are_shown_in_status_and_plain_status() -> None:
     from flowd.control.progress import plain_run
-    from flowd.trace.events import WorktreePrepared
+    from flowd.events.model import WorktreePrepared
 
     started = RunStarted(epic_id="e", epic_branch="epic/e", plan="p", stories=["a", "b"], concurrency=2)
     ports = WorktreePrepared(lane="a", copied=[], port=41000, ports="41000-41009")
@@ -123,7 +123,7 @@ def test_a_lanes_ports_are_shown_in_status_and_plain_status() -> None:
 
 def test_a_perimeter_event_flagged_twice_in_a_row_prints_once() -> None:
     from flowd.control.progress import PlainProgress
-    from flowd.trace.events import Info, PerimeterPath, PerimeterViolation
+    from flowd.events.model import Info, PerimeterPath, PerimeterViolation
     from flowd.trace.view import RunView
 
     def flagged(lane: str, path: str, action: str = "flagged") -> PerimeterViolation:

@@ -28,11 +28,7 @@ from flowd.agents.base import (
 from flowd.base.errors import EXIT_HALTED, NoExecutor
 from flowd.base.timeutil import iso
 from flowd.base.timeutil import now as utc_now
-from flowd.roster.leasing import ExecutorState, Lease, pick_clone
-from flowd.roster.pool import RosterPool
-from flowd.roster.state import Holding, after_fault
-from flowd.store.config import ExecutorSpec, Roster, load_roster
-from flowd.trace.events import (
+from flowd.events.model import (
     Event,
     ExecutorExcluded,
     ExecutorHandedOver,
@@ -40,6 +36,10 @@ from flowd.trace.events import (
     ExecutorReleased,
     ExecutorResumed,
 )
+from flowd.roster.leasing import ExecutorState, Lease, pick_clone
+from flowd.roster.pool import RosterPool
+from flowd.roster.state import Holding, after_fault
+from flowd.store.config import ExecutorSpec, Roster, load_roster
 
 T0 = datetime(2026, 11, 29, 14, 0, 0, tzinfo=UTC)
 

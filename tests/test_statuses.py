@@ -6,7 +6,7 @@ from typing import get_args
 
 import pytest
 
-from flowd.trace.statuses import (
+from flowd.events.statuses import (
     RUN_OUTCOMES,
     LaneStatus,
     OutcomeStatus,

@@ -3,7 +3,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from flowd.trace.events import Info, RunEnded, RunStarted
+from flowd.events.model import Info, RunEnded, RunStarted
 from flowd.trace.log import (
     RunRecord,
     TraceFollower,

@@ -11,9 +11,8 @@ from typing import Any
 import pytest
 
 from flowd.base import jsonl
-from flowd.server.shapes import status_wire
-from flowd.trace import fastfold
-from flowd.trace.events import (
+from flowd.control.shapes import status_wire
+from flowd.events.model import (
     EVENT_CLASSES,
     AssistantMessage,
     BudgetExceeded,
@@ -60,6 +59,7 @@ from flowd.trace.events import (
     dump_envelope,
     parse_line,
 )
+from flowd.trace import fastfold
 from flowd.trace.log import TraceFollower, fold_trace, read_trace
 from flowd.trace.usage import UsageLike, reported_cost
 from flowd.trace.view import FOLDED_TYPES, RunView, fold

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
-from flowd.server.shapes import cost_wire, lane_wire, run_wire
-from flowd.trace.events import (
+from flowd.control.shapes import cost_wire, lane_wire, run_wire
+from flowd.events.model import (
     Envelope,
     Event,
     ExecutorLeased,

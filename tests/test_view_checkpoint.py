@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 
 from flowd.base import jsonl
+from flowd.control.shapes import status_wire
 from flowd.cost.prices import pricer
-from flowd.server.shapes import status_wire
+from flowd.events.model import Info, TaskCompleted, TaskStarted
 from flowd.store.config import PriceOverride, Settings
 from flowd.trace.checkpoint import (
     ENV_BYTES,
@@ -25,7 +26,6 @@ from flowd.trace.checkpoint import (
     save,
     with_pricing_key,
 )
-from flowd.trace.events import Info, TaskCompleted, TaskStarted
 from flowd.trace.fastfold import fold_lines
 from flowd.trace.log import TraceFollower, TraceWriter, fold_trace
 from flowd.trace.view import (

@@ -3,8 +3,8 @@ back to `active` when a merge is undone; batches with their verdicts and bisecti
 
 from __future__ import annotations
 
-from flowd.server.shapes import lane_wire
-from flowd.trace.events import (
+from flowd.control.shapes import lane_wire
+from flowd.events.model import (
     Envelope,
     Event,
     MergeBatchResult,

@@ -27,8 +27,8 @@ from acp.schema import ClientCapabilities, FileSystemCapabilities, Implementatio
 from flowd import __version__
 from flowd.agents.base import AGENT_DEFAULT_ENV, AgentError, reaped
 from flowd.agents.faults import classify
-from flowd.agents.program_dirs import program_key
-from flowd.agents.programs import program_named, too_old
+from flowd.programs.state_dirs import program_key
+from flowd.programs.table import program_named, too_old
 from flowd.sandbox.confine import Confinement, Scanner, current, spawning
 
 # What every agent gets from flowd's own environment; the roster's `env` goes on top. Secrets
@@ -199,7 +199,7 @@ class AgentProcess:
         old = too_old(program, info.version or "", self.label) if program and info else None
         if old is not None:
             await self.stop(graceful=False)
-            raise old
+            raise AgentError("auth", old)
 
     async def start_failed(self) -> AgentError:
         """The error for an agent that went away before it was of use (stopped here)."""

@@ -34,9 +34,9 @@ from flowd.agents.base import (
     reaped,
 )
 from flowd.agents.faults import classify, worded
-from flowd.agents.program_dirs import program_key
-from flowd.agents.programs import cli_version, program_of, too_old
 from flowd.base import jsonl
+from flowd.programs.state_dirs import program_key
+from flowd.programs.table import cli_version, program_of, too_old
 from flowd.sandbox.confine import Scanner, current, spawning
 from flowd.store.config import ExecutorSpec
 
@@ -332,7 +332,7 @@ class CliExecutor:
                 program, await cli_version(self.spec.command[0], env), f"{self.spec.id}#{self.clone}"
             )
             if old is not None:
-                raise old
+                raise AgentError("auth", old)
         self._version_checked = True
 
     async def _run(self, argv: list[str], request: TurnRequest, observe: TurnObserver | None) -> CliTurn:

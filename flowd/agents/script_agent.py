@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from flowd.agents.script_counts import RunCounts
-from flowd.agents.script_rules import Rule, Script, ScriptUsage, pick_rule, read_script
 from flowd.agents.script_wire import Json, RequestError, Wire, checked_params, invalid_param, serve, warn
+from flowd.store.script_rules import Rule, Script, ScriptUsage, pick_rule, read_script
 
 _CONTEXT_SIZE = 200_000  # the `size` of `usage_update`, as claude-agent-acp reports it
 _PERMISSION_OPTIONS = [
@@ -297,7 +297,7 @@ def load(path: Path) -> Script:
         script = None
     if script is not None:
         return script
-    from flowd.agents.script_model import load_script, plain
+    from flowd.store.script_model import load_script, plain
 
     return plain(load_script(path))
 

@@ -13,7 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from flowd.base.timeutil import parse_iso
-from flowd.trace.events import (
+from flowd.events.model import (
     BudgetExceeded,
     Envelope,
     ExecutorExcluded,

@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 from flowd.base.errors import FlowdError
+from flowd.control.shapes import status_wire
 from flowd.cost.prices import pricer
-from flowd.server.shapes import status_wire
 from flowd.store.config import load_settings
 from flowd.trace.log import fold_trace, is_active, list_runs, trace_path
 from flowd.trace.view import RunView

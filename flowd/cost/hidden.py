@@ -13,9 +13,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from flowd.agents.programs import program_of
 from flowd.base.errors import FlowdError
 from flowd.cost.model import HiddenRequests
+from flowd.programs.table import program_of
 from flowd.store.config import flow_dir, read_toml, user_roster_path
 
 

@@ -10,9 +10,9 @@ import tempfile
 from pathlib import Path
 
 from flowd.base.errors import InputError
+from flowd.control.run import execute
 from flowd.cost.cli import cost_report_for
 from flowd.demo.sample import build_sample_repo
-from flowd.engine.cli import execute
 from flowd.engine.runner import RunOptions
 
 

@@ -28,11 +28,11 @@ from flowd.engine.core.stops import BudgetHalt, Halt, StoryFailed, StoryWaiting
 from flowd.engine.core.taskgraph import AsideOutcome, TaskGraphState
 from flowd.engine.gates import run_command
 from flowd.engine.taskbody import Seat, TaskBody
+from flowd.events.model import Info
 from flowd.plan.model import Story
 from flowd.roster.leasing import Lease
 from flowd.tasks.model import Task, TaskPlan
 from flowd.tasks.parsing import TaskNode, task_nodes
-from flowd.trace.events import Info
 
 Outcome = AsideOutcome
 

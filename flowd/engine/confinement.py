@@ -10,9 +10,9 @@ from typing import cast
 
 from flowd.base.layout import EPIC_LANE
 from flowd.engine.state import EpicPaths, append_findings
+from flowd.events.model import EscapeWhat, Event, Info, LaneEscape
 from flowd.sandbox.confine import Confinement
 from flowd.store.config import Settings
-from flowd.trace.events import EscapeWhat, Event, Info, LaneEscape
 from flowd.vcs.gitops import Repo
 
 

@@ -26,13 +26,7 @@ from flowd.engine.core.stops import BudgetHalt
 from flowd.engine.gates import CommandRun, GatesElsewhere, run_gates
 from flowd.engine.spares import Spares
 from flowd.engine.state import EpicPaths
-from flowd.plan.cone import cone_entries, sparse_cone
-from flowd.plan.model import StoryPlan
-from flowd.roster.leasing import Lease, LeaseInfo
-from flowd.roster.pool import RosterPool
-from flowd.store.config import Settings
-from flowd.store.inbox import Answer, By, Reply
-from flowd.trace.events import (
+from flowd.events.model import (
     AssistantMessage,
     BudgetExceeded,
     Event,
@@ -41,6 +35,12 @@ from flowd.trace.events import (
     ToolUse,
     Usage,
 )
+from flowd.plan.cone import cone_entries, sparse_cone
+from flowd.plan.model import StoryPlan
+from flowd.roster.leasing import Lease, LeaseInfo
+from flowd.roster.pool import RosterPool
+from flowd.store.config import Settings
+from flowd.store.inbox import Answer, By, Reply
 from flowd.trace.view import RunView
 from flowd.vcs import sparse
 from flowd.vcs.gitops import Repo

@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
-from flowd.agents.program_dirs import every_state_root
 from flowd.base.fsio import written_by_us
 from flowd.engine import epic_worktree
 from flowd.engine.core.escape import (
@@ -70,7 +69,8 @@ from flowd.engine.putback import (
     safely,
 )
 from flowd.engine.state import EpicPaths
-from flowd.trace.events import EscapeAction, Event, Info, LaneEscape
+from flowd.events.model import EscapeAction, Event, Info, LaneEscape
+from flowd.programs.state_dirs import every_state_root
 
 log = logging.getLogger(__name__)
 
@@ -454,7 +454,7 @@ class Detector:
             return set()
 
     def _agent_state(self, path: Path) -> bool:
-        """A home entry an agent program's own state lives in (flowd/agents/program_dirs.py): the
+        """A home entry an agent program's own state lives in (flowd/programs/state_dirs.py): the
         table's places and what its variables pin (`CODEX_HOME`, `FLOWD_SCRIPT_STATE`, …)."""
         return any(root == path or path in root.parents for root in every_state_root(self.home))
 

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Protocol
 
 from flowd.engine.core.flaky import Failed, Rerun, after_gate_run
+from flowd.events.model import Event, GateFlaky, GateResult, GateWhere
 from flowd.sandbox.confine import Scanner, current, spawning
-from flowd.trace.events import Event, GateFlaky, GateResult, GateWhere
 
 TAIL_CHARS = 3000
 

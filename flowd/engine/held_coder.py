@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 
 from flowd.agents.base import AgentError, TurnRequest, TurnResult
 from flowd.engine.context import RunContext
+from flowd.events.model import ExecutorLeased, ExecutorReleased
 from flowd.roster.leasing import Lease
 from flowd.roster.state import after_fault
-from flowd.trace.events import ExecutorLeased, ExecutorReleased
 
 
 @dataclass

@@ -53,9 +53,9 @@ from flowd.engine.core.pause import (
 from flowd.engine.core.scheduler import Answered, Paused
 from flowd.engine.reopen import reopen_with_revision
 from flowd.engine.state import EpicPaths, load_state, save_state
+from flowd.events.model import AnswerEffect, StoryAnswered, StoryPaused, StoryStatusChanged
 from flowd.store.inbox import Answer, By, Reply
 from flowd.tasks.checkpoint import parse_checkpoint
-from flowd.trace.events import AnswerEffect, StoryAnswered, StoryPaused, StoryStatusChanged
 from flowd.trace.log import fold_trace, list_runs, trace_path
 from flowd.trace.usage import Pricer, reported_cost
 from flowd.trace.view import PauseView, RunView

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from flowd.events.model import PerimeterPath
 from flowd.plan.model import StoryPlan
 from flowd.plan.perimeter import classify
-from flowd.trace.events import PerimeterPath
 from flowd.vcs.gitcli import unchecked_out
 from flowd.vcs.gitops import Repo
 

@@ -14,8 +14,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from flowd.events.model import JudgeIssue
 from flowd.tasks.model import Task, TaskPlan
-from flowd.trace.events import JudgeIssue
 
 _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_-]*)[^\n]*\n(.*?)\n?[ \t]*```", re.DOTALL)
 Severity = Literal["critical", "major", "minor"]

@@ -15,9 +15,9 @@ from flowd.base.wire import WireModel
 from flowd.engine import epicgraph
 from flowd.engine.pictures import mermaid_blocks, render_html
 from flowd.engine.state import EpicPaths
+from flowd.events.statuses import ReportStatus, report_status
 from flowd.plan.model import StoryPlan
 from flowd.trace.log import fold_trace, list_runs, trace_path
-from flowd.trace.statuses import ReportStatus, report_status
 from flowd.trace.usage import Pricer, reported_cost
 from flowd.trace.view import RunView
 

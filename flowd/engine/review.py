@@ -21,9 +21,9 @@ from flowd.engine.context import RunContext
 from flowd.engine.core.review_comments import Refusal, Requested, RevisionFacts, admit, marker, owed
 from flowd.engine.core.revision import REVIEW_COMMENT, with_task
 from flowd.engine.state import load_state
+from flowd.events.model import Info, RevisionRequested, parse_line
 from flowd.store.inbox import Reply, Revision
 from flowd.tasks.model import TaskPlan
-from flowd.trace.events import Info, RevisionRequested, parse_line
 from flowd.trace.log import list_runs, trace_path
 
 QUOTE_CHARS = 300

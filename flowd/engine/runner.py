@@ -21,7 +21,6 @@ from flowd.agents.factory import preload
 from flowd.base import layout
 from flowd.base.errors import EXIT_CANCELLED, EXIT_FAILED, EXIT_HALTED, EXIT_OK, FlowdError, InputError
 from flowd.base.timeutil import iso
-from flowd.control.runctl import new_run_id
 from flowd.cost.prices import pricer
 from flowd.engine import epic_worktree
 from flowd.engine.bootstrap import bootstrap_epic, preflight
@@ -31,20 +30,14 @@ from flowd.engine.detect import Detector
 from flowd.engine.lanes import Placement, open_placement
 from flowd.engine.pause_desk import earlier_pauses
 from flowd.engine.report import EpicReport, build_report, epic_history, write_report
+from flowd.engine.runctl import new_run_id
 from flowd.engine.scheduler_shell import SchedulerShell
 from flowd.engine.spares import Spares, after_run, reap_in_background, to_trash
 from flowd.engine.state import EpicLock, EpicPaths, load_state
 from flowd.engine.story import StoryOutcome
 from flowd.engine.story_merge import undo_interrupted_merge
 from flowd.engine.train import TrainShell, recover_train
-from flowd.plan.graph import ready
-from flowd.plan.hashing import story_hash
-from flowd.plan.model import StoryPlan
-from flowd.plan.parse import load_plan
-from flowd.roster.pool import RosterPool
-from flowd.sandbox.confine import active, current
-from flowd.store.config import Roster, Settings, load_roster, load_settings
-from flowd.trace.events import (
+from flowd.events.model import (
     Envelope,
     Event,
     Info,
@@ -54,6 +47,13 @@ from flowd.trace.events import (
     StageCompleted,
     StageStarted,
 )
+from flowd.plan.graph import ready
+from flowd.plan.hashing import story_hash
+from flowd.plan.model import StoryPlan
+from flowd.plan.parse import load_plan
+from flowd.roster.pool import RosterPool
+from flowd.sandbox.confine import active, current
+from flowd.store.config import Roster, Settings, load_roster, load_settings
 from flowd.trace.log import (
     RunRecord,
     TraceWriter,

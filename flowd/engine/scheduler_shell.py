@@ -37,9 +37,9 @@ from flowd.engine.pause_desk import PauseDesk
 from flowd.engine.requests import RequestDesk
 from flowd.engine.review import carry_over
 from flowd.engine.story import StoryOutcome
+from flowd.events.model import Info, RunOutcome, StoryStatusChanged
 from flowd.plan.graph import critical_path_rank, estimate_durations
 from flowd.store.inbox import InboxReader
-from flowd.trace.events import Info, RunOutcome, StoryStatusChanged
 from flowd.trace.log import story_durations
 from flowd.trace.view import PauseView
 

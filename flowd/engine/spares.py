@@ -30,7 +30,7 @@ from pathlib import Path
 
 from flowd.base.errors import FlowdError
 from flowd.base.layout import SPARE_DIR, TRASH_DIR
-from flowd.trace.events import Event, Info
+from flowd.events.model import Event, Info
 from flowd.trace.log import pid_alive
 from flowd.vcs import sparse
 from flowd.vcs.bootstrapped import bootstrapped

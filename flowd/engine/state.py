@@ -18,8 +18,8 @@ from flowd.base import layout
 from flowd.base.errors import InputError
 from flowd.base.fsio import write_model_atomic, write_text_atomic
 from flowd.base.wire import WireModel, describe_validation_error
+from flowd.events.statuses import StoryFileStatus
 from flowd.trace.log import pid_alive
-from flowd.trace.statuses import StoryFileStatus
 
 
 class StoryState(WireModel):

@@ -42,15 +42,15 @@ from flowd.engine.story_merge import catch_up, clean_up_at, merge, repair_perime
 from flowd.engine.story_prepare import bootstrap, check_out, prepare, setup
 from flowd.engine.taskloop import TaskLoop
 from flowd.engine.train import RedMerge
-from flowd.plan.model import Story
-from flowd.tasks.model import Task, TaskPlan
-from flowd.trace.events import (
+from flowd.events.model import (
     Info,
     MergeRevision,
     StoryStatus,
     StoryStatusChanged,
 )
-from flowd.trace.statuses import lane_status_of
+from flowd.events.statuses import lane_status_of
+from flowd.plan.model import Story
+from flowd.tasks.model import Task, TaskPlan
 
 __all__ = ["RedMerge", "StoryOutcome", "StoryRun"]
 

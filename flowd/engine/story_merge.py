@@ -19,9 +19,9 @@ from flowd.engine.core.stops import StoryFailed
 from flowd.engine.perimeter_now import perimeter_now
 from flowd.engine.state import EpicPaths, StoryState, append_findings, clear_intent, load_intent, load_state
 from flowd.engine.train import Ejected
+from flowd.events.model import Event, Info, MergeRolledBack, PerimeterViolation
 from flowd.plan.model import Story
 from flowd.plan.perimeter import classify
-from flowd.trace.events import Event, Info, MergeRolledBack, PerimeterViolation
 from flowd.vcs.gitops import Repo
 
 

@@ -17,8 +17,8 @@ from flowd.engine.core.stops import StoryFailed
 from flowd.engine.gates import run_command
 from flowd.engine.state import StoryState, load_state, save_state
 from flowd.engine.story_merge import StoryRun, clean_up_at
+from flowd.events.model import StageCompleted, StageFailed, StageStarted, WorktreePrepared
 from flowd.plan.hashing import story_hash
-from flowd.trace.events import StageCompleted, StageFailed, StageStarted, WorktreePrepared
 from flowd.vcs import sparse
 
 

@@ -22,11 +22,11 @@ from flowd.engine.pause_desk import told as answered
 from flowd.engine.perimeter_now import perimeter_now
 from flowd.engine.replies import ReplyParseError, Verdict, coder_sentinel, parse_verdict
 from flowd.engine.state import append_findings
+from flowd.events.model import Info, PerimeterViolation, TaskOwnsViolation
 from flowd.plan.model import Story
 from flowd.plan.perimeter import task_owns_violations
 from flowd.roster.leasing import Lease
 from flowd.tasks.model import Task, TaskPlan
-from flowd.trace.events import Info, PerimeterViolation, TaskOwnsViolation
 
 T = TypeVar("T")
 DIFF_CHARS = 60_000

@@ -23,12 +23,7 @@ from flowd.engine.replies import Verdict, parse_task_plan, parse_verdict
 from flowd.engine.review import append_revisions
 from flowd.engine.state import append_findings
 from flowd.engine.taskbody import Seat, TaskBody, clip, issues_text
-from flowd.plan.model import Story
-from flowd.roster.leasing import Lease
-from flowd.tasks.checkpoint import parse_checkpoint, render_checkpoint
-from flowd.tasks.model import Task, TaskPlan
-from flowd.tasks.parsing import depends_on, has_parallel_tasks, owns, satisfies
-from flowd.trace.events import (
+from flowd.events.model import (
     Info,
     JudgeIssue,
     PlannedTask,
@@ -39,6 +34,11 @@ from flowd.trace.events import (
     TasksPlanned,
     TaskStarted,
 )
+from flowd.plan.model import Story
+from flowd.roster.leasing import Lease
+from flowd.tasks.checkpoint import parse_checkpoint, render_checkpoint
+from flowd.tasks.model import Task, TaskPlan
+from flowd.tasks.parsing import depends_on, has_parallel_tasks, owns, satisfies
 
 __all__ = ["StoryFailed", "StoryWaiting", "TaskLoop"]
 

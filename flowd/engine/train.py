@@ -34,7 +34,7 @@ from flowd.engine.core.stops import Halt, StoryFailed
 from flowd.engine.gates import CommandRun, GatesElsewhere, NotPlaced, run_gates
 from flowd.engine.spares import to_trash
 from flowd.engine.state import EpicPaths, load_state, save_state
-from flowd.trace.events import (
+from flowd.events.model import (
     Event,
     GateFlaky,
     Info,

@@ -12,9 +12,9 @@ from collections.abc import Iterable
 from pydantic import BaseModel
 
 from flowd.base import paths
+from flowd.events.model import PerimeterPath
 from flowd.plan.model import StoryPlan
 from flowd.tasks.model import TaskPlan
-from flowd.trace.events import PerimeterPath
 
 STATE_DIR = ".flow"
 

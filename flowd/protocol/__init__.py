@@ -17,7 +17,7 @@ import importlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, get_args
 
-from flowd.trace import statuses
+from flowd.events import statuses
 
 if TYPE_CHECKING:
     from pydantic import BaseModel

@@ -28,7 +28,7 @@ from pydantic.alias_generators import to_camel
 from pydantic.config import JsonDict
 
 from flowd.base.wire import WireModel
-from flowd.trace.statuses import LaneStatus, RunStatus
+from flowd.events.statuses import LaneStatus, RunStatus
 
 _STRICT = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", defer_build=True)
 

@@ -14,9 +14,9 @@ from pathlib import Path
 
 from flowd.agents.base import AgentError
 from flowd.base.timeutil import iso
+from flowd.events.model import Event, ExecutorExcluded, ExecutorResumed
 from flowd.roster.leasing import ExecutorState
 from flowd.roster.state import Exclusion, ExclusionPolicy, Health, decide, load_exclusions, save_exclusions
-from flowd.trace.events import Event, ExecutorExcluded, ExecutorResumed
 
 
 class ExclusionBook:

@@ -24,6 +24,7 @@ from flowd.agents.base import AgentError, Executor, TurnObserver, TurnRequest, T
 from flowd.agents.factory import make_executor
 from flowd.base.errors import FlowdError, NoExecutor
 from flowd.base.timeutil import now as utc_now
+from flowd.events.model import Event, ExecutorHandedOver, ExecutorLeased, ExecutorReleased
 from flowd.roster import leasing
 from flowd.roster.exclusions import ExclusionBook
 from flowd.roster.leasing import ExecutorState, Lease, LeaseInfo
@@ -31,7 +32,6 @@ from flowd.roster.state import ExclusionPolicy, Health, after_fault
 from flowd.roster.views import RosterView, roster_view
 from flowd.roster.warmup import Warmup, prestart_order
 from flowd.store.config import ExecutorSpec, Roster
-from flowd.trace.events import Event, ExecutorHandedOver, ExecutorLeased, ExecutorReleased
 
 # Failures after which a clone's agent process is not trusted again: it is closed and respawned.
 DISCARD_ON = frozenset({"crash", "stall", "unavailable", "auth", "timeout"})

@@ -20,8 +20,8 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from flowd.agents.program_dirs import shared_caches, state_paths
 from flowd.base.layout import TRAIN_DIR, story_of_worktree
+from flowd.programs.state_dirs import shared_caches, state_paths
 from flowd.sandbox import landlock
 from flowd.sandbox.bind import binder
 from flowd.sandbox.policy import LanePlaces, Protected, read_rules, secret_paths, what_is, write_rules

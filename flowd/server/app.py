@@ -33,9 +33,9 @@ from flowd.vcs.gitops import Repo
 if TYPE_CHECKING:
     # Modules built on pydantic (plans, events, views, params) load on first use, after
     # `initialize` has been answered (docs/performance.md).
+    from flowd.control.shapes import Places
+    from flowd.events.model import Envelope
     from flowd.plan.model import StoryPlan
-    from flowd.server.shapes import Places
-    from flowd.trace.events import Envelope
     from flowd.trace.usage import Pricer
 
 log = logging.getLogger(__name__)
@@ -215,7 +215,7 @@ def _feature_failed(feature: FeatureHooks, hook: str) -> None:
 def places_of(repo: Repo) -> Places:
     """Where `repo`'s runs keep their things: the worktree root as `flowd run` resolves it from
     config.toml (a broken config: the default root, as the runner would refuse it anyway)."""
-    from flowd.server.shapes import Places
+    from flowd.control.shapes import Places
     from flowd.store.config import load_settings
     from flowd.vcs.gitops import worktree_root
 

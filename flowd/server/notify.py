@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from flowd import protocol
 
-if TYPE_CHECKING:  # flowd.trace.events needs pydantic: imported on first use (docs/performance.md)
-    from flowd.server.shapes import Places
-    from flowd.trace.events import (
+if TYPE_CHECKING:  # flowd.events.model needs pydantic: imported on first use (docs/performance.md)
+    from flowd.control.shapes import Places
+    from flowd.events.model import (
         Event,
         ExecutorExcluded,
         ExecutorLeased,
@@ -63,19 +63,19 @@ def lane_note(
         lane.flaky,
         lane.merge_revision,
     )
-    from flowd.server.shapes import lane_wire
+    from flowd.control.shapes import lane_wire
 
     return Note(LANE, lane_wire(view, lane, places), (LANE, view.run_id, lane.lane), transition, sig)
 
 
 def run_note(view: RunView, places: Places | None = None) -> Note:
-    from flowd.server.shapes import run_wire
+    from flowd.control.shapes import run_wire
 
     return Note(RUN, run_wire(view, places), (RUN, view.run_id), True)
 
 
 def cost_note(view: RunView, *, transition: bool = False) -> Note:
-    from flowd.server.shapes import cost_wire
+    from flowd.control.shapes import cost_wire
 
     return Note(COST, cost_wire(view), (COST, view.run_id), transition, view.budget_exceeded)
 
@@ -117,7 +117,7 @@ def _exclusion_params(view: RunView, event: ExecutorExcluded | ExecutorResumed, 
 
 
 def _task_notes(view: RunView, lane_id: str, indexes: list[int]) -> list[Note]:
-    from flowd.server.shapes import task_wire
+    from flowd.control.shapes import task_wire
 
     lane = view.lanes.get(lane_id)
     if lane is None:
@@ -146,7 +146,7 @@ def repair_note(view: RunView, event: PerimeterViolation) -> Note:
     """
     listed = ", ".join(f"{p.path} ({p.kind})" for p in event.paths)
     from flowd.base.layout import story_findings
-    from flowd.server.shapes import epic_branch
+    from flowd.control.shapes import epic_branch
 
     branch = epic_branch(view)
     findings = story_findings(view.epic_id, event.lane).as_posix()
@@ -201,8 +201,8 @@ def unconfined_note(view: RunView, message: str) -> Note:
 
 def notes_for(view: RunView, event: Event, places: Places | None = None) -> list[Note]:
     """The notifications implied by `event`, already folded into `view`; with `places`, the run's
-    and lanes' notifications say where their things are (`flowd/server/shapes.py`)."""
-    from flowd.trace.events import (
+    and lanes' notifications say where their things are (`flowd/control/shapes.py`)."""
+    from flowd.events.model import (
         BudgetExceeded,
         ExecutorExcluded,
         ExecutorLeased,

@@ -17,14 +17,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from flowd.base import layout
-from flowd.trace.statuses import run_status_of
+from flowd.events.statuses import run_status_of
 
 if TYPE_CHECKING:  # pydantic models: imported on first use, after `initialize` (docs/performance.md)
     import subprocess
 
-    from flowd.control import runctl
+    from flowd.engine import runctl
+    from flowd.events.model import Envelope
     from flowd.plan.model import StoryPlan
-    from flowd.trace.events import Envelope
     from flowd.trace.log import RunRecord, TraceFollower
     from flowd.trace.usage import Pricer
     from flowd.trace.view import RunView
@@ -170,7 +170,7 @@ class RunManager:
 
     # -- launching -----------------------------------------------------------------------------
     async def launch(self, plan: Path, epic_id: str, options: runctl.LaunchOptions) -> Tracked:
-        from flowd.control import runctl
+        from flowd.engine import runctl
 
         run_id = runctl.new_run_id(epic_id)
         self._launching.add(run_id)
@@ -191,7 +191,7 @@ class RunManager:
         return run
 
     async def cancel(self, run_id: str) -> str:
-        from flowd.control import runctl
+        from flowd.engine import runctl
 
         outcome = await asyncio.to_thread(runctl.cancel_run, self.repo, run_id)
         run = self.runs.get(run_id)
@@ -245,7 +245,7 @@ class RunManager:
         return run
 
     def pump(self, run: Tracked) -> None:
-        from flowd.trace.events import RunEnded
+        from flowd.events.model import RunEnded
 
         if not run.ready or self._stop.is_set():
             return

@@ -339,7 +339,7 @@ def _check_executor(spec: ExecutorSpec, path: Path, label: str) -> list[str]:
                 problems.append(f"{label}.script: {script} does not exist")
             else:
                 # Imported here: the script model reuses this module's error wording.
-                from flowd.agents.script_model import load_script
+                from flowd.store.script_model import load_script
 
                 try:
                     load_script(script)

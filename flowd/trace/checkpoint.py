@@ -48,7 +48,7 @@ _FOLD_MODULES = (
     "flowd.trace.timeline",
     "flowd.trace.usage",
     "flowd.trace.fastfold",
-    "flowd.trace.events",
+    "flowd.events.model",
     __name__,
 )
 _PRICING_ATTR = "flowd_pricing_key"

@@ -32,7 +32,7 @@ import msgspec
 from pydantic import ValidationError
 
 from flowd.base.jsonl import JSONError, loads, marked_lines
-from flowd.trace.events import EVENT_CLASSES, Event, GateWhere, envelope_from_dict
+from flowd.events.model import EVENT_CLASSES, Event, GateWhere, envelope_from_dict
 from flowd.trace.usage import Tokens
 from flowd.trace.view import FOLDED_TYPES, RunView
 

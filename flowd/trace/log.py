@@ -27,8 +27,8 @@ from flowd.base.fsio import write_model_atomic
 from flowd.base.jsonl import JSONError, loads, marked_lines
 from flowd.base.timeutil import iso, parse_iso
 from flowd.base.wire import WireModel
+from flowd.events.model import Envelope, Event, StoryMerged, StoryStatusChanged, dump_envelope, parse_line
 from flowd.trace.checkpoint import Checkpoints, capture, checkpoint_bytes, restore, save
-from flowd.trace.events import Envelope, Event, StoryMerged, StoryStatusChanged, dump_envelope, parse_line
 from flowd.trace.fastfold import fold_lines
 from flowd.trace.view import RunView
 

@@ -10,7 +10,7 @@ from typing import Protocol
 
 
 class UsageLike(Protocol):
-    """A turn's usage as the fold reads it: `flowd.trace.events.Usage`, or `Tokens` from the fast reader."""
+    """A turn's usage as the fold reads it: `flowd.events.model.Usage`, or `Tokens` from the fast reader."""
 
     @property
     def input(self) -> int: ...

@@ -3,7 +3,7 @@
 One pure fold serves every view: the CLI's live progress, `flowd status`, and the language
 server's notifications. `RunView.apply` is incremental (the server feeds events as they arrive);
 `fold` runs it over a whole trace. It is pure state: how that state looks on the wire
-(docs/protocol.md) is `flowd/server/shapes.py`'s.
+(docs/protocol.md) is `flowd/control/shapes.py`'s.
 """
 
 from __future__ import annotations
@@ -12,8 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
-from flowd.trace import timeline
-from flowd.trace.events import (
+from flowd.events.model import (
     BudgetExceeded,
     Envelope,
     Event,
@@ -42,7 +41,8 @@ from flowd.trace.events import (
     TokensUsed,
     WorktreePrepared,
 )
-from flowd.trace.statuses import LaneStatus, RunStatus, StoryStatus
+from flowd.events.statuses import LaneStatus, RunStatus, StoryStatus
+from flowd.trace import timeline
 from flowd.trace.timeline import PhaseSpan
 from flowd.trace.usage import Pricer, UsageLike, reported_cost
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from flowd.agents.acp_client import AcpExecutor
+from flowd.events.model import Event
 from flowd.roster.pool import RosterPool
 from flowd.store.config import load_roster
-from flowd.trace.events import Event
 from flowd.trace.log import pid_alive
 
 from .conftest import request

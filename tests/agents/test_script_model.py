@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from flowd.agents.script_model import Script, load_script, pick_rule
 from flowd.base.errors import FileProblems
-from flowd.store.schema import schema_for
+from flowd.schema.json_schema import schema_for
+from flowd.store.script_model import Script, load_script, pick_rule
 
 
 def _load(tmp_path: Path, data: object) -> Script:

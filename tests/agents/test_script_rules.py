@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from flowd.agents.factory import script_command
-from flowd.agents.script_model import Script, plain
-from flowd.agents.script_rules import Rule, ScriptUsage, When, read_script
+from flowd.store.script_model import Script, plain
+from flowd.store.script_rules import Rule, ScriptUsage, When, read_script
 
 CONTRACT_EXAMPLE = {
     "model": "scripted",

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from flowd.base.timeutil import parse_iso
-from flowd.trace.events import Envelope, TokensUsed
+from flowd.events.model import Envelope, TokensUsed
 from flowd.trace.log import pid_alive, read_trace, trace_path
 from tests.model_stub import LogEntry
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from flowd.trace.events import ExecutorExcluded, ExecutorHandedOver, RunEnded, StoryMerged
+from flowd.events.model import ExecutorExcluded, ExecutorHandedOver, RunEnded, StoryMerged
 from tests.agents_real.harness import Project, entry, git
 from tests.model_stub import Fault, ModelStub
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from flowd.events.model import LaneEscape, RunEnded, StoryMerged
 from flowd.sandbox import landlock
-from flowd.trace.events import LaneEscape, RunEnded, StoryMerged
 from tests.agents_real.harness import PROGRAMS, Project, entry, run_to_end
 from tests.model_stub import ModelStub
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from flowd.agents.programs import program_of
-from flowd.trace.events import RunEnded, StoryMerged, TokensUsed, ToolUse
+from flowd.events.model import RunEnded, StoryMerged, TokensUsed, ToolUse
+from flowd.programs.table import program_of
 from tests.agents_real.harness import PROGRAMS, Project, entry, match_usage, run_to_end
 from tests.model_stub import ModelStub
 

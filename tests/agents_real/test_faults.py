@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from flowd.trace.events import ExecutorExcluded, RunEnded, StoryMerged
+from flowd.events.model import ExecutorExcluded, RunEnded, StoryMerged
 from tests.agents_real.harness import PROGRAMS, Project, Running, descendants, entry, wait_gone
 from tests.model_stub import Fault, ModelStub
 

@@ -7,8 +7,8 @@ import pytest
 
 from flowd.cost.prices import Prices, pricer, prices_as_of
 from flowd.cost.samples import Sample
+from flowd.events.model import Usage
 from flowd.store.config import PriceOverride, Settings
-from flowd.trace.events import Usage
 from flowd.trace.view import fold
 
 AT = "2026-10-25T10:00:00.000Z"
@@ -89,7 +89,7 @@ def test_cache_tokens_fall_back_to_the_input_rate_when_unpriced() -> None:
 
 
 def test_pricer_serves_the_fold() -> None:
-    from flowd.trace.events import Envelope, TokensUsed
+    from flowd.events.model import Envelope, TokensUsed
 
     price = pricer(Settings(prices={"m": PriceOverride(input=1.0, output=1.0)}))
     assert price("m", Usage(input=500_000, output=500_000)) == pytest.approx(1.0)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from flowd.trace.events import Envelope, Event, RunStarted, TokensUsed, Usage, dump_envelope
+from flowd.events.model import Envelope, Event, RunStarted, TokensUsed, Usage, dump_envelope
 from flowd.trace.log import trace_path
 
 

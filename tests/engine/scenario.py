@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from flowd.engine.runner import RunOptions, RunResult, run_epic
-from flowd.trace.events import Envelope
+from flowd.events.model import Envelope
 from flowd.trace.log import read_trace, trace_path
 
 FLOWD = [sys.executable, "-m", "flowd"]

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from flowd.trace.events import Info, TaskCompleted, TaskOwnsViolation, TaskStarted
+from flowd.events.model import Info, TaskCompleted, TaskOwnsViolation, TaskStarted
 from tests.engine.scenario import Scenario, coder, git, story
 
 PARALLEL = "taskConcurrency = 2\njudgeRounds = 0\nmaxReviewRounds = 1\n"

@@ -15,9 +15,9 @@ import pytest
 from flowd.base.errors import InputError
 from flowd.engine.bootstrap import bootstrap_files
 from flowd.engine.perimeter_now import perimeter_now
+from flowd.events.model import GateResult, Info, StoryStatusChanged, WorktreePrepared
 from flowd.plan.parse import load_plan
 from flowd.store.config import Settings
-from flowd.trace.events import GateResult, Info, StoryStatusChanged, WorktreePrepared
 from flowd.vcs.gitops import Repo
 from tests.engine.scenario import FLOWD, Scenario, coder, git, story, types
 

@@ -198,7 +198,7 @@ def test_a_cancel_of_a_run_with_only_pauses_ends_it() -> None:
 
 def test_plain_progress_says_what_a_pause_asks_and_how_to_answer_it() -> None:
     from flowd.control.progress import plain_lines
-    from flowd.trace.events import Envelope, RunStarted, StoryAnswered, StoryPaused
+    from flowd.events.model import Envelope, RunStarted, StoryAnswered, StoryPaused
     from flowd.trace.view import RunView
 
     view = RunView(run_id="r1")
@@ -221,7 +221,7 @@ def test_plain_progress_says_what_a_pause_asks_and_how_to_answer_it() -> None:
 
 
 def test_the_fold_keeps_open_pauses_and_what_raise_added() -> None:
-    from flowd.trace.events import Envelope, RunStarted, StoryAnswered, StoryPaused
+    from flowd.events.model import Envelope, RunStarted, StoryAnswered, StoryPaused
     from flowd.trace.view import RunView
 
     view = RunView(run_id="r1")

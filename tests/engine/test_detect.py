@@ -14,7 +14,7 @@ import pytest
 from flowd.engine import detect
 from flowd.engine.core.stops import StoryFailed
 from flowd.engine.detect import Detector
-from flowd.trace.events import Event, Info, LaneEscape
+from flowd.events.model import Event, Info, LaneEscape
 
 
 def _git(cwd: Path, *args: str) -> str:

@@ -13,7 +13,7 @@ import pytest
 
 from flowd.base.errors import FlowdError
 from flowd.engine import epic_worktree
-from flowd.trace.events import StoryMerged
+from flowd.events.model import StoryMerged
 from flowd.vcs.gitops import Repo, init_repo
 from tests.engine.scenario import Scenario, git, kill_group, story
 from tests.engine.test_review_comments import RUN_ID, coder_rule, until, wait_for

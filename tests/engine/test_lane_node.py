@@ -13,9 +13,9 @@ import pytest
 from flowd.engine.core.outcome import StoryOutcome
 from flowd.engine.lanes.node import HostSpec, NodeHost
 from flowd.engine.lanes.node_lane import LaneMessage, LaneSpec
+from flowd.events.model import Event, ExecutorLeased
 from flowd.plan.parse import load_plan
 from flowd.store.config import load_roster, load_settings
-from flowd.trace.events import Event, ExecutorLeased
 from tests.engine.scenario import Scenario, coder, git, story
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from flowd.trace.events import Envelope, Info, RevisionRequested, StoryMerged, TaskStarted
+from flowd.events.model import Envelope, Info, RevisionRequested, StoryMerged, TaskStarted
 from tests.engine.scenario import FLOWD, Scenario, git, kill_group, story
 
 RUN_ID = "ep-review"

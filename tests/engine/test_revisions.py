@@ -13,8 +13,8 @@ import pytest
 
 from flowd.base.errors import FileProblems
 from flowd.control.progress import plain_lines
-from flowd.server.shapes import lane_wire
-from flowd.trace.events import AssistantMessage, GateFlaky, GateResult, MergeRevision
+from flowd.control.shapes import lane_wire
+from flowd.events.model import AssistantMessage, GateFlaky, GateResult, MergeRevision
 from flowd.trace.view import RunView
 from tests.engine.scenario import FLOWD, Scenario, coder, kill_group, story, types
 from tests.engine.test_run import _wait_for

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from flowd.base.errors import InputError
-from flowd.trace.events import PerimeterViolation, StoryStatusChanged
+from flowd.events.model import PerimeterViolation, StoryStatusChanged
 from tests.engine.scenario import (
     DIAMOND,
     FLOWD,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from flowd.trace.events import RunEnded, StoryStatusChanged
+from flowd.events.model import RunEnded, StoryStatusChanged
 from tests.engine.scenario import Scenario, coder, story
 
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from flowd.engine import prompts
-from flowd.trace.events import Info, StoryJudged, TokensUsed
+from flowd.events.model import Info, StoryJudged, TokensUsed
 from tests.engine.scenario import Scenario, coder, git, story
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from flowd.trace.events import Envelope, Info, TaskStarted, TokensUsed
+from flowd.events.model import Envelope, Info, TaskStarted, TokensUsed
 from tests.engine.scenario import Scenario, coder, git, story
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from flowd.trace.events import MergeBatchStarted, MergeBisect, MergeRevision, StoryMerged
+from flowd.events.model import MergeBatchStarted, MergeBisect, MergeRevision, StoryMerged
 from tests.engine.scenario import Scenario, coder, git, story
 
 ON_EPIC = '[ "$(basename "$(pwd)")" = _epic ]'

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from flowd.engine.runner import RunResult
-from flowd.trace.events import AssistantMessage, ExecutorExcluded, ExecutorHandedOver, StoryMerged
+from flowd.events.model import AssistantMessage, ExecutorExcluded, ExecutorHandedOver, StoryMerged
 from tests.engine.scenario import Scenario, coder, story
 
 FAST = "judgeRounds = 1\nmaxReviewRounds = 1\nconcurrency = 8\nstallTimeoutS = 2\nturnTimeoutS = 30\n"

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from flowd.engine.core.escape import SLACK_S
-from flowd.trace.events import Info, LaneEscape
+from flowd.events.model import Info, LaneEscape
 from tests.engine.scenario import Scenario, coder, git, story
 
 KEY = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n-----END OPENSSH PRIVATE KEY-----\n"

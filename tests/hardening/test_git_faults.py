@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from bench.kill_resume import Runner
-from flowd.trace.events import PerimeterViolation
+from flowd.events.model import PerimeterViolation
 from tests.engine.scenario import FLOWD, Scenario, coder, git, kill_group, story
 
 SETTINGS = "judgeRounds = 0\nmaxReviewRounds = 1\n"

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from flowd.trace.events import AssistantMessage, LaneEscape, PerimeterViolation
+from flowd.events.model import AssistantMessage, LaneEscape, PerimeterViolation
 from tests.engine.scenario import Scenario, coder, git, story
 
 FILES = {"lib/core.py": "CORE = 1\n", "docs/guide.md": "# guide\n"}

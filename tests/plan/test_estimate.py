@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from flowd.events.model import RunStarted
 from flowd.plan.graph import critical_path_rank, estimate_durations, launch_order, story_size
-from flowd.trace.events import RunStarted
 from flowd.trace.log import RunRecord, TraceWriter, story_durations, trace_path, write_run_record
 from tests.plan.helpers import plan, story
 

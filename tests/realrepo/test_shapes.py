@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from flowd.base.errors import InputError
-from flowd.trace.events import PerimeterViolation
+from flowd.events.model import PerimeterViolation
 from flowd.vcs.gitops import Repo
 from tests.engine.scenario import Scenario, coder, git, story
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from flowd.trace.events import PerimeterViolation
+from flowd.events.model import PerimeterViolation
 from flowd.vcs.gitcli import GitError
 from flowd.vcs.gitops import Repo
 from tests.engine.scenario import Scenario, coder, git, story

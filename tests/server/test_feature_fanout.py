@@ -10,10 +10,10 @@ from typing import Any, cast
 
 import pytest
 
+from flowd.events.model import Envelope, Info
 from flowd.server.app import FlowServer
 from flowd.server.features import Feature
 from flowd.server.runs import Tracked
-from flowd.trace.events import Envelope, Info
 
 
 class Broken(Feature):

@@ -5,9 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from flowd.server.notify import Note, Pacer, notes_for, snapshot
-from flowd.server.shapes import lane_wire
-from flowd.trace.events import (
+from flowd.control.shapes import lane_wire
+from flowd.events.model import (
     Envelope,
     Event,
     ExecutorExcluded,
@@ -24,6 +23,7 @@ from flowd.trace.events import (
     TokensUsed,
     Usage,
 )
+from flowd.server.notify import Note, Pacer, notes_for, snapshot
 from flowd.trace.view import RunView
 
 
@@ -219,7 +219,7 @@ def test_a_flaky_gate_and_a_merge_revision_send_the_lane_at_once() -> None:
 
 
 def test_a_lane_escape_is_an_attention_naming_the_path() -> None:
-    from flowd.trace.events import LaneEscape
+    from flowd.events.model import LaneEscape
 
     view = RunView(run_id="r")
     escape = LaneEscape(lane="b", path="/repo/.flow/config.toml", what="flowState", action="undone")

@@ -12,11 +12,8 @@ from pathlib import Path
 import pytest
 
 from flowd import protocol
-from flowd.protocol.typescript import render
-from flowd.server.notify import Note, notes_for, snapshot
-from flowd.server.shapes import status_wire
-from flowd.store.schema import protocol_schema
-from flowd.trace.events import (
+from flowd.control.shapes import status_wire
+from flowd.events.model import (
     BudgetExceeded,
     Envelope,
     Event,
@@ -36,6 +33,9 @@ from flowd.trace.events import (
     TokensUsed,
     Usage,
 )
+from flowd.schema.json_schema import protocol_schema
+from flowd.schema.typescript import render
+from flowd.server.notify import Note, notes_for, snapshot
 from flowd.trace.view import RunView
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -64,8 +64,8 @@ def test_the_committed_protocol_ts_is_what_the_declaration_renders() -> None:
 @pytest.mark.parametrize(
     ("module", "committed", "line"),
     [
-        ("flowd.protocol.typescript", PROTOCOL_TS, "  epicBranch: string;\n"),
-        ("flowd.protocol.lua", PROTOCOL_LUA, '    status = "flow/status",\n'),
+        ("flowd.schema.typescript", PROTOCOL_TS, "  epicBranch: string;\n"),
+        ("flowd.schema.lua", PROTOCOL_LUA, '    status = "flow/status",\n'),
     ],
 )
 def test_the_generator_check_fails_on_a_drifted_copy_and_leaves_it_alone(
@@ -177,7 +177,7 @@ def test_every_notification_sent_fits_its_declared_model_exactly() -> None:
 
 
 def test_a_status_run_sends_null_only_for_its_nullable_fields() -> None:
-    from flowd.server.shapes import status_wire
+    from flowd.control.shapes import status_wire
 
     view = RunView(run_id="r", epic_id="e")
     view.exclusions["x"] = {"reason": None, "until": None}
@@ -196,9 +196,9 @@ def test_the_declared_enums_are_the_words_the_server_uses() -> None:
     from typing import get_args
 
     from flowd.engine.core.pause import PAUSE_REASONS
+    from flowd.events.model import StoryStatus
     from flowd.protocol.models import LaunchArgs
     from flowd.server.features.attention import REASON
-    from flowd.trace.events import StoryStatus
     from flowd.trace.timeline import PHASES
 
     enums = protocol.ENUMS

@@ -8,8 +8,8 @@ import re
 from pathlib import Path
 
 from flowd import protocol
-from flowd.protocol.lua import render
-from flowd.store.schema import protocol_schema
+from flowd.schema.json_schema import protocol_schema
+from flowd.schema.lua import render
 
 ROOT = Path(__file__).resolve().parents[2]
 PLUGIN = ROOT / "editors" / "nvim" / "lua" / "flowd"

@@ -13,8 +13,8 @@ import pytest
 
 from flowd.base import jsonl
 from flowd.cost.prices import pricer
+from flowd.events.model import ExecutorLeased, RunEnded, TaskStarted
 from flowd.trace.checkpoint import checkpoint_path
-from flowd.trace.events import ExecutorLeased, RunEnded, TaskStarted
 from flowd.trace.log import RunRecord, TraceFollower, TraceWriter, trace_path, write_run_record
 from flowd.trace.view import RunView
 from tests.server.conftest import CONFIG, FlowClient, initialize, request, stop_client

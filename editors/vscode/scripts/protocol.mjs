@@ -1,6 +1,6 @@
 // Regenerates the clients' protocol files from flowd's protocol declaration (`flowd schema
-// protocol`): src/protocol.ts (flowd/protocol/typescript.py) and the Neovim plugin's
-// lua/flowd/protocol.lua (flowd/protocol/lua.py). `--check` only compares (exit 1 on drift).
+// protocol`): src/protocol.ts (flowd/schema/typescript.py) and the Neovim plugin's
+// lua/flowd/protocol.lua (flowd/schema/lua.py). `--check` only compares (exit 1 on drift).
 // Uses the Python next to FLOWD_BIN, else the repository's .venv; without either, keeps the
 // committed files.
 import { execFileSync } from "node:child_process";
@@ -10,9 +10,9 @@ import { fileURLToPath } from "node:url";
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 const targets = [
-  ["flowd.protocol.typescript", join(root, "src", "protocol.ts")],
+  ["flowd.schema.typescript", join(root, "src", "protocol.ts")],
   // Beside the extension only in the repository (a packaged extension has no editors/nvim).
-  ["flowd.protocol.lua", join(root, "..", "nvim", "lua", "flowd", "protocol.lua")],
+  ["flowd.schema.lua", join(root, "..", "nvim", "lua", "flowd", "protocol.lua")],
 ].filter(([, path]) => existsSync(dirname(path)));
 const bins = [process.env.FLOWD_BIN, join(root, "..", "..", ".venv", "bin", "flowd")].filter(Boolean);
 const python = bins.map((b) => join(dirname(b), "python")).find((p) => existsSync(p));

@@ -1,4 +1,4 @@
-// GENERATED from `flowd schema protocol` by flowd/protocol/typescript.py: do not edit by hand.
+// GENERATED from `flowd schema protocol` by flowd/schema/typescript.py: do not edit by hand.
 // Regenerate: `node scripts/protocol.mjs` (run by the extension's build and test scripts).
 // flowd's custom LSP protocol (docs/protocol.md), as the extension sees it. Every optional
 // field may be absent on the wire: the server omits defaults and unknowns.

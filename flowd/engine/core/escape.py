@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from flowd.trace.events import EscapeAction, EscapeWhat
+from flowd.events.model import EscapeAction, EscapeWhat
 
 # File times come from the kernel's coarse clock (up to a tick, a few ms, behind the wall clock
 # flowd reads): a change this close to a window's edges counts as inside it.

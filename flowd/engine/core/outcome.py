@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from flowd.trace.statuses import OutcomeStatus as OutcomeStatus
+from flowd.events.statuses import OutcomeStatus as OutcomeStatus
 
 
 @dataclass

@@ -17,7 +17,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
-from flowd.trace.statuses import LaneStatus
+from flowd.events.statuses import LaneStatus
 
 
 @dataclass(frozen=True)

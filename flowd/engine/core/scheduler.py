@@ -29,9 +29,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from flowd.engine.core.outcome import OutcomeStatus
+from flowd.events.model import RunOutcome
 from flowd.plan.graph import dependents_of, launch_order, ready
 from flowd.plan.model import StoryPlan
-from flowd.trace.events import RunOutcome
 
 # -- events --------------------------------------------------------------------------------------
 

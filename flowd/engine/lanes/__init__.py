@@ -16,7 +16,7 @@ from typing import Protocol
 from flowd.engine.context import RunContext
 from flowd.engine.core.outcome import StoryOutcome
 from flowd.engine.story import StoryRun
-from flowd.trace.events import Info
+from flowd.events.model import Info
 
 
 class Placement(Protocol):

@@ -35,11 +35,11 @@ from flowd.engine.detect import Detector
 from flowd.engine.lanes.node_gates import CandidateSlots, GateSpec, gate_candidate
 from flowd.engine.lanes.node_lane import FETCHED_REFS, PUSH, LaneMessage, LaneSpec, NodeLane, drained
 from flowd.engine.state import EpicPaths
+from flowd.events.model import Event, LaneEscape
 from flowd.roster.pool import RosterPool
 from flowd.sandbox import landlock
 from flowd.sandbox.confine import effective_mode
 from flowd.store.config import Roster, Settings
-from flowd.trace.events import Event, LaneEscape
 from flowd.vcs.gitcli import run_git
 from flowd.vcs.gitops import Repo
 

@@ -22,9 +22,9 @@ from flowd.engine.bootstrap import bootstrap_files
 from flowd.engine.confinement import run_confinement
 from flowd.engine.gates import CommandRun, run_gates
 from flowd.engine.lanes.node_lane import FETCHED_REFS, LaneHost, LaneMessage, drained
+from flowd.events.model import Event
 from flowd.sandbox.confine import active
 from flowd.store.config import Settings
-from flowd.trace.events import Event
 from flowd.vcs.gitcli import GitError, run_git
 
 GATED = "gated"  # the last message of a candidate's gate run: the first red gate, or None

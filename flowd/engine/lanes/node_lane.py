@@ -33,11 +33,11 @@ from flowd.engine.core.stops import Halt
 from flowd.engine.detect import Detector
 from flowd.engine.state import EpicPaths, StoryState, save_state
 from flowd.engine.story import StoryRun
+from flowd.events.model import Event, Info, StoryStatusChanged, TaskCompleted
 from flowd.plan.model import Story, StoryPlan
 from flowd.roster.pool import RosterPool
 from flowd.sandbox.confine import active
 from flowd.store.config import Settings
-from flowd.trace.events import Event, Info, StoryStatusChanged, TaskCompleted
 from flowd.trace.view import RunView
 from flowd.vcs.gitcli import GitError, run_git
 from flowd.vcs.gitops import Repo

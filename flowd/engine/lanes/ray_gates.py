@@ -20,7 +20,7 @@ from flowd.engine.context import RunContext
 from flowd.engine.core.stops import Halt
 from flowd.engine.gates import CommandRun, NotPlaced
 from flowd.engine.lanes.node_gates import GATED, GateSpec
-from flowd.trace.events import Info
+from flowd.events.model import Info
 from flowd.vcs.gitcli import GitError, run_git
 
 CANDIDATE_REFS = "refs/flowd/candidates"

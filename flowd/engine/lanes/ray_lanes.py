@@ -34,12 +34,12 @@ from flowd.engine.lanes.node_lane import LaneSpec
 from flowd.engine.lanes.ray_gates import ClusterGates
 from flowd.engine.state import StoryState, append_findings, load_state, save_state
 from flowd.engine.story import StoryRun
+from flowd.events.model import Event, Info, LanePlaced, StoryStatusChanged
+from flowd.events.statuses import lane_status_of
 from flowd.plan.hashing import story_hash
 from flowd.store.config import load_roster
 from flowd.tasks.checkpoint import parse_checkpoint
 from flowd.tasks.model import TaskPlan
-from flowd.trace.events import Event, Info, LanePlaced, StoryStatusChanged
-from flowd.trace.statuses import lane_status_of
 from flowd.vcs.gitcli import GitError, run_git
 from flowd.vcs.gitops import Repo
 

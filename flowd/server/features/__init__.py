@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING
 from pygls.uris import to_fs_path
 
 if TYPE_CHECKING:
+    from flowd.events.model import Envelope
     from flowd.server.app import FlowServer
     from flowd.server.runs import Tracked
-    from flowd.trace.events import Envelope
     from flowd.vcs.gitops import Repo
 
 

@@ -14,9 +14,9 @@ from flowd.server.features import Feature
 from flowd.server.notify import Note
 
 if TYPE_CHECKING:
+    from flowd.events.model import Envelope
     from flowd.server.app import FlowServer
     from flowd.server.runs import Tracked
-    from flowd.trace.events import Envelope
 
 ATTENTION = protocol.ATTENTION.name
 # `StoryPaused.reason` → `flow/attention.reason` (docs/protocol.md: paused, blocked, failed, budget).
@@ -37,7 +37,7 @@ class Attention(Feature):
                 self._raise(run.run_id, story.lane, "failed", _failed(story.lane, story.reason), [])
 
     def run_event(self, run: Tracked, envelope: Envelope) -> None:
-        from flowd.trace.events import StoryAnswered, StoryPaused, StoryStatusChanged
+        from flowd.events.model import StoryAnswered, StoryPaused, StoryStatusChanged
 
         event, run_id = envelope.event, run.run_id
         if isinstance(event, StoryPaused):

@@ -15,14 +15,14 @@ from flowd.server.app import request_failed
 from flowd.server.features import Feature
 
 if TYPE_CHECKING:
-    from flowd.control import runctl
+    from flowd.engine import runctl
     from flowd.protocol.models import CancelArgs, LaunchArgs, ResumeArgs, ValidateArgs
     from flowd.server.app import FlowServer
     from flowd.server.features.plans import PlanDiagnostics
 
 
 def launch_options(p: LaunchArgs | None) -> runctl.LaunchOptions:
-    from flowd.control import runctl
+    from flowd.engine import runctl
 
     if p is None:
         return runctl.LaunchOptions()  # a resume keeps what the run was launched with

@@ -11,10 +11,10 @@ from flowd.server.features import Feature
 from flowd.server.notify import cost_note, notes_for, run_note, snapshot
 
 if TYPE_CHECKING:
+    from flowd.control.shapes import Places
+    from flowd.events.model import Envelope
     from flowd.server.notify import Note
     from flowd.server.runs import Tracked
-    from flowd.server.shapes import Places
-    from flowd.trace.events import Envelope
     from flowd.trace.view import RunView
 
 
@@ -32,7 +32,7 @@ class RunNotifications(Feature):
         self._offer(snapshot(run.view, self.server.places))
 
     def run_event(self, run: Tracked, envelope: Envelope) -> None:
-        from flowd.trace.events import RunEnded
+        from flowd.events.model import RunEnded
 
         self._offer(notes_for(run.view, envelope.event, self.server.places))
         if isinstance(envelope.event, RunEnded):
@@ -49,8 +49,8 @@ class RunNotifications(Feature):
         runs = self.server.runs
         if runs is None:
             return {"runs": []}
+        from flowd.control.shapes import status_run
         from flowd.protocol import models as proto
-        from flowd.server.shapes import status_run
 
         runs_out = [status_run(run.view, run.record.started_at, self.server.places) for run in runs.ordered()]
         return proto.StatusResult(runs=runs_out).wire()

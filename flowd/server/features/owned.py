@@ -16,9 +16,9 @@ from flowd.server import diagnostics as diag
 from flowd.server.features import RUNNING, Feature, checkout_path
 
 if TYPE_CHECKING:
+    from flowd.events.model import Envelope
     from flowd.server.app import FlowServer
     from flowd.server.runs import Tracked
-    from flowd.trace.events import Envelope
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +69,7 @@ class OwnershipWarnings(Feature):
 
     # -- runs ----------------------------------------------------------------------------------
     def run_event(self, run: Tracked, envelope: Envelope) -> None:
-        from flowd.trace.events import RunStarted, StoryStatusChanged
+        from flowd.events.model import RunStarted, StoryStatusChanged
 
         if isinstance(envelope.event, StoryStatusChanged | RunStarted):
             self.server.spawn(self.recheck())

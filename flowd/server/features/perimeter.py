@@ -20,8 +20,8 @@ from flowd.server import diagnostics as diag
 from flowd.server.features import RUNNING, Feature, checkout_path
 
 if TYPE_CHECKING:
+    from flowd.events.model import Envelope, TaskOwnsViolation
     from flowd.server.runs import Tracked
-    from flowd.trace.events import Envelope, TaskOwnsViolation
 
 log = logging.getLogger(__name__)
 KINDS = ("perimeter", "taskOwns")  # the diagnostic store's key prefixes this feature owns
@@ -33,7 +33,7 @@ class PerimeterDiagnostics(Feature):
         self._sync_lanes(run)
 
     def run_event(self, run: Tracked, envelope: Envelope) -> None:
-        from flowd.trace.events import PerimeterViolation, RunStarted, StoryStatusChanged, TaskOwnsViolation
+        from flowd.events.model import PerimeterViolation, RunStarted, StoryStatusChanged, TaskOwnsViolation
 
         event = envelope.event
         if isinstance(event, StoryStatusChanged | RunStarted):

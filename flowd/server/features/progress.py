@@ -17,9 +17,9 @@ from pygls.capabilities import get_capability
 from flowd.server.features import Feature
 
 if TYPE_CHECKING:
+    from flowd.events.model import Envelope
     from flowd.server.app import FlowServer
     from flowd.server.runs import Tracked
-    from flowd.trace.events import Envelope
     from flowd.trace.view import RunView
 
 log = logging.getLogger(__name__)
@@ -51,7 +51,7 @@ class WorkDoneProgress(Feature):
         self.server.spawn(self._begin(run))
 
     def run_event(self, run: Tracked, envelope: Envelope) -> None:
-        from flowd.trace.events import RunStarted, StoryStatusChanged
+        from flowd.events.model import RunStarted, StoryStatusChanged
 
         if isinstance(envelope.event, StoryStatusChanged | RunStarted):
             self._report(run)

@@ -1,4 +1,4 @@
--- GENERATED from `flowd schema protocol` by flowd/protocol/lua.py: do not edit by hand.
+-- GENERATED from `flowd schema protocol` by flowd/schema/lua.py: do not edit by hand.
 -- Regenerate: `node editors/vscode/scripts/protocol.mjs` (it writes the extension's protocol.ts too).
 -- flowd's custom LSP protocol (docs/protocol.md): every method's wire name by its short name.
 return {

@@ -15,12 +15,12 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from flowd.agents import script_rules
-from flowd.agents.script_rules import matches as matches
-from flowd.agents.script_rules import pick_rule as pick_rule
 from flowd.base.errors import FileProblems
 from flowd.base.fsio import read_user_text
 from flowd.base.wire import StrictWireModel, describe_validation_error
+from flowd.store import script_rules
+from flowd.store.script_rules import matches as matches
+from flowd.store.script_rules import pick_rule as pick_rule
 
 FailMode = Literal["rate_limit", "usage_limit", "auth", "crash", "hang", "error"]
 

@@ -32,6 +32,7 @@ from flowd.base.fsio import write_text_atomic
 from flowd.base.wire import describe_validation_error
 from flowd.engine import prompts
 from flowd.engine.replies import ReplyParseError, extract_json
+from flowd.events.model import Event, ExecutorExcluded
 from flowd.plan.graph import waves
 from flowd.plan.hashing import stable_hash
 from flowd.plan.markdown import render_plan_markdown
@@ -40,7 +41,6 @@ from flowd.plan.perimeter import prune_read_first
 from flowd.plan.validate import violations
 from flowd.roster.pool import RosterPool
 from flowd.store.config import Roster, Settings, load_roster, load_settings
-from flowd.trace.events import Event, ExecutorExcluded
 from flowd.vcs.gitops import Repo
 
 FILES_SHOWN = 300

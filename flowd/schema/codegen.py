@@ -16,7 +16,7 @@ REGENERATE = "node editors/vscode/scripts/protocol.mjs"
 
 
 def main(render: Callable[[dict[str, Any]], str], what: str, argv: list[str] | None = None) -> int:
-    from flowd.store.schema import protocol_schema
+    from flowd.schema.json_schema import protocol_schema
 
     parser = argparse.ArgumentParser(description=f"write or check {what}")
     parser.add_argument("path", type=Path, help=f"{what} to write or check")

@@ -14,7 +14,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from flowd.agents.programs import program_of
+from flowd.programs.table import program_of
 
 
 @dataclass(frozen=True)

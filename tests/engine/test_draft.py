@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from flowd.plan.draft import brief_title, check_proposal, epic_id_for
+from flowd.engine.draft import brief_title, check_proposal, epic_id_for
 from flowd.plan.parse import load_plan
 
 FLOWD = [sys.executable, "-m", "flowd"]

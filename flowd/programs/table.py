@@ -14,10 +14,6 @@ import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:  # pydantic and asyncio: imported where used, so `flowd cost` reads the table
-    from flowd.agents.base import AgentError  # without them (docs/performance.md: cost)
 
 
 @dataclass(frozen=True)
@@ -90,19 +86,17 @@ def parse_version(text: str) -> tuple[int, int, int] | None:
     return (int(found[1]), int(found[2]), int(found[3])) if found else None
 
 
-def too_old(program: Program, version_text: str, label: str) -> AgentError | None:
-    """The one-sentence failure for a program older than flowd runs, or None (unknown is fine)."""
+def too_old(program: Program, version_text: str, label: str) -> str | None:
+    """The one sentence refusing a program older than flowd runs, or None (unknown is fine). The
+    agents raise it as a sign-in failure: this executor cannot serve the run, the others can."""
     version = parse_version(version_text)
     minimum = parse_version(program.minimum)
     if version is None or minimum is None or version >= minimum:
         return None
     shown = ".".join(map(str, version))
-    from flowd.agents.base import AgentError
-
-    return AgentError(
-        "auth",  # as a sign-in failure: this executor cannot serve this run; the others can
+    return (
         f"{label}: {program.name} {shown} is older than {program.minimum}, the oldest flowd runs; "
-        f"install a newer one (npm install -g {program.package}@{program.minimum} or later)",
+        f"install a newer one (npm install -g {program.package}@{program.minimum} or later)"
     )
 
 

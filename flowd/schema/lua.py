@@ -1,6 +1,6 @@
 """Lua of the protocol's names, rendered from its JSON Schema (`flowd schema protocol`).
 
-`python -m flowd.protocol.lua [--check] PATH` writes (or compares) the Neovim plugin's
+`python -m flowd.schema.lua [--check] PATH` writes (or compares) the Neovim plugin's
 `editors/nvim/lua/flowd/protocol.lua`, which `editors/nvim/lua/flowd/init.lua` takes every method
 name from; `editors/vscode/scripts/protocol.mjs` regenerates it beside the extension's
 `protocol.ts`, and `tests/server/test_protocol_lua.py` fails when the committed file drifts.
@@ -20,10 +20,11 @@ import sys
 from collections.abc import Iterable
 from typing import Any
 
-from flowd.protocol import codegen, key_of
+from flowd.protocol import key_of
+from flowd.schema import codegen
 
 HEADER = """\
--- GENERATED from `flowd schema protocol` by flowd/protocol/lua.py: do not edit by hand.
+-- GENERATED from `flowd schema protocol` by flowd/schema/lua.py: do not edit by hand.
 -- Regenerate: `node editors/vscode/scripts/protocol.mjs` (it writes the extension's protocol.ts too).
 -- flowd's custom LSP protocol (docs/protocol.md): every method's wire name by its short name.
 """

@@ -1,6 +1,6 @@
 """TypeScript of the protocol, rendered from its JSON Schema (`flowd schema protocol`).
 
-`python -m flowd.protocol.typescript [--check] PATH` writes (or, with `--check`, compares) the
+`python -m flowd.schema.typescript [--check] PATH` writes (or, with `--check`, compares) the
 extension's `editors/vscode/src/protocol.ts`; `editors/vscode/scripts/protocol.mjs` runs it in the
 extension's build and test, and `tests/server/test_protocol_decl.py` fails when the committed file
 differs from what the declaration renders.
@@ -18,10 +18,11 @@ import re
 import sys
 from typing import Any
 
-from flowd.protocol import codegen, key_of
+from flowd.protocol import key_of
+from flowd.schema import codegen
 
 HEADER = """\
-// GENERATED from `flowd schema protocol` by flowd/protocol/typescript.py: do not edit by hand.
+// GENERATED from `flowd schema protocol` by flowd/schema/typescript.py: do not edit by hand.
 // Regenerate: `node scripts/protocol.mjs` (run by the extension's build and test scripts).
 // flowd's custom LSP protocol (docs/protocol.md), as the extension sees it. Every optional
 // field may be absent on the wire: the server omits defaults and unknowns.

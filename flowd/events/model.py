@@ -15,8 +15,8 @@ from pydantic import Field, TypeAdapter, ValidationError
 
 from flowd.base.jsonl import JSONError, dumps, loads
 from flowd.base.wire import WireModel
-from flowd.trace.statuses import RunOutcome as RunOutcome
-from flowd.trace.statuses import StoryStatus as StoryStatus
+from flowd.events.statuses import RunOutcome as RunOutcome
+from flowd.events.statuses import StoryStatus as StoryStatus
 
 PerimeterKind = Literal["outside", "sharedReadOnly", "foreignOwned"]
 PerimeterAction = Literal["flagged", "restored", "failed"]

@@ -14,8 +14,8 @@ _MODELS = {
     "plan": "flowd.plan.model:StoryPlan",
     "roster": "flowd.store.config:RosterFile",
     "config": "flowd.store.config:Settings",
-    "script": "flowd.agents.script_model:Script",
-    "trace": "flowd.trace.events:Envelope",
+    "script": "flowd.store.script_model:Script",
+    "trace": "flowd.events.model:Envelope",
 }
 KINDS = (*_MODELS, "protocol")
 DRAFT = "https://json-schema.org/draft/2020-12/schema"

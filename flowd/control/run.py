@@ -16,15 +16,15 @@ from rich.live import Live
 
 from flowd.base.errors import FlowdError, InputError
 from flowd.control.progress import PlainProgress, render_run
-from flowd.control.runctl import cancel_run
 from flowd.cost.prices import pricer
 from flowd.engine.core.pause import AnswerRefused, parse_pause_on
 from flowd.engine.perimeter_now import perimeter_now
+from flowd.engine.runctl import cancel_run
 from flowd.engine.runner import RunOptions, RunResult, run_epic
 from flowd.engine.state import EpicPaths, all_states
+from flowd.events.model import Envelope, dump_envelope
 from flowd.plan.parse import load_plan
 from flowd.store.config import load_settings
-from flowd.trace.events import Envelope, dump_envelope
 from flowd.trace.log import list_runs
 from flowd.trace.view import RunView
 from flowd.vcs.gitops import Repo
