@@ -22,8 +22,21 @@ PerimeterKind = Literal["outside", "sharedReadOnly", "foreignOwned"]
 PerimeterAction = Literal["flagged", "restored", "failed"]
 GateWhere = Literal["task", "epic", "baseline"]
 # docs/sandbox-detection.md: the kind of place a lane wrote (or read) past its story, and what came of it.
+# `gitObjects`, `gitDir`, `signal` and `socket` are the sealed lanes' (docs/sandbox.md).
 EscapeWhat = Literal[
-    "checkout", "home", "gitConfig", "gitHooks", "gitRef", "flowState", "otherLane", "secret", "outside"
+    "checkout",
+    "home",
+    "gitConfig",
+    "gitHooks",
+    "gitRef",
+    "gitObjects",
+    "gitDir",
+    "flowState",
+    "otherLane",
+    "secret",
+    "signal",
+    "socket",
+    "outside",
 ]
 EscapeAction = Literal["denied", "undone", "reported"]
 
