@@ -43,9 +43,18 @@ STATE_DIRS: dict[str, StateDirs] = {
     # The scripted agent's `times` counts, shared by all its processes (docs/scripted-agent.md).
     SCRIPT: StateDirs(env=(("FLOWD_SCRIPT_STATE", ""),), temp="flowd-script-state"),
 }
-# What every lane process may write, agent or gate: package managers' download caches (npx
-# runs every npm-installed agent; gates install and build). Only those already there.
+# The user's package caches (npx runs every npm-installed agent; gates install and build): no
+# lane writes them, since what one lane plants there another lane, or the user's own next
+# install, would run. Each lane gets caches of its own instead (docs/sandbox.md "Caches"):
+# (variable the tool honours, the directory's name in the lane's cache dir).
 SHARED_CACHES: tuple[str, ...] = (".npm", ".cache/pip", ".cache/uv", ".cache/node-gyp", ".cache/go-build")
+LANE_CACHES: tuple[tuple[str, str], ...] = (
+    ("npm_config_cache", "npm"),
+    ("PIP_CACHE_DIR", "pip"),
+    ("UV_CACHE_DIR", "uv"),
+    ("npm_config_devdir", "node-gyp"),
+    ("GOCACHE", "go-build"),
+)
 
 
 def program_key(kind: str, command: list[str] | None) -> str | None:
@@ -87,3 +96,8 @@ def every_state_root(home: Path) -> list[Path]:
 
 def shared_caches(home: Path) -> list[Path]:
     return [home / entry for entry in SHARED_CACHES]
+
+
+def lane_caches(cache_dir: Path) -> dict[str, str]:
+    """The variables that point each package manager at its cache in a lane's `cache_dir`."""
+    return {variable: str(cache_dir / name) for variable, name in LANE_CACHES}

@@ -4,13 +4,17 @@
 Binding in the child needs two system calls between fork and exec. Python can only run them in a
 `preexec_fn`, which forces a full `fork()` of flowd (tens of milliseconds under load, instead of
 the `vfork` Python uses otherwise) and runs Python in a forked copy of a threaded process. This
-program runs them instead: flowd starts `binder <fd> <program> <argv0> <args…>` the fast way,
-with the ruleset fd passed down; it calls `prctl(PR_SET_NO_NEW_PRIVS)`,
-`landlock_restrict_self(fd)`, closes the fd and `execve`s the program with the same environment
-(exit 126 with one line on stderr if binding fails, 127 if the program cannot be run).
+program runs them instead: flowd starts `binder <fd> <n> <uid_map> <gid_map> <mask…> <program>
+<argv0> <args…>` the fast way, with the ruleset fd passed down. With n masks (n > 0) it first
+gives itself a user and mount namespace of its own (its uid and gid mapped to themselves) and
+hides each mask: `d<dir>` under an empty read-only tmpfs, `f<file>` under `/dev/null` (the
+user's socket files, docs/sandbox.md "Socket files"; flowd/sandbox/sockets.py). Then it calls
+`prctl(PR_SET_NO_NEW_PRIVS)`, `landlock_restrict_self(fd)`, closes the fd and `execve`s the
+program with the same environment (exit 126 with one line on stderr if any of it fails, 127 if
+the program cannot be run).
 
-The bytes are `as` + `ld -s -n -static` of flowd/sandbox/bind_x86_64.s (528 bytes). Other
-architectures bind in a `preexec_fn` instead.
+The bytes are `as` + `ld -s -n -static` of flowd/sandbox/bind_x86_64.s (920 bytes). Other
+architectures bind in a `preexec_fn` instead (without the masks).
 """
 
 from __future__ import annotations
@@ -23,16 +27,21 @@ import tempfile
 from pathlib import Path
 
 _X86_64 = (
-    "f0VMRgIBAQAAAAAAAAAAAAIAPgABAAAAeABAAAAAAABAAAAAAAAAAFABAAAAAAAAAAAAAEAAOAABAEAAAwACAAEAAAAFAAAA"
-    "eAAAAAAAAAB4AEAAAAAAAHgAQAAAAAAAxwAAAAAAAADHAAAAAAAAAAEAAAAAAAAATIssJEmD/QR8dEiLdCQQMf8PtgaEwHQN"
-    "g+gwa/8KAcdI/8br7EGJ/LidAAAAvyYAAAC+AQAAADHSRTHSRTHADwVIhcB1OLi+AQAARInnMfYPBUiFwHUnuAMAAABEiecP"
-    "BUiLfCQYSI10JCBKjVTsELg7AAAADwW/fwAAAOsdvwIAAABIjTUYAAAAuiUAAAC4AQAAAA8Fv34AAAC4PAAAAA8FZmxvd2Q6"
-    "IGxhbmRsb2NrX3Jlc3RyaWN0X3NlbGYgZmFpbGVkCgAuc2hzdHJ0YWIALnRleHQAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"
-    "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAsAAAABAAAABgAAAAAAAAB4AEAAAAAAAHgAAAAAAAAA"
-    "xwAAAAAAAAAAAAAAAAAAAAEAAAAAAAAAAAAAAAAAAAABAAAAAwAAAAAAAAAAAAAAAAAAAAAAAAA/AQAAAAAAABEAAAAAAAAA"
-    "AAAAAAAAAAABAAAAAAAAAAAAAAAAAAAA"
+    "f0VMRgIBAQAAAAAAAAAAAAIAPgABAAAAeABAAAAAAABAAAAAAAAAANgCAAAAAAAAAAAAAEAAOAABAEAAAwACAAEAAAAFAAAA"
+    "eAAAAAAAAAB4AEAAAAAAAHgAQAAAAAAATgIAAAAAAABOAgAAAAAAAAEAAAAAAAAATIssJEyNfCQISYP9Bw+MSwEAAEmLdwjo"
+    "ZgEAAEGJxEmLdxDoWgEAAEGJxkmNRgdJOcUPjCYBAABNhfYPhMcAAAC4EAEAAL8AAAIQDwVIhcAPhQgBAABIjT2aAQAASI01"
+    "zgEAAOgwAQAASI09nAEAAEmLdxjoIAEAAEiNPZ8BAABJi3cg6BABAAC4pQAAAEiNPaIBAABIjTWgAQAAMdJBugBABABFMcAP"
+    "BUiFwA+FrAAAADHbTDnzfU9Ji3TfKA+2Bkj/xoP4ZHUWSI09ZwEAAEiNFWcBAABBug8AAADrD0iNPV4BAAAx0kG6ABAAAEUx"
+    "wLilAAAADwVIhcB0BkiD+P51W0j/w+usuJ0AAAC/JgAAAL4BAAAAMdJFMdJFMcAPBUiFwHU4uL4BAABEiecx9g8FSIXAdSe4"
+    "AwAAAESJ5w8FS4t89yhLjXT3MEuNVO8IuDsAAAAPBb9/AAAA6x2/AgAAAEiNNWgAAAC6JQAAALgBAAAADwW/fgAAALg8AAAA"
+    "DwUxwA+2DoTJdA2D6TBrwAoByEj/xuvsw1a4AgAAAL4BAAAAMdIPBV5IhcB4sEiJxzHSgDwWAHQFSP/C6/W4AQAAAA8FSIXA"
+    "eJS4AwAAAA8Fw2Zsb3dkOiBsYW5kbG9ja19yZXN0cmljdF9zZWxmIGZhaWxlZAovcHJvYy9zZWxmL3NldGdyb3VwcwAvcHJv"
+    "Yy9zZWxmL3VpZF9tYXAAL3Byb2Mvc2VsZi9naWRfbWFwAGRlbnkAbm9uZQAvAHRtcGZzAC9kZXYvbnVsbAAALnNoc3RydGFi"
+    "AC50ZXh0AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"
+    "CwAAAAEAAAAGAAAAAAAAAHgAQAAAAAAAeAAAAAAAAABOAgAAAAAAAAAAAAAAAAAAAQAAAAAAAAAAAAAAAAAAAAEAAAADAAAA"
+    "AAAAAAAAAAAAAAAAAAAAAMYCAAAAAAAAEQAAAAAAAAAAAAAAAAAAAAEAAAAAAAAAAAAAAAAAAAA="
 )
-SHA256 = "2cb8ea43ee4749e41a6d6503ffd9755bf360f85ea1daa6ea72daa9ca6be56a50"
+SHA256 = "800b42fb3a988b9e3df92fad67411637fb4150c6dbe6c104adb3b968e98b577f"
 _decoded: dict[str, bytes | None] = {}
 
 

@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from flowd.base.layout import TRAIN_DIR, story_of_worktree
-from flowd.programs.state_dirs import shared_caches, state_paths
-from flowd.sandbox import landlock
+from flowd.programs.state_dirs import lane_caches, state_paths
+from flowd.sandbox import landlock, sockets
 from flowd.sandbox.bind import binder
 from flowd.sandbox.policy import LanePlaces, Protected, read_rules, secret_paths, what_is, write_rules
 
@@ -46,10 +46,23 @@ def effective_mode(setting: str, version: int) -> str:
     return "enforce" if setting == "enforce" and version >= MINIMUM_ABI else "detect"
 
 
+def unsealed(version: int, masking: bool) -> list[str]:
+    """What a lane can still reach under `enforce` on this kernel (docs/sandbox.md "Modes and
+    platforms"): signals and abstract sockets before Landlock ABI 6; socket files always (no ABI
+    here covers them), only those flowd does not find where the binder can hide them."""
+    gaps = ["signals", "abstract sockets"] if version < landlock.SCOPE_ABI else []
+    return [*gaps, "socket files outside the hidden places" if masking else "socket files"]
+
+
 def status_line(setting: str) -> str:
-    """The last line of `flowd roster check` (docs/sandbox.md)."""
+    """The last line of `flowd roster check` (docs/sandbox.md): `sandbox: <mechanism> (<mode>)`,
+    then under `enforce` `; not sealed: <what>`."""
     name, version = mechanism()
-    return f"sandbox: {name} ({effective_mode(setting, version)})"
+    mode = effective_mode(setting, version)
+    line = f"sandbox: {name} ({mode})"
+    if mode == "enforce":
+        line += "; not sealed: " + ", ".join(unsealed(version, sockets.available()))
+    return line
 
 
 @dataclass
@@ -160,7 +173,9 @@ class Confinement:
         ref_dir, reflog = self._own_ref(admin) if admin is not None else (None, None)
         temp = admin / "flowd-tmp" if admin is not None else self._spare()
         temp.mkdir(exist_ok=True)
-        state: list[Path] = [p for p in shared_caches(self.home) if p.exists()]
+        cache = admin / "flowd-cache" if admin is not None else self._spare() / "flowd-cache"
+        cache.mkdir(exist_ok=True)  # the lane's own package caches (docs/sandbox.md "Caches")
+        state: list[Path] = [cache]
         owned, pins = state_paths(program, env or {}, self.home)
         for path, create in owned:
             if create:
@@ -178,7 +193,7 @@ class Confinement:
             extra=self.allow_write,
         )
         name = story_of_worktree(top.name) if top is not None else ""
-        return Lane(name, places, pins)
+        return Lane(name, places, {**lane_caches(cache), **pins})
 
     def _admin_dir(self, top: Path) -> Path | None:
         """The worktree's private git dir, only if it is one of this repository's (the `.git`
@@ -254,17 +269,28 @@ class Confinement:
         lane = self.lane(cwd, program, env)
         temp = str(lane.places.temp)
         ruleset = landlock.build(self.rules(lane), self.version)
-        env = {**lane.env, "TMPDIR": temp, "TMP": temp, "TEMP": temp}
+        hidden = sockets.blanked({**os.environ, **(env or {})})  # docs/sandbox.md "Socket files"
+        env = {**lane.env, **hidden, "TMPDIR": temp, "TMP": temp, "TEMP": temp}
         helper = binder()
         try:
             if helper is not None:
-                yield SpawnOptions(
-                    env=env, key=self.key_for(cwd), prefix=(helper, str(ruleset.fd)), pass_fds=(ruleset.fd,)
-                )
+                prefix = (helper, str(ruleset.fd), *self._masks(lane, cwd))
+                yield SpawnOptions(env=env, key=self.key_for(cwd), prefix=prefix, pass_fds=(ruleset.fd,))
             else:
                 yield SpawnOptions(preexec_fn=ruleset.binder(), env=env, key=self.key_for(cwd))
         finally:
             ruleset.close()
+
+    def _masks(self, lane: Lane, cwd: Path) -> tuple[str, ...]:
+        """The binder's namespace arguments: `n uid_map gid_map mask…` (flowd/sandbox/bind.py),
+        `0 - -` where this machine cannot make the namespaces."""
+        if not sockets.available():
+            return ("0", "-", "-")
+        p = lane.places
+        keep = [path for path in (p.worktree, p.admin_dir, p.temp, cwd) if path is not None]
+        keep += [*p.state, *p.extra, self.checkout, self.common_dir, self.lanes_root]
+        found = sockets.masks(self.home, keep)
+        return (str(len(found)), *sockets.id_maps(), *found)
 
     # -- refusals -----------------------------------------------------------------------------
     def denials(self, text: str, cwd: Path) -> list[tuple[str, str]]:
@@ -276,6 +302,11 @@ class Confinement:
         found: list[tuple[str, str]] = []
         for line in text.splitlines():
             if not _DENIED.search(line):
+                continue
+            scoped = _scoped_refusal(line)
+            if scoped is not None:
+                if scoped not in found:
+                    found.append(scoped)
                 continue
             for match in _PATH.finditer(line):
                 if match.start() == len(line) - len(line.lstrip()) and line[match.end() :].startswith(":"):
@@ -303,6 +334,29 @@ _DENIED = re.compile(
     r"permission denied|EACCES|EPERM|operation not permitted|cross-device link", re.IGNORECASE
 )
 _MARKS = (b"denied", b"EACCES", b"EPERM", b"not permitted", b"cross-device")
+# What a refused `kill` or `connect` prints (Landlock's scopes answer EPERM): sh's and bash's
+# `kill: (123) - Operation not permitted`, Python's `os.kill`, socat's and Node's `connect`.
+_EPERM = re.compile(r"EPERM|operation not permitted", re.IGNORECASE)
+_KILL = re.compile(r"\b(?:kill|killpg|signal)\b\W*(?:\((\d+)\)|(\d+))?", re.IGNORECASE)
+_CONNECT = re.compile(r"\bconnect\b", re.IGNORECASE)
+_ABSTRACT = re.compile(r"""(?:\\0|\\x00|@)([\w./-]+)""")
+
+
+def _scoped_refusal(line: str) -> tuple[str, str] | None:
+    """("pid 123", "signal") or ("@name", "socket") for a refused signal or abstract-socket
+    connect the line names (docs/sandbox.md "Refusals"); None for any other line."""
+    if not _EPERM.search(line):
+        return None
+    if _CONNECT.search(line):
+        name = _ABSTRACT.search(line)
+        return (f"@{name.group(1)}" if name else "abstract socket", "socket")
+    kill = _KILL.search(line) if _PATH.search(line) is None else None  # `kill.txt` is a file
+    if kill is not None:
+        pid = kill.group(1) or kill.group(2)
+        return (f"pid {pid}" if pid else "a process", "signal")
+    return None
+
+
 _PROC = re.compile(r"^/proc/(?:self|\d+)/(root|cwd)(?=/|$)")
 
 

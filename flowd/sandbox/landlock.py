@@ -52,6 +52,13 @@ FILE_RIGHTS = EXECUTE | WRITE_FILE | READ_FILE | TRUNCATE
 # IOCTL_DEV (ABI 5) is left unhandled: terminals and /dev/null need their ioctls, and no
 # protected place is a device.
 
+# Scopes (ABI 6): a domain reaches no abstract unix socket and signals no process made outside it
+# (its own processes and those they start are inside; docs/sandbox.md "Signals", "Sockets").
+SCOPE_ABSTRACT_UNIX_SOCKET = 1 << 0
+SCOPE_SIGNAL = 1 << 1
+SCOPES = SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL
+SCOPE_ABI = 6
+
 _CREATE_RULESET_VERSION = 1
 _RULE_PATH_BENEATH = 1
 _PR_SET_NO_NEW_PRIVS = 38
@@ -61,6 +68,15 @@ _SYSCALLS = {"x86_64": (444, 445, 446), "aarch64": (444, 445, 446), "arm64": (44
 
 class _RulesetAttr(ctypes.Structure):
     _fields_ = [("handled_access_fs", ctypes.c_uint64)]  # the ABI 1 size: accepted by every ABI
+
+
+class _ScopedRulesetAttr(ctypes.Structure):
+    # The ABI 6 size: network rights (ABI 4) left unhandled, the scopes set.
+    _fields_ = [
+        ("handled_access_fs", ctypes.c_uint64),
+        ("handled_access_net", ctypes.c_uint64),
+        ("scoped", ctypes.c_uint64),
+    ]
 
 
 class _PathBeneath(ctypes.Structure):
@@ -94,6 +110,11 @@ def abi() -> int:
     return max(version, 0)
 
 
+def scopes(version: int) -> int:
+    """The scopes the ABI `version` can set (both from 6, none before)."""
+    return SCOPES if version >= SCOPE_ABI else 0
+
+
 def supported(rights: int, version: int) -> int:
     """`rights` without those the ABI `version` does not know (REFER from 2, TRUNCATE from 3)."""
     if version < 2:
@@ -117,7 +138,10 @@ class Ruleset:
             raise LandlockError(errno.ENOSYS, "Landlock is not available")
         self.version = version
         self.handled = supported(READ | WRITE, version)
-        attr = _RulesetAttr(self.handled)
+        self.scoped = scopes(version)
+        attr: ctypes.Structure = (
+            _ScopedRulesetAttr(self.handled, 0, self.scoped) if self.scoped else _RulesetAttr(self.handled)
+        )
         fd = int(_LIBC.syscall(_NUMBERS[0], ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr)), 0))
         if fd < 0:
             code = ctypes.get_errno()

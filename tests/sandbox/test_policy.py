@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from flowd.sandbox import landlock
-from flowd.sandbox.confine import Confinement, effective_mode, status_line
+from flowd.sandbox import landlock, sockets
+from flowd.sandbox.confine import Confinement, effective_mode, status_line, unsealed
 from flowd.sandbox.policy import Protected, read_rules, what_is
 
 
@@ -32,9 +32,28 @@ def test_the_mode_in_force(setting: str, version: int, mode: str) -> None:
 
 def test_the_status_line_names_this_kernels_mechanism() -> None:
     version = landlock.abi()
-    expected = f"sandbox: landlock ABI {version} (enforce)" if version else "sandbox: none available (detect)"
+    assert version >= landlock.SCOPE_ABI and sockets.available(), "this machine: ABI 7, user namespaces"
+    # What no ABI of this kernel closes is named after what it enforces (docs/sandbox.md).
+    expected = (
+        f"sandbox: landlock ABI {version} (enforce); not sealed: socket files outside the hidden places"
+    )
     assert status_line("enforce") == expected
     assert re.fullmatch(r"sandbox: (landlock ABI \d+|none available) \(off\)", status_line("off"))
+    assert status_line("detect") == f"sandbox: landlock ABI {version} (detect)"
+
+
+@pytest.mark.parametrize(
+    ("version", "masking", "gaps"),
+    [
+        (7, True, ["socket files outside the hidden places"]),
+        (6, False, ["socket files"]),  # no user namespaces: no socket file is hidden
+        (5, True, ["signals", "abstract sockets", "socket files outside the hidden places"]),
+        (2, False, ["signals", "abstract sockets", "socket files"]),
+    ],
+)
+def test_what_an_older_kernel_leaves_unsealed(version: int, masking: bool, gaps: list[str]) -> None:
+    assert unsealed(version, masking) == gaps
+    assert landlock.scopes(version) == (landlock.SCOPES if version >= 6 else 0)
 
 
 def _places(root: Path) -> Protected:
@@ -100,6 +119,13 @@ def test_refusals_are_read_from_what_the_tools_print(tmp_path: Path) -> None:
             f"mktemp: failed to create file via template \u2018{h}/.pyenv/tmp.XX\u2019: Permission denied",
             f"all good in {r}/fine.txt",  # no refusal on this line
             "cannot create own.txt: Permission denied",  # the lane's own: not an escape
+            # Landlock's scopes (docs/sandbox.md "Signals", "Abstract sockets"): EPERM.
+            "bash: line 1: kill: (4242) - Operation not permitted",
+            "/bin/sh: 1: kill: Operation not permitted",  # dash does not name the process
+            "Error: kill EPERM",  # Node's process.kill
+            '2026/01/01 socat[9] E connect(5, AF=1 "\\0/tmp/.X11-unix/X0", 20): Operation not permitted',
+            "connect @dbus-abc: [Errno 1] Operation not permitted",
+            f"touch: cannot touch '{r}/kill.txt': Operation not permitted",  # a file, not a signal
         ]
     )
     found = c.denials(output, cwd)
@@ -113,6 +139,11 @@ def test_refusals_are_read_from_what_the_tools_print(tmp_path: Path) -> None:
         (f"{r}/up.txt", "checkout"),
         (f"{r}/root.txt", "checkout"),
         (f"{h}/.pyenv/tmp.XX", "home"),  # coreutils' quotes in a UTF-8 locale
+        ("pid 4242", "signal"),
+        ("a process", "signal"),
+        ("@/tmp/.X11-unix/X0", "socket"),
+        ("@dbus-abc", "socket"),
+        (f"{r}/kill.txt", "checkout"),
     ]
 
 

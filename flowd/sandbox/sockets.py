@@ -1,0 +1,186 @@
+"""The user's socket files a lane must not reach (docs/sandbox.md "Socket files").
+
+Landlock on this machine's ABIs does not cover `connect(2)` to a socket *file* (an ssh-agent, a
+gpg-agent, a docker or systemd socket, an editor's IPC socket): any process of the user's that
+can name the path can connect. What closes it here is a mount namespace of the lane process's
+own, made by the binder (flowd/sandbox/bind.py) before it binds Landlock: the user's runtime dir
+(`$XDG_RUNTIME_DIR`, `/run/user/<uid>`) under an empty read-only tmpfs, and every socket file
+found where such sockets live (`/tmp` and `/var/tmp` two levels deep, `/run`, `/dev/shm`, the
+home directory's top, `~/.ssh`, `~/.gnupg`, `~/.docker`, and wherever the variables that name
+them point) under `/dev/null`. Landlock then keeps the lane from unmounting them. A socket made
+after the process started, or somewhere not looked at, is not hidden: the roster check's line
+says so (`not sealed: socket files outside the hidden places`).
+
+This needs user namespaces (`unshare(CLONE_NEWUSER)`), which some systems refuse to unprivileged
+users (Ubuntu's AppArmor policy, Docker's default seccomp profile): `available()` asks the kernel
+once, by starting the binder with a mask, and where it cannot, lanes start without masks and the
+line says `not sealed: socket files`.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import stat
+import subprocess
+from pathlib import Path
+
+from flowd.sandbox import landlock
+from flowd.sandbox.bind import binder
+
+# Variables that name a socket of the user's session: not handed to a lane (blanked) when they
+# name a unix socket, and the sockets they name hidden.
+SOCKET_VARIABLES: tuple[str, ...] = (
+    "SSH_AUTH_SOCK",
+    "GPG_AGENT_INFO",
+    "DBUS_SESSION_BUS_ADDRESS",
+    "DOCKER_HOST",
+    "CONTAINER_HOST",
+    "VSCODE_IPC_HOOK",
+    "VSCODE_IPC_HOOK_CLI",
+    "NVIM",
+    "NVIM_LISTEN_ADDRESS",
+    "TMUX",
+    "KITTY_LISTEN_ON",
+    "SWAYSOCK",
+    "I3SOCK",
+    "PULSE_SERVER",
+)
+_DEEP = ("/tmp", "/var/tmp")  # entries, and the entries of their directories
+_TOP = ("/run", "/var/run", "/dev/shm")  # entries only (the runtime dirs are hidden whole)
+_HOME = ("", ".ssh", ".gnupg", ".docker", ".docker/run")
+_PATHS_IN = re.compile(r"/[^,;=\s]+")
+
+
+def runtime_dirs() -> list[Path]:
+    """The user's runtime dirs: where a session's agents, buses and editors keep their sockets."""
+    found: list[Path] = []
+    for candidate in (os.environ.get("XDG_RUNTIME_DIR"), f"/run/user/{os.getuid()}"):
+        if candidate and os.path.isdir(candidate):
+            real = Path(os.path.realpath(candidate))
+            if real not in found:
+                found.append(real)
+    return found
+
+
+def _is_socket(path: str) -> bool:
+    try:
+        return stat.S_ISSOCK(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def _sockets_in(directory: str, depth: int) -> list[str]:
+    found: list[str] = []
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        return found
+    for entry in entries:
+        try:
+            if entry.is_dir(follow_symlinks=False):
+                if depth > 1:
+                    found += _sockets_in(entry.path, depth - 1)
+            elif (
+                not entry.is_file(follow_symlinks=False) and not entry.is_symlink() and _is_socket(entry.path)
+            ):
+                found.append(entry.path)
+        except OSError:
+            continue
+    return found
+
+
+def named_sockets(environ: dict[str, str]) -> list[str]:
+    """The socket files the session's variables name (`unix:path=/run/…`, `unix:///var/…`)."""
+    found: list[str] = []
+    for variable in SOCKET_VARIABLES:
+        for path in _PATHS_IN.findall(environ.get(variable, "")):
+            if _is_socket(path):
+                found.append(path)
+    return found
+
+
+def masks(home: Path, keep: list[Path], environ: dict[str, str] | None = None) -> list[str]:
+    """The binder's masks for one process: `d<dir>` for each runtime dir, `f<file>` for each
+    socket file found (module docstring). Nothing that is, holds or lies in a `keep` place (the
+    lane's own places, the repository), so the lane's work and its program's state stay."""
+    kept = [os.path.realpath(path) for path in keep]
+    chosen: list[str] = []
+    seen: set[str] = set()
+
+    def add(kind: str, path: str) -> None:
+        real = os.path.realpath(path)
+        if real in seen or any(_near(real, place) for place in kept):
+            return
+        seen.add(real)
+        chosen.append(kind + real)
+
+    dirs = runtime_dirs()
+    for directory in dirs:
+        add("d", str(directory))
+    files = [*named_sockets(dict(os.environ) if environ is None else environ)]
+    for root in _DEEP:
+        files += _sockets_in(root, 2)
+    for root in _TOP:
+        files += _sockets_in(root, 1)
+    for sub in _HOME:
+        files += _sockets_in(str(home / sub), 1)
+    for path in files:
+        if not any(_within(os.path.realpath(path), str(d)) for d in dirs):
+            add("f", path)
+    return chosen
+
+
+def blanked(environ: dict[str, str]) -> dict[str, str]:
+    """The socket variables set in `environ` that name a unix socket, each set to "" (not
+    handed to the lane: ssh, gpg, dbus and docker clients then look for no agent or bus)."""
+    out: dict[str, str] = {}
+    for variable in SOCKET_VARIABLES:
+        value = environ.get(variable)
+        if value and ("/" in value or value.startswith("unix:")) and not value.startswith(("tcp:", "ssh:")):
+            out[variable] = ""
+    return out
+
+
+def _within(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def _near(path: str, place: str) -> bool:
+    """`path` is `place`, inside it, or holds it."""
+    return _within(path, place) or _within(place, path)
+
+
+def id_maps() -> tuple[str, str]:
+    """The user namespace's maps: this uid and gid, mapped to themselves."""
+    return f"{os.getuid()} {os.getuid()} 1", f"{os.getgid()} {os.getgid()} 1"
+
+
+@functools.cache
+def available() -> bool:
+    """Whether the binder can make its namespaces here: asked once, by starting it with a mask
+    on a path that does not exist (skipped) and `true`."""
+    helper = binder()
+    version = landlock.abi()
+    if helper is None or version < 1:
+        return False
+    ruleset = landlock.build([landlock.Rule("/", landlock.READ)], version)
+    try:
+        uid_map, gid_map = id_maps()
+        probe = [
+            helper,
+            str(ruleset.fd),
+            "1",
+            uid_map,
+            gid_map,
+            "d/nonexistent/flowd-probe",
+            "/bin/true",
+            "true",
+        ]
+        done = subprocess.run(probe, pass_fds=(ruleset.fd,), capture_output=True, check=False)
+    except OSError:
+        return False
+    finally:
+        ruleset.close()
+    return done.returncode == 0
