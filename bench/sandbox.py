@@ -6,6 +6,8 @@ see the same machine load). Bubblewrap, when installed, is measured beside it on
 - agent start: the scripted agent started as flowd starts every ACP agent (under the reaper),
   from spawn to its `initialize` answer;
 - ruleset: building the lane's Landlock ruleset alone (flowd's side of the cost);
+- namespace: the same confined gate and agent start without the binder's mount namespace (the
+  user's socket files not hidden), and the look for sockets to hide alone (flowd's side);
 - bubblewrap: `bwrap --ro-bind / / --bind <lane> <lane> --dev /dev --proc /proc true` vs `true`.
 
 Goal: confined minus unconfined at most 5 ms each.
@@ -34,7 +36,7 @@ if str(ROOT) not in sys.path:
 from flowd.agents.base import reaped  # noqa: E402
 from flowd.agents.factory import script_command  # noqa: E402
 from flowd.engine.gates import run_command  # noqa: E402
-from flowd.sandbox import landlock  # noqa: E402
+from flowd.sandbox import confine, landlock, sockets  # noqa: E402
 from flowd.sandbox.confine import Confinement, active, spawning  # noqa: E402
 
 INITIALIZE = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": 1}}
@@ -104,13 +106,18 @@ async def main(rounds: int) -> None:
         )
         figures: dict[str, list[float]] = {}
         bwrap = shutil.which("bwrap")
+        hiding = sockets.available()
         for _ in range(rounds):
-            for name, where in (("unconfined", None), ("landlock", confinement)):
+            for name, where in (("unconfined", None), ("landlock", confinement), ("no-ns", confinement)):
+                confine.sockets.available = (lambda: False) if name == "no-ns" else (lambda: hiding)  # type: ignore[method-assign]
                 with active(where):
                     figures.setdefault(f"gate {name}", []).append(await timed(lambda: gate(wt)))
                     figures.setdefault(f"agent {name}", []).append(
                         await timed(lambda: agent_start(wt, script))
                     )
+            started = time.perf_counter()
+            found = sockets.masks(Path.home(), [wt, repo])
+            figures.setdefault("masks", []).append((time.perf_counter() - started) * 1000)
             started = time.perf_counter()
             rules = confinement.rules(confinement.lane(wt))
             landlock.build(rules, version).close()
@@ -141,6 +148,13 @@ async def main(rounds: int) -> None:
             f"cost {cost - base:+6.2f} ms ({cost / base:.2f}x)  goal <= 5 ms"
         )
     print(f"  ruleset build    {med['ruleset']:7.2f} ms (in flowd, per lane process)")
+    print(f"  namespace        {'on' if hiding else 'not available here'}; {len(found)} places hidden")
+    for what in ("gate", "agent"):
+        base, cost = med[f"{what} no-ns"], med[f"{what} landlock"]
+        print(
+            f"  {what + ' no ns':<16} confined without {base:7.2f} ms  with {cost:7.2f} ms  cost {cost - base:+6.2f} ms"
+        )
+    print(f"  socket look      {med['masks']:7.2f} ms (in flowd, per lane process)")
     if "true bubblewrap" in med:
         base, cost = med["true unconfined"], med["true bubblewrap"]
         print(

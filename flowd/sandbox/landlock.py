@@ -1,4 +1,5 @@
-"""Landlock through ctypes: the kernel's unprivileged file-system sandbox (docs/sandbox.md).
+"""Landlock through ctypes: the kernel's unprivileged sandbox for files, signals and abstract
+sockets (docs/sandbox.md).
 
 flowd builds a ruleset (an fd holding "these rights beneath these paths") in its own process,
 where opening paths is cheap and errors can be reported, and the child only does the two calls
