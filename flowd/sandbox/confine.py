@@ -13,6 +13,7 @@ import contextlib
 import json
 import os
 import re
+import secrets
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
@@ -142,6 +143,7 @@ class Confinement:
         self._reads: list[landlock.Rule] | None = None
         self._spare_temp: Path | None = None
         self._told: set[tuple[str, str, str]] = set()
+        self._caches: dict[str, str] = {}  # lane key -> its cache dir's name, for this run
 
     def _resolve(self, entry: str) -> Path:
         path = Path(entry).expanduser()
@@ -173,8 +175,9 @@ class Confinement:
         ref_dir, reflog = self._own_ref(admin) if admin is not None else (None, None)
         temp = admin / "flowd-tmp" if admin is not None else self._spare()
         temp.mkdir(exist_ok=True)
-        cache = admin / "flowd-cache" if admin is not None else self._spare() / "flowd-cache"
-        cache.mkdir(exist_ok=True)  # the lane's own package caches (docs/sandbox.md "Caches")
+        cache = self._cache(
+            admin / "flowd-cache" if admin is not None else self._spare() / "flowd-cache", top
+        )
         state: list[Path] = [cache]
         owned, pins = state_paths(program, env or {}, self.home)
         for path, create in owned:
@@ -194,6 +197,22 @@ class Confinement:
         )
         name = story_of_worktree(top.name) if top is not None else ""
         return Lane(name, places, {**lane_caches(cache), **pins})
+
+    def _cache(self, root: Path, top: Path | None) -> Path:
+        """The lane's own package caches (docs/sandbox.md "Caches"): a directory under `root`
+        named by a random word drawn once per run and lane (`key_for`), so a worktree handed on
+        as a spare (docs/repositories.md "Worktree reuse") keeps nothing the previous lane could
+        have planted for the next one to find; what an earlier lane left there is removed."""
+        key = self.key_for(top) if top is not None else None
+        name = self._caches.get(key or "")
+        if name is None:
+            name = self._caches[key or ""] = secrets.token_hex(8)
+            with contextlib.suppress(OSError):
+                for stale in root.iterdir():
+                    shutil.rmtree(stale, ignore_errors=True)
+        cache = root / name
+        cache.mkdir(parents=True, exist_ok=True)
+        return cache
 
     def _admin_dir(self, top: Path) -> Path | None:
         """The worktree's private git dir, only if it is one of this repository's (the `.git`

@@ -175,12 +175,16 @@ def test_caches_are_the_lanes_own(repo: Path) -> None:
     )
     a_cache = Path(done.stdout.strip())
     assert a_cache.joinpath("pkg").read_text(encoding="utf-8") == "planted\n"
-    assert a_cache.parent == repo / ".git/worktrees/a/flowd-cache"
+    assert a_cache.parent.parent == repo / ".git/worktrees/a/flowd-cache"
     done = _sh(c, b, f'echo x > {a_cache}/pkg; echo x > {root}/home/.npm/pkg; echo "$PIP_CACHE_DIR"')
     assert a_cache.joinpath("pkg").read_text(encoding="utf-8") == "planted\n"
     assert not (root / "home" / ".npm" / "pkg").exists()
-    assert done.stdout.strip() == str(repo / ".git/worktrees/b/flowd-cache/pip")
+    b_pip = Path(done.stdout.strip())
+    assert b_pip.name == "pip" and b_pip.parent.parent == repo / ".git/worktrees/b/flowd-cache"
     assert done.stderr.count("Permission denied") == 2, done.stderr
+    # The same worktree in a later run (or handed on as a spare): what the lane left is gone.
+    again = _sh(_confinement(repo), a, 'echo "$npm_config_cache"').stdout.strip()
+    assert again != str(a_cache) and not a_cache.exists()
 
 
 def test_refused_signals_and_connects_become_escapes(repo: Path, victim: subprocess.Popen[bytes]) -> None:
