@@ -52,9 +52,10 @@ LANE_CACHES: tuple[tuple[str, str], ...] = (
     ("npm_config_cache", "npm"),
     ("PIP_CACHE_DIR", "pip"),
     ("UV_CACHE_DIR", "uv"),
-    ("npm_config_devdir", "node-gyp"),
     ("GOCACHE", "go-build"),
 )
+# node-gyp's header cache (`~/.cache/node-gyp`) has no variable of its own but npm's
+# `npm_config_devdir`, which npm 11 warns about on every command: it stays read-only, used as it is.
 
 
 def program_key(kind: str, command: list[str] | None) -> str | None:
