@@ -15,6 +15,12 @@ from flowd.sandbox.confine import Confinement
 from flowd.store.config import Settings
 from flowd.vcs.gitops import Repo
 
+# What a refusal that names no path refused (docs/sandbox.md "Signals", "Abstract sockets").
+_PAST = {
+    "signal": "a signal to a process outside this story's lane",
+    "socket": "a connection to a socket outside this story's lane",
+}
+
 
 def run_confinement(
     repo: Repo,
@@ -29,11 +35,11 @@ def run_confinement(
             return  # a process of no lane (none today: every turn runs in a lane's worktree)
         emit(LaneEscape(lane=lane, path=path, what=cast(EscapeWhat, what), action="denied"))
         if lane != EPIC_LANE:
+            past = _PAST.get(what, "a path past this story's lane")
             append_findings(
                 paths,
                 lane,
-                f"## Confinement refused\n\nThe OS refused {origin} a path past this story's lane: "
-                f"`{path}` ({what}); see docs/sandbox.md.",
+                f"## Confinement refused\n\nThe OS refused {origin} {past}: `{path}` ({what}); see docs/sandbox.md.",
             )
 
     sandbox = settings.sandbox

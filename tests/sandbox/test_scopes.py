@@ -209,3 +209,36 @@ def test_refused_signals_and_connects_become_escapes(repo: Path, victim: subproc
         ("a", f"pid {victim.pid}", "signal", "its agent"),
         ("a", f"@{name}", "socket", "its agent"),
     ], done.stdout + done.stderr
+
+
+def test_a_refused_signal_is_an_escape_and_a_line_of_the_findings(
+    repo: Path, victim: subprocess.Popen[bytes]
+) -> None:
+    from flowd.engine.confinement import run_confinement
+    from flowd.engine.state import EpicPaths
+    from flowd.events.model import Event, LaneEscape
+    from flowd.store.config import load_settings
+    from flowd.vcs.gitops import Repo
+
+    events: list[Event] = []
+    paths = EpicPaths(repo, "ep")
+    c = run_confinement(
+        Repo.discover(repo), load_settings(repo), repo.parent / "repo.flowd", "ep", paths, events.append
+    )
+    lane = repo.parent / "repo.flowd" / "ep" / "a"
+    with c.spawn(lane) as confined:
+        done = subprocess.run(
+            confined.argv(["bash", "-c", f"kill -TERM {victim.pid}"]),
+            cwd=lane,
+            env={**os.environ, **confined.env},
+            pass_fds=confined.pass_fds,
+            capture_output=True,
+            text=True,
+        )
+    c.scan(done.stderr, lane, "`make test`")
+    assert events == [LaneEscape(lane="a", path=f"pid {victim.pid}", what="signal", action="denied")]
+    findings = paths.findings("a").read_text(encoding="utf-8")
+    assert (
+        f"refused `make test` a signal to a process outside this story's lane: `pid {victim.pid}`" in findings
+    )
+    assert victim.poll() is None
