@@ -5,8 +5,8 @@ gpg-agent, a docker or systemd socket, an editor's IPC socket): any process of t
 can name the path can connect. What closes it here is a mount namespace of the lane process's
 own, made by the binder (flowd/sandbox/bind.py) before it binds Landlock: the user's runtime dir
 (`$XDG_RUNTIME_DIR`, `/run/user/<uid>`) under an empty read-only tmpfs, and every socket file
-found where such sockets live (`/tmp` and `/var/tmp` two levels deep, `/run`, `/dev/shm`, the
-home directory's top, `~/.ssh`, `~/.gnupg`, `~/.docker`, and wherever the variables that name
+found where such sockets live (`/tmp` and `/var/tmp` two levels deep, `/run` three, `/dev/shm`,
+the home directory's top, `~/.ssh`, `~/.gnupg`, `~/.docker`, and wherever the variables that name
 them point) under `/dev/null`. Landlock then keeps the lane from unmounting them. A socket made
 after the process started, or somewhere not looked at, is not hidden: the roster check's line
 says so (`not sealed: socket files outside the hidden places`).
@@ -47,8 +47,10 @@ SOCKET_VARIABLES: tuple[str, ...] = (
     "I3SOCK",
     "PULSE_SERVER",
 )
-_DEEP = ("/tmp", "/var/tmp")  # entries, and the entries of their directories
-_TOP = ("/run", "/var/run", "/dev/shm")  # entries only (the runtime dirs are hidden whole)
+# Where socket files live, and how deep to look: `/tmp/ssh-*/agent.*`, `/run/docker.sock`,
+# `/run/dbus/system_bus_socket`, `/run/systemd/private`, `/run/containerd/containerd.sock`,
+# `/run/systemd/journal/socket` (systemd's sockets start units, as root outside every lane).
+_ROOTS = (("/tmp", 2), ("/var/tmp", 2), ("/run", 3), ("/var/run", 3), ("/dev/shm", 1))
 _HOME = ("", ".ssh", ".gnupg", ".docker", ".docker/run")
 _PATHS_IN = re.compile(r"/[^,;=\s]+")
 
@@ -71,7 +73,7 @@ def _is_socket(path: str) -> bool:
         return False
 
 
-def _sockets_in(directory: str, depth: int) -> list[str]:
+def _sockets_in(directory: str, depth: int, skip: frozenset[str] = frozenset()) -> list[str]:
     found: list[str] = []
     try:
         entries = list(os.scandir(directory))
@@ -80,8 +82,8 @@ def _sockets_in(directory: str, depth: int) -> list[str]:
     for entry in entries:
         try:
             if entry.is_dir(follow_symlinks=False):
-                if depth > 1:
-                    found += _sockets_in(entry.path, depth - 1)
+                if depth > 1 and entry.path not in skip:
+                    found += _sockets_in(entry.path, depth - 1, skip)
             elif (
                 not entry.is_file(follow_symlinks=False) and not entry.is_symlink() and _is_socket(entry.path)
             ):
@@ -120,10 +122,12 @@ def masks(home: Path, keep: list[Path], environ: dict[str, str] | None = None) -
     for directory in dirs:
         add("d", str(directory))
     files = [*named_sockets(dict(os.environ) if environ is None else environ)]
-    for root in _DEEP:
-        files += _sockets_in(root, 2)
-    for root in _TOP:
-        files += _sockets_in(root, 1)
+    looked: set[str] = set()
+    for root, depth in _ROOTS:
+        real = os.path.realpath(root)  # /var/run is /run on most systems: looked at once
+        if real not in looked:
+            looked.add(real)
+            files += _sockets_in(real, depth, frozenset(str(d) for d in dirs))  # hidden whole
     for sub in _HOME:
         files += _sockets_in(str(home / sub), 1)
     for path in files:
