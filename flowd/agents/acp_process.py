@@ -25,6 +25,7 @@ from acp.connection import StreamEvent
 from acp.schema import ClientCapabilities, FileSystemCapabilities, Implementation
 
 from flowd import __version__
+from flowd.agents import npx
 from flowd.agents.base import AGENT_DEFAULT_ENV, AgentError, reaped
 from flowd.agents.faults import classify
 from flowd.programs.state_dirs import program_key
@@ -140,8 +141,9 @@ class AgentProcess:
     async def _start(self, cwd: Path) -> None:
         self.tail.clear()
         env = {**base_environment(), **self.env}
+        command = await npx.for_lane(self.command, env)
         try:
-            argv = reaped(self.command, env.get("PATH"))
+            argv = reaped(command, env.get("PATH"))
         except AgentError as exc:
             raise AgentError(exc.kind, f"{self.label}: {exc.message}") from None
         try:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from flowd.agents import npx
 from flowd.agents.base import (
     AGENT_DEFAULT_ENV,
     AgentError,
@@ -338,6 +339,7 @@ class CliExecutor:
     async def _run(self, argv: list[str], request: TurnRequest, observe: TurnObserver | None) -> CliTurn:
         # One process per turn: the lane's FLOWD_* variables can be in its own environment.
         env = {**cli_environment(self.spec.resolved_env), **(request.meta.env or {})}
+        argv = await npx.for_lane(argv, env)
         try:
             with spawning(request.cwd, program_key("cli", self.spec.command), env) as confined:
                 proc = await asyncio.create_subprocess_exec(
