@@ -12,6 +12,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from flowd.vcs.gitcli import GitDirChanged, git_env, pin_of
+
 KEEP_BYTES = 1 << 20  # files up to this size are kept whole, so they can be put back
 
 
@@ -196,12 +198,13 @@ def status(wt: Path) -> dict[str, Entry] | None:
         proc = subprocess.run(
             ["git", "--no-optional-locks", "status", "--porcelain", "-z", "--no-renames", "-uall"],
             cwd=wt,
+            env=git_env(pin=pin_of(wt)),  # flowd's own git: pinned, nothing in a config runs
             capture_output=True,
             stdin=subprocess.DEVNULL,
             check=False,
         )
-    except OSError:
-        return None
+    except (OSError, GitDirChanged):
+        return None  # a worktree whose admin files were rewritten: `vcs/admin.py` reports it
     if proc.returncode != 0:
         return None
     out: dict[str, Entry] = {}

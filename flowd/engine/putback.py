@@ -11,13 +11,15 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
+from flowd.base.errors import FlowdError
 from flowd.engine.fingerprint import Entry, FilePrint, RefPrint
+from flowd.vcs.gitcli import git_env, pin_of
 
 
 def safely(restore: Callable[[], bool]) -> bool:
     try:
         return restore()
-    except (OSError, subprocess.SubprocessError):
+    except (OSError, subprocess.SubprocessError, FlowdError):
         return False
 
 
@@ -31,9 +33,12 @@ def put_file_back(path: Path, before: FilePrint) -> bool:
         return False
     tmp = path.with_name(f".{path.name}.flowd-restore")
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp.write_bytes(before.data)
-    if before.mode is not None:
-        os.chmod(tmp, before.mode & 0o7777)
+    tmp.unlink(missing_ok=True)  # a link a lane planted there goes, never followed
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(before.data)
+        if before.mode is not None:
+            os.fchmod(handle.fileno(), before.mode & 0o7777)
     os.replace(tmp, path)
     return True
 
@@ -41,7 +46,11 @@ def put_file_back(path: Path, before: FilePrint) -> bool:
 def put_ref_back(common_dir: Path, name: str, before: RefPrint | None) -> bool:
     args = ["update-ref", name, before.sha] if before is not None else ["update-ref", "-d", name]
     proc = subprocess.run(
-        ["git", f"--git-dir={common_dir}", *args], capture_output=True, stdin=subprocess.DEVNULL, check=False
+        ["git", f"--git-dir={common_dir}", *args],
+        env=git_env(),
+        capture_output=True,
+        stdin=subprocess.DEVNULL,
+        check=False,
     )
     return proc.returncode == 0
 
@@ -49,6 +58,7 @@ def put_ref_back(common_dir: Path, name: str, before: RefPrint | None) -> bool:
 def descends(common_dir: Path, new: str, old: str) -> bool:
     proc = subprocess.run(
         ["git", f"--git-dir={common_dir}", "merge-base", "--is-ancestor", old, new],
+        env=git_env(),
         capture_output=True,
         stdin=subprocess.DEVNULL,
         check=False,
@@ -66,6 +76,7 @@ def put_worktree_path_back(wt: Path, rel: str, entry: Entry) -> bool:
     proc = subprocess.run(
         ["git", "restore", "--source=HEAD", "--staged", "--worktree", "--", rel],
         cwd=wt,
+        env=git_env(pin=pin_of(wt)),  # pinned: never the git dir a lane's `.git` file names
         capture_output=True,
         stdin=subprocess.DEVNULL,
         check=False,

@@ -11,7 +11,9 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import threading
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from flowd.base.errors import EXIT_FAILED, FlowdError, InputError
@@ -21,8 +23,19 @@ FLOW_DIR = ".flow/"
 # Variables that would point git at another repository or index than the one we name.
 _LEAKY_ENV = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_COMMON_DIR", "GIT_PREFIX")
 
-# Parsable messages ("nothing to commit", "Already up to date") and never a prompt.
-_FIXED_ENV = {"LC_ALL": "C", "LANGUAGE": "C", "GIT_TERMINAL_PROMPT": "0"}
+# Parsable messages ("nothing to commit", "Already up to date"), never a prompt, an editor or a
+# pager (docs/sandbox.md "flowd's own git").
+_FIXED_ENV = {
+    "LC_ALL": "C",
+    "LANGUAGE": "C",
+    "GIT_TERMINAL_PROMPT": "0",
+    "GIT_EDITOR": "true",
+    "GIT_SEQUENCE_EDITOR": "true",
+    "GIT_PAGER": "cat",
+    "PAGER": "cat",
+}
+# The user's own variables that would make flowd's git run a program of theirs on lane content.
+_DROPPED_ENV = ("GIT_EXTERNAL_DIFF",)
 
 
 class GitError(FlowdError):
@@ -39,15 +52,150 @@ class GitError(FlowdError):
 # own git commands: `--no-verify` skips only some (pre-commit, commit-msg, pre-merge-commit), not
 # post-checkout, post-commit, post-merge or reference-transaction (docs/repositories.md).
 _NO_HOOKS = ("core.hooksPath", os.devnull)
+# What else in a config file could start a command from flowd's own git, turned off whatever the
+# config files say: git reads these `GIT_CONFIG_COUNT` settings after every file
+# (docs/sandbox.md "flowd's own git"). `core.fsmonitor` runs on status, add and diff-index;
+# signing and signature checks run `gpg.program`; `ext::` URLs run any command.
+_SEALED = (
+    ("core.fsmonitor", "false"),
+    ("commit.gpgSign", "false"),
+    ("tag.gpgSign", "false"),
+    ("merge.verifySignatures", "false"),
+    ("log.showSignature", "false"),
+    ("protocol.ext.allow", "never"),
+)
 # git's parallel checkout, one worker per core, for flowd's own worktrees: a whole checkout of a
 # big repository is file creation, faster from several processes (below 100 files git writes
 # them alone anyway). An environment that sets `checkout.workers` already keeps its own.
 _WORKERS = ("checkout.workers", "0")
 
 
-def git_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+@dataclass(frozen=True)
+class Pin:
+    """The repository one of flowd's git commands works on, named in full: the git dir (a linked
+    worktree's admin dir `<common>/worktrees/<id>`), the common dir and the work tree."""
+
+    git_dir: Path
+    common_dir: Path
+    work_tree: Path
+
+    def env(self) -> dict[str, str]:
+        return {
+            "GIT_DIR": str(self.git_dir),
+            "GIT_COMMON_DIR": str(self.common_dir),
+            "GIT_WORK_TREE": str(self.work_tree),
+        }
+
+
+class GitDirChanged(GitError):
+    """A linked worktree of a repository flowd works on whose admin files no longer name it: its
+    lane rewrote them (LaneEscape `gitDir`); flowd runs no git there until they are put back."""
+
+
+# The repositories flowd works on (their common dir: (checkout, its git dir)), and each linked
+# worktree's admin dir as flowd first found it (docs/sandbox.md "flowd's own git").
+_REPOS: dict[Path, tuple[Path, Path]] = {}
+_ADMINS: dict[str, Path] = {}
+_PIN_GUARD = threading.Lock()
+
+
+def register_repo(root: Path, git_dir: Path, common_dir: Path) -> None:
+    """flowd works on the checkout `root`: its git commands there and in its linked worktrees are
+    pinned (`pin_of`)."""
+    with _PIN_GUARD:
+        _REPOS[Path(common_dir)] = (Path(root), Path(git_dir))
+
+
+def _claims(admin: Path, dotgit: str) -> bool:
+    """Whether the admin dir `admin` (a real directory, no link) names `dotgit` in its `gitdir`:
+    read as data, never followed (git writes the worktree's real path there)."""
+    try:
+        if not os.path.isdir(admin) or os.path.islink(admin):
+            return False
+        with open(admin / "gitdir", encoding="utf-8", errors="surrogateescape") as handle:
+            return handle.read(65536).strip() == dotgit
+    except OSError:
+        return False
+
+
+def _named_by_dotgit(wt: str) -> Path | None:
+    """Where the worktree's `.git` file points: a hint and a tiebreak only, never the answer."""
+    try:
+        with open(os.path.join(wt, ".git"), encoding="utf-8", errors="surrogateescape") as handle:
+            line = handle.read(65536).strip()
+    except OSError:
+        return None
+    if not line.startswith("gitdir:"):
+        return None
+    named = Path(line.removeprefix("gitdir:").strip())
+    return Path(os.path.normpath(named if named.is_absolute() else Path(wt) / named))
+
+
+def admin_of(common_dir: Path, wt: Path) -> Path | None:
+    """The admin dir of the linked worktree `wt` in the repository whose common dir is
+    `common_dir`, found from flowd's side: the one `<common>/worktrees/<id>` whose `gitdir` names
+    `wt` (the lane may write its own admin dir's files, never another's name); the one flowd
+    found before when its `gitdir` was rewritten since. None: not a worktree of that repository.
+    GitDirChanged: the admin files contradict each other and nothing tells which is right."""
+    real = os.path.realpath(wt)
+    dotgit = os.path.join(real, ".git")
+    known = _ADMINS.get(real)
+    if known is not None and known.parent == common_dir / "worktrees" and _claims(known, dotgit):
+        return known
+    try:
+        names = sorted(os.listdir(common_dir / "worktrees"))
+    except OSError:
+        names = []
+    found = [common_dir / "worktrees" / n for n in names if _claims(common_dir / "worktrees" / n, dotgit)]
+    if len(found) > 1:
+        named = _named_by_dotgit(real)
+        found = [a for a in found if a == known] or [a for a in found if a == named]
+        if len(found) != 1:
+            raise GitDirChanged(
+                f"{len(names)} git admin dirs in {common_dir / 'worktrees'} name {real} (gitDir)"
+            )
+    if found:
+        with _PIN_GUARD:
+            _ADMINS[real] = found[0]
+        return found[0]
+    if known is not None and known.is_dir() and not known.is_symlink():
+        return known  # its `gitdir` was rewritten: flowd still knows which admin dir it is
+    return None
+
+
+def pin_of(cwd: Path) -> Pin | None:
+    """The pin of a git command run in `cwd`: the checkout of a repository flowd works on, or the
+    top of one of its linked worktrees; None elsewhere (a folder inside a worktree, a submodule,
+    a repository flowd does not work on: those run with the settings sealed only).
+    GitDirChanged: a worktree whose `.git` file names one of these repositories' admin dirs while
+    none names it back (its lane rewrote `gitdir`)."""
+    real = os.path.realpath(cwd)
+    repos = list(_REPOS.items())
+    for common, (root, git_dir) in repos:
+        if real == str(root):
+            return Pin(git_dir, common, root)
+    if not repos or not os.path.isfile(os.path.join(real, ".git")):
+        return None
+    named = _named_by_dotgit(real)
+    first = [r for r in repos if named is not None and named.parent.parent == r[0]]
+    for common, _ in first + [r for r in repos if r not in first]:
+        admin = admin_of(common, Path(real))
+        if admin is not None:
+            return Pin(admin, common, Path(real))
+    if first or real in _ADMINS:
+        raise GitDirChanged(
+            f"the git admin files of the worktree {real} do not name it any more (gitDir); "
+            "flowd runs no git there until they are put back"
+        )
+    return None
+
+
+def git_env(extra: dict[str, str] | None = None, pin: Pin | None = None) -> dict[str, str]:
+    """The environment of one of flowd's own git commands: `pin` names the repository it works
+    on (git then follows no `.git` file and no `commondir`), and nothing a config file says can
+    start a command."""
     # Built per call (cheap) so a changed environment, as in tests, is always honoured.
-    env = {k: v for k, v in os.environ.items() if k not in _LEAKY_ENV}
+    env = {k: v for k, v in os.environ.items() if k not in _LEAKY_ENV and k not in _DROPPED_ENV}
     env.update(_FIXED_ENV)
     env.setdefault("GIT_SSH_COMMAND", "ssh -o BatchMode=yes")
     # Appended to any GIT_CONFIG_COUNT list the environment already has (git 2.31 and later).
@@ -56,10 +204,12 @@ def git_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     except ValueError:
         count = 0
     keys = {env.get(f"GIT_CONFIG_KEY_{i}", "").lower() for i in range(count)}
-    ours = [_NO_HOOKS] + ([] if _WORKERS[0].lower() in keys else [_WORKERS])
+    ours = [_NO_HOOKS, *_SEALED] + ([] if _WORKERS[0].lower() in keys else [_WORKERS])
     for n, (key, value) in enumerate(ours, start=count):
         env[f"GIT_CONFIG_KEY_{n}"], env[f"GIT_CONFIG_VALUE_{n}"] = key, value
     env["GIT_CONFIG_COUNT"] = str(count + len(ours))
+    if pin is not None:
+        env.update(pin.env())
     if extra:
         env.update(extra)
     return env
@@ -93,7 +243,7 @@ def run_git(
         proc = subprocess.run(
             ["git", *args],
             cwd=cwd,
-            env=git_env(env),
+            env=git_env(env, pin_of(cwd)),
             capture_output=True,
             text=True,
             encoding="utf-8",
@@ -119,7 +269,15 @@ def not_flow(paths: list[str]) -> list[str]:
 
 
 def private_git_dir(wt: Path) -> Path | None:
-    """The git dir of the worktree (or checkout) `wt`, read from its `.git`; None without one."""
+    """The git dir of the worktree (or checkout) `wt`; None without one. For a repository flowd
+    works on, the one flowd pins (`pin_of`: never where a lane's `.git` file points); elsewhere
+    read from its `.git`."""
+    try:
+        pin = pin_of(wt)
+    except GitDirChanged:
+        return None
+    if pin is not None:
+        return pin.git_dir
     dotgit = Path(wt) / ".git"
     if dotgit.is_dir():
         return dotgit

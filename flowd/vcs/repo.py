@@ -12,7 +12,18 @@ from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 
-from flowd.vcs.gitcli import FLOW_DIR, GitError, git_env, git_reason, not_flow, run_git, same_path, split_z
+from flowd.vcs.gitcli import (
+    FLOW_DIR,
+    GitError,
+    git_env,
+    git_reason,
+    not_flow,
+    pin_of,
+    register_repo,
+    run_git,
+    same_path,
+    split_z,
+)
 from flowd.vcs.submodules import sync_submodules
 
 # Worktree and branch bookkeeping touch shared files of the common git dir
@@ -36,6 +47,7 @@ class RepoBase:
             common_dir = Path(out[1]) if Path(out[1]).is_absolute() else self.root / out[1]
         self.git_dir = git_dir.resolve()
         self.common_dir = common_dir.resolve()
+        register_repo(self.root, self.git_dir, self.common_dir)
         self._identity: list[str] | None = None
         key = str(self.common_dir)
         with _STRUCT_LOCKS_GUARD:
@@ -225,7 +237,7 @@ class RepoBase:
         proc = subprocess.run(
             ["git", "check-ignore", "-z", "--stdin"],
             cwd=wt,
-            env=git_env(),
+            env=git_env(pin=pin_of(wt)),
             input="\0".join(paths) + "\0",
             capture_output=True,
             text=True,
