@@ -134,7 +134,9 @@ class WorktreeChanges(RepoBase):
                 shutil.copyfile(index, tmp_index)
             env = {"GIT_INDEX_FILE": str(tmp_index)}
             stage_all(wt, what, env)
-            return run_git(wt, ["diff", "--cached", "--merge-base", base, "--"], what, env=env).stdout
+            # No external diff and no textconv: the plain patch, and no program of a config's runs.
+            args = ["diff", "--no-ext-diff", "--no-textconv", "--cached", "--merge-base", base, "--"]
+            return run_git(wt, args, what, env=env).stdout
 
     def merge(self, wt: Path, branch: str, message: str, *, prefer_incoming: bool = False) -> MergeResult:
         """Merge `branch` into the worktree's branch with a merge commit (`--no-ff`).

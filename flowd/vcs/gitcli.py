@@ -140,7 +140,9 @@ def admin_of(common_dir: Path, wt: Path) -> Path | None:
     real = os.path.realpath(wt)
     dotgit = os.path.join(real, ".git")
     known = _ADMINS.get(real)
-    if known is not None and known.parent == common_dir / "worktrees" and _claims(known, dotgit):
+    if known is not None and known.parent != common_dir / "worktrees":
+        known = None  # met in another repository
+    if known is not None and _claims(known, dotgit):
         return known
     try:
         names = sorted(os.listdir(common_dir / "worktrees"))

@@ -1,0 +1,190 @@
+"""A linked worktree's git admin files as data flowd checks, never pointers it follows
+(docs/sandbox.md "flowd's own git"): the worktree's `.git` file and, in its admin dir
+`<common>/worktrees/<id>` (its lane may write there), `gitdir`, `commondir`, `HEAD`, `index`,
+`config.worktree` and the reflogs. flowd knows what each must say; whatever says otherwise, or
+is a link (a hard one too) a lane planted there, is a `gitDir` problem and is put back: flowd's own
+git commands and file writes would otherwise land where the lane chose (a `commondir` naming a
+copy of the git dir whose config starts a command, an `index` or `logs/HEAD` linked to a file of
+the user's, a `HEAD` naming the user's branch).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+from flowd.vcs.gitcli import GitDirChanged, admin_of, run_git
+
+# The settings git itself writes to a worktree's `config.worktree` (`git sparse-checkout`, the
+# one flowd uses): any other could start a command from flowd's own git (`core.fsmonitor` is
+# sealed, but `include.path`, a filter or diff driver, a new setting of a later git are not all).
+WORKTREE_CONFIG_KEYS = frozenset({"core.sparsecheckout", "core.sparsecheckoutcone", "index.sparse"})
+# Branches a lane's HEAD may name: flowd's own (docs/repositories.md "Where things are").
+OWN_BRANCHES = ("refs/heads/story/", "refs/heads/epic/")
+# The lane's own temp dir (its TMPDIR, engine/sandbox) and its submodules' git dirs are not
+# admin files: links there are the lane's business (flowd's git never writes through them).
+_NOT_ADMIN = ("flowd-tmp", "modules")
+
+
+@dataclass(frozen=True)
+class AdminProblem:
+    """One admin file of a lane that says what it must not, and whether flowd put it back."""
+
+    path: Path
+    why: str
+    put_back: bool
+
+
+def check_admin(common_dir: Path, wt: Path, head: str | None = None) -> list[AdminProblem]:
+    """Check (and put back) the admin files of the linked worktree `wt` of the repository whose
+    common dir is `common_dir`. `head`: what its `HEAD` must say (`ref: refs/heads/…` or a
+    commit), when the caller knows. Empty: all is as flowd left it (or `wt` is not one of the
+    repository's worktrees)."""
+    real = Path(os.path.realpath(wt))
+    try:
+        admin = admin_of(common_dir, real)
+    except GitDirChanged as exc:
+        return [AdminProblem(real / ".git", str(exc), False)]
+    if admin is None:
+        if os.path.lexists(real / ".git") and not (real / ".git").is_dir():
+            return [AdminProblem(real / ".git", "no admin dir of the repository names this worktree", False)]
+        return []
+    found: list[AdminProblem] = []
+    want = {
+        real / ".git": f"gitdir: {admin}\n",
+        admin / "gitdir": f"{real / '.git'}\n",
+        admin / "commondir": "../..\n",
+    }
+    for path, text in want.items():
+        if _says(path) != text.strip():
+            found.append(AdminProblem(path, "names another git dir", _write(path, text)))
+    found += _check_head(admin, head)
+    found += _check_links(admin)
+    found += _check_worktree_config(admin)
+    return found
+
+
+def _says(path: Path) -> str | None:
+    """The text of the regular file `path` (a link is never read through), stripped."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            return None
+        return handle.read(65536).decode("utf-8", "surrogateescape").strip()
+
+
+def _write(path: Path, text: str) -> bool:
+    """Put `text` at `path`: a new file renamed over whatever is there (a link is replaced, never
+    followed); False when it could not be done."""
+    tmp = path.with_name(f".{path.name}.flowd-put-back")
+    try:
+        tmp.unlink(missing_ok=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        return False
+    return True
+
+
+def _check_head(admin: Path, head: str | None) -> list[AdminProblem]:
+    path = admin / "HEAD"
+    now = _says(path)
+    if now is None and not os.path.lexists(path):
+        return []
+    good = now is not None and (
+        (now.startswith("ref: ") and now[5:].startswith(OWN_BRANCHES) and ".." not in now)
+        or (not now.startswith("ref:") and len(now) in (40, 64) and all(c in "0123456789abcdef" for c in now))
+    )
+    if good and (head is None or now == head.strip()):
+        return []
+    if head is None:
+        return [AdminProblem(path, "names a branch that is not the lane's", False)]
+    return [AdminProblem(path, "names a branch that is not the lane's", _write(path, head.strip() + "\n"))]
+
+
+def _check_links(admin: Path) -> list[AdminProblem]:
+    """Links in the admin dir (its own files and `logs/`): flowd's git writes the index through
+    a lock file renamed over the link's target, and appends to the reflogs through them."""
+    found: list[AdminProblem] = []
+    for path in _admin_files(admin):
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if stat.S_ISLNK(st.st_mode):
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+            index = path == admin / "index"
+            done = not os.path.lexists(path) and (not index or _rebuild_index(admin))
+            found.append(AdminProblem(path, "is a link", done))
+        elif stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
+            found.append(AdminProblem(path, "is a hard link to another file", _unshare(path)))
+    return found
+
+
+def _admin_files(admin: Path) -> list[Path]:
+    out: list[Path] = []
+    with contextlib.suppress(OSError):
+        for name in os.listdir(admin):
+            if name not in _NOT_ADMIN:
+                out.append(admin / name)
+    for top, dirs, files in os.walk(admin / "logs"):  # os.walk follows no link to a folder
+        out += [Path(top) / name for name in (*dirs, *files)]
+    return out
+
+
+def _unshare(path: Path) -> bool:
+    """Give `path` a file of its own with the same bytes (the other name keeps the old file)."""
+    data = _read_nofollow(path)
+    return data is not None and _write(path, data)
+
+
+def _read_nofollow(path: Path) -> str | None:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as handle:
+        return handle.read().decode("utf-8", "surrogateescape")
+
+
+def _rebuild_index(admin: Path) -> bool:
+    """The index a lane replaced with a link, made again from the worktree's HEAD (its files stay
+    as they are: its changes show as unstaged)."""
+    real = Path(_says(admin / "gitdir") or "").parent
+    proc = run_git(real, ["read-tree", "HEAD"], "", ok_codes=range(256))
+    return proc.returncode == 0
+
+
+def _check_worktree_config(admin: Path) -> list[AdminProblem]:
+    path = admin / "config.worktree"
+    if not os.path.lexists(path) or os.path.islink(path):
+        return []  # absent, or a link `_check_links` removed
+    # Read by git's own parser, from no repository (the admin dir's `commondir` is the lane's).
+    listed = run_git(
+        Path("/"), ["config", "-f", str(path), "--no-includes", "-z", "--list"], "", ok_codes=range(256)
+    )
+    entries = [e.partition("\n") for e in listed.stdout.split("\0") if e]
+    if listed.returncode == 0 and all(key.lower() in WORKTREE_CONFIG_KEYS for key, _, _ in entries):
+        return []
+    sections = {key.split(".", 1)[0] for key, _, _ in entries if key.lower() in WORKTREE_CONFIG_KEYS}
+    text = "".join(
+        f"[{section}]\n"
+        + "".join(
+            f"\t{key.split('.', 1)[1]} = {value}\n"
+            for key, _, value in entries
+            if key.lower() in WORKTREE_CONFIG_KEYS and key.split(".", 1)[0] == section
+        )
+        for section in sorted(sections)
+    )
+    return [AdminProblem(path, "holds settings git does not write there", _write(path, text))]

@@ -1,0 +1,231 @@
+"""flowd's own git never follows a lane (docs/sandbox.md "flowd's own git"): pinned to the git dir
+flowd finds itself, with every setting that could start a command sealed, and a lane's admin
+files checked as data (`flowd/vcs/admin.py`). Real repositories in temp dirs; each attack plants a
+command that would leave a marker file if anything ran it."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from flowd.vcs import gitcli
+from flowd.vcs.admin import check_admin
+from flowd.vcs.gitcli import GitDirChanged, git_env, pin_of, run_git
+from flowd.vcs.gitops import Repo
+from tests.test_gitops import git, make_repo, no_user_config  # noqa: F401 (the fixture)
+
+
+@pytest.fixture
+def lane(tmp_path: Path) -> tuple[Repo, Path, Path]:
+    """A repository flowd works on, one story worktree on `story/e/s1`, and its admin dir."""
+    repo = Repo(make_repo(tmp_path / "repo"))
+    wt = repo.worktree_add(tmp_path / "lanes" / "e" / "s1", "story/e/s1", "main")
+    return repo, wt, repo.common_dir / "worktrees" / "s1"
+
+
+def marker_command(tmp_path: Path) -> tuple[str, Path]:
+    marker = tmp_path / "RAN"
+    return f"touch {marker}; false", marker
+
+
+def evil_copy(repo: Repo, tmp_path: Path, key: str, value: str) -> Path:
+    """A copy of the repository's git dir (where a lane could write) whose config sets `key`."""
+    evil = tmp_path / "evil"
+    shutil.copytree(repo.common_dir, evil, symlinks=True)
+    git(evil, "--git-dir", str(evil), "config", key, value)
+    return evil
+
+
+def test_commondir_pointing_at_a_config_with_fsmonitor_runs_nothing(lane, tmp_path: Path) -> None:
+    repo, wt, admin = lane
+    command, marker = marker_command(tmp_path)
+    evil = evil_copy(repo, tmp_path, "core.fsmonitor", command)
+    (admin / "commondir").write_text(f"{evil}\n")
+    (wt / "new.txt").write_text("x\n")
+    # What an unpinned git does with it: the attack is real.
+    subprocess.run(["git", "status", "--porcelain"], cwd=wt, capture_output=True, check=False)
+    assert marker.exists()
+    marker.unlink()
+    assert "new.txt" in repo.status_paths(wt)
+    repo.commit_all(wt, "work")
+    assert not marker.exists()
+    problems = check_admin(repo.common_dir, wt)
+    assert [(p.path, p.put_back) for p in problems] == [(admin / "commondir", True)]
+    assert (admin / "commondir").read_text() == "../..\n"
+    assert check_admin(repo.common_dir, wt) == []
+
+
+def test_dotgit_file_pointing_elsewhere_is_not_followed_and_put_back(lane, tmp_path: Path) -> None:
+    repo, wt, admin = lane
+    command, marker = marker_command(tmp_path)
+    evil = evil_copy(repo, tmp_path, "core.fsmonitor", command)
+    (wt / ".git").write_text(f"gitdir: {evil / 'worktrees' / 's1'}\n")
+    (wt / "new.txt").write_text("x\n")
+    pin = pin_of(wt)
+    assert pin is not None and pin.git_dir == admin and pin.common_dir == repo.common_dir
+    assert "new.txt" in repo.status_paths(wt)
+    assert not marker.exists()
+    problems = check_admin(repo.common_dir, wt)
+    assert [(p.path, p.put_back) for p in problems] == [(wt / ".git", True)]
+    assert (wt / ".git").read_text() == f"gitdir: {admin}\n"
+
+
+def test_gitdir_rewritten_leaves_flowd_on_the_admin_dir_it_knew(lane, tmp_path: Path) -> None:
+    repo, wt, admin = lane
+    assert pin_of(wt) is not None  # flowd has met the worktree
+    (admin / "gitdir").write_text(f"{tmp_path / 'elsewhere' / '.git'}\n")
+    pin = pin_of(wt)
+    assert pin is not None and pin.git_dir == admin
+    assert [p.put_back for p in check_admin(repo.common_dir, wt)] == [True]
+    assert (admin / "gitdir").read_text() == f"{wt.resolve() / '.git'}\n"
+
+
+def test_a_worktree_no_admin_dir_names_runs_no_git(lane, tmp_path: Path) -> None:
+    repo, _wt, admin = lane
+    other = repo.worktree_add(tmp_path / "lanes" / "e" / "s2", "story/e/s2", "main")
+    (other / ".git").write_text(f"gitdir: {admin}\n")  # s2 claims s1's admin dir
+    (repo.common_dir / "worktrees" / "s2" / "gitdir").write_text("/nowhere/.git\n")
+    gitcli._ADMINS.pop(str(other.resolve()), None)  # a flowd that never met it (a resumed run)
+    with pytest.raises(GitDirChanged, match="gitDir"):
+        run_git(other, ["status"], "status")
+    assert [p.put_back for p in check_admin(repo.common_dir, other)] == [False]
+
+
+def test_head_naming_the_users_branch_is_put_back(lane) -> None:
+    repo, wt, admin = lane
+    (admin / "HEAD").write_text("ref: refs/heads/main\n")
+    problems = check_admin(repo.common_dir, wt, head="ref: refs/heads/story/e/s1")
+    assert [(p.path, p.put_back) for p in problems] == [(admin / "HEAD", True)]
+    assert (admin / "HEAD").read_text() == "ref: refs/heads/story/e/s1\n"
+
+
+def test_index_and_reflog_links_are_removed_and_never_written_through(lane, tmp_path: Path) -> None:
+    repo, wt, admin = lane
+    victim = tmp_path / "victim.txt"
+    victim.write_text("the user's\n")
+    (admin / "index").unlink()
+    (admin / "index").symlink_to(victim)
+    (admin / "logs").mkdir(exist_ok=True)
+    (admin / "logs" / "HEAD").unlink(missing_ok=True)
+    (admin / "logs" / "HEAD").symlink_to(victim)
+    problems = check_admin(repo.common_dir, wt)
+    assert sorted((p.path.name, p.put_back) for p in problems) == [("HEAD", True), ("index", True)]
+    (wt / "f.txt").write_text("work\n")
+    repo.commit_all(wt, "work")
+    assert victim.read_text() == "the user's\n"
+    assert not (admin / "index").is_symlink()
+
+
+def test_worktree_config_with_an_include_is_cut_back_to_gits_own(lane, tmp_path: Path) -> None:
+    """flowd turns on git's per-worktree config for sparse lanes (vcs/sparse.py): the lane's
+    `config.worktree` is then read by flowd's git too, and an include there brings a filter driver
+    the lane's `.gitattributes` selects."""
+    repo, wt, admin = lane
+    command, marker = marker_command(tmp_path)
+    git(repo.root, "config", "extensions.worktreeConfig", "true")
+    planted = tmp_path / "planted.config"
+    planted.write_text(f'[filter "evil"]\n\tclean = {command}\n')
+    (admin / "config.worktree").write_text(
+        f"[core]\n\tsparseCheckout = false\n[include]\n\tpath = {planted}\n"
+    )
+    (wt / ".gitattributes").write_text("*.txt filter=evil\n")
+    (wt / "f.txt").write_text("work\n")
+    subprocess.run(["git", "add", "f.txt"], cwd=wt, env=git_env(), capture_output=True, check=False)
+    assert marker.exists()  # what flowd's git would do without the check
+    marker.unlink()
+    subprocess.run(["git", "reset", "-q"], cwd=wt, env=git_env(), capture_output=True, check=False)
+    problems = check_admin(repo.common_dir, wt)
+    assert [(p.path.name, p.put_back) for p in problems] == [("config.worktree", True)]
+    assert (admin / "config.worktree").read_text() == "[core]\n\tsparsecheckout = false\n"
+    repo.commit_all(wt, "work")
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize(
+    ("key", "act"),
+    [
+        ("core.fsmonitor", "status"),
+        ("diff.external", "diff"),
+        ("commit.gpgSign", "commit"),
+        ("log.showSignature", "log"),
+    ],
+)
+def test_settings_that_start_a_command_are_sealed(lane, tmp_path: Path, key: str, act: str) -> None:
+    """Even in a config flowd's git does read (the repository's own, where `include.path` or a
+    later git could bring a lane's), nothing runs: the command-scope settings win."""
+    repo, wt, _admin = lane
+    command, marker = marker_command(tmp_path)
+    script = tmp_path / "prog.sh"
+    script.write_text(f"#!/bin/sh\n{command}\n")
+    script.chmod(0o755)
+    if key == "commit.gpgSign":
+        git(repo.root, "config", "gpg.program", str(script))
+        git(repo.root, "config", key, "true")
+    elif key == "log.showSignature":
+        git(repo.root, "config", "gpg.program", str(script))
+        git(repo.root, "config", key, "true")
+        signed_commit_on_top(wt)
+    else:
+        git(repo.root, "config", key, str(script))
+    (wt / "README.md").write_text("changed\n")
+    if act == "status":
+        repo.status_paths(wt)
+    elif act == "diff":
+        repo.diff(wt, "main")
+    elif act == "commit":
+        repo.commit_all(wt, "work")
+    else:
+        repo.subjects_since(wt, "main")
+    assert not marker.exists()
+    # Without the sealed settings the same command does run (the test can fail).
+    env = {k: v for k, v in git_env().items() if not k.startswith("GIT_CONFIG_")}
+    args = {
+        "status": ["status"],
+        "diff": ["diff"],
+        "commit": ["-c", "user.name=T", "-c", "user.email=t@e", "commit", "-q", "-a", "-m", "x"],
+        "log": ["log", "-1"],
+    }[act]
+    (wt / "README.md").write_text("changed again\n")
+    subprocess.run(["git", *args], cwd=wt, env=env, capture_output=True, check=False)
+    assert marker.exists()
+
+
+def signed_commit_on_top(wt: Path) -> None:
+    """A commit carrying a (meaningless) signature on the worktree's branch: `log` with
+    `log.showSignature` hands it to `gpg.program`."""
+    tree = git(wt, "rev-parse", "HEAD^{tree}").strip()
+    parent = git(wt, "rev-parse", "HEAD").strip()
+    body = (
+        f"tree {tree}\nparent {parent}\nauthor T <t@e> 1700000000 +0000\n"
+        "committer T <t@e> 1700000000 +0000\n"
+        "gpgsig -----BEGIN PGP SIGNATURE-----\n \n x\n -----END PGP SIGNATURE-----\n\nsigned\n"
+    )
+    sha = subprocess.run(
+        ["git", "hash-object", "-w", "-t", "commit", "--stdin"],
+        cwd=wt,
+        input=body,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    git(wt, "update-ref", "HEAD", sha)
+
+
+def test_external_diff_from_the_environment_is_dropped(lane, tmp_path: Path, monkeypatch) -> None:
+    repo, wt, _admin = lane
+    command, marker = marker_command(tmp_path)
+    monkeypatch.setenv("GIT_EXTERNAL_DIFF", command)
+    (wt / "README.md").write_text("changed\n")
+    assert "changed" in repo.diff(wt, "main")
+    assert not marker.exists()
+
+
+def test_the_checkout_itself_is_pinned(lane) -> None:
+    repo, _wt, _admin = lane
+    pin = pin_of(repo.root)
+    assert pin is not None and pin.work_tree == repo.root and pin.git_dir == repo.git_dir
+    assert os.path.samefile(pin.common_dir, repo.common_dir)
