@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
+from flowd.base import layout
 from flowd.base.fsio import written_by_us
 from flowd.engine import epic_worktree
 from flowd.engine.core.escape import (
@@ -37,6 +38,7 @@ from flowd.engine.core.escape import (
     Window,
     holds_secret,
     judge,
+    judge_own,
     sentence,
     suspects,
     unsure_note,
@@ -71,6 +73,9 @@ from flowd.engine.putback import (
 from flowd.engine.state import EpicPaths
 from flowd.events.model import EscapeAction, Event, Info, LaneEscape
 from flowd.programs.state_dirs import every_state_root
+from flowd.sandbox.confine import current
+from flowd.vcs.admin import check_admin
+from flowd.vcs.gitcli import private_git_dir
 
 log = logging.getLogger(__name__)
 
@@ -184,6 +189,7 @@ class Detector:
             return
         self.raise_pending(lane)
         if home is not None and own_home:
+            await asyncio.to_thread(self.check_git_dir, home, lane, self._last_end.get(lane, 0.0))
             await asyncio.to_thread(self.check_lane_worktree, lane, home)
         self.raise_pending(lane)
         window = Window(lane=lane, start=time.time(), home=str(home) if home else None)
@@ -197,6 +203,8 @@ class Detector:
             if alone:  # no other step of the lane (a parallel task) is running: strays are strays
                 await asyncio.shield(asyncio.to_thread(self._kill_strays, lane, window.start))
             ended = self._close(window)
+            if home is not None:
+                await asyncio.shield(asyncio.to_thread(self.check_git_dir, home, lane, window.start))
             await asyncio.shield(asyncio.to_thread(self._after_step, lane, home if own_home else None, ended))
             self._want_checkout(ended)
             await asyncio.shield(self._check_epic_if_quiet(ended))
@@ -241,7 +249,9 @@ class Detector:
     # -- verdicts -------------------------------------------------------------------------------
     def _settle(self, change: Change, since: float, restore: Callable[[], bool]) -> Verdict:
         """Judge a change and carry out the verdict; returns it (Foreign: take it as it is now)."""
-        verdict = judge(change, self.windows, since=since, now=time.time())
+        return self._carry_out(change, judge(change, self.windows, since=since, now=time.time()), restore)
+
+    def _carry_out(self, change: Change, verdict: Verdict, restore: Callable[[], bool]) -> Verdict:
         if isinstance(verdict, Foreign):
             return verdict
         if isinstance(verdict, Unsure):
@@ -487,6 +497,30 @@ class Detector:
             self.pending.setdefault(lanes[0], []).append((change, done))
 
     # -- lane worktrees ------------------------------------------------------------------------
+    def check_git_dir(self, wt: Path, lane: str, since: float) -> None:
+        """The git admin files of `wt`, where `lane`'s processes ran (flowd/vcs/admin.py): put
+        back at once, whoever wrote them (flowd's own git must never follow them), then blamed:
+        on `lane` when confinement enforces (no other lane can write there), else by when."""
+        confined = current()
+        sealed = confined is not None and confined.enforcing
+        with self._lock:
+            for problem in check_admin(self.common_dir, wt, self._lane_head(wt)):
+                change = Change(str(problem.path), "gitDir", problem.at, problem.put_back)
+                now = time.time()
+                verdict = judge_own(change, lane, self.windows, sealed=sealed, since=since, now=now)
+                self._carry_out(change, verdict, lambda done=problem.put_back: done)
+
+    def _lane_head(self, wt: Path) -> str | None:
+        """What the HEAD of a lane worktree of this epic says when it names a branch: its own."""
+        if wt.parent != self.worktree_root / self.epic_id:
+            return None  # a merge-train candidate, a spare: detached
+        if wt.name == layout.EPIC_LANE:
+            return f"ref: refs/heads/{layout.epic_branch(self.epic_id)}"
+        story, task, index = wt.name.partition(layout.TASK_WORKTREE)
+        if task and index.isdigit():
+            return f"ref: refs/heads/{layout.task_branch(self.epic_id, story, int(index))}"
+        return f"ref: refs/heads/{layout.story_branch(self.epic_id, wt.name)}"
+
     def snapshot(self, wt: Path, entries: dict[str, Entry] | None = None) -> dict[str, Entry] | None:
         """Fingerprint a lane worktree as its step leaves it (`entries`: its status, if just read)."""
         entries = status(wt) if entries is None else entries
@@ -640,15 +674,9 @@ def _listing(folder: Path) -> set[str]:
 
 
 def admin_dir(wt: Path) -> Path | None:
-    """A linked worktree's private git dir, from its `.git` file."""
-    try:
-        text = (wt / ".git").read_text(encoding="utf-8").strip()
-    except OSError:
-        return None
-    if not text.startswith("gitdir:"):
-        return None
-    path = Path(text.removeprefix("gitdir:").strip())
-    return path if path.is_absolute() else (wt / path).resolve()
+    """A linked worktree's private git dir, as flowd pins it (never where its `.git` file
+    points: flowd/vcs/gitcli.py)."""
+    return private_git_dir(wt)
 
 
 def _rel_inside(path: Path, root: Path) -> str | None:

@@ -36,21 +36,24 @@ class AdminProblem:
     path: Path
     why: str
     put_back: bool
+    at: float | None = None  # when it was written (its mtime before flowd put it back)
 
 
 def check_admin(common_dir: Path, wt: Path, head: str | None = None) -> list[AdminProblem]:
     """Check (and put back) the admin files of the linked worktree `wt` of the repository whose
-    common dir is `common_dir`. `head`: what its `HEAD` must say (`ref: refs/heads/…` or a
-    commit), when the caller knows. Empty: all is as flowd left it (or `wt` is not one of the
+    common dir is `common_dir`. `head`: what its `HEAD` must say when it names a branch
+    (`ref: refs/heads/…`, the lane's own), when the caller knows; without it any of flowd's
+    branches will do. A detached `HEAD` is always the lane's business (a rebase, a bisect). Empty: all is as flowd left it (or `wt` is not one of the
     repository's worktrees)."""
     real = Path(os.path.realpath(wt))
     try:
         admin = admin_of(common_dir, real)
     except GitDirChanged as exc:
-        return [AdminProblem(real / ".git", str(exc), False)]
+        return [AdminProblem(real / ".git", str(exc), False, _mtime(real / ".git"))]
     if admin is None:
         if os.path.lexists(real / ".git") and not (real / ".git").is_dir():
-            return [AdminProblem(real / ".git", "no admin dir of the repository names this worktree", False)]
+            why = "no admin dir of the repository names this worktree"
+            return [AdminProblem(real / ".git", why, False, _mtime(real / ".git"))]
         return []
     found: list[AdminProblem] = []
     want = {
@@ -60,11 +63,19 @@ def check_admin(common_dir: Path, wt: Path, head: str | None = None) -> list[Adm
     }
     for path, text in want.items():
         if _says(path) != text.strip():
-            found.append(AdminProblem(path, "names another git dir", _write(path, text)))
+            at = _mtime(path)
+            found.append(AdminProblem(path, "names another git dir", _write(path, text), at))
     found += _check_head(admin, head)
     found += _check_links(admin)
     found += _check_worktree_config(admin)
     return found
+
+
+def _mtime(path: Path) -> float | None:
+    try:
+        return os.lstat(path).st_mtime
+    except OSError:
+        return None
 
 
 def _says(path: Path) -> str | None:
@@ -101,15 +112,15 @@ def _check_head(admin: Path, head: str | None) -> list[AdminProblem]:
     now = _says(path)
     if now is None and not os.path.lexists(path):
         return []
-    good = now is not None and (
-        (now.startswith("ref: ") and now[5:].startswith(OWN_BRANCHES) and ".." not in now)
-        or (not now.startswith("ref:") and len(now) in (40, 64) and all(c in "0123456789abcdef" for c in now))
-    )
-    if good and (head is None or now == head.strip()):
-        return []
-    if head is None:
-        return [AdminProblem(path, "names a branch that is not the lane's", False)]
-    return [AdminProblem(path, "names a branch that is not the lane's", _write(path, head.strip() + "\n"))]
+    detached = now is not None and len(now) in (40, 64) and all(c in "0123456789abcdef" for c in now)
+    if head is not None:
+        good = detached or now == head.strip()
+    else:
+        good = detached or (now is not None and now.startswith("ref: ") and now[5:].startswith(OWN_BRANCHES))
+    if good:
+        return []  # the lane's own branch or a detached commit (a rebase, a bisect): its business
+    at, why = _mtime(path), "names a branch that is not the lane's"
+    return [AdminProblem(path, why, head is not None and _write(path, head.strip() + "\n"), at)]
 
 
 def _check_links(admin: Path) -> list[AdminProblem]:
@@ -122,13 +133,14 @@ def _check_links(admin: Path) -> list[AdminProblem]:
         except OSError:
             continue
         if stat.S_ISLNK(st.st_mode):
+            at = st.st_mtime
             with contextlib.suppress(OSError):
                 os.unlink(path)
             index = path == admin / "index"
             done = not os.path.lexists(path) and (not index or _rebuild_index(admin))
-            found.append(AdminProblem(path, "is a link", done))
+            found.append(AdminProblem(path, "is a link", done, at))
         elif stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
-            found.append(AdminProblem(path, "is a hard link to another file", _unshare(path)))
+            found.append(AdminProblem(path, "is a hard link to another file", _unshare(path), st.st_ctime))
     return found
 
 
@@ -187,4 +199,5 @@ def _check_worktree_config(admin: Path) -> list[AdminProblem]:
         )
         for section in sorted(sections)
     )
-    return [AdminProblem(path, "holds settings git does not write there", _write(path, text))]
+    at = _mtime(path)
+    return [AdminProblem(path, "holds settings git does not write there", _write(path, text), at)]

@@ -25,7 +25,10 @@ def write_bootstrapped(wt: Path, listed: Iterable[str]) -> None:
         return
     target = private / _BOOTSTRAPPED
     tmp = target.with_name(f".{_BOOTSTRAPPED}.{os.getpid()}.tmp")
-    tmp.write_text("".join(f"{p}\0" for p in sorted(listed)), encoding="utf-8", errors="surrogateescape")
+    tmp.unlink(missing_ok=True)  # the admin dir is the lane's to write: a link there is not followed
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "w", encoding="utf-8", errors="surrogateescape") as handle:
+        handle.write("".join(f"{p}\0" for p in sorted(listed)))
     os.replace(tmp, target)
 
 

@@ -29,6 +29,7 @@ WHAT_WORDS: dict[str, str] = {
     "otherLane": "another lane's worktree",
     "secret": "a secret",
     "outside": "a place outside its worktree",
+    "gitDir": "its worktree's git admin files, pointing or written outside it",
 }
 
 
@@ -106,6 +107,18 @@ def judge(change: Change, windows: list[Window], *, since: float, now: float) ->
     if len(lanes) == 1:
         return Blame(lanes[0], action)
     return Unsure(lanes, action)
+
+
+def judge_own(
+    change: Change, lane: str, windows: list[Window], *, sealed: bool, since: float, now: float
+) -> Verdict:
+    """A change to the git admin files of a worktree whose processes were `lane`'s (LaneEscape
+    `gitDir`; flowd's own writes there are never judged). `sealed`: confinement enforces, and no
+    other lane's process can write there: it is `lane`'s doing, whoever else was running. Without
+    it, by when, as any change."""
+    if sealed:
+        return Blame(lane, "undone" if change.restorable else "reported")
+    return judge(change, windows, since=since, now=now)
 
 
 def sentence(lane: str, change: Change, action: EscapeAction, more: int = 0) -> str:
