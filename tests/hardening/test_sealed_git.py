@@ -50,8 +50,6 @@ def test_a_lanes_rewritten_git_dir_runs_nothing_and_is_put_back(tmp_path: Path, 
 
     assert not marker.exists(), "flowd's own git ran the lane's core.fsmonitor"
     escapes = [e.event for e in sc.events(result.run_id) if isinstance(e.event, LaneEscape)]
-    admin = repo / ".git" / "worktrees" / "x"
-    path = admin / "commondir" if kind == "commondir" else sc.worktree_root / "ep" / "x" / ".git"
     wt = sc.worktree_root / "ep" / "x"
     name = "commondir" if kind == "commondir" else ".git"
     hits = [e for e in escapes if Path(e.path).name == name]
