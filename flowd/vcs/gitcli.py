@@ -184,7 +184,8 @@ def pin_of(cwd: Path) -> Pin | None:
         admin = admin_of(common, Path(real))
         if admin is not None:
             return Pin(admin, common, Path(real))
-    if first or real in _ADMINS:
+    known = _ADMINS.get(real)
+    if first or (known is not None and known.parent.parent in _REPOS):
         raise GitDirChanged(
             f"the git admin files of the worktree {real} do not name it any more (gitDir); "
             "flowd runs no git there until they are put back"

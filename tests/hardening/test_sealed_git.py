@@ -58,7 +58,9 @@ def test_a_lanes_rewritten_git_dir_runs_nothing_and_is_put_back(tmp_path: Path, 
     lanes = result.view.lanes
     assert lanes["x"].status == "failed"
     reason = lanes["x"].reason or ""
-    assert reason.startswith(f"story 'x' wrote past its lane: it changed {hits[0].path} (its worktree's git admin")
+    assert reason.startswith(
+        f"story 'x' wrote past its lane: it changed {hits[0].path} (its worktree's git admin"
+    )
     assert lanes["v"].status == "done"
     assert "src/v/v.py" in git(repo, "ls-tree", "-r", "--name-only", "epic/ep")
     if wt.exists():  # a failed story's worktree is kept: its admin files say what git wrote
