@@ -508,7 +508,7 @@ class Detector:
                 change = Change(str(problem.path), "gitDir", problem.at, problem.put_back)
                 now = time.time()
                 verdict = judge_own(change, lane, self.windows, sealed=sealed, since=since, now=now)
-                self._carry_out(change, verdict, lambda done=problem.put_back: done)
+                self._carry_out(change, verdict, partial(bool, problem.put_back))  # put back already
 
     def _lane_head(self, wt: Path) -> str | None:
         """What the HEAD of a lane worktree of this epic says when it names a branch: its own."""
