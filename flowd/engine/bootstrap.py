@@ -94,9 +94,12 @@ def bootstrap_files(repo: Repo, settings: Settings, worktree: Path) -> Copied:
     if not include.is_file():
         return Copied()
     wanted = repo.ignored_matching(include)
-    # Ignored there too, or a later `git add -A` would commit it (its .gitignore differs).
-    ignored_there = repo.ignored_among(worktree, wanted)
     copier = _Copier(repo.root, worktree)
+    # A folder that leads out of the worktree (a link a lane left there) is never copied into,
+    # and git is not asked about what lies beyond it (it refuses the whole question).
+    astray = {rel for rel in wanted if not copier.parent_ok(os.path.dirname(os.path.join(copier.dest, rel)))}
+    # Ignored there too, or a later `git add -A` would commit it (its .gitignore differs).
+    ignored_there = repo.ignored_among(worktree, [rel for rel in wanted if rel not in astray]) | astray
     eligible = [rel for rel in wanted if rel in ignored_there]
     outcome = {rel: copier.copy_one(rel) for rel in eligible}
     out = Copied()
@@ -134,14 +137,14 @@ class _Copier:
         self.clones: bool | None = None  # unknown until the first file is copied
         self._inside: dict[str, bool] = {}
         self._made: set[str] = set()
-        self._src, self._dest = str(src_root), str(worktree)
+        self._src, self.dest = str(src_root), str(worktree)
 
     def copy_one(self, rel: str) -> str | None:
         """Copy one file (None), or say why not. A file the worktree already has identical is kept."""
         # Plain strings, not Path objects: on a 20,000-file tree their making shows in the time.
-        src, dest = os.path.join(self._src, rel), os.path.join(self._dest, rel)
+        src, dest = os.path.join(self._src, rel), os.path.join(self.dest, rel)
         parent = os.path.dirname(dest)
-        if not self._parent_ok(parent):
+        if not self.parent_ok(parent):
             return "its folder in the worktree leads outside the worktree"
         there = _lstat(dest)
         if there is not None and stat.S_ISDIR(there.st_mode):
@@ -161,7 +164,7 @@ class _Copier:
             return f"could not copy: {exc.strerror or exc}"
         return None
 
-    def _parent_ok(self, parent: str) -> bool:
+    def parent_ok(self, parent: str) -> bool:
         known = self._inside.get(parent)
         if known is None:
             known = self._inside[parent] = _inside(Path(parent), self.worktree)
@@ -191,7 +194,12 @@ class _Copier:
         source = os.open(src, os.O_RDONLY | os.O_CLOEXEC)
         try:
             st = os.fstat(source)
-            out = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+            # A new file of flowd's own: a link a lane planted at the temp name is removed, never
+            # followed (the rename below replaces one at `dest` the same way: docs/sandbox.md).
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(temp)
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+            out = os.open(temp, flags, 0o600)
             try:
                 self._fill(source, out, st.st_size)
                 _copy_xattrs(source, out)

@@ -106,3 +106,29 @@ def test_a_worktree_on_another_file_system_gets_plain_copies(tmp_path: Path) -> 
             _check_copies(repo, wt, ALL)
         finally:
             repo.worktree_remove(wt, force=True)
+
+
+@pytest.mark.parametrize("where", ["dest", "temp", "folder"])
+def test_a_link_planted_in_the_worktree_is_never_written_through(tmp_path: Path, where: str) -> None:
+    """A lane (a spare's last one, or a resumed story's) planted a link where flowd copies a
+    `.worktreeinclude` file: at the file, at flowd's temp name beside it, or as its folder. The
+    user's file it points at is never written (docs/sandbox.md "flowd's own git")."""
+    repo, wt = _repo(tmp_path)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("the user's\n")
+    if where == "dest":
+        (wt / ".env").symlink_to(victim)
+    elif where == "temp":
+        (wt / "..env.flowd-copy").symlink_to(victim)
+    else:
+        outside = tmp_path / "outside"
+        outside.mkdir()
+        (wt / "node_modules").symlink_to(outside)
+    copied = bootstrap_files(repo, Settings(), wt)
+    assert victim.read_text() == "the user's\n"
+    if where == "folder":
+        assert list((tmp_path / "outside").iterdir()) == []
+        assert [rel for rel, _ in copied.skipped] == ALL[1:]
+    else:
+        assert not (wt / ".env").is_symlink() and (wt / ".env").read_text() == "TOKEN=1\n"
+        assert not os.path.lexists(wt / "..env.flowd-copy")
