@@ -34,7 +34,7 @@ from flowd.events.model import Event, Info
 from flowd.trace.log import pid_alive
 from flowd.vcs import sparse
 from flowd.vcs.bootstrapped import bootstrapped
-from flowd.vcs.gitcli import private_git_dir
+from flowd.vcs.gitcli import named_by_dotgit, private_git_dir
 from flowd.vcs.gitops import Repo
 from flowd.vcs.submodules import has_submodules
 
@@ -104,7 +104,7 @@ class Spares:
         """Take a kept spare into this run's pool (one move). Another run starting at the same
         moment may take it first: its move wins and ours fails, leaving the spare to it."""
         if os.path.realpath(entry) not in known:
-            gitdir = private_git_dir(entry)
+            gitdir = named_by_dotgit(str(entry))  # data: git's record of it points elsewhere now
             ours = os.path.realpath(self.repo.common_dir / "worktrees")
             if gitdir is not None and os.path.realpath(gitdir.parent) == ours:
                 to_trash(self.lanes, entry)  # ours, but a move killed half-way: git lost it
@@ -332,13 +332,29 @@ def reap(lanes: Path) -> None:
     for entry in sorted(trash.iterdir()):
         # A worktree, or a merge train slot `w<n>` holding one (`w<n>/_epic`).
         held = [entry, *(p for p in entry.iterdir() if p.is_dir())] if entry.is_dir() else []
-        admins = [a for a in map(private_git_dir, held) if a is not None]
+        admins = [a for a in (_trashed_admin(lanes, wt) for wt in held) if a is not None]
         shutil.rmtree(entry, ignore_errors=True)
         for admin in admins:
-            if admin.parent.name == "worktrees" and not _in_use(admin):
+            if not _in_use(admin):
                 shutil.rmtree(admin, ignore_errors=True)
     with contextlib.suppress(OSError):
         trash.rmdir()
+
+
+def _trashed_admin(lanes: Path, wt: Path) -> Path | None:
+    """The private git dir of the trashed worktree `wt`, only when it is one flowd made: a real
+    folder `<git dir>/worktrees/<id>` whose own `gitdir` file names a place under the worktree root.
+    The `.git` file was the lane's to write: one pointing at any other folder called `worktrees/…`
+    (the user's) must not make flowd delete it (docs/sandbox.md "flowd's own git")."""
+    admin = named_by_dotgit(str(wt))  # data, checked below (git's record points elsewhere now)
+    if admin is None or admin.parent.name != "worktrees" or admin.is_symlink() or not admin.is_dir():
+        return None
+    try:
+        named = admin.joinpath("gitdir").read_text(encoding="utf-8").strip()
+    except OSError:
+        return None
+    root = os.path.realpath(lanes.parent)
+    return admin if named.startswith(root.rstrip(os.sep) + os.sep) else None
 
 
 def _in_use(admin: Path) -> bool:

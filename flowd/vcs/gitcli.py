@@ -118,7 +118,7 @@ def _claims(admin: Path, dotgit: str) -> bool:
         return False
 
 
-def _named_by_dotgit(wt: str) -> Path | None:
+def named_by_dotgit(wt: str) -> Path | None:
     """Where the worktree's `.git` file points: a hint and a tiebreak only, never the answer."""
     try:
         with open(os.path.join(wt, ".git"), encoding="utf-8", errors="surrogateescape") as handle:
@@ -150,7 +150,7 @@ def admin_of(common_dir: Path, wt: Path) -> Path | None:
         names = []
     found = [common_dir / "worktrees" / n for n in names if _claims(common_dir / "worktrees" / n, dotgit)]
     if len(found) > 1:
-        named = _named_by_dotgit(real)
+        named = named_by_dotgit(real)
         found = [a for a in found if a == known] or [a for a in found if a == named]
         if len(found) != 1:
             raise GitDirChanged(
@@ -178,7 +178,7 @@ def pin_of(cwd: Path) -> Pin | None:
             return Pin(git_dir, common, root)
     if not repos or not os.path.isfile(os.path.join(real, ".git")):
         return None
-    named = _named_by_dotgit(real)
+    named = named_by_dotgit(real)
     first = [r for r in repos if named is not None and named.parent.parent == r[0]]
     for common, _ in first + [r for r in repos if r not in first]:
         admin = admin_of(common, Path(real))

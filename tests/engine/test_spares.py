@@ -445,3 +445,22 @@ def test_a_kept_spares_index_is_written_after_its_files(tmp_path: Path) -> None:
         index = int((admin / "index").stat().st_mtime)
         files = [p for p in spare.rglob("*") if p.is_file() and p.name != ".git"]
         assert files and all(int(p.stat().st_mtime) < index for p in files), spare
+
+
+def test_emptying_the_trash_deletes_no_folder_a_lanes_git_file_names(tmp_path: Path) -> None:
+    """A lane rewrote its worktree's `.git` to name a folder of the user's called `worktrees/…`:
+    the trash is emptied, that folder stays (docs/sandbox.md "flowd's own git")."""
+    repo = _repo(tmp_path)
+    lanes = tmp_path / "repo.flowd" / "ep"
+    spares = Spares(repo, lanes)
+    wt = lanes / "a"
+    spares.take(wt, "story/ep/a", "main")
+    precious = tmp_path / "projects" / "worktrees" / "precious"
+    precious.mkdir(parents=True)
+    (precious / "notes.txt").write_text("the user's\n", encoding="utf-8")
+    (wt / ".git").write_text(f"gitdir: {precious}\n", encoding="utf-8")
+    (lanes / TRASH_DIR).mkdir(parents=True, exist_ok=True)
+    os.rename(wt, lanes / TRASH_DIR / "a")
+    reap(lanes)
+    assert (precious / "notes.txt").read_text(encoding="utf-8") == "the user's\n"
+    assert not (lanes / TRASH_DIR).exists()
