@@ -36,6 +36,7 @@ from flowd.engine.core.escape import (
     Unsure,
     Verdict,
     Window,
+    flowds_own,
     holds_secret,
     judge,
     judge_own,
@@ -75,7 +76,7 @@ from flowd.events.model import EscapeAction, Event, Info, LaneEscape
 from flowd.programs.state_dirs import every_state_root
 from flowd.sandbox.confine import current
 from flowd.vcs.admin import check_admin
-from flowd.vcs.gitcli import private_git_dir
+from flowd.vcs.gitcli import own_git_runs, private_git_dir
 
 log = logging.getLogger(__name__)
 
@@ -569,6 +570,7 @@ class Detector:
         entries = status(wt)
         if entries is None:
             return
+        ours = own_git_runs(wt)
         with self._lock:
             self._check_admin_head(lane, wt, snap)
             for rel, entry in sorted(entries.items()):
@@ -576,6 +578,8 @@ class Detector:
                     continue
                 path = wt / rel
                 at = entry.mtime_ns / 1e9 if entry.mtime_ns is not None else changed_at(path, MISSING)
+                if flowds_own(at, ours):
+                    continue  # flowd's own git wrote it (a catch-up merge's conflict, a rollback)
                 change = Change(str(path), "otherLane", at, rel not in snap.entries, owner=lane, home=str(wt))
                 verdict = self._settle(change, snap.taken, partial(put_worktree_path_back, wt, rel, entry))
                 if not isinstance(verdict, Foreign) and verdict.action == "undone":

@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -242,11 +243,13 @@ def run_git(
     env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """Run git in `cwd`; a non-accepted exit raises GitError("<what>: <git's reason>")."""
+    pin = pin_of(cwd)
+    began = time.time()
     try:
         proc = subprocess.run(
             ["git", *args],
             cwd=cwd,
-            env=git_env(env, pin_of(cwd)),
+            env=git_env(env, pin),
             capture_output=True,
             text=True,
             encoding="utf-8",
@@ -258,9 +261,31 @@ def run_git(
         if not cwd.is_dir():
             raise GitError(f"{what}: the directory {cwd} does not exist") from exc
         raise InputError("git is not installed or not on PATH; install git and try again") from exc
+    finally:
+        if pin is not None:
+            _note_own(str(pin.work_tree), began, time.time())
     if proc.returncode not in ok_codes:
         raise GitError(f"{what}: {git_reason(proc)}", detail=(proc.stderr + proc.stdout).strip())
     return proc
+
+
+# When flowd's own git commands ran in each work tree (the latest few): detection takes what
+# they wrote for flowd's, never a lane's (docs/sandbox-detection.md "Who is blamed").
+_OWN_RUNS: dict[str, list[tuple[float, float]]] = {}
+_OWN_KEPT = 64
+
+
+def _note_own(work_tree: str, began: float, ended: float) -> None:
+    with _PIN_GUARD:
+        runs = _OWN_RUNS.setdefault(work_tree, [])
+        runs.append((began, ended))
+        del runs[:-_OWN_KEPT]
+
+
+def own_git_runs(work_tree: Path) -> list[tuple[float, float]]:
+    """(start, end) of flowd's own latest git commands in `work_tree`, oldest first."""
+    with _PIN_GUARD:
+        return list(_OWN_RUNS.get(os.path.realpath(work_tree), ()))
 
 
 def split_z(out: str) -> list[str]:

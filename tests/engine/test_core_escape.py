@@ -12,8 +12,10 @@ from flowd.engine.core.escape import (
     Unsure,
     Verdict,
     Window,
+    flowds_own,
     holds_secret,
     judge,
+    judge_own,
     sentence,
     what_of,
 )
@@ -122,3 +124,24 @@ def test_the_sentence_names_the_story_the_path_and_what_was_done() -> None:
 )
 def test_private_keys_are_secrets(head: bytes, secret: bool) -> None:
     assert holds_secret(head) is secret
+
+
+@pytest.mark.parametrize(
+    ("at", "runs", "ours"),
+    [
+        (10.0, [(9.0, 11.0)], True),
+        (11.01, [(9.0, 11.0)], True),  # the coarse clock's slack
+        (11.5, [(9.0, 11.0)], False),
+        (None, [(9.0, 11.0)], False),  # no time: not known to be flowd's
+        (10.0, [], False),
+    ],
+)
+def test_flowds_own_git_runs(at: float | None, runs: list[tuple[float, float]], ours: bool) -> None:
+    assert flowds_own(at, runs) is ours
+
+
+def test_a_lanes_own_git_dir_under_enforce_is_its_own_doing_whoever_ran_beside() -> None:
+    change = Change("/c/.git/worktrees/x/commondir", "gitDir", 5.0, True)
+    windows = [Window("x", 0.0, 10.0), Window("v", 0.0, 10.0)]
+    assert judge_own(change, "x", windows, sealed=True, since=0.0, now=11.0) == Blame("x", "undone")
+    assert isinstance(judge_own(change, "x", windows, sealed=False, since=0.0, now=11.0), Unsure)

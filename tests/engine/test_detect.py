@@ -308,3 +308,33 @@ def test_a_scan_of_the_checkout_nobody_waits_for_rests_and_a_merge_waiting_ends_
 
     asyncio.run(steps())
     assert events == []
+
+
+def test_what_flowds_own_git_writes_in_a_lanes_worktree_is_blamed_on_no_lane(tmp_path: Path) -> None:
+    """flowd's own git writes a quiet lane's files (a catch-up merge, a rollback) while another
+    lane's turn runs: that lane is not blamed (docs/sandbox-detection.md "Who is blamed")."""
+    from flowd.vcs.gitcli import run_git
+    from flowd.vcs.gitops import Repo
+
+    detector, events, wt = _detector(tmp_path)
+    repo = tmp_path / "repo"
+    Repo(repo)  # the repository flowd works on: its git there is pinned, and noted
+    victim = tmp_path / "repo.flowd" / "ep" / "b"
+    _git(repo, "worktree", "add", "-q", "-b", "story/ep/b", str(victim), "epic/ep")
+    _git(repo, "checkout", "-q", "-b", "newer")
+    (repo / "README.md").write_text("# newer\n")
+    _git(repo, "commit", "-qam", "newer")
+    _git(repo, "checkout", "-q", "main")
+
+    async def steps() -> None:
+        async with detector.step("b", victim):
+            (victim / "own.txt").write_text("b's own work\n")
+        async with detector.step("a", wt):
+            run_git(victim, ["checkout", "newer", "--", "README.md"], "flowd's own write")
+        async with detector.step("b", victim):
+            pass
+
+    asyncio.run(steps())
+    detector.raise_pending("a")  # nothing: flowd wrote it
+    assert [e for e in events if isinstance(e, LaneEscape)] == []
+    assert (victim / "README.md").read_text() == "# newer\n"

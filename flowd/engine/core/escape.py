@@ -99,6 +99,12 @@ def suspects(change: Change, windows: list[Window], *, since: float, now: float)
     return tuple(sorted(found))
 
 
+def flowds_own(at: float | None, runs: list[tuple[float, float]]) -> bool:
+    """Whether a change made at `at` lies within one of flowd's own git commands in that
+    worktree (`runs`: their starts and ends): flowd's write, blamed on no lane."""
+    return at is not None and any(start - SLACK_S <= at <= end + SLACK_S for start, end in runs)
+
+
 def judge(change: Change, windows: list[Window], *, since: float, now: float) -> Verdict:
     lanes = suspects(change, windows, since=since, now=now)
     action: EscapeAction = "undone" if change.restorable else "reported"
