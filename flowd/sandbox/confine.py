@@ -26,6 +26,7 @@ from flowd.programs.state_dirs import lane_caches, state_paths
 from flowd.sandbox import landlock, sockets
 from flowd.sandbox.bind import binder
 from flowd.sandbox.policy import LanePlaces, Protected, read_rules, secret_paths, what_is, write_rules
+from flowd.vcs.gitcli import GitDirChanged, admin_of
 
 Report = Callable[[str, str, str, str], None]  # (lane, path, what, by whom): a refusal the OS made
 
@@ -215,16 +216,13 @@ class Confinement:
         return cache
 
     def _admin_dir(self, top: Path) -> Path | None:
-        """The worktree's private git dir, only if it is one of this repository's (the `.git`
-        file is the lane's to write: a pointer elsewhere must not widen what it may write)."""
+        """The worktree's private git dir, found from the repository's side (the admin dir whose
+        `gitdir` names it: flowd/vcs/gitcli.py): the `.git` file is the lane's to write, and a
+        pointer at another lane's admin dir must not widen what it may write."""
         try:
-            text = (top / ".git").read_text(encoding="utf-8").strip()
-        except OSError:
+            return admin_of(self.common_dir, top)
+        except GitDirChanged:
             return None
-        if not text.startswith("gitdir:"):
-            return None
-        admin = Path(os.path.realpath(top / text.removeprefix("gitdir:").strip()))
-        return admin if admin.parent == self.common_dir / "worktrees" else None
 
     def _own_ref(self, admin: Path) -> tuple[Path | None, Path | None]:
         """The story branch's directory of refs (locks are made there) and its reflog."""

@@ -240,3 +240,17 @@ def test_a_reused_worktree_is_confined_to_its_new_lane_only(lane: Path) -> None:
     assert not (lane / "INTRUDER.txt").exists(), out
     log = subprocess.run(["git", "log", "--format=%s", "-1", "story/ep/b"], cwd=repo.root, capture_output=True, text=True)  # fmt: skip
     assert log.stdout.strip() == "own"
+
+
+def test_a_git_file_naming_another_lanes_admin_dir_widens_nothing(lane: Path) -> None:
+    """The lane's `.git` file is the lane's to write: pointed at another lane's admin dir, its
+    next process still may write only its own (found from the repository's side)."""
+    repo = lane.parents[2] / "repo"
+    other = lane.parent / "b"
+    subprocess.run(["git", "worktree", "add", "-q", "-b", "story/ep/b", str(other)], cwd=repo, check=True)
+    victim = repo / ".git" / "worktrees" / "b"
+    (lane / ".git").write_text(f"gitdir: {victim}\n", encoding="utf-8")
+    c = _confinement(lane)
+    out = _sh(c, lane, f"echo x > {victim}/planted; echo x > $TMPDIR/own && echo OWN")
+    assert not (victim / "planted").exists(), out
+    assert "OWN" in out and (repo / ".git" / "worktrees" / "a" / "flowd-tmp" / "own").exists()
