@@ -229,3 +229,48 @@ def test_the_checkout_itself_is_pinned(lane) -> None:
     pin = pin_of(repo.root)
     assert pin is not None and pin.work_tree == repo.root and pin.git_dir == repo.git_dir
     assert os.path.samefile(pin.common_dir, repo.common_dir)
+
+
+def test_a_signature_check_on_merge_runs_no_gpg_program(lane, tmp_path: Path) -> None:
+    """`merge.verifySignatures` in the repository's config would hand the merged commit (a lane's)
+    to `gpg.program`: flowd's merges never check."""
+    repo, wt, _admin = lane
+    command, marker = marker_command(tmp_path)
+    script = tmp_path / "prog.sh"
+    script.write_text(f"#!/bin/sh\n{command}\n")
+    script.chmod(0o755)
+    other = repo.worktree_add(tmp_path / "lanes" / "e" / "s2", "story/e/s2", "main")
+    signed_commit_on_top(other)
+    git(repo.root, "config", "gpg.program", str(script))
+    git(repo.root, "config", "merge.verifySignatures", "true")
+    repo.merge(wt, "story/e/s2", "merge s2")
+    assert not marker.exists()
+    env = {k: v for k, v in git_env().items() if not k.startswith("GIT_CONFIG_")}
+    git(wt, "reset", "-q", "--hard", "HEAD^")
+    subprocess.run(
+        ["git", "merge", "--no-edit", "story/e/s2"], cwd=wt, env=env, capture_output=True, check=False
+    )
+    assert marker.exists()
+
+
+def test_an_ext_url_runs_nothing_even_where_the_config_allows_it(lane, tmp_path: Path) -> None:
+    """`ext::` URLs run a command; a `.gitmodules` is the lane's to write."""
+    repo, wt, _admin = lane
+    _command, marker = marker_command(tmp_path)
+    git(repo.root, "config", "protocol.ext.allow", "always")
+    url = f"ext::sh -c touch% {marker}"
+    proc = run_git(wt, ["ls-remote", url], "ls-remote", ok_codes=range(256))
+    assert proc.returncode != 0 and not marker.exists()
+    env = {k: v for k, v in git_env().items() if not k.startswith("GIT_CONFIG_")}
+    subprocess.run(["git", "ls-remote", url], cwd=wt, env=env, capture_output=True, check=False)
+    assert marker.exists()
+
+
+def test_flowds_git_ignores_an_object_store_its_environment_names(lane, tmp_path: Path, monkeypatch) -> None:
+    repo, wt, _admin = lane
+    elsewhere = tmp_path / "objects-elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.setenv("GIT_OBJECT_DIRECTORY", str(elsewhere))
+    (wt / "f.txt").write_text("work\n")
+    repo.commit_all(wt, "work")
+    assert list(elsewhere.iterdir()) == []

@@ -21,8 +21,19 @@ from flowd.base.errors import EXIT_FAILED, FlowdError, InputError
 
 FLOW_DIR = ".flow/"
 
-# Variables that would point git at another repository or index than the one we name.
-_LEAKY_ENV = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_COMMON_DIR", "GIT_PREFIX")
+# Variables that would point git at another repository, index or object store than the one we
+# name (a flowd started from a git hook, or from a lane's process, inherits them).
+_LEAKY_ENV = (
+    "GIT_DIR",
+    "GIT_WORK_TREE",
+    "GIT_INDEX_FILE",
+    "GIT_COMMON_DIR",
+    "GIT_PREFIX",
+    "GIT_OBJECT_DIRECTORY",
+    "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+    "GIT_QUARANTINE_PATH",
+    "GIT_NAMESPACE",
+)
 
 # Parsable messages ("nothing to commit", "Already up to date"), never a prompt, an editor or a
 # pager (docs/sandbox.md "flowd's own git").
