@@ -140,7 +140,7 @@ def test_worktree_config_with_an_include_is_cut_back_to_gits_own(lane, tmp_path:
     subprocess.run(["git", "reset", "-q"], cwd=wt, env=git_env(), capture_output=True, check=False)
     problems = check_admin(repo.common_dir, wt)
     assert [(p.path.name, p.put_back) for p in problems] == [("config.worktree", True)]
-    assert (admin / "config.worktree").read_text() == "[core]\n\tsparsecheckout = false\n"
+    assert (admin / "config.worktree").read_text() == '[core]\n\tsparsecheckout = "false"\n'
     repo.commit_all(wt, "work")
     assert not marker.exists()
 
@@ -274,3 +274,40 @@ def test_flowds_git_ignores_an_object_store_its_environment_names(lane, tmp_path
     (wt / "f.txt").write_text("work\n")
     repo.commit_all(wt, "work")
     assert list(elsewhere.iterdir()) == []
+
+
+def test_a_submodules_git_dir_and_config_are_checked_too(tmp_path: Path) -> None:
+    """A submodule's git dir lives in the lane's admin dir (`modules/<name>`), its `config` too,
+    and flowd's own git runs in the submodule (a reused worktree's scrub, `git status` looking
+    in): a filter driver planted there, or the submodule's `.git` pointed at another git dir,
+    is cut back before flowd's git could run it."""
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    git(sub, "init", "-q", "-b", "main")
+    (sub / "u.txt").write_text("u\n")
+    git(sub, "add", "-A")
+    git(sub, "commit", "-q", "-m", "u")
+    root = make_repo(tmp_path / "repo")
+    git(root, "-c", "protocol.file.allow=always", "submodule", "add", "-q", str(sub), "libs/sub")
+    git(root, "commit", "-q", "-m", "sub")
+    repo = Repo(root)
+    wt = repo.worktree_add(tmp_path / "lanes" / "e" / "s1", "story/e/s1", "main")
+    admin = repo.common_dir / "worktrees" / "s1"
+    module = admin / "modules" / "libs" / "sub"
+    assert (module / "config").is_file()
+    command, marker = marker_command(tmp_path)
+    with (module / "config").open("a") as handle:
+        handle.write(f'[filter "evil"]\n\tclean = {command}\n\tsmudge = {command}\n')
+    (wt / "libs" / "sub" / ".gitattributes").write_text("*.txt filter=evil\n")
+    (wt / "libs" / "sub" / "u.txt").write_text("changed\n")
+    elsewhere = tmp_path / "elsewhere-git"
+    shutil.copytree(module, elsewhere, symlinks=True)
+    (wt / "libs" / "sub" / ".git").write_text(f"gitdir: {elsewhere}\n")
+    problems = check_admin(repo.common_dir, wt)
+    assert sorted((p.path.name, p.put_back) for p in problems) == [(".git", True), ("config", True)]
+    assert "evil" not in (module / "config").read_text()
+    assert "worktree" in (module / "config").read_text() and "url" in (module / "config").read_text()
+    run_git(wt / "libs" / "sub", ["add", "-A"], "add in the submodule")
+    run_git(wt / "libs" / "sub", ["status", "--porcelain"], "status in the submodule")
+    assert not marker.exists()
+    assert check_admin(repo.common_dir, wt) == []

@@ -16,12 +16,24 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from flowd.vcs.gitcli import GitDirChanged, admin_of, run_git
+from flowd.vcs.gitcli import GitDirChanged, GitError, admin_of, run_git
+from flowd.vcs.submodules import gitlinks
 
 # The settings git itself writes to a worktree's `config.worktree` (`git sparse-checkout`, the
 # one flowd uses): any other could start a command from flowd's own git (`core.fsmonitor` is
 # sealed, but `include.path`, a filter or diff driver, a new setting of a later git are not all).
 WORKTREE_CONFIG_KEYS = frozenset({"core.sparsecheckout", "core.sparsecheckoutcone", "index.sparse"})
+# What git writes to the config of a submodule's git dir (`<admin>/modules/<name>/config`, the
+# lane's to write like the rest of its admin dir): `git submodule update` clones, a sparse one.
+MODULE_CONFIG_KEYS = frozenset(
+    {
+        "core.repositoryformatversion", "core.filemode", "core.bare", "core.logallrefupdates",
+        "core.worktree", "core.ignorecase", "core.precomposeunicode", "core.symlinks",
+        "core.sparsecheckout", "core.sparsecheckoutcone", "index.sparse", "extensions.objectformat",
+    }
+)  # fmt: skip
+MODULE_CONFIG_PATTERNS = (("remote.", (".url", ".fetch")), ("branch.", (".remote", ".merge")),
+                          ("submodule.", (".url", ".active")))  # fmt: skip
 # Branches a lane's HEAD may name: flowd's own (docs/repositories.md "Where things are").
 OWN_BRANCHES = ("refs/heads/story/", "refs/heads/epic/")
 # The lane's own temp dir (its TMPDIR, engine/sandbox) and its submodules' git dirs are not
@@ -68,6 +80,7 @@ def check_admin(common_dir: Path, wt: Path, head: str | None = None) -> list[Adm
     found += _check_head(admin, head)
     found += _check_links(admin)
     found += _check_worktree_config(admin)
+    found += _check_modules(admin, real)
     return found
 
 
@@ -182,22 +195,117 @@ def _check_worktree_config(admin: Path) -> list[AdminProblem]:
     path = admin / "config.worktree"
     if not os.path.lexists(path) or os.path.islink(path):
         return []  # absent, or a link `_check_links` removed
-    # Read by git's own parser, from no repository (the admin dir's `commondir` is the lane's).
+    entries = _config_entries(path)
+    if entries is not None and all(key in WORKTREE_CONFIG_KEYS for key, _ in entries):
+        return []
+    kept = [(key, value) for key, value in entries or [] if key in WORKTREE_CONFIG_KEYS]
+    at = _mtime(path)
+    return [
+        AdminProblem(path, "holds settings git does not write there", _write(path, _config_text(kept)), at)
+    ]
+
+
+def _config_entries(path: Path) -> list[tuple[str, str]] | None:
+    """(key, value) of a config file, read by git's own parser with no include followed, from no
+    repository (an admin dir's `commondir` is the lane's); None when git cannot read it."""
     listed = run_git(
         Path("/"), ["config", "-f", str(path), "--no-includes", "-z", "--list"], "", ok_codes=range(256)
     )
-    entries = [e.partition("\n") for e in listed.stdout.split("\0") if e]
-    if listed.returncode == 0 and all(key.lower() in WORKTREE_CONFIG_KEYS for key, _, _ in entries):
+    if listed.returncode != 0:
+        return None
+    out = []
+    for entry in listed.stdout.split("\0"):
+        if entry:
+            key, _, value = entry.partition("\n")
+            out.append((key.lower() if key.count(".") < 2 else _lower_ends(key), value))
+    return out
+
+
+def _lower_ends(key: str) -> str:
+    """`section.Sub.Section.key` with its section and key in lower case (the subsection keeps its
+    case, as git compares it)."""
+    section, _, rest = key.partition(".")
+    sub, _, name = rest.rpartition(".")
+    return f"{section.lower()}.{sub}.{name.lower()}"
+
+
+def _config_text(entries: list[tuple[str, str]]) -> str:
+    """A config file holding `entries`, one section per section and subsection, values quoted."""
+    sections: dict[str, list[str]] = {}
+    for key, value in entries:
+        section, _, rest = key.partition(".")
+        sub, _, name = rest.rpartition(".")
+        head = f'[{section} "{_quoted_sub(sub)}"]' if sub else f"[{section}]"
+        sections.setdefault(head, []).append(f"\t{name} = {_quoted(value)}\n")
+    return "".join(head + "\n" + "".join(lines) for head, lines in sections.items())
+
+
+def _quoted(value: str) -> str:
+    escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\t", "\\t")
+    return f'"{escaped}"'
+
+
+def _quoted_sub(sub: str) -> str:
+    return sub.replace("\\", "\\\\").replace('"', '\\"')
+
+
+def _module_key_ok(key: str) -> bool:
+    if key in MODULE_CONFIG_KEYS:
+        return True
+    return any(key.startswith(head) and key.endswith(tails) for head, tails in MODULE_CONFIG_PATTERNS)
+
+
+def _check_modules(admin: Path, wt: Path) -> list[AdminProblem]:
+    """The worktree's submodules: each one's `.git` file names its git dir in `<admin>/modules/`,
+    and that git dir's `config` holds only what `git submodule update` writes there (with a
+    `core.worktree` inside the worktree). flowd's own git runs in them (a reuse's scrub)."""
+    modules = admin / "modules"
+    if not modules.is_dir() or modules.is_symlink():
         return []
-    sections = {key.split(".", 1)[0] for key, _, _ in entries if key.lower() in WORKTREE_CONFIG_KEYS}
-    text = "".join(
-        f"[{section}]\n"
-        + "".join(
-            f"\t{key.split('.', 1)[1]} = {value}\n"
-            for key, _, value in entries
-            if key.lower() in WORKTREE_CONFIG_KEYS and key.split(".", 1)[0] == section
-        )
-        for section in sorted(sections)
-    )
+    found: list[AdminProblem] = []
+    for name, rel, _sha in _links(wt):
+        dotgit = wt / rel / ".git"
+        want = modules / name
+        if not os.path.lexists(dotgit) or dotgit.is_dir() or not want.is_dir():
+            continue
+        named = _says(dotgit) or ""
+        target = os.path.realpath(os.path.join(dotgit.parent, named.removeprefix("gitdir:").strip()))
+        if target != os.path.realpath(want):
+            at = _mtime(dotgit)
+            found.append(
+                AdminProblem(dotgit, "names another git dir", _write(dotgit, f"gitdir: {want}\n"), at)
+            )
+    for top, dirs, files in os.walk(modules):  # follows no link to a folder
+        if "config" in files and "HEAD" in files:
+            found += _check_module_config(Path(top) / "config", wt)
+        dirs[:] = [d for d in dirs if d not in ("objects", "refs", "logs")]
+    return found
+
+
+def _links(wt: Path) -> list[tuple[str, str, str]]:
+    try:
+        return gitlinks(wt)
+    except GitError:
+        return []
+
+
+def _check_module_config(path: Path, wt: Path) -> list[AdminProblem]:
+    if os.path.islink(path):
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        return [AdminProblem(path, "is a link", False, None)]
+    entries = _config_entries(path) or []
+
+    def ok(key: str, value: str) -> bool:
+        if key != "core.worktree":
+            return _module_key_ok(key)
+        where = os.path.realpath(os.path.join(path.parent, value))
+        return where == str(wt) or where.startswith(str(wt) + os.sep)
+
+    if all(ok(key, value) for key, value in entries):
+        return []
+    kept = [(key, value) for key, value in entries if ok(key, value)]
     at = _mtime(path)
-    return [AdminProblem(path, "holds settings git does not write there", _write(path, text), at)]
+    return [
+        AdminProblem(path, "holds settings git does not write there", _write(path, _config_text(kept)), at)
+    ]

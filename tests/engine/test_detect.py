@@ -325,6 +325,7 @@ def test_what_flowds_own_git_writes_in_a_lanes_worktree_is_blamed_on_no_lane(tmp
     (repo / "README.md").write_text("# newer\n")
     _git(repo, "commit", "-qam", "newer")
     _git(repo, "checkout", "-q", "main")
+    detector.start()  # the branch made above is the user's, from before the run
 
     async def steps() -> None:
         async with detector.step("b", victim):
