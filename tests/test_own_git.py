@@ -311,3 +311,16 @@ def test_a_submodules_git_dir_and_config_are_checked_too(tmp_path: Path) -> None
     run_git(wt / "libs" / "sub", ["status", "--porcelain"], "status in the submodule")
     assert not marker.exists()
     assert check_admin(repo.common_dir, wt) == []
+
+
+def test_pointers_git_writes_relative_are_the_same_place(lane) -> None:
+    """git 2.48's `worktree.useRelativePaths` writes `.git` and `gitdir` relative: the same place,
+    no `gitDir` problem, still pinned."""
+    repo, wt, admin = lane
+    real = wt.resolve()
+    (real / ".git").write_text(f"gitdir: {os.path.relpath(admin, real)}\n")
+    (admin / "gitdir").write_text(f"{os.path.relpath(real / '.git', admin)}\n")
+    gitcli._ADMINS.clear()
+    assert check_admin(repo.common_dir, wt) == []
+    pin = pin_of(wt)
+    assert pin is not None and pin.git_dir == admin

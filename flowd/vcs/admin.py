@@ -74,7 +74,7 @@ def check_admin(common_dir: Path, wt: Path, head: str | None = None) -> list[Adm
         admin / "commondir": "../..\n",
     }
     for path, text in want.items():
-        if _says(path) != text.strip():
+        if _says(path) != text.strip() and not _same_place(path, text):
             at = _mtime(path)
             found.append(AdminProblem(path, "names another git dir", _write(path, text), at))
     found += _check_head(admin, head)
@@ -82,6 +82,19 @@ def check_admin(common_dir: Path, wt: Path, head: str | None = None) -> list[Adm
     found += _check_worktree_config(admin)
     found += _check_modules(admin, real)
     return found
+
+
+def _same_place(path: Path, text: str) -> bool:
+    """Whether the pointer file `path` names the same place as `text` does, one of them relative
+    to the file's folder (git's `worktree.useRelativePaths` writes them so)."""
+    said, meant = _says(path), text.strip()
+    if said is None:
+        return False
+    prefix = "gitdir: " if meant.startswith("gitdir: ") else ""
+    if not said.startswith(prefix):
+        return False
+    here = os.path.normpath(os.path.join(path.parent, said.removeprefix(prefix).strip()))
+    return here == meant.removeprefix(prefix) and path.name != "commondir"
 
 
 def _mtime(path: Path) -> float | None:

@@ -120,12 +120,13 @@ def register_repo(root: Path, git_dir: Path, common_dir: Path) -> None:
 
 def _claims(admin: Path, dotgit: str) -> bool:
     """Whether the admin dir `admin` (a real directory, no link) names `dotgit` in its `gitdir`:
-    read as data, never followed (git writes the worktree's real path there)."""
+    read as data, never followed (git writes the worktree's real path there, relative to the
+    admin dir with `worktree.useRelativePaths`)."""
     try:
         if not os.path.isdir(admin) or os.path.islink(admin):
             return False
         with open(admin / "gitdir", encoding="utf-8", errors="surrogateescape") as handle:
-            return handle.read(65536).strip() == dotgit
+            return os.path.normpath(os.path.join(admin, handle.read(65536).strip())) == dotgit
     except OSError:
         return False
 
