@@ -324,3 +324,31 @@ def test_pointers_git_writes_relative_are_the_same_place(lane) -> None:
     assert check_admin(repo.common_dir, wt) == []
     pin = pin_of(wt)
     assert pin is not None and pin.git_dir == admin
+
+
+def test_a_textconv_driver_the_lanes_attributes_select_runs_not_for_flowds_diff(lane, tmp_path: Path) -> None:
+    repo, wt, _admin = lane
+    command, marker = marker_command(tmp_path)
+    git(repo.root, "config", "diff.evil.textconv", f"sh -c '{command}'")
+    (wt / ".gitattributes").write_text("*.md diff=evil\n")
+    (wt / "README.md").write_text("changed\n")
+    assert "changed" in repo.diff(wt, "main")
+    assert not marker.exists()
+    env = {k: v for k, v in git_env().items() if not k.startswith("GIT_CONFIG_")}
+    subprocess.run(["git", "diff", "HEAD"], cwd=wt, env=env, capture_output=True, check=False)
+    assert marker.exists()
+
+
+def test_core_ssh_command_from_a_config_is_not_what_flowds_git_runs(lane, tmp_path: Path) -> None:
+    repo, wt, _admin = lane
+    _command, marker = marker_command(tmp_path)
+    script = tmp_path / "ssh.sh"
+    script.write_text(f"#!/bin/sh\ntouch {marker}\nexit 1\n")
+    script.chmod(0o755)
+    git(repo.root, "config", "core.sshCommand", str(script))
+    url = "ssh://nobody@flowd.invalid/x.git"
+    run_git(wt, ["ls-remote", url], "ls-remote", ok_codes=range(256))
+    assert not marker.exists()
+    env = {k: v for k, v in git_env().items() if k != "GIT_SSH_COMMAND"}
+    subprocess.run(["git", "ls-remote", url], cwd=wt, env=env, capture_output=True, check=False)
+    assert marker.exists()
