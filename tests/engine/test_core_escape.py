@@ -145,3 +145,13 @@ def test_a_lanes_own_git_dir_under_enforce_is_its_own_doing_whoever_ran_beside()
     windows = [Window("x", 0.0, 10.0), Window("v", 0.0, 10.0)]
     assert judge_own(change, "x", windows, sealed=True, since=0.0, now=11.0) == Blame("x", "undone")
     assert isinstance(judge_own(change, "x", windows, sealed=False, since=0.0, now=11.0), Unsure)
+
+
+def test_every_kind_of_place_has_its_words() -> None:
+    """A story's failure sentence names the kind of place in words, whatever kind a lane reached."""
+    from typing import get_args
+
+    from flowd.engine.core.escape import WHAT_WORDS
+    from flowd.events.model import EscapeWhat
+
+    assert sorted(WHAT_WORDS) == sorted(get_args(EscapeWhat))

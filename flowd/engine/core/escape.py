@@ -30,6 +30,9 @@ WHAT_WORDS: dict[str, str] = {
     "secret": "a secret",
     "outside": "a place outside its worktree",
     "gitDir": "its worktree's git admin files, pointing or written outside it",
+    "gitObjects": "the repository's shared object store",
+    "signal": "a process outside its lane",
+    "socket": "a socket outside its lane",
 }
 
 
