@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from typing import get_args
+
 import pytest
 
 from flowd.engine.core.escape import (
+    WHAT_WORDS,
     Blame,
     Change,
     Foreign,
@@ -19,6 +22,7 @@ from flowd.engine.core.escape import (
     sentence,
     what_of,
 )
+from flowd.events.model import EscapeWhat
 
 PLACES = Places(
     checkout="/r/repo",
@@ -149,9 +153,4 @@ def test_a_lanes_own_git_dir_under_enforce_is_its_own_doing_whoever_ran_beside()
 
 def test_every_kind_of_place_has_its_words() -> None:
     """A story's failure sentence names the kind of place in words, whatever kind a lane reached."""
-    from typing import get_args
-
-    from flowd.engine.core.escape import WHAT_WORDS
-    from flowd.events.model import EscapeWhat
-
     assert sorted(WHAT_WORDS) == sorted(get_args(EscapeWhat))
