@@ -24,6 +24,7 @@ from flowd.engine.core.ports import PortSlots
 from flowd.engine.core.review_comments import ReviewQueue
 from flowd.engine.core.stops import BudgetHalt
 from flowd.engine.gates import CommandRun, GatesElsewhere, run_gates
+from flowd.engine.lane_objects import LaneObjects
 from flowd.engine.spares import Spares
 from flowd.engine.state import EpicPaths
 from flowd.events.model import (
@@ -125,8 +126,12 @@ class RunContext:
     # Running lanes' port ranges (docs/worktree-bootstrap.md), keyed by story id or `<story>#t<n>`.
     ports: PortSlots = field(init=False)
 
+    # What each lane's git wrote, taken into the repository's store (docs/sandbox.md "The quarantine").
+    lane_objects: LaneObjects = field(init=False)
+
     def __post_init__(self) -> None:
         self.ports = PortSlots(self.settings.worktree.port_base, self.settings.worktree.ports_per_lane)
+        self.lane_objects = LaneObjects(self.repo.common_dir, self.emit, self.paths)
 
     def merge_train(self) -> MergeQueue:
         """The run's merge train (docs/merging.md): every story's one way into the epic. The
@@ -151,10 +156,12 @@ class RunContext:
     def step(
         self, lane: str | None, home: Path | None, *, own_home: bool = True
     ) -> AbstractAsyncContextManager[None]:
-        """One turn, gate or setup command of `lane` in `home`, checked when it ends (engine/detect.py)."""
-        if self.detect is None or lane is None:
-            return contextlib.nullcontext()
-        return self.detect.step(lane, home, own_home=own_home)
+        """One turn, gate or setup command of `lane` in `home`, checked when it ends (engine/detect.py),
+        the objects its git wrote taken in before that (engine/lane_objects.py)."""
+        checked: AbstractAsyncContextManager[None] = contextlib.nullcontext()
+        if self.detect is not None and lane is not None:
+            checked = self.detect.step(lane, home, own_home=own_home)
+        return self.lane_objects.step(lane, home, checked)
 
     @property
     def epic_id(self) -> str:

@@ -26,6 +26,7 @@ from flowd.programs.state_dirs import lane_caches, state_paths
 from flowd.sandbox import landlock, sockets
 from flowd.sandbox.bind import binder
 from flowd.sandbox.policy import LanePlaces, Protected, read_rules, secret_paths, what_is, write_rules
+from flowd.vcs import quarantine
 from flowd.vcs.gitcli import GitDirChanged, admin_of
 
 Report = Callable[[str, str, str, str], None]  # (lane, path, what, by whom): a refusal the OS made
@@ -186,10 +187,13 @@ class Confinement:
                 with contextlib.suppress(OSError):
                     path.mkdir(mode=0o700, parents=True, exist_ok=True)  # private, as the programs make them
             state.append(path)
+        if admin is not None:
+            # Objects go to the lane's own store, the shared one read-only (flowd/vcs/quarantine.py).
+            quarantine.prepare(admin)
+            pins = {**pins, **quarantine.lane_env(admin, self.common_dir)}
         places = LanePlaces(
             worktree=top,
             admin_dir=admin,
-            objects=self.common_dir / "objects" if top is not None else None,
             ref_dir=ref_dir,
             reflog=reflog,
             temp=temp,

@@ -97,8 +97,7 @@ class LanePlaces:
     a version check): it may write only its temp dir and its program's state."""
 
     worktree: Path | None
-    admin_dir: Path | None  # <common>/worktrees/<id>
-    objects: Path | None
+    admin_dir: Path | None  # <common>/worktrees/<id>, its object quarantine included
     ref_dir: Path | None  # <common>/refs/heads/story/<epic>/
     reflog: Path | None
     temp: Path
@@ -108,7 +107,7 @@ class LanePlaces:
 
 def write_rules(places: LanePlaces) -> list[Rule]:
     rules = [Rule(path, WRITE | READ) for path in DEVICES]
-    dirs = [places.worktree, places.admin_dir, places.objects, places.temp, *places.state, *places.extra]
+    dirs = [places.worktree, places.admin_dir, places.temp, *places.state, *places.extra]
     rules.extend(Rule(str(path), WRITE | READ) for path in dirs if path is not None)
     if places.ref_dir is not None:
         rules.append(Rule(str(places.ref_dir), REF_DIR_RIGHTS))
@@ -139,6 +138,8 @@ def what_is(path: str, own: tuple[Path, ...], places: Protected) -> str | None:
         return "secret"
     if real == str(places.home / ".gitconfig") or _within(real, str(places.home / ".config" / "git")):
         return "gitConfig"
+    if _within(real, os.path.join(common, "objects")):
+        return "gitObjects"
     if _within(real, os.path.join(common, "hooks")):
         return "gitHooks"
     if real == os.path.join(common, "config") or _within(real, os.path.join(common, "info")):

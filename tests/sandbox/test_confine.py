@@ -14,6 +14,8 @@ import pytest
 from flowd.sandbox import landlock
 from flowd.sandbox.bind import binder
 from flowd.sandbox.confine import Confinement
+from flowd.vcs.gitcli import private_git_dir
+from flowd.vcs.quarantine import take_in
 
 
 @pytest.fixture
@@ -75,6 +77,8 @@ def test_git_works_on_the_lanes_own_branch(lane: Path) -> None:
                        "&& git commit -q -m own && git log --format=%s -1 && echo tmp > $TMPDIR/t && echo OK")  # fmt: skip
     assert out.splitlines()[0] == "?? new.txt" and out.rstrip().endswith("own\nOK"), out
     repo = lane.parents[2] / "repo"
+    # The commit is in the lane's own store until flowd takes it in (docs/sandbox.md "The quarantine").
+    assert take_in(repo / ".git", repo / ".git" / "worktrees" / "a")
     log = subprocess.run(
         ["git", "log", "--format=%s", "story/ep/a"], cwd=repo, capture_output=True, text=True
     )
@@ -238,6 +242,8 @@ def test_a_reused_worktree_is_confined_to_its_new_lane_only(lane: Path) -> None:
     out = _sh(c, b, f"echo x > new.txt && git add new.txt && git commit -q -m own && echo OK; echo y > {lane}/INTRUDER.txt")  # fmt: skip
     assert "OK" in out and (b / "new.txt").is_file(), out
     assert not (lane / "INTRUDER.txt").exists(), out
+    admin = private_git_dir(b)
+    assert admin is not None and take_in(repo.common_dir, admin)  # taken in, as flowd does after a step
     log = subprocess.run(["git", "log", "--format=%s", "-1", "story/ep/b"], cwd=repo.root, capture_output=True, text=True)  # fmt: skip
     assert log.stdout.strip() == "own"
 

@@ -1,0 +1,171 @@
+"""flowd taking a lane's objects in (docs/sandbox.md "The quarantine"): before and after every
+step of a lane (a turn, a gate, a setup command: `RunContext.step`), and for every lane worktree
+when a run ends, what the lane's git wrote into its quarantine is checked and moved into the
+repository's store (flowd/vcs/quarantine.py), and the refs the lane moves (its worktree's
+`HEAD` and the branch it names) must then name objects the repository holds.
+
+A lane whose objects fail: they are not taken, its branch is put back where flowd last found it
+whole, its quarantine is thrown away, and the story fails with one sentence, in its findings
+too, and a `LaneEscape {what: "gitObjects"}`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import threading
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from flowd.base.errors import FlowdError
+from flowd.base.layout import EPIC_LANE, story_of_worktree
+from flowd.engine.core.stops import StoryFailed
+from flowd.engine.fingerprint import read_ref
+from flowd.engine.state import EpicPaths, append_findings
+from flowd.events.model import Event, LaneEscape
+from flowd.vcs.gitcli import private_git_dir, run_git
+from flowd.vcs.quarantine import Refused, discard, missing, quarantine, take_in
+
+_HEAD_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+
+
+@dataclass
+class LaneObjects:
+    """One run's (or one Ray node's) take-ins; thread-safe (take-ins run off the event loop)."""
+
+    common_dir: Path
+    emit: Callable[[Event], object]
+    paths: EpicPaths | None
+    # Each ref (`refs/…`, or `<admin>` for a detached worktree HEAD) as its last check left it.
+    good: dict[str, str] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def admin_of(self, home: Path) -> Path | None:
+        """The private git dir of the worktree `home`, only if it is one of this repository's."""
+        admin = private_git_dir(home)
+        if admin is None:
+            return None
+        real = Path(os.path.realpath(admin))
+        return real if real.parent == Path(os.path.realpath(self.common_dir)) / "worktrees" else None
+
+    def take(self, lane: str, home: Path) -> None:
+        """Take in what the lane's worktree `home` wrote; `StoryFailed` when it cannot be."""
+        admin = self.admin_of(home)
+        if admin is None or not os.path.lexists(quarantine(admin)):
+            return
+        tips: list[tuple[str, str]] = []
+        try:
+            taken = take_in(self.common_dir, admin)
+            tips = self._tips(admin)
+            with self._lock:
+                unsure = [sha for key, sha in tips if sha not in taken.names and self.good.get(key) != sha]
+            lost = missing(self.common_dir, unsure)
+            if lost:
+                raise Refused(
+                    f"it points {_names(tips, lost)} at {lost[0]}, which no store of the repository holds"
+                )
+            with self._lock:
+                self.good.update(tips)
+        except Refused as exc:
+            self._refuse(lane, admin, home, tips, str(exc))
+
+    def _tips(self, admin: Path) -> list[tuple[str, str]]:
+        """(key, commit) of what the worktree's HEAD names: a branch and its value, or itself."""
+        try:
+            fd = os.open(admin / "HEAD", _HEAD_FLAGS)
+            with os.fdopen(fd, "rb") as handle:
+                head = handle.read(4096).decode("utf-8", "replace").strip()
+        except OSError:
+            return []
+        if head.startswith("ref: "):
+            name = head.removeprefix("ref: ").strip()
+            if not name.startswith("refs/heads/") or ".." in name:
+                return []
+            ref = read_ref(self.common_dir, name)
+            return [(name, ref.sha)] if ref is not None and _is_name(ref.sha) else []
+        return [(str(admin), head)] if _is_name(head) else []
+
+    def _refuse(self, lane: str, admin: Path, home: Path, tips: list[tuple[str, str]], reason: str) -> None:
+        restored = True
+        discard(admin)
+        for key, sha in tips or self._tips(admin):
+            with self._lock:
+                good = self.good.get(key)
+            if good is None:
+                restored = restored and not missing(self.common_dir, [sha])
+            elif good != sha and key.startswith("refs/"):
+                restored = self._put_back(admin, home, key, good) and restored
+        self._tell(lane, admin, reason, restored)
+
+    def _put_back(self, admin: Path, home: Path, ref: str, good: str) -> bool:
+        """The lane's branch where flowd last found it whole, the reflog entries naming what was
+        refused dropped (theirs and its worktree's HEAD's), its index read from it again."""
+        common = ["--git-dir", str(self.common_dir)]
+        try:
+            run_git(self.common_dir, [*common, "update-ref", ref, good], "")
+            expire = ["reflog", "expire", "--expire=never", "--expire-unreachable=never", "--stale-fix"]
+            run_git(self.common_dir, [*common, *expire, ref, f"worktrees/{admin.name}/HEAD"], "")
+            pinned = ["--git-dir", str(admin), "--work-tree", str(home), "read-tree", good]
+            run_git(self.common_dir, pinned, "", env={"GIT_COMMON_DIR": str(self.common_dir)})
+        except FlowdError:
+            return False
+        return True
+
+    def _tell(self, lane: str, admin: Path, reason: str, restored: bool) -> None:
+        where = str(quarantine(admin))
+        self.emit(
+            LaneEscape(lane=lane, path=where, what="gitObjects", action="undone" if restored else "reported")
+        )
+        said = f"flowd refused the objects story '{lane}' wrote: {reason}; its work since flowd last took it in was not taken"
+        if lane != EPIC_LANE and self.paths is not None:
+            append_findings(self.paths, lane, f"## Objects refused\n\n{said} (docs/sandbox.md).")
+        raise StoryFailed(f"{said} (docs/sandbox.md)")
+
+    def step(
+        self, lane: str | None, home: Path | None, inner: AbstractAsyncContextManager[None]
+    ) -> AbstractAsyncContextManager[None]:
+        """`inner` (detection's step) with the lane's objects taken in before it and right after
+        the step, before detection looks at what the step did."""
+        if lane is None or home is None:
+            return inner
+        return self._around(lane, home, inner)
+
+    @contextlib.asynccontextmanager
+    async def _around(
+        self, lane: str, home: Path, inner: AbstractAsyncContextManager[None]
+    ) -> AsyncIterator[None]:
+        await asyncio.shield(asyncio.to_thread(self.take, lane, home))
+        async with inner:
+            done = False
+            try:
+                yield
+                done = True
+            finally:
+                if done:
+                    await asyncio.shield(asyncio.to_thread(self.take, lane, home))
+                else:
+                    with contextlib.suppress(StoryFailed):
+                        await asyncio.shield(asyncio.to_thread(self.take, lane, home))
+
+    def sweep(self, worktrees: list[Path]) -> None:
+        """Every lane worktree once more (the run ends): what a stray wrote last is taken in or
+        refused; a refusal here fails no story any more (it is in the trace and the findings)."""
+        for wt in worktrees:
+            with contextlib.suppress(StoryFailed):
+                self.take(_lane_name(wt), wt)
+
+
+def _is_name(text: str) -> bool:
+    return len(text) in (40, 64) and all(c in "0123456789abcdef" for c in text)
+
+
+def _names(tips: list[tuple[str, str]], lost: list[str]) -> str:
+    keys = [key if key.startswith("refs/") else "its HEAD" for key, sha in tips if sha in lost]
+    return " and ".join(keys) or "its HEAD"
+
+
+def _lane_name(wt: Path) -> str:
+    return story_of_worktree(wt.name)

@@ -1,0 +1,388 @@
+"""A lane's own object store, and flowd taking a lane's objects in (docs/sandbox.md "The quarantine").
+
+A lane's processes run with `GIT_OBJECT_DIRECTORY` naming a store inside the lane's private git
+dir (`<common>/worktrees/<name>/flowd-objects/`) and the repository's own store as a read-only
+alternate: `git add`/`git commit` write there, and no lane can delete, overwrite or add to an
+object, pack or `info/` file of the shared store. flowd, unconfined, takes what a lane wrote
+into the shared store when it takes the lane's work:
+
+- the quarantine is read by flowd itself, file by file, each opened relative to a directory it
+  opened without following links (`O_NOFOLLOW`): nothing a lane wrote there is a pointer flowd
+  follows (an `info/alternates` in it is never read, a link planted in it is refused);
+- every loose object must hash to its name (the name's length says SHA-1 or SHA-256) and be of
+  a known type; the objects go to git as one pack, `git unpack-objects --strict` (or
+  `index-pack --strict` past git's own `transfer.unpackLimit`, 100), which checks each object is
+  well formed and every object it names exists (in the pack or the repository): a disconnected
+  commit, a tree naming a missing blob, a malformed commit are refused and nothing is written;
+  a pack a lane left in its store (a `git gc` there) goes through `index-pack --strict` the same;
+- what was taken in is then removed from the quarantine, the same way (relative to directories
+  opened without following links), so the next take-in reads only what is new.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import stat
+import struct
+import subprocess
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from flowd.vcs.gitcli import git_env
+
+QUARANTINE_DIR = "flowd-objects"
+UNPACK_LIMIT = 100  # git's transfer.unpackLimit: fewer objects are written loose, more as a pack
+_TYPES = {b"commit": 1, b"tree": 2, b"blob": 3, b"tag": 4}
+_HEX = frozenset("0123456789abcdef")
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+
+
+class Refused(Exception):
+    """What a lane wrote into its store cannot be taken in: one sentence saying why."""
+
+
+def quarantine(admin: Path) -> Path:
+    """The quarantine of the worktree whose private git dir is `admin`."""
+    return admin / QUARANTINE_DIR
+
+
+def lane_env(admin: Path, common_dir: Path) -> dict[str, str]:
+    """What a confined lane process's git reads and writes objects through: the quarantine, the
+    repository's store and the stores of the worktree's submodules (a `git commit` run inside a
+    submodule writes into the quarantine too; flowd takes those objects to the submodule's own
+    store, `take_in`)."""
+    stores = [common_dir / "objects", *(s / "objects" for s in submodule_dirs(admin))]
+    return {
+        "GIT_OBJECT_DIRECTORY": str(quarantine(admin)),
+        "GIT_ALTERNATE_OBJECT_DIRECTORIES": os.pathsep.join(str(p) for p in stores),
+    }
+
+
+def submodule_dirs(admin: Path) -> list[Path]:
+    """The git dirs of the worktree's checked-out submodules (`<admin>/modules/<path>`, nested
+    ones in theirs), real directories only: a link a lane put there is not followed."""
+    found: list[Path] = []
+    for top, dirs, files in os.walk(admin / "modules"):  # never follows links
+        here = Path(top)
+        if "HEAD" in files and "objects" in dirs and not (here / "objects").is_symlink():
+            found.append(here)
+            dirs[:] = [d for d in dirs if d == "modules"]
+    return found
+
+
+def prepare(admin: Path) -> None:
+    """Make the quarantine (git does not make its object directory itself). A link or file a
+    lane put in its place stays as it is: the lane's own git then fails, flowd never follows it."""
+    with contextlib.suppress(FileExistsError, FileNotFoundError):
+        os.mkdir(quarantine(admin), 0o755)
+
+
+def reader_env(admin: Path) -> dict[str, str]:
+    """For flowd's own git reading a lane's commits before they are taken in (a live perimeter
+    check during a turn): the quarantine as an alternate of the repository's store, only while
+    it is a real directory with no alternates of its own."""
+    q = quarantine(admin)
+    try:
+        if not stat.S_ISDIR(os.lstat(q).st_mode) or os.path.lexists(q / "info" / "alternates"):
+            return {}
+    except OSError:
+        return {}
+    return {"GIT_ALTERNATE_OBJECT_DIRECTORIES": str(q)}
+
+
+Loose = tuple[str, str, bytes, bytes]  # (fan-out dir, file, type, body) of a loose object
+
+
+@dataclass
+class _Found:
+    loose: list[Loose] = field(default_factory=list)  # (dir, file, type, body)
+    packs: list[str] = field(default_factory=list)  # `pack-*.pack` names in `pack/`
+
+    def __bool__(self) -> bool:
+        return bool(self.loose or self.packs)
+
+
+@dataclass(frozen=True)
+class TakenIn:
+    names: frozenset[str]  # the loose objects taken in (a pack's objects are not listed)
+    packs: int = 0
+
+    def __bool__(self) -> bool:
+        return bool(self.names or self.packs)
+
+
+def take_in(common_dir: Path, admin: Path) -> TakenIn:
+    """Check and move what the lane's quarantine holds into the repository's store (module
+    docstring). Raises `Refused` when anything fails the check; nothing is taken then."""
+    q = quarantine(admin)
+    try:
+        top = os.open(q, _DIR_FLAGS)
+    except FileNotFoundError:
+        return TakenIn(frozenset())
+    except OSError as exc:
+        raise Refused(f"its object store {q} is not a directory of its own ({exc.strerror})") from exc
+    try:
+        found = _scan(top, q)
+        if not found:
+            return TakenIn(frozenset())
+        names = frozenset(f"{d}{f}" for d, f, _, _ in found.loose)
+        routes = _routes(found.loose, admin)
+        ours = [o for o in found.loose if not any(o in r for r in routes.values())]
+        if ours:
+            _feed(common_dir, _pack(ours), len(ours), q)
+        for git_dir, theirs in routes.items():
+            _feed(git_dir, _pack(theirs), len(theirs), q)
+        for name in found.packs:
+            _feed(common_dir, _read_pack(top, name, q), UNPACK_LIMIT + 1, q)
+        _remove(top, found)
+        return TakenIn(names, len(found.packs))
+    finally:
+        os.close(top)
+
+
+def _scan(top: int, q: Path) -> _Found:
+    found = _Found()
+    for entry in sorted(os.listdir(top)):
+        if entry == "pack":
+            found.packs = _packs(top, q)
+        elif len(entry) == 2 and set(entry) <= _HEX:
+            for name, kind, body in _loose_dir(top, entry, q):
+                found.loose.append((entry, name, kind, body))
+    return found
+
+
+@contextlib.contextmanager
+def _sub(top: int, name: str, q: Path) -> Iterator[int]:
+    try:
+        fd = os.open(name, _DIR_FLAGS, dir_fd=top)
+    except OSError as exc:
+        raise Refused(f"{q / name} in its object store is not a directory ({exc.strerror})") from exc
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def _loose_dir(top: int, entry: str, q: Path) -> Iterator[tuple[str, bytes, bytes]]:
+    with _sub(top, entry, q) as fd:
+        for name in sorted(os.listdir(fd)):
+            if name.startswith("tmp_obj_"):
+                continue  # an object git was writing when the step ended: not an object yet
+            full = entry + name
+            if len(full) not in (40, 64) or not set(name) <= _HEX:
+                raise Refused(f"{q / entry / name} in its object store is not an object")
+            kind, body = _object(_read(fd, name, q / entry / name), full, q / entry / name)
+            yield name, kind, body
+
+
+def _read(dir_fd: int, name: str, where: Path) -> bytes:
+    try:
+        fd = os.open(name, _FILE_FLAGS, dir_fd=dir_fd)
+    except OSError as exc:
+        raise Refused(f"{where} in its object store cannot be read ({exc.strerror})") from exc
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise Refused(f"{where} in its object store is not a file")
+        with os.fdopen(os.dup(fd), "rb") as handle:
+            return handle.read()
+    finally:
+        os.close(fd)
+
+
+def _object(raw: bytes, name: str, where: Path) -> tuple[bytes, bytes]:
+    """(type, body) of a loose object that hashes to its name; `Refused` otherwise."""
+    try:
+        data = zlib.decompress(raw)
+    except zlib.error as exc:
+        raise Refused(f"the object {name} in its object store is corrupt ({exc})") from exc
+    head, nul, body = data.partition(b"\0")
+    kind, _, size = head.partition(b" ")
+    if not nul or kind not in _TYPES or not size.isdigit() or int(size) != len(body):
+        raise Refused(f"the object {name} in its object store is malformed ({where})")
+    digest = (hashlib.sha1 if len(name) == 40 else hashlib.sha256)(data).hexdigest()
+    if digest != name:
+        raise Refused(f"the object {name} in its object store does not hash to its name ({where})")
+    return kind, body
+
+
+def _routes(loose: list[Loose], admin: Path) -> dict[Path, list[Loose]]:
+    """The objects a submodule's own git wrote into the quarantine, by submodule: what its HEAD
+    reaches among them. The rest belongs to the repository."""
+    routes: dict[Path, list[Loose]] = {}
+    if not loose or not os.path.isdir(admin / "modules"):
+        return routes
+    by_name = {d + f: o for o in loose for d, f in [o[:2]]}
+    for git_dir in submodule_dirs(admin):
+        head = _head_of(git_dir)
+        reached = _reach([head] if head else [], by_name)
+        if reached:
+            routes[git_dir] = [by_name[n] for n in sorted(reached)]
+    return routes
+
+
+def _head_of(git_dir: Path) -> str | None:
+    try:
+        head = (git_dir / "HEAD").read_text(encoding="utf-8").strip()
+        if head.startswith("ref: refs/"):
+            head = (git_dir / head.removeprefix("ref: ")).read_text(encoding="utf-8").strip()
+    except (OSError, ValueError):
+        return None
+    return head if len(head) in (40, 64) and set(head) <= _HEX else None
+
+
+def _reach(tips: list[str], by_name: dict[str, Loose]) -> set[str]:
+    """The quarantine's objects `tips` reach (commits' trees and parents, trees' entries other
+    than submodule links, tags' objects)."""
+    seen: set[str] = set()
+    todo = [t for t in tips if t in by_name]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        _, _, kind, body = by_name[name]
+        todo.extend(n for n in _links(kind, body, len(name) // 2) if n in by_name and n not in seen)
+    return seen
+
+
+def _links(kind: bytes, body: bytes, width: int) -> list[str]:
+    if kind == b"tree":
+        out, at = [], 0
+        while at < len(body):
+            nul = body.find(b"\0", at)
+            if nul < 0:
+                break
+            if not body[at:nul].startswith(b"160000 "):
+                out.append(body[nul + 1 : nul + 1 + width].hex())
+            at = nul + 1 + width
+        return out
+    if kind in (b"commit", b"tag"):
+        head = body.split(b"\n\n", 1)[0].decode("utf-8", "replace").splitlines()
+        return [line.split(" ", 1)[1] for line in head if line.startswith(("tree ", "parent ", "object "))]
+    return []
+
+
+def _pack(loose: list[Loose]) -> bytes:
+    """A version 2 pack of whole (undeltified) objects: git recomputes every name from it."""
+    parts = [b"PACK", struct.pack(">II", 2, len(loose))]
+    for _, _, kind, body in loose:
+        size, code = len(body), _TYPES[kind]
+        byte = (code << 4) | (size & 0x0F)
+        size >>= 4
+        head = bytearray()
+        while size:
+            head.append(byte | 0x80)
+            byte, size = size & 0x7F, size >> 7
+        head.append(byte)
+        parts += [bytes(head), zlib.compress(body, 1)]
+    data = b"".join(parts)
+    return data + hashlib.sha1(data).digest()
+
+
+def _packs(top: int, q: Path) -> list[str]:
+    with _sub(top, "pack", q) as fd:
+        return sorted(n for n in os.listdir(fd) if n.startswith("pack-") and n.endswith(".pack"))
+
+
+def _read_pack(top: int, name: str, q: Path) -> bytes:
+    with _sub(top, "pack", q) as fd:
+        return _read(fd, name, q / "pack" / name)
+
+
+def _feed(common_dir: Path, data: bytes, count: int, q: Path) -> None:
+    """Hand one pack to git (the repository's, or a submodule's git dir), which checks every
+    object and link before it writes any."""
+    args = (
+        ["unpack-objects", "-q", "--strict"]
+        if count <= UNPACK_LIMIT
+        else ["index-pack", "--stdin", "--strict", "--fix-thin"]
+    )
+    env = git_env()
+    for name in ("GIT_OBJECT_DIRECTORY", "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_QUARANTINE_PATH"):
+        env.pop(name, None)
+    pack_dir = common_dir / "objects" / "pack"
+    before = _tmp_packs(pack_dir)
+    proc = subprocess.run(
+        ["git", "--git-dir", str(common_dir), *args],
+        input=data,
+        capture_output=True,
+        env=env,
+        check=False,
+    )
+    if proc.returncode != 0:
+        for left in _tmp_packs(pack_dir) - before:  # index-pack's own unfinished pack
+            with contextlib.suppress(OSError):
+                os.unlink(pack_dir / left)
+        reason = proc.stderr.decode("utf-8", "replace").strip().splitlines()
+        raise Refused(
+            f"git refused the objects of its store {q}: {reason[-1] if reason else 'no reason given'}"
+        )
+
+
+def _tmp_packs(pack_dir: Path) -> set[str]:
+    try:
+        return {n for n in os.listdir(pack_dir) if n.startswith("tmp_pack_")}
+    except OSError:
+        return set()
+
+
+def _remove(top: int, found: _Found) -> None:
+    """Remove what was taken in, never through a link (each name relative to its directory)."""
+    by_dir: dict[str, list[str]] = {}
+    for d, f, _, _ in found.loose:
+        by_dir.setdefault(d, []).append(f)
+    for d, files in by_dir.items():
+        with contextlib.suppress(OSError), _sub(top, d, Path(d)) as fd:
+            for f in files:
+                with contextlib.suppress(OSError):
+                    os.unlink(f, dir_fd=fd)
+        with contextlib.suppress(OSError):
+            os.rmdir(d, dir_fd=top)
+    if found.packs:
+        with contextlib.suppress(OSError), _sub(top, "pack", Path("pack")) as fd:
+            for name in found.packs:
+                stem = name.removesuffix(".pack")
+                for suffix in (".idx", ".rev", ".bitmap", ".keep", ".promisor", ".mtimes", ".pack"):
+                    with contextlib.suppress(OSError):
+                        os.unlink(stem + suffix, dir_fd=fd)
+
+
+def discard(admin: Path) -> None:
+    """Throw away a quarantine flowd refused (its objects are never taken in). `shutil.rmtree`
+    walks by file descriptor on Linux and does not follow links; a link in the quarantine's
+    place is removed as a link."""
+    import shutil
+
+    q = quarantine(admin)
+    try:
+        mode = os.lstat(q).st_mode
+    except OSError:
+        return
+    if stat.S_ISDIR(mode):
+        shutil.rmtree(q, ignore_errors=True)
+    else:
+        with contextlib.suppress(OSError):
+            os.unlink(q)
+
+
+def missing(common_dir: Path, names: list[str]) -> list[str]:
+    """Which of `names` the repository's store does not hold (its own store, no alternates)."""
+    if not names:
+        return []
+    env = git_env()
+    for name in ("GIT_OBJECT_DIRECTORY", "GIT_ALTERNATE_OBJECT_DIRECTORIES"):
+        env.pop(name, None)
+    proc = subprocess.run(
+        ["git", "--git-dir", str(common_dir), "cat-file", "--batch-check=%(objectname)"],
+        input="".join(f"{n}\n" for n in names),
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    return [line.split()[0] for line in proc.stdout.splitlines() if line.endswith(" missing")]

@@ -1,0 +1,237 @@
+"""The quarantined object store (docs/sandbox.md "The quarantine"), on this machine's kernel: a
+confined lane process cannot delete, overwrite or add anything of the repository's shared object
+store, its own `git commit` works, flowd takes its commits in checked, and what fails the check
+(a corrupt, malformed or disconnected object, a link in the quarantine's place) is refused with
+nothing written to the shared store."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import zlib
+from pathlib import Path
+
+import pytest
+
+from flowd.engine.core.stops import StoryFailed
+from flowd.engine.lane_objects import LaneObjects
+from flowd.engine.state import EpicPaths
+from flowd.events.model import Event, LaneEscape
+from flowd.sandbox import landlock
+from flowd.sandbox.confine import Confinement
+from flowd.vcs.quarantine import Refused, quarantine, take_in
+
+GIT_ID = {
+    "GIT_AUTHOR_NAME": "t",
+    "GIT_AUTHOR_EMAIL": "t@t",
+    "GIT_COMMITTER_NAME": "t",
+    "GIT_COMMITTER_EMAIL": "t@t",
+}
+
+
+def git(cwd: Path, *args: str, env: dict[str, str] | None = None, ok: bool = True) -> str:
+    done = subprocess.run(
+        ["git", *args], cwd=cwd, capture_output=True, text=True, env={**os.environ, **GIT_ID, **(env or {})}
+    )
+    assert not ok or done.returncode == 0, done.stderr
+    return done.stdout + done.stderr
+
+
+@pytest.fixture
+def lane(tmp_path: Path) -> Path:
+    assert landlock.abi() >= 2, "these tests need the kernel's Landlock (Linux 5.19+, the LSM enabled)"
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "README.md").write_text("# r\n", encoding="utf-8")
+    git(tmp_path, "init", "-q", "-b", "main", str(repo))
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "init")
+    # The user's own unpushed branch, its objects loose in the shared store.
+    git(repo, "checkout", "-q", "-b", "mine")
+    (repo / "mine.txt").write_text("the user's own work\n", encoding="utf-8")
+    git(repo, "add", "mine.txt")
+    git(repo, "commit", "-q", "-m", "mine")
+    git(repo, "checkout", "-q", "main")
+    git(repo, "repack", "-q")  # a pack as well as loose objects
+    (repo / "later.txt").write_text("later\n", encoding="utf-8")
+    git(repo, "add", "later.txt")
+    git(repo, "commit", "-q", "-m", "later")
+    wt = tmp_path / "repo.flowd" / "ep" / "a"
+    git(repo, "worktree", "add", "-q", "-b", "story/ep/a", str(wt))
+    (tmp_path / "home").mkdir()
+    return wt
+
+
+def _confinement(wt: Path) -> Confinement:
+    root = wt.parents[2]
+    return Confinement(
+        "enforce", checkout=root / "repo", common_dir=root / "repo" / ".git", lanes_root=root / "repo.flowd",
+        epic="ep", home=root / "home",
+    )  # fmt: skip
+
+
+def _sh(wt: Path, script: str) -> str:
+    with _confinement(wt).spawn(wt) as confined:
+        done = subprocess.run(
+            confined.argv(["/bin/sh", "-c", script]),
+            cwd=wt,
+            env={**os.environ, **GIT_ID, **confined.env},
+            pass_fds=confined.pass_fds,
+            preexec_fn=confined.preexec_fn,
+            capture_output=True,
+            text=True,
+        )
+    return done.stdout + done.stderr
+
+
+def _store(repo: Path) -> dict[str, bytes]:
+    objects = repo / ".git" / "objects"
+    return {str(p.relative_to(objects)): p.read_bytes() for p in sorted(objects.rglob("*")) if p.is_file()}
+
+
+def _fsck(repo: Path) -> str:
+    done = subprocess.run(
+        ["git", "fsck", "--full", "--no-dangling"], cwd=repo, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout + done.stderr
+
+
+def test_a_lane_cannot_touch_the_shared_store_and_still_commits(lane: Path) -> None:
+    repo = lane.parents[2] / "repo"
+    objects = repo / ".git" / "objects"
+    mine = git(repo, "rev-parse", "mine").strip()
+    loose = objects / mine[:2] / mine[2:]
+    pack = next((objects / "pack").glob("*.pack"))
+    before = _store(repo)
+    attacks = [
+        f"rm -f {loose}",
+        f"chmod u+w {loose}; echo junk > {loose}",
+        f"mv {loose} {loose}.gone",
+        f"rm -f {pack}",
+        f"chmod u+w {pack}; echo junk >> {pack}",
+        f"echo {lane} >> {objects}/info/alternates",
+        f"mkdir -p {objects}/info && echo x > {objects}/info/packs",
+        f"echo x > {objects}/pack/pack-0000.pack",
+        f"mkdir {objects}/zz",
+        f"echo x > {objects}/{mine[:2]}/planted",
+        f"GIT_OBJECT_DIRECTORY={objects} git hash-object -w README.md",
+        f"ln -s {loose} {lane}/link && chmod u+w {lane}/link && echo junk > {lane}/link",
+        f"git -C {repo} gc -q --prune=now",
+    ]
+    for attack in attacks:
+        _sh(lane, attack)
+    assert _store(repo) == before
+    assert git(repo, "cat-file", "-p", f"{mine}:mine.txt") == "the user's own work\n"
+    # The lane's own commit works, into its quarantine; the shared store is unchanged until flowd
+    # takes it in, checked.
+    out = _sh(lane, "echo x > new.txt && git add new.txt && git commit -q -m own && git log --format=%s -1")
+    assert out.strip() == "own", out
+    assert _store(repo) == before
+    taken = take_in(repo / ".git", repo / ".git" / "worktrees" / "a")
+    assert len(taken.names) == 3  # the blob, the tree, the commit
+    assert git(repo, "log", "--format=%s", "-1", "story/ep/a").strip() == "own"
+    assert not any((quarantine(repo / ".git" / "worktrees" / "a")).rglob("*"))  # emptied
+    _fsck(repo)
+
+
+def _plant(q: Path, name: str, data: bytes) -> None:
+    (q / name[:2]).mkdir(parents=True, exist_ok=True)
+    (q / name[:2] / name[2:]).write_bytes(zlib.compress(data))
+
+
+def _hash(repo: Path, kind: str, body: bytes, q: Path) -> str:
+    env = {"GIT_OBJECT_DIRECTORY": str(q), "GIT_ALTERNATE_OBJECT_DIRECTORIES": str(repo / ".git" / "objects")}
+    done = subprocess.run(
+        ["git", "hash-object", "-t", kind, "-w", "--stdin", "--literally"],
+        cwd=repo, input=body, capture_output=True, env={**os.environ, **env}, check=True,
+    )  # fmt: skip
+    return done.stdout.decode().strip()
+
+
+def test_what_fails_the_check_is_refused_and_nothing_is_written(lane: Path) -> None:
+    repo = lane.parents[2] / "repo"
+    admin = repo / ".git" / "worktrees" / "a"
+    q = quarantine(admin)
+    tree = git(repo, "rev-parse", "HEAD^{tree}").strip()
+    missing_parent = "1" * 40
+    cases = {
+        "disconnected": lambda: _hash(
+            repo,
+            "commit",
+            f"tree {tree}\nparent {missing_parent}\nauthor a <a@a> 1 +0000\ncommitter a <a@a> 1 +0000\n\nx\n".encode(),
+            q,
+        ),
+        "missing blob": lambda: _hash(repo, "tree", b"100644 f\0" + bytes.fromhex("2" * 40), q),
+        "malformed": lambda: _hash(repo, "commit", b"garbage\n", q),
+        "corrupt": lambda: _plant(q, "3" * 40, b"not zlib") or "",
+        "misnamed": lambda: _plant(q, "4" * 40, b"blob 2\0hi") or "",
+    }
+    for what, make in cases.items():
+        os.makedirs(q, exist_ok=True)
+        before = _store(repo)
+        make()
+        if what == "corrupt":
+            (q / "33" / ("3" * 38)).write_bytes(b"not zlib at all")
+        with pytest.raises(Refused):
+            take_in(repo / ".git", admin)
+        assert _store(repo) == before, what
+        subprocess.run(["rm", "-rf", str(q)], check=True)
+    _fsck(repo)
+
+
+def test_nothing_a_lane_wrote_is_followed(lane: Path, tmp_path: Path) -> None:
+    repo = lane.parents[2] / "repo"
+    admin = repo / ".git" / "worktrees" / "a"
+    q = quarantine(admin)
+    # A link in the quarantine's place (to the shared store itself): refused, the store untouched.
+    os.rmdir(q) if q.is_dir() else None
+    os.symlink(repo / ".git" / "objects", q)
+    before = _store(repo)
+    with pytest.raises(Refused):
+        take_in(repo / ".git", admin)
+    assert _store(repo) == before
+    os.unlink(q)
+    # An alternates file of its own is never read: a commit whose objects lie only elsewhere is
+    # not taken as connected.
+    other = tmp_path / "other"
+    git(tmp_path, "init", "-q", str(other))
+    (other / "f").write_text("f\n", encoding="utf-8")
+    git(other, "add", "f")
+    git(other, "commit", "-q", "-m", "elsewhere")
+    head = git(other, "rev-parse", "HEAD").strip()
+    (q / "info").mkdir(parents=True)
+    (q / "info" / "alternates").write_text(f"{other}/.git/objects\n", encoding="utf-8")
+    (q / "xx").mkdir()
+    os.symlink(other / ".git" / "objects" / head[:2], q / head[:2])
+    with pytest.raises(Refused):
+        take_in(repo / ".git", admin)
+    assert _store(repo) == before
+
+
+def test_flowd_refuses_a_lane_and_puts_its_branch_back(lane: Path) -> None:
+    repo = lane.parents[2] / "repo"
+    events: list[Event] = []
+    paths = EpicPaths(repo / ".flow", "ep")
+    objects = LaneObjects(repo / ".git", events.append, paths)
+    objects.take("a", lane)  # the branch as flowd found it
+    good = git(repo, "rev-parse", "story/ep/a").strip()
+    out = _sh(lane, "echo x > new.txt && git add new.txt && git commit -q -m ok && echo OK")
+    assert "OK" in out
+    objects.take("a", lane)
+    ok = git(repo, "rev-parse", "story/ep/a").strip()
+    assert ok != good and git(repo, "cat-file", "-t", ok).strip() == "commit"
+    # A commit whose parent exists nowhere, made the branch's tip by the lane's own git.
+    tree = git(repo, "rev-parse", "HEAD^{tree}").strip()
+    script = (
+        f"c=$(printf 'tree {tree}\\nparent {'1' * 40}\\nauthor a <a@a> 1 +0000\\ncommitter a <a@a> 1 +0000\\n\\nx\\n'"
+        " | git hash-object -t commit -w --stdin --literally) && git update-ref refs/heads/story/ep/a $c && echo OK"
+    )
+    assert "OK" in _sh(lane, script)
+    with pytest.raises(StoryFailed, match="refused the objects story 'a' wrote"):
+        objects.take("a", lane)
+    assert git(repo, "rev-parse", "story/ep/a").strip() == ok
+    escapes = [e for e in events if isinstance(e, LaneEscape)]
+    assert [(e.lane, e.what, e.action) for e in escapes] == [("a", "gitObjects", "undone")]
+    assert "## Objects refused" in paths.findings("a").read_text(encoding="utf-8")
+    _fsck(repo)
