@@ -13,8 +13,9 @@ from pathlib import Path
 from flowd.events.model import PerimeterPath
 from flowd.plan.model import StoryPlan
 from flowd.plan.perimeter import classify
-from flowd.vcs.gitcli import unchecked_out
+from flowd.vcs.gitcli import private_git_dir, unchecked_out
 from flowd.vcs.gitops import Repo
+from flowd.vcs.quarantine import reader_env
 
 
 def perimeter_now(repo: Repo, plan: StoryPlan, story_id: str, worktree: Path) -> list[PerimeterPath]:
@@ -25,4 +26,12 @@ def perimeter_now(repo: Repo, plan: StoryPlan, story_id: str, worktree: Path) ->
     in it is anyone's change until the checkout ends, and no agent runs there before."""
     if unchecked_out(worktree):
         return []
-    return classify(repo.changed_files(worktree, plan.epic_branch), story_id, plan)
+    # Asked mid-turn (the language server's live diagnostics), the lane's newest commits are still
+    # in its quarantine: git reads it as an alternate (docs/sandbox.md "The quarantine").
+    admin = private_git_dir(worktree)
+    env = (
+        reader_env(admin)
+        if admin is not None and admin.resolve().parent == repo.common_dir / "worktrees"
+        else {}
+    )
+    return classify(repo.changed_files(worktree, plan.epic_branch, env or None), story_id, plan)

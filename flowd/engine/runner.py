@@ -336,6 +336,13 @@ class _Session:
             )
             self.detector.start()
 
+    def _lane_worktrees(self) -> list[Path]:
+        ctx = self.ctx
+        if ctx is None:
+            return []
+        root = os.path.realpath(ctx.worktree_root / ctx.epic_id) + os.sep
+        return [w.path for w in ctx.repo.worktrees() if os.path.realpath(w.path).startswith(root)]
+
     def _finish_epic_worktree(self) -> None:
         """A run that found no epic worktree checks it out now, from the train's last candidate
         worktree when it left one (engine/epic_worktree.py); a failure is said, not raised."""
@@ -429,6 +436,10 @@ class _Session:
             with contextlib.suppress(Exception):
                 await asyncio.shield(self.pool.aclose())
         await asyncio.shield(asyncio.to_thread(self._finish_epic_worktree))
+        if self.ctx is not None:
+            # What a stray wrote last into a lane's quarantine: taken in, or refused and said.
+            with contextlib.suppress(Exception):
+                await asyncio.to_thread(self.ctx.lane_objects.sweep, self._lane_worktrees())
         if self.detector is not None:
             # Nothing of the run is running any more: every place once more (a stray's last write).
             with contextlib.suppress(Exception):

@@ -83,10 +83,11 @@ class WorktreeChanges(RepoBase):
             raise GitError(f"{what}: {git_reason(proc)}", detail=proc.stderr + proc.stdout)
         return self.head_of(wt)
 
-    def changed_files(self, wt: Path, base: str) -> list[str]:
+    def changed_files(self, wt: Path, base: str, env: dict[str, str] | None = None) -> list[str]:
         """Files differing from the merge-base of `base` and HEAD: committed, uncommitted and untracked.
 
         Repository-relative, sorted, deletions included, renames as both paths, `.flow/` left out.
+        `env` is added to git's (a lane's quarantine as an alternate, flowd/vcs/quarantine.py).
         """
         wt = Path(wt)
         what = f"could not list the files changed in the worktree {wt} since {base!r}"
@@ -103,8 +104,9 @@ class WorktreeChanges(RepoBase):
                 "--",
             ],
             what,
+            env=env,
         )
-        untracked = run_git(wt, ["ls-files", "-z", "--others", "--exclude-standard"], what)
+        untracked = run_git(wt, ["ls-files", "-z", "--others", "--exclude-standard"], what, env=env)
         copied = bootstrapped(wt)
         return sorted(
             set(not_flow(split_z(tracked.stdout) + [p for p in split_z(untracked.stdout) if p not in copied]))

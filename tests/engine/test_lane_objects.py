@@ -1,0 +1,88 @@
+"""A run whose agents commit themselves, confined (docs/sandbox.md "The quarantine"): their
+commits go to each lane's own store, flowd takes them in after each step and the epic merges
+them; a lane whose git wrote a disconnected commit is refused, its story fails with one sentence,
+the other story finishes, and the user's repository passes `git fsck --full` after the run."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from flowd.events.model import LaneEscape
+from flowd.sandbox import landlock
+from flowd.vcs.quarantine import QUARANTINE_DIR
+from tests.engine.scenario import Scenario, coder, git, story
+
+COMMIT = "git -c user.name=a -c user.email=a@a commit -q -m"
+
+
+def _fsck(repo: Path) -> None:
+    done = subprocess.run(
+        ["git", "fsck", "--full", "--no-dangling"], cwd=repo, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def _quarantined(repo: Path) -> list[Path]:
+    return [p for p in (repo / ".git" / "worktrees").glob(f"*/{QUARANTINE_DIR}/**/*") if p.is_file()]
+
+
+def test_an_agents_own_commits_are_taken_in_and_merged(tmp_path: Path) -> None:
+    assert landlock.abi() >= 2, "this test needs the kernel's Landlock (Linux 5.19+)"
+    stories = [story("a", ["a.txt"]), story("b", ["b.txt"], ["a"])]
+    rules = [
+        # Each agent commits, and leaves more uncommitted for flowd's own commit of the task on top.
+        coder(
+            "a", run=[f"echo one > a.txt && git add a.txt && {COMMIT} 'a by its agent' && echo more >> a.txt"]
+        ),
+        coder(
+            "b",
+            run=[
+                f"grep -q one a.txt && echo 2 > b.txt && git add b.txt && {COMMIT} 'b by its agent' && echo 3 >> b.txt"
+            ],
+        ),
+    ]
+    sc = Scenario.create(tmp_path, stories, rules)
+    result = sc.run()
+    assert result.outcome == "done", {k: v.reason for k, v in result.view.lanes.items()}
+    log = git(sc.repo, "log", "--format=%s", "epic/ep")
+    assert "a by its agent" in log and "b by its agent" in log
+    assert not any(isinstance(e.event, LaneEscape) for e in sc.events(result.run_id))
+    assert _quarantined(sc.repo) == []
+    _fsck(sc.repo)
+
+
+def test_a_lane_whose_objects_fail_the_check_is_refused(tmp_path: Path) -> None:
+    assert landlock.abi() >= 2, "this test needs the kernel's Landlock (Linux 5.19+)"
+    forged = (
+        "t=$(git rev-parse HEAD^{tree}) && "
+        "c=$(printf 'tree %s\\nparent 1111111111111111111111111111111111111111\\nauthor a <a@a> 1 +0000\\n"
+        "committer a <a@a> 1 +0000\\n\\nforged\\n' $t | git hash-object -t commit -w --stdin --literally) && "
+        "git update-ref HEAD $c"
+    )
+    stories = [story("bad", ["bad.txt"]), story("good", ["good.txt"])]
+    rules = [
+        coder(
+            "bad",
+            run=[f"echo x > bad.txt && git add bad.txt && {COMMIT} ok && {forged} && echo y >> bad.txt"],
+        ),
+        coder(
+            "good",
+            run=[
+                f"echo y > good.txt && git add good.txt && {COMMIT} 'good by its agent' && echo z >> good.txt"
+            ],
+        ),
+    ]
+    sc = Scenario.create(tmp_path, stories, rules)
+    result = sc.run()
+    lanes = result.view.lanes
+    assert lanes["good"].status == "done" and lanes["bad"].status == "failed", {
+        k: v.reason for k, v in lanes.items()
+    }
+    assert "refused the objects story 'bad' wrote" in (lanes["bad"].reason or "")
+    escapes = [e.event for e in sc.events(result.run_id) if isinstance(e.event, LaneEscape)]
+    assert [(e.lane, e.what) for e in escapes] == [("bad", "gitObjects")]
+    findings = sc.repo / ".flow" / "epics" / "ep" / "stories" / "bad.findings.md"
+    assert "## Objects refused" in findings.read_text(encoding="utf-8")
+    assert "good by its agent" in git(sc.repo, "log", "--format=%s", "epic/ep")
+    _fsck(sc.repo)
