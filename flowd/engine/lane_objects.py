@@ -54,9 +54,16 @@ class LaneObjects:
     def take(self, lane: str, home: Path) -> None:
         """Take in what the lane's worktree `home` wrote; `StoryFailed` when it cannot be."""
         admin = self.admin_of(home)
-        if admin is None or not os.path.lexists(quarantine(admin)):
+        if admin is None:
             return
-        tips: list[tuple[str, str]] = []
+        if not os.path.lexists(quarantine(admin)):
+            # No process of the lane ran with a quarantine yet: what its refs name is the
+            # repository's (where a later refusal puts its branch back).
+            tips = self._tips(admin)
+            with self._lock:
+                self.good.update(tips)
+            return
+        tips = []
         try:
             taken = take_in(self.common_dir, admin)
             tips = self._tips(admin)

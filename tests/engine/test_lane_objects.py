@@ -81,7 +81,7 @@ def test_a_lane_whose_objects_fail_the_check_is_refused(tmp_path: Path) -> None:
     }
     assert "refused the objects story 'bad' wrote" in (lanes["bad"].reason or "")
     escapes = [e.event for e in sc.events(result.run_id) if isinstance(e.event, LaneEscape)]
-    assert [(e.lane, e.what) for e in escapes] == [("bad", "gitObjects")]
+    assert [(e.lane, e.what, e.action) for e in escapes] == [("bad", "gitObjects", "undone")]
     findings = sc.repo / ".flow" / "epics" / "ep" / "stories" / "bad.findings.md"
     assert "## Objects refused" in findings.read_text(encoding="utf-8")
     assert "good by its agent" in git(sc.repo, "log", "--format=%s", "epic/ep")
