@@ -8,7 +8,11 @@ policy (a confined lane writing the shared store), in one run, rounds interleave
 - empty take-in: a step that wrote no object (flowd looks at the quarantine before and after
   every step);
 - per story: a normal story, `--commits` steps of one commit each (plus the empty look before
-  each step), summed.
+  each step), summed;
+- the designs not taken, the same commit brought in from a lane repository sharing the store by
+  alternates (`git clone --shared`): `git fetch` from it (`fetch.fsckObjects`), and `git push`
+  into the repository, which is git's own quarantine (`receive-pack`'s `tmp_objdir`,
+  `receive.fsckObjects`); the transfer alone, the lane's commit not counted.
 
 Goal: at most 5 ms per commit of a normal story.
 
@@ -83,6 +87,44 @@ def commit(c: Confinement, wt: Path, n: int, files: int, today: bool) -> None:
     assert done.returncode == 0, done.stderr
 
 
+def lane_repo(root: Path, repo: Path) -> Path:
+    """Design (c): a repository of the lane's own, the user's store its alternate."""
+    own = root / "lane-repo"
+    subprocess.run(["git", "clone", "-q", "--shared", str(repo), str(own)], check=True)
+    return own
+
+
+def transfer(own: Path, repo: Path, n: int, files: int, how: str) -> float:
+    """One commit in the lane repository, then (timed) brought into the user's repository."""
+    script = (
+        " && ".join(f"echo {how}{n}-{i} > f{i}.txt" for i in range(files))
+        + f" && git add -A && git commit -q -m c{n}"
+    )
+    subprocess.run(["/bin/sh", "-c", script], cwd=own, env={**os.environ, **ID}, check=True)
+    started = time.perf_counter()
+    if how == "fetch":
+        args = [
+            "-c",
+            "fetch.fsckObjects=true",
+            "fetch",
+            "-q",
+            "--no-tags",
+            str(own),
+            f"+HEAD:refs/heads/lane-{how}",
+        ]
+        subprocess.run(["git", *args], cwd=repo, check=True)
+    else:
+        args = ["push", "-q", "-f", str(repo), f"HEAD:refs/heads/lane-{how}"]
+        env = {
+            **os.environ,
+            "GIT_CONFIG_COUNT": "1",
+            "GIT_CONFIG_KEY_0": "receive.fsckObjects",
+            "GIT_CONFIG_VALUE_0": "true",
+        }
+        subprocess.run(["git", *args], cwd=own, env=env, check=True)
+    return time.perf_counter() - started
+
+
 def ms(values: list[float]) -> str:
     return (
         f"median {statistics.median(values) * 1000:6.2f} ms, mean {statistics.fmean(values) * 1000:6.2f} ms"
@@ -103,7 +145,10 @@ def main() -> None:
         new, old = confinement(repo, today=False), confinement(repo, today=True)
         objects = LaneObjects(repo / ".git", lambda _e: None, None)
         objects.take("new", wt_new)
+        own = lane_repo(root, repo)
         today, quarantined, take, empty, story_today, story_new = [], [], [], [], [], []
+        fetched: list[float] = []
+        pushed: list[float] = []
         n = 0
         for _ in range(args.rounds):
             per_story_old = per_story_new = 0.0
@@ -124,6 +169,8 @@ def main() -> None:
                 take.append(ended - committed)
                 quarantined.append(ended - looked)
                 per_story_new += ended - started
+                fetched.append(transfer(own, repo, n, args.files, "fetch"))
+                pushed.append(transfer(own, repo, n, args.files, "push"))
             story_today.append(per_story_old)
             story_new.append(per_story_new)
         check = subprocess.run(
@@ -139,6 +186,8 @@ def main() -> None:
     print(f"  take-in alone (after a step with a commit): {ms(take)}")
     print(f"  empty take-in (a step with no object):      {ms(empty)}")
     print(f"  per commit, added:                          {ms(extra)}")
+    print(f"  design (c), fetch from a lane repository:   {ms(fetched)}")
+    print(f"  design (b), push (receive-pack's quarantine): {ms(pushed)}")
     print(f"  per story, today:                           {ms(story_today)}")
     print(f"  per story, quarantined:                     {ms(story_new)}")
     ratio = statistics.median(story_new) / statistics.median(story_today)

@@ -29,6 +29,7 @@ from flowd.events.model import Event, LaneEscape
 from flowd.vcs.gitcli import private_git_dir, run_git
 from flowd.vcs.quarantine import Refused, discard, missing, quarantine, take_in
 
+POLL_S = 1.0  # how often a running step's quarantine is looked at (an empty look: about 0.4 ms)
 _HEAD_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 
 
@@ -41,6 +42,9 @@ class LaneObjects:
     paths: EpicPaths | None
     # Each ref (`refs/…`, or `<admin>` for a detached worktree HEAD) as its last check left it.
     good: dict[str, str] = field(default_factory=dict)
+    # Private git dirs refused during their current step (their branch stays put back).
+    refused: set[Path] = field(default_factory=set)
+    _taken: dict[Path, set[str]] = field(default_factory=dict)  # taken during the running step
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def admin_of(self, home: Path) -> Path | None:
@@ -51,10 +55,17 @@ class LaneObjects:
         real = Path(os.path.realpath(admin))
         return real if real.parent == Path(os.path.realpath(self.common_dir)) / "worktrees" else None
 
-    def take(self, lane: str, home: Path) -> None:
-        """Take in what the lane's worktree `home` wrote; `StoryFailed` when it cannot be."""
+    def take(self, lane: str, home: Path, *, during: bool = False) -> None:
+        """Take in what the lane's worktree `home` wrote; `StoryFailed` when it cannot be.
+        `during`: while the step runs (what is taken stays in the quarantine until its end)."""
         admin = self.admin_of(home)
         if admin is None:
+            return
+        with self._lock:
+            refused = admin in self.refused
+            already = frozenset(self._taken.get(admin, ()))
+        if refused:
+            self._put_all_back(admin, home)  # refused earlier in this step: nothing more comes in
             return
         if not os.path.lexists(quarantine(admin)):
             # No process of the lane ran with a quarantine yet: what its refs name is the
@@ -65,10 +76,11 @@ class LaneObjects:
             return
         tips = []
         try:
-            taken = take_in(self.common_dir, admin)
+            taken = take_in(self.common_dir, admin, already, remove=not during)
             tips = self._tips(admin)
             with self._lock:
-                unsure = [sha for key, sha in tips if sha not in taken.names and self.good.get(key) != sha]
+                have = taken.names | already
+                unsure = [sha for key, sha in tips if sha not in have and self.good.get(key) != sha]
             lost = missing(self.common_dir, unsure)
             if lost:
                 raise Refused(
@@ -76,8 +88,23 @@ class LaneObjects:
                 )
             with self._lock:
                 self.good.update(tips)
+                if during:
+                    self._taken.setdefault(admin, set()).update(taken.names, taken.packs)
+                else:
+                    self._taken.pop(admin, None)
         except Refused as exc:
+            with self._lock:
+                self.refused.add(admin)
+                self._taken.pop(admin, None)
             self._refuse(lane, admin, home, tips, str(exc))
+
+    def _put_all_back(self, admin: Path, home: Path) -> None:
+        for key, sha in self._tips(admin):
+            with self._lock:
+                good = self.good.get(key)
+            if good is not None and good != sha and key.startswith("refs/"):
+                self._put_back(admin, home, key, good)
+        discard(admin)
 
     def _tips(self, admin: Path) -> list[tuple[str, str]]:
         """(key, commit) of what the worktree's HEAD names: a branch and its value, or itself."""
@@ -144,18 +171,41 @@ class LaneObjects:
     async def _around(
         self, lane: str, home: Path, inner: AbstractAsyncContextManager[None]
     ) -> AsyncIterator[None]:
+        admin = self.admin_of(home)
+        if admin is not None:
+            with self._lock:
+                self.refused.discard(admin)  # a new step: refused before is history
         await asyncio.shield(asyncio.to_thread(self.take, lane, home))
         async with inner:
+            failed: list[StoryFailed] = []
+            poll = asyncio.create_task(self._poll(lane, home, failed))
             done = False
             try:
                 yield
                 done = True
             finally:
-                if done:
+                poll.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await poll
+                if done and not failed:
                     await asyncio.shield(asyncio.to_thread(self.take, lane, home))
                 else:
                     with contextlib.suppress(StoryFailed):
                         await asyncio.shield(asyncio.to_thread(self.take, lane, home))
+            if failed:
+                raise failed[0]
+
+    async def _poll(self, lane: str, home: Path, failed: list[StoryFailed]) -> None:
+        """While the step runs, what the lane's git wrote is taken in every `POLL_S`: a commit
+        an agent makes is in the repository's store within about that, not only at the step's
+        end (a `git fetch` or `git gc` in your checkout walks every branch and worktree HEAD)."""
+        while True:
+            await asyncio.sleep(POLL_S)
+            try:
+                await asyncio.shield(asyncio.to_thread(self.take, lane, home, during=True))
+            except StoryFailed as exc:
+                failed.append(exc)
+                return
 
     def sweep(self, worktrees: list[Path]) -> None:
         """Every lane worktree once more (the run ends): what a stray wrote last is taken in or

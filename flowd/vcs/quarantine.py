@@ -100,8 +100,10 @@ Loose = tuple[str, str, bytes, bytes]  # (fan-out dir, file, type, body) of a lo
 
 @dataclass
 class _Found:
-    loose: list[Loose] = field(default_factory=list)  # (dir, file, type, body)
-    packs: list[str] = field(default_factory=list)  # `pack-*.pack` names in `pack/`
+    loose: list[Loose] = field(default_factory=list)  # new: to check and take in
+    packs: list[str] = field(default_factory=list)  # new `pack-*.pack` names in `pack/`
+    taken: list[tuple[str, str]] = field(default_factory=list)  # loose ones taken in before
+    taken_packs: list[str] = field(default_factory=list)
 
     def __bool__(self) -> bool:
         return bool(self.loose or self.packs)
@@ -110,15 +112,21 @@ class _Found:
 @dataclass(frozen=True)
 class TakenIn:
     names: frozenset[str]  # the loose objects taken in (a pack's objects are not listed)
-    packs: int = 0
+    packs: tuple[str, ...] = ()  # the packs taken in, by file name
 
     def __bool__(self) -> bool:
         return bool(self.names or self.packs)
 
 
-def take_in(common_dir: Path, admin: Path) -> TakenIn:
+def take_in(
+    common_dir: Path, admin: Path, already: frozenset[str] = frozenset(), remove: bool = True
+) -> TakenIn:
     """Check and move what the lane's quarantine holds into the repository's store (module
-    docstring). Raises `Refused` when anything fails the check; nothing is taken then."""
+    docstring). Raises `Refused` when anything fails the check; nothing is taken then.
+
+    `already`: what an earlier take-in of this step took (object names, pack file names), not
+    taken again. `remove` False (a take-in while the lane's processes run): what is taken stays
+    in the quarantine, where the lane's git may be reading it, until the step's last take-in."""
     q = quarantine(admin)
     try:
         top = os.open(q, _DIR_FLAGS)
@@ -127,8 +135,10 @@ def take_in(common_dir: Path, admin: Path) -> TakenIn:
     except OSError as exc:
         raise Refused(f"its object store {q} is not a directory of its own ({exc.strerror})") from exc
     try:
-        found = _scan(top, q)
+        found = _scan(top, q, already)
         if not found:
+            if remove:
+                _remove(top, found)
             return TakenIn(frozenset())
         names = frozenset(f"{d}{f}" for d, f, _, _ in found.loose)
         routes = _routes(found.loose, admin)
@@ -139,20 +149,26 @@ def take_in(common_dir: Path, admin: Path) -> TakenIn:
             _feed(git_dir, _pack(theirs), len(theirs), q)
         for name in found.packs:
             _feed(common_dir, _read_pack(top, name, q), UNPACK_LIMIT + 1, q)
-        _remove(top, found)
-        return TakenIn(names, len(found.packs))
+        if remove:
+            _remove(top, found)
+        return TakenIn(names, tuple(found.packs))
     finally:
         os.close(top)
 
 
-def _scan(top: int, q: Path) -> _Found:
+def _scan(top: int, q: Path, already: frozenset[str]) -> _Found:
     found = _Found()
     for entry in sorted(os.listdir(top)):
         if entry == "pack":
-            found.packs = _packs(top, q)
+            packs = _packs(top, q)
+            found.packs = [p for p in packs if p not in already]
+            found.taken_packs = [p for p in packs if p in already]
         elif len(entry) == 2 and set(entry) <= _HEX:
-            for name, kind, body in _loose_dir(top, entry, q):
-                found.loose.append((entry, name, kind, body))
+            for name, read in _loose_dir(top, entry, q, already):
+                if read is None:
+                    found.taken.append((entry, name))
+                else:
+                    found.loose.append((entry, name, *read))
     return found
 
 
@@ -168,16 +184,21 @@ def _sub(top: int, name: str, q: Path) -> Iterator[int]:
         os.close(fd)
 
 
-def _loose_dir(top: int, entry: str, q: Path) -> Iterator[tuple[str, bytes, bytes]]:
+def _loose_dir(
+    top: int, entry: str, q: Path, already: frozenset[str]
+) -> Iterator[tuple[str, tuple[bytes, bytes] | None]]:
+    """(file name, (type, body)) of each loose object in `entry`; None for one taken before."""
     with _sub(top, entry, q) as fd:
         for name in sorted(os.listdir(fd)):
             if name.startswith("tmp_obj_"):
-                continue  # an object git was writing when the step ended: not an object yet
+                continue  # an object git is writing (or was, when the step ended): not an object yet
             full = entry + name
             if len(full) not in (40, 64) or not set(name) <= _HEX:
                 raise Refused(f"{q / entry / name} in its object store is not an object")
-            kind, body = _object(_read(fd, name, q / entry / name), full, q / entry / name)
-            yield name, kind, body
+            if full in already:
+                yield name, None
+            else:
+                yield name, _object(_read(fd, name, q / entry / name), full, q / entry / name)
 
 
 def _read(dir_fd: int, name: str, where: Path) -> bytes:
@@ -334,7 +355,7 @@ def _tmp_packs(pack_dir: Path) -> set[str]:
 def _remove(top: int, found: _Found) -> None:
     """Remove what was taken in, never through a link (each name relative to its directory)."""
     by_dir: dict[str, list[str]] = {}
-    for d, f, _, _ in found.loose:
+    for d, f in [(o[0], o[1]) for o in found.loose] + found.taken:
         by_dir.setdefault(d, []).append(f)
     for d, files in by_dir.items():
         with contextlib.suppress(OSError), _sub(top, d, Path(d)) as fd:
@@ -343,9 +364,9 @@ def _remove(top: int, found: _Found) -> None:
                     os.unlink(f, dir_fd=fd)
         with contextlib.suppress(OSError):
             os.rmdir(d, dir_fd=top)
-    if found.packs:
+    if found.packs or found.taken_packs:
         with contextlib.suppress(OSError), _sub(top, "pack", Path("pack")) as fd:
-            for name in found.packs:
+            for name in found.packs + found.taken_packs:
                 stem = name.removesuffix(".pack")
                 for suffix in (".idx", ".rev", ".bitmap", ".keep", ".promisor", ".mtimes", ".pack"):
                     with contextlib.suppress(OSError):

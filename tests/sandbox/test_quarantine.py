@@ -6,6 +6,8 @@ nothing written to the shared store."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import subprocess
 import zlib
@@ -14,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from flowd.engine.core.stops import StoryFailed
-from flowd.engine.lane_objects import LaneObjects
+from flowd.engine.lane_objects import POLL_S, LaneObjects
 from flowd.engine.state import EpicPaths
 from flowd.events.model import Event, LaneEscape
 from flowd.sandbox import landlock
@@ -235,3 +237,27 @@ def test_flowd_refuses_a_lane_and_puts_its_branch_back(lane: Path) -> None:
     assert [(e.lane, e.what, e.action) for e in escapes] == [("a", "gitObjects", "undone")]
     assert "## Objects refused" in paths.findings("a").read_text(encoding="utf-8")
     _fsck(repo)
+
+
+def test_a_commit_is_taken_in_while_the_step_still_runs(lane: Path) -> None:
+    """A `git fetch` or `git gc` in the user's checkout walks every branch: a lane's commit is in
+    the shared store about a second after it is made, not only when the step ends."""
+    repo = lane.parents[2] / "repo"
+    objects = LaneObjects(repo / ".git", lambda _e: None, None)
+    admin = repo / ".git" / "worktrees" / "a"
+    seen: list[str] = []
+
+    async def step() -> None:
+        async with objects.step("a", lane, contextlib.nullcontext()):
+            out = await asyncio.to_thread(
+                _sh, lane, "echo x > new.txt && git add new.txt && git commit -q -m mid"
+            )
+            assert out == "", out
+            await asyncio.sleep(POLL_S * 2.5)
+            seen.append(_fsck(repo))  # mid-step: the branch's new commit is already in the store
+            seen.append(str(len([p for p in quarantine(admin).rglob("*") if p.is_file()])))
+
+    asyncio.run(step())
+    assert seen[1] == "3"  # kept in the quarantine while the step ran (the lane's git may read it)
+    assert git(repo, "log", "--format=%s", "-1", "story/ep/a").strip() == "mid"
+    assert not [p for p in quarantine(admin).rglob("*") if p.is_file()]  # removed when it ended
