@@ -18,6 +18,7 @@ import pytest
 
 from flowd.sandbox import landlock, sockets
 from flowd.sandbox.confine import Confinement
+from flowd.vcs.quarantine import take_in
 
 
 @pytest.fixture
@@ -157,6 +158,8 @@ def test_a_lane_still_commits_inside_its_namespace(repo: Path) -> None:
     )
     done = _sh(_confinement(repo), lane, script)
     assert done.stdout == "ok\n", done.stderr
+    # The commit is in the lane's quarantine until flowd takes it in (docs/sandbox.md "The quarantine").
+    assert take_in(repo / ".git", repo / ".git" / "worktrees" / "a")
     log = subprocess.run(
         ["git", "log", "-1", "--format=%s", "story/ep/a"], cwd=repo, capture_output=True, text=True
     )
