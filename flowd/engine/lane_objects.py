@@ -65,7 +65,8 @@ class LaneObjects:
             refused = admin in self.refused
             already = frozenset(self._taken.get(admin, ()))
         if refused:
-            self._put_all_back(admin, home)  # refused earlier in this step: nothing more comes in
+            discard(admin)  # refused earlier in this step: nothing more comes in
+            self._put_all_back(admin, home)
             return
         if not os.path.lexists(quarantine(admin)):
             # No process of the lane ran with a quarantine yet: what its refs name is the
@@ -98,14 +99,6 @@ class LaneObjects:
                 self._taken.pop(admin, None)
             self._refuse(lane, admin, home, tips, str(exc))
 
-    def _put_all_back(self, admin: Path, home: Path) -> None:
-        for key, sha in self._tips(admin):
-            with self._lock:
-                good = self.good.get(key)
-            if good is not None and good != sha and key.startswith("refs/"):
-                self._put_back(admin, home, key, good)
-        discard(admin)
-
     def _tips(self, admin: Path) -> list[tuple[str, str]]:
         """(key, commit) of what the worktree's HEAD names: a branch and its value, or itself."""
         try:
@@ -123,27 +116,43 @@ class LaneObjects:
         return [(str(admin), head)] if _is_name(head) else []
 
     def _refuse(self, lane: str, admin: Path, home: Path, tips: list[tuple[str, str]], reason: str) -> None:
-        restored = True
         discard(admin)
-        for key, sha in tips or self._tips(admin):
-            with self._lock:
-                good = self.good.get(key)
-            if good is None:
-                restored = restored and not missing(self.common_dir, [sha])
-            elif good != sha and key.startswith("refs/"):
-                restored = self._put_back(admin, home, key, good) and restored
+        restored = self._put_all_back(admin, home, tips)
         self._tell(lane, admin, reason, restored)
 
+    def _put_all_back(self, admin: Path, home: Path, tips: list[tuple[str, str]] | None = None) -> bool:
+        """Every ref the worktree's HEAD names that names a missing object, back where flowd last
+        found it whole: only the worktree's own HEAD or a story branch (never yours, whatever a
+        lane's HEAD says). False when one cannot be."""
+        restored = True
+        for key, sha in tips or self._tips(admin):
+            if not missing(self.common_dir, [sha]):
+                continue
+            with self._lock:
+                good = self.good.get(key)
+            ours = key == str(admin) or key.startswith("refs/heads/story/")
+            restored = restored and good is not None and ours and self._put_back(admin, home, key, good)
+        return restored
+
     def _put_back(self, admin: Path, home: Path, ref: str, good: str) -> bool:
-        """The lane's branch where flowd last found it whole, the reflog entries naming what was
-        refused dropped (theirs and its worktree's HEAD's), its index read from it again."""
+        """The lane's branch (or its detached HEAD) where flowd last found it whole, the reflog
+        entries naming what was refused dropped, its index read from it again."""
         common = ["--git-dir", str(self.common_dir)]
+        pinned = ["--git-dir", str(admin), "--work-tree", str(home)]
+        env = {"GIT_COMMON_DIR": str(self.common_dir)}
         try:
-            run_git(self.common_dir, [*common, "update-ref", ref, good], "")
+            if ref.startswith("refs/"):
+                run_git(self.common_dir, [*common, "update-ref", ref, good], "")
+            else:
+                run_git(self.common_dir, [*pinned, "update-ref", "--no-deref", "HEAD", good], "", env=env)
+            logs = (
+                [ref, f"worktrees/{admin.name}/HEAD"]
+                if ref.startswith("refs/")
+                else [f"worktrees/{admin.name}/HEAD"]
+            )
             expire = ["reflog", "expire", "--expire=never", "--expire-unreachable=never", "--stale-fix"]
-            run_git(self.common_dir, [*common, *expire, ref, f"worktrees/{admin.name}/HEAD"], "")
-            pinned = ["--git-dir", str(admin), "--work-tree", str(home), "read-tree", good]
-            run_git(self.common_dir, pinned, "", env={"GIT_COMMON_DIR": str(self.common_dir)})
+            run_git(self.common_dir, [*common, *expire, *logs], "")
+            run_git(self.common_dir, [*pinned, "read-tree", good], "", env=env)
         except FlowdError:
             return False
         return True

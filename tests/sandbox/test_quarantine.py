@@ -261,3 +261,19 @@ def test_a_commit_is_taken_in_while_the_step_still_runs(lane: Path) -> None:
     assert seen[1] == "3"  # kept in the quarantine while the step ran (the lane's git may read it)
     assert git(repo, "log", "--format=%s", "-1", "story/ep/a").strip() == "mid"
     assert not [p for p in quarantine(admin).rglob("*") if p.is_file()]  # removed when it ended
+
+
+def test_a_refusal_never_moves_a_branch_of_the_users(lane: Path) -> None:
+    """A lane pointing its HEAD at your branch, then refused: flowd puts back only what names a
+    missing object, and only its own HEAD or a story branch; your branch stays where you left it."""
+    repo = lane.parents[2] / "repo"
+    objects = LaneObjects(repo / ".git", lambda _e: None, None)
+    assert "OK" in _sh(lane, "git symbolic-ref HEAD refs/heads/mine && echo OK")
+    objects.take("a", lane)  # flowd sees `mine` through the lane's HEAD
+    yours = git(repo, "commit-tree", "mine^{tree}", "-p", "mine", "-m", "mine again").strip()
+    git(repo, "update-ref", "refs/heads/mine", yours)  # the user moves their branch on
+    _plant(quarantine(repo / ".git" / "worktrees" / "a"), "5" * 40, b"blob 2\0hi")  # misnamed
+    with pytest.raises(StoryFailed):
+        objects.take("a", lane)
+    assert git(repo, "rev-parse", "mine").strip() == yours
+    _fsck(repo)
