@@ -141,14 +141,15 @@ def take_in(
                 _remove(top, found)
             return TakenIn(frozenset())
         names = frozenset(f"{d}{f}" for d, f, _, _ in found.loose)
+        # Packs first: a lane's `git repack` packs its older objects, which newer loose ones name.
+        for name in found.packs:
+            _feed(common_dir, _read_pack(top, name, q), UNPACK_LIMIT + 1, q)
         routes = _routes(found.loose, admin)
         ours = [o for o in found.loose if not any(o in r for r in routes.values())]
         if ours:
             _feed(common_dir, _pack(ours), len(ours), q)
         for git_dir, theirs in routes.items():
             _feed(git_dir, _pack(theirs), len(theirs), q)
-        for name in found.packs:
-            _feed(common_dir, _read_pack(top, name, q), UNPACK_LIMIT + 1, q)
         if remove:
             _remove(top, found)
         return TakenIn(names, tuple(found.packs))

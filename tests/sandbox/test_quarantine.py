@@ -277,3 +277,40 @@ def test_a_refusal_never_moves_a_branch_of_the_users(lane: Path) -> None:
         objects.take("a", lane)
     assert git(repo, "rev-parse", "mine").strip() == yours
     _fsck(repo)
+
+
+def test_a_pack_and_many_objects_are_taken_in_through_index_pack(lane: Path) -> None:
+    """A lane's `git repack` leaves a pack in its quarantine; a big commit is more objects than git
+    unpacks loose (100): both go through `index-pack --strict` and come in whole."""
+    repo = lane.parents[2] / "repo"
+    admin = repo / ".git" / "worktrees" / "a"
+    out = _sh(
+        lane, "echo 1 > p.txt && git add p.txt && git commit -q -m packed && git repack -q -d -l && echo OK"
+    )
+    assert "OK" in out, out
+    assert list((quarantine(admin) / "pack").glob("pack-*.pack"))
+    many = (
+        "for i in $(seq 1 150); do echo $i > m$i.txt; done && git add -A && git commit -q -m many && echo OK"
+    )
+    assert "OK" in _sh(lane, many)
+    taken = take_in(repo / ".git", admin)
+    assert len(taken.packs) == 1 and len(taken.names) > 100
+    assert git(repo, "log", "--format=%s", "story/ep/a").split() == ["many", "packed", "later", "init"]
+    left = [p.name for p in quarantine(admin).rglob("*") if p.is_file()]
+    assert left == ["packs"]  # `info/packs`, repack's list: never read by flowd, nothing taken
+    _fsck(repo)
+
+
+def test_a_new_run_takes_in_what_a_killed_run_left(lane: Path) -> None:
+    """A run killed mid-step leaves the lane's commit in its quarantine: the next run's first step
+    of the lane takes it in before anything else of flowd's reads the lane."""
+    repo = lane.parents[2] / "repo"
+    assert "OK" in _sh(lane, "echo x > left.txt && git add left.txt && git commit -q -m left && echo OK")
+    resumed = LaneObjects(repo / ".git", lambda _e: None, None)  # a new run: it knows nothing yet
+
+    async def step() -> None:
+        async with resumed.step("a", lane, contextlib.nullcontext()):
+            assert git(repo, "log", "--format=%s", "-1", "story/ep/a").strip() == "left"
+
+    asyncio.run(step())
+    _fsck(repo)
