@@ -45,6 +45,7 @@ class LaneObjects:
     # Private git dirs refused during their current step (their branch stays put back).
     refused: set[Path] = field(default_factory=set)
     _taken: dict[Path, set[str]] = field(default_factory=dict)  # taken during the running step
+    _serial: dict[Path, threading.Lock] = field(default_factory=dict)  # one take-in at a time
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def admin_of(self, home: Path) -> Path | None:
@@ -57,10 +58,17 @@ class LaneObjects:
 
     def take(self, lane: str, home: Path, *, during: bool = False) -> None:
         """Take in what the lane's worktree `home` wrote; `StoryFailed` when it cannot be.
-        `during`: while the step runs (what is taken stays in the quarantine until its end)."""
+        `during`: while the step runs (what is taken stays in the quarantine until its end).
+        Take-ins of one worktree never overlap (one would remove what the other reads)."""
         admin = self.admin_of(home)
         if admin is None:
             return
+        with self._lock:
+            serial = self._serial.setdefault(admin, threading.Lock())
+        with serial:
+            self._take(lane, home, admin, during)
+
+    def _take(self, lane: str, home: Path, admin: Path, during: bool) -> None:
         with self._lock:
             refused = admin in self.refused
             already = frozenset(self._taken.get(admin, ()))
@@ -187,15 +195,16 @@ class LaneObjects:
         await asyncio.shield(asyncio.to_thread(self.take, lane, home))
         async with inner:
             failed: list[StoryFailed] = []
-            poll = asyncio.create_task(self._poll(lane, home, failed))
+            stop = asyncio.Event()
+            poll = asyncio.create_task(self._poll(lane, home, failed, stop))
             done = False
             try:
                 yield
                 done = True
             finally:
-                poll.cancel()
+                stop.set()  # a take-in in flight ends first
                 with contextlib.suppress(asyncio.CancelledError):
-                    await poll
+                    await asyncio.shield(poll)
                 if done and not failed:
                     await asyncio.shield(asyncio.to_thread(self.take, lane, home))
                 else:
@@ -204,14 +213,16 @@ class LaneObjects:
             if failed:
                 raise failed[0]
 
-    async def _poll(self, lane: str, home: Path, failed: list[StoryFailed]) -> None:
+    async def _poll(self, lane: str, home: Path, failed: list[StoryFailed], stop: asyncio.Event) -> None:
         """While the step runs, what the lane's git wrote is taken in every `POLL_S`: a commit
         an agent makes is in the repository's store within about that, not only at the step's
         end (a `git fetch` or `git gc` in your checkout walks every branch and worktree HEAD)."""
         while True:
-            await asyncio.sleep(POLL_S)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), POLL_S)
+                return
             try:
-                await asyncio.shield(asyncio.to_thread(self.take, lane, home, during=True))
+                await asyncio.to_thread(self.take, lane, home, during=True)
             except StoryFailed as exc:
                 failed.append(exc)
                 return
