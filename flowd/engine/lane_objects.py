@@ -26,7 +26,7 @@ from flowd.engine.core.stops import StoryFailed
 from flowd.engine.fingerprint import read_ref
 from flowd.engine.state import EpicPaths, append_findings
 from flowd.events.model import Event, LaneEscape
-from flowd.vcs.gitcli import private_git_dir, run_git
+from flowd.vcs.gitcli import GitDirChanged, admin_of, run_git
 from flowd.vcs.quarantine import Refused, discard, missing, quarantine, take_in
 
 POLL_S = 1.0  # how often a running step's quarantine is looked at (an empty look: about 0.4 ms)
@@ -49,12 +49,14 @@ class LaneObjects:
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def admin_of(self, home: Path) -> Path | None:
-        """The private git dir of the worktree `home`, only if it is one of this repository's."""
-        admin = private_git_dir(home)
-        if admin is None:
+        """The private git dir of the worktree `home`, found from the repository's side (never
+        where the lane's `.git` file points: docs/sandbox.md "flowd's own git"); None for no
+        worktree of this repository, or one whose admin files contradict each other (detection
+        names that `gitDir`)."""
+        try:
+            return admin_of(Path(os.path.realpath(self.common_dir)), home)
+        except GitDirChanged:
             return None
-        real = Path(os.path.realpath(admin))
-        return real if real.parent == Path(os.path.realpath(self.common_dir)) / "worktrees" else None
 
     def take(self, lane: str, home: Path, *, during: bool = False) -> None:
         """Take in what the lane's worktree `home` wrote; `StoryFailed` when it cannot be.

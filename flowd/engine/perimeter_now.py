@@ -13,7 +13,7 @@ from pathlib import Path
 from flowd.events.model import PerimeterPath
 from flowd.plan.model import StoryPlan
 from flowd.plan.perimeter import classify
-from flowd.vcs.gitcli import private_git_dir, unchecked_out
+from flowd.vcs.gitcli import GitDirChanged, admin_of, unchecked_out
 from flowd.vcs.gitops import Repo
 from flowd.vcs.quarantine import reader_env
 
@@ -28,10 +28,9 @@ def perimeter_now(repo: Repo, plan: StoryPlan, story_id: str, worktree: Path) ->
         return []
     # Asked mid-turn (the language server's live diagnostics), the lane's newest commits are still
     # in its quarantine: git reads it as an alternate (docs/sandbox.md "The quarantine").
-    admin = private_git_dir(worktree)
-    env = (
-        reader_env(admin)
-        if admin is not None and admin.resolve().parent == repo.common_dir / "worktrees"
-        else {}
-    )
+    try:
+        admin = admin_of(repo.common_dir, worktree)
+    except GitDirChanged:
+        admin = None  # detection names it (gitDir); git reads no quarantine then
+    env = reader_env(admin) if admin is not None else {}
     return classify(repo.changed_files(worktree, plan.epic_branch, env or None), story_id, plan)
