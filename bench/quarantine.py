@@ -121,7 +121,9 @@ def transfer(own: Path, repo: Path, n: int, files: int, how: str) -> float:
             "GIT_CONFIG_KEY_0": "receive.fsckObjects",
             "GIT_CONFIG_VALUE_0": "true",
         }
-        subprocess.run(["git", *args], cwd=own, env=env, check=True)
+        done = subprocess.run(["git", *args], cwd=own, env=env, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise SystemExit(f"the push of design (b) failed: {done.stderr.strip()}")
     return time.perf_counter() - started
 
 
