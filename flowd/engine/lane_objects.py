@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import threading
 from collections.abc import AsyncIterator, Callable
@@ -28,6 +29,8 @@ from flowd.engine.state import EpicPaths, append_findings
 from flowd.events.model import Event, LaneEscape
 from flowd.vcs.gitcli import GitDirChanged, admin_of, run_git
 from flowd.vcs.quarantine import Refused, discard, missing, quarantine, take_in
+
+log = logging.getLogger("flowd.engine.lane_objects")
 
 POLL_S = 1.0  # how often a running step's quarantine is looked at (an empty look: about 0.4 ms)
 _HEAD_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
@@ -85,10 +88,11 @@ class LaneObjects:
             with self._lock:
                 self.good.update(tips)
             return
-        tips = []
+        # The refs first: git writes a commit's objects before it moves a ref to it, so whatever
+        # a ref named here is in the quarantine (or taken) when it is read just after.
+        tips = self._tips(admin)
         try:
             taken = take_in(self.common_dir, admin, already, remove=not during)
-            tips = self._tips(admin)
             with self._lock:
                 have = taken.names | already
                 unsure = [sha for key, sha in tips if sha not in have and self.good.get(key) != sha]
@@ -104,6 +108,11 @@ class LaneObjects:
                 else:
                     self._taken.pop(admin, None)
         except Refused as exc:
+            if during:
+                # The lane's git may be half way through writing (a tree seen before the blob it
+                # names, read in another folder a moment earlier): the step's end decides.
+                log.debug("%s: not taken in while its step runs: %s", lane, exc)
+                return
             with self._lock:
                 self.refused.add(admin)
                 self._taken.pop(admin, None)

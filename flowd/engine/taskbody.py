@@ -144,12 +144,15 @@ class TaskBody:
         told = answered(self.ctx.paths, self.story_id)
         if told:  # answers to this story's BLOCKED_ON pauses (docs/answers.md)
             prompt += prompts.ANSWERED.format(answers="\n".join(f"- {t}" for t in told))
+        # HEAD as the task found it: a coder that commits with git itself (an agent's own shell)
+        # has still done the work, and the reviewer reads the task's whole change.
+        start = await asyncio.to_thread(repo.head_of, seat.worktree)
         reply = await self._coder(seat, prompt, task, index)
         reply = await self.check_blocked(seat, reply, task, index)
-        if not await asyncio.to_thread(repo.status_paths, seat.worktree):
+        if not await self._changed(seat.worktree, start):
             reply = await self._coder(seat, prompts.CONFIRM_EMPTY.format(title=task.title), task, index)
             reply = await self.check_blocked(seat, reply, task, index)
-            if not await asyncio.to_thread(repo.status_paths, seat.worktree):
+            if not await self._changed(seat.worktree, start):
                 if coder_sentinel(reply).already_satisfied:
                     self.info(f"task {index} ({task.title}): already satisfied; ticked without a commit")
                     return None
@@ -165,7 +168,7 @@ class TaskBody:
                 )
         rounds = 0
         while True:
-            feedback = await self.feedback(seat, index, task)
+            feedback = await self.feedback(seat, index, task, start)
             if not feedback:
                 break
             if rounds >= ctx.settings.max_review_rounds:
@@ -184,11 +187,20 @@ class TaskBody:
                 index,
             )
             await self.check_blocked(seat, reply, task, index)
-        return await asyncio.to_thread(repo.commit_all, seat.worktree, f"{self.story_id}: {task.title}")
+        commit = await asyncio.to_thread(repo.commit_all, seat.worktree, f"{self.story_id}: {task.title}")
+        if commit is None and (head := await asyncio.to_thread(repo.head_of, seat.worktree)) != start:
+            return head  # the coder committed everything itself
+        return commit
 
-    async def feedback(self, seat: Seat, index: int, task: Task) -> list[str]:
+    async def _changed(self, wt: Path, start: str) -> bool:
+        """Whether the task changed anything: files left in the worktree, or commits of its own."""
+        if await asyncio.to_thread(self.ctx.repo.status_paths, wt):
+            return True
+        return await asyncio.to_thread(self.ctx.repo.head_of, wt) != start
+
+    async def feedback(self, seat: Seat, index: int, task: Task, start: str = "HEAD") -> list[str]:
         """What still blocks the task: the perimeter (once per story), its Owns: paths (aside, once),
-        red gates, the review."""
+        red gates, the review of its change since `start`."""
         ctx, repo = self.ctx, self.ctx.repo
         feedback: list[str] = []
         strays = await asyncio.to_thread(perimeter_now, repo, ctx.plan, self.story_id, seat.worktree)
@@ -211,7 +223,7 @@ class TaskBody:
             feedback.append(f"The gates are red:\n{red.describe()}")
         if feedback or ctx.settings.max_review_rounds == 0 or not ctx.pool.can_ever_serve("reviewer"):
             return feedback
-        diff = await asyncio.to_thread(repo.diff, seat.worktree, "HEAD")
+        diff = await asyncio.to_thread(repo.diff, seat.worktree, start)
         verdict = await self.structured(
             "reviewer",
             prompts.REVIEWER.format(

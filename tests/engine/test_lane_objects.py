@@ -14,6 +14,7 @@ from flowd.vcs.quarantine import QUARANTINE_DIR
 from tests.engine.scenario import Scenario, coder, git, story
 
 COMMIT = "git -c user.name=a -c user.email=a@a commit -q -m"
+MISSING = '{"issues": [{"severity": "major", "title": "no change", "description": "nothing shown"}], "summary": "no"}'
 
 
 def _fsck(repo: Path) -> None:
@@ -85,4 +86,22 @@ def test_a_lane_whose_objects_fail_the_check_is_refused(tmp_path: Path) -> None:
     findings = sc.repo / ".flow" / "epics" / "ep" / "stories" / "bad.findings.md"
     assert "## Objects refused" in findings.read_text(encoding="utf-8")
     assert "good by its agent" in git(sc.repo, "log", "--format=%s", "epic/ep")
+    _fsck(sc.repo)
+
+
+def test_an_agent_that_commits_all_its_work_itself_has_done_its_task(tmp_path: Path) -> None:
+    """Nothing left uncommitted: the task is done by the agent's own commit, not "changed nothing",
+    and the reviewer is shown that commit's change."""
+    assert landlock.abi() >= 2, "this test needs the kernel's Landlock (Linux 5.19+)"
+    rules = [
+        coder("a", run=[f"echo one > a.txt && git add a.txt && {COMMIT} 'a, all of it, by its agent'"]),
+        # The reviewer passes the task only when it is shown the agent's committed change.
+        {"when": {"role": "reviewer", "prompt": r"\+one"}, "reply": '{"issues": [], "summary": "ok"}'},
+        {"when": {"role": "reviewer"}, "reply": MISSING},
+    ]
+    sc = Scenario.create(tmp_path, [story("a", ["a.txt"])], rules)
+    result = sc.run()
+    assert result.outcome == "done", {k: v.reason for k, v in result.view.lanes.items()}
+    assert "a, all of it, by its agent" in git(sc.repo, "log", "--format=%s", "epic/ep")
+    assert git(sc.repo, "show", "epic/ep:a.txt") == "one\n"
     _fsck(sc.repo)

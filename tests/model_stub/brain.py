@@ -110,6 +110,11 @@ def target_file(prompt: str) -> tuple[str, str] | None:
 # A story whose description says `ESCAPE-PROBE <path>`: its coder's one tool call is the agent's
 # own shell, writing the owned file and then trying `<path>` (tests/agents_real: confinement).
 PROBE = re.compile(r"ESCAPE-PROBE (\S+)")
+# A story whose description says `COMMIT-PROBE`: its coder's one tool call is the agent's own
+# shell, writing the owned file and committing it with git itself (tests/agents_real: the
+# lane's quarantined object store, docs/sandbox.md "The quarantine").
+COMMIT_PROBE = "COMMIT-PROBE"
+AGENT_COMMIT = "agent's own commit"
 SHELL_TOOLS = ("Bash", "run_shell_command", "shell_command", "exec_command", "shell")
 
 
@@ -137,6 +142,12 @@ def _tool_call(conv: Conversation, prompt: str) -> ToolCallReply | None:
             f"mkdir -p '{rel.rsplit('/', 1)[0] if '/' in rel else '.'}' && printf '%s' '{content}' > '{rel}'"
         )
         return _shell_call(conv, f"{write}; echo escaped > '{probe.group(1)}'; true", rel)
+    if COMMIT_PROBE in conv.all_user_text:
+        write = (
+            f"mkdir -p '{rel.rsplit('/', 1)[0] if '/' in rel else '.'}' && printf '%s' '{content}' > '{rel}'"
+        )
+        commit = f'git add -A && git -c user.name=agent -c user.email=agent@example.com commit -q -m "{AGENT_COMMIT}"'
+        return _shell_call(conv, f"{write} && {commit}", rel)
     if "Write" in conv.tools:
         return ToolCallReply("Write", "function", {"file_path": absolute, "content": content}, rel)
     if "write_file" in conv.tools:
