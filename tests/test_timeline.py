@@ -50,16 +50,41 @@ CASES = [
         [("planned", 0, 0.5), ("coding", 0.5, 1), ("gated", 1, 1.05), ("coding", 1.05, 2)],
     ),
     (
-        "a short queue and merge before the point: merged into coding; the point stays",
+        "a short queue and merge before the point: kept, as the point (only gates and coding merge)",
         [("planned", 0), ("coding", 10), ("queued", 1000), ("merging", 1000.01), ("merged", 1000.5)],
         None,
-        [("planned", 0, 10), ("coding", 10, 1000.5), ("merged", 1000.5, 1000.5)],
+        [
+            ("planned", 0, 10),
+            ("coding", 10, 1000),
+            ("queued", 1000, 1000.01),
+            ("merging", 1000.01, 1000.5),
+            ("merged", 1000.5, 1000.5),
+        ],
     ),
     (
-        "a short pause between two phases: merged into the one before; the next goes on",
-        [("planned", 0), ("coding", 10), ("paused", 500), ("queued", 500.2)],
+        "a short pause between two gates' coding: kept",
+        [("planned", 0), ("coding", 10), ("paused", 500), ("coding", 500.2)],
         900,
-        [("planned", 0, 10), ("coding", 10, 500.2), ("queued", 500.2, 900)],
+        [("planned", 0, 10), ("coding", 10, 500), ("paused", 500, 500.2), ("coding", 500.2, 900)],
+    ),
+    (
+        "short coding between two gates late in the life: one gated span",
+        [
+            ("planned", 0),
+            ("coding", 10),
+            ("gated", 1000),
+            ("coding", 1003),
+            ("gated", 1003.1),
+            ("coding", 1006),
+        ],
+        2000,
+        [("planned", 0, 10), ("coding", 10, 1000), ("gated", 1000, 1006), ("coding", 1006, 2000)],
+    ),
+    (
+        "a short coding stretch after planned: planned is not a story's work, kept",
+        [("planned", 0), ("coding", 1000), ("queued", 1000.2)],
+        2000,
+        [("planned", 0, 1000), ("coding", 1000, 1000.2), ("queued", 1000.2, 2000)],
     ),
 ]
 

@@ -20,6 +20,10 @@ FINAL_PHASES = ("merged", "failed")
 # it is merged into the span before it (docs/graph.md): a long run's timeline stays a few
 # thousand spans, however many gates its lanes ran. 0 keeps every span.
 COLUMNS = 1000
+# The phases merged so: a story's work, where each task gate adds two spans. The others happen a
+# few times in a story's life and each says something (its turn in the queue, a merge, a pause),
+# so they are kept whatever their length, as are the points.
+FOLDED = ("coding", "gated")
 # A story status (StoryStatusChanged, or a lane status the merge train or approval sends) → phase.
 PHASE_OF_STATUS = {
     "active": "coding",
@@ -80,11 +84,11 @@ def enter(phases: list[PhaseSpan], phase: str, at: str) -> None:
 
 def _unseen(phases: list[PhaseSpan]) -> bool:
     """The last span, just ended, is too short for any picture to show apart from the span
-    before it (`COLUMNS`); neither is a point, and they touch."""
+    before it (`COLUMNS`); both are a story's work (`FOLDED`), and they touch."""
     if COLUMNS <= 0 or len(phases) < 2:
         return False
     last, before = phases[-1], phases[-2]
-    if last.phase in FINAL_PHASES or before.phase in FINAL_PHASES or before.end != last.start:
+    if last.phase not in FOLDED or before.phase not in FOLDED or before.end != last.start:
         return False
     end = _ms(last.end or last.start)
     return (end - _ms(last.start)) * COLUMNS < end - _ms(phases[0].start)
