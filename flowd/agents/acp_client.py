@@ -92,7 +92,6 @@ class AcpExecutor:
         # (acp_late.py); billed through `_late_sink` when the session ends.
         self._bills: dict[str, SessionBill] = {}
         self._late_sink: LateUsageSink | None = None
-        self.settle_wait_s = SETTLE_WAIT_S
         self._turn: Turn | None = None
         self._turn_lock = asyncio.Lock()
         self._last_heard = 0.0
@@ -343,7 +342,7 @@ class AcpExecutor:
         program = program_named(self._agent.agent_name)
         if bill is None or program is None or program.usage_probe is None:
             return
-        late = await settle(conn, session[1], bill, program.usage_probe, self.settle_wait_s)
+        late = await settle(conn, session[1], bill, program.usage_probe, SETTLE_WAIT_S)
         if late is not None and self._late_sink is not None:
             try:
                 self._late_sink(late)
