@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,7 @@ from acp.schema import (
 )
 
 from flowd.agents.acp_access import AcpClient, checked_path, permission
+from flowd.agents.acp_late import SETTLE_WAIT_S, SessionBill, note_update, settle
 from flowd.agents.acp_process import (
     SHUTDOWN_WAIT_S,
     AgentProcess,
@@ -42,9 +44,12 @@ from flowd.agents.acp_process import (
 )
 from flowd.agents.acp_session import SessionOpener
 from flowd.agents.acp_turn import Turn, fold_update, tool_output_text, turn_result
-from flowd.agents.base import AgentError, TurnObserver, TurnRequest, TurnResult
+from flowd.agents.base import AgentError, LateUsageSink, TurnObserver, TurnRequest, TurnResult
 from flowd.agents.faults import classify, worded
+from flowd.programs.table import program_named
 from flowd.sandbox.confine import current
+
+log = logging.getLogger("flowd.agents.acp")
 
 
 class AcpExecutor:
@@ -83,6 +88,10 @@ class AcpExecutor:
         self._session: tuple[Path, str] | None = None
         self._sessions: dict[str, Path] = {}
         self._cost_base: dict[str, float] = {}
+        # Each open session's turn that opened it, for the usage it spends after its last answer
+        # (acp_late.py); billed through `_late_sink` when the session ends.
+        self._bills: dict[str, SessionBill] = {}
+        self._late_sink: LateUsageSink | None = None
         self._turn: Turn | None = None
         self._turn_lock = asyncio.Lock()
         self._last_heard = 0.0
@@ -93,6 +102,10 @@ class AcpExecutor:
         """The running agent process, if any (tests check it is gone after close)."""
         proc = self._agent.proc
         return proc.pid if proc is not None and proc.returncode is None else None
+
+    def bill_late_to(self, sink: LateUsageSink) -> None:
+        """Where usage reported after its turn goes (docs/roster.md "Side requests")."""
+        self._late_sink = sink
 
     async def run_turn(self, request: TurnRequest, observe: TurnObserver | None = None) -> TurnResult:
         async with self._turn_lock:
@@ -116,8 +129,11 @@ class AcpExecutor:
                 raise
             turn = Turn(session_id=session_id, cwd=cwd, observe=observe)
             self._turn = turn
+            bill = self._bills.setdefault(session_id, SessionBill(cause=request))
             try:
-                return await self._drive(turn, request)
+                result = await self._drive(turn, request)
+                bill.answered = True
+                return result
             finally:
                 self._turn = None
                 turn.finished.set()
@@ -290,6 +306,7 @@ class AcpExecutor:
             raise AgentError("cancelled", f"{self.label}: the executor was closed")
         if self._session is not None and self._session[0] == cwd:
             return self._session[1]
+        await self._settle()  # the session this one replaces has ended
         try:
             session_id = await self._opener.open(conn, cwd)
         except (ConnectionError, OSError):
@@ -307,9 +324,30 @@ class AcpExecutor:
         return await self._agent.start_failed()
 
     async def _stop(self, *, graceful: bool) -> None:
-        """End the process and forget its session."""
+        """End the process and forget its session; a graceful stop settles the session first."""
+        if graceful:
+            await self._settle()
         self._session = None
+        self._bills.clear()  # a process's sessions end with it
         await self._agent.stop(graceful=graceful)
+
+    async def _settle(self) -> None:
+        """Bill what the current session spent after its last answer (a title that finished
+        late), before the session ends: agents/acp_late.py. Only for programs with a usage
+        probe, and never beside a turn in flight (its process is being torn down)."""
+        session, conn = self._session, self._agent.conn
+        if session is None or conn is None or self._turn is not None or not self._agent.running:
+            return
+        bill = self._bills.pop(session[1], None)
+        program = program_named(self._agent.agent_name)
+        if bill is None or program is None or program.usage_probe is None:
+            return
+        late = await settle(conn, session[1], bill, program.usage_probe, SETTLE_WAIT_S)
+        if late is not None and self._late_sink is not None:
+            try:
+                self._late_sink(late)
+            except Exception:  # a sink's bug must not stop the agent's shutdown
+                log.exception("%s: billing usage after a turn failed", self.label)
 
     # -- callbacks from the agent ---------------------------------------------------------------
 
@@ -318,6 +356,7 @@ class AcpExecutor:
             self._last_heard = asyncio.get_running_loop().time()
 
     def _on_update(self, session_id: str, update: Any) -> None:
+        note_update(self._bills.get(session_id), update)  # between turns too (acp_late.py)
         turn = self._turn
         if turn is None or session_id != turn.session_id:
             return  # e.g. available_commands_update after session/new: nothing to record

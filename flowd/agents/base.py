@@ -106,6 +106,19 @@ class TurnResult:
     model: str | None = None
 
 
+@dataclass
+class LateUsage:
+    """Usage an agent reported after the turn that caused it: the requests it made on its own
+    that finished after that turn's answer (docs/roster.md "Side requests"). Billed to `cause`'s
+    lane and role on the executor's clone."""
+
+    cause: TurnRequest
+    usage: list[TurnUsage]
+
+
+# Where an executor sends `LateUsage` (set by the pool that owns it; kinds with none ignore it).
+LateUsageSink = Callable[[LateUsage], None]
+
 # Live callback for what happens during a turn (tool calls, message text); must not block.
 TurnObserver = Callable[[ToolCall | str], None]
 

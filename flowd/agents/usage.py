@@ -12,6 +12,7 @@ from typing import Any
 from acp.schema import PromptResponse
 
 from flowd.agents.base import TurnUsage
+from flowd.events.model import Usage
 
 
 def capture_usage(response: PromptResponse) -> TurnUsage | None:
@@ -103,3 +104,15 @@ def model_usages(meta: dict[str, Any]) -> list[TurnUsage]:
     ]
     found = [u for u in found if u.input or u.output]
     return sorted(found, key=lambda u: u.input + u.output, reverse=True)
+
+
+def wire_usage(usage: TurnUsage) -> Usage:
+    """An agent's reported usage as the trace records it."""
+    return Usage(
+        input=usage.input,
+        output=usage.output,
+        total=usage.input + usage.output,
+        cached_read=usage.cached_read,
+        cache_write=usage.cache_write,
+        cost_usd=usage.cost_usd,
+    )

@@ -15,9 +15,9 @@ from flowd.agents.base import (
     ToolCall,
     TurnRequest,
     TurnResult,
-    TurnUsage,
     estimate_tokens,
 )
+from flowd.agents.usage import wire_usage
 from flowd.base import layout
 from flowd.engine.core.budget import BudgetLimits, BudgetSpent, budget_spent
 from flowd.engine.core.ports import PortSlots
@@ -335,12 +335,12 @@ class RunContext:
         usage = result.usage
         model = (usage.model if usage else None) or result.model or info.model
         if usage is not None:
-            used(model, _wire_usage(usage))
+            used(model, wire_usage(usage))
         else:
             inp, out = estimate_tokens(request.prompt), estimate_tokens(result.text)
             used(model, Usage(input=inp, output=out, total=inp + out), estimated=True)
         for other in result.more_usage:  # the turn's requests on other models (side requests)
-            used(other.model or model, _wire_usage(other))
+            used(other.model or model, wire_usage(other))
 
     def _only_coders_hold(self, role: str) -> bool:
         """No slot for `role` is free, and only stories' coders hold them (nothing brief will end)."""
@@ -369,15 +369,3 @@ class RunContext:
             )
         self.record_turn(request, result, info, lane=lane, coder_clone=False)
         return result
-
-
-def _wire_usage(usage: TurnUsage) -> Usage:
-    """An agent's reported usage as the trace records it."""
-    return Usage(
-        input=usage.input,
-        output=usage.output,
-        total=usage.input + usage.output,
-        cached_read=usage.cached_read,
-        cache_write=usage.cache_write,
-        cost_usd=usage.cost_usd,
-    )

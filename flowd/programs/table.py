@@ -25,6 +25,10 @@ class Program:
     minimum: str  # the oldest version flowd runs
     agent_name: str | None = None  # ACP `agentInfo.name`
     hidden: str | None = None  # model requests flowd cannot see, in words; None: none known
+    # A prompt that asks the model nothing and answers with the usage the session spent since its
+    # last turn (`_meta.quota.model_usage`): flowd sends it when a session ends, so the requests
+    # the program made on its own after that turn's answer are billed (agents/acp_late.py).
+    usage_probe: str | None = None
 
 
 PROGRAMS: tuple[Program, ...] = (
@@ -37,11 +41,15 @@ PROGRAMS: tuple[Program, ...] = (
         agent_name="@agentclientprotocol/claude-agent-acp",
         # docs/roster.md "Side requests": the title is asked for by the adapter itself
         # (`generate_session_title`), whatever the environment says; no client option stops it.
+        # A title that finishes after the session's last answer is read at the session's end
+        # with `/usage`; what stays hidden is a title still unanswered then, or a killed process's.
         hidden=(
-            "a session title per new session, asked for by claude-agent-acp itself; a title that "
-            "finishes after the turn's answer is counted with the session's next turn, or not at "
-            "all when the session has none (one small request per session)"
+            "a session title per new session, asked for by claude-agent-acp itself; flowd bills a "
+            "title that finishes after the turn's answer when the session ends, but not one still "
+            "unanswered 15 s after the session's last turn, nor the requests of an agent process "
+            "flowd had to kill (a stall, a timeout)"
         ),
+        usage_probe="/usage",
     ),
     Program(
         "codex-acp",

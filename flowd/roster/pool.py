@@ -20,11 +20,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Protocol
 
-from flowd.agents.base import AgentError, Executor, TurnObserver, TurnRequest, TurnResult
+from flowd.agents.base import AgentError, Executor, LateUsage, TurnObserver, TurnRequest, TurnResult
 from flowd.agents.factory import make_executor
+from flowd.agents.usage import wire_usage
 from flowd.base.errors import FlowdError, NoExecutor
 from flowd.base.timeutil import now as utc_now
-from flowd.events.model import Event, ExecutorHandedOver, ExecutorLeased, ExecutorReleased
+from flowd.events.model import Event, ExecutorHandedOver, ExecutorLeased, ExecutorReleased, TokensUsed
 from flowd.roster import leasing
 from flowd.roster.exclusions import ExclusionBook
 from flowd.roster.leasing import ExecutorState, Lease, LeaseInfo
@@ -206,7 +207,27 @@ class RosterPool:
         if executor is None:
             executor = self._factory(spec, clone=clone, log_dir=self._log_dir)
             self._executors[key] = executor
+            bill_late_to = getattr(executor, "bill_late_to", None)
+            if callable(bill_late_to):
+                bill_late_to(lambda late: self._bill_late(spec, clone, late))
         return executor
+
+    def _bill_late(self, spec: ExecutorSpec, clone: int, late: LateUsage) -> None:
+        """Usage an agent reported after its turn (a side request that finished late): billed
+        like the turn that caused it, to its lane and role, on the clone when it was the lane's
+        coder (docs/roster.md "Side requests"). A cause without a story bills the run."""
+        cause = late.cause
+        for usage in late.usage:
+            self._emit(
+                TokensUsed(
+                    lane=cause.meta.story,
+                    executor=spec.id,
+                    clone=clone if cause.role == "coder" and cause.meta.story is not None else None,
+                    agent=cause.role,
+                    model=usage.model or spec.model,
+                    usage=wire_usage(usage),
+                )
+            )
 
     async def leave_lane(self, worktree: Path) -> None:
         """Stop every idle agent process confined to the lane worktree `worktree`, which another

@@ -72,10 +72,24 @@ _DEFAULT_MESSAGES = {
 }
 
 
+@dataclass
+class Delay:
+    """Answer matching requests only after `seconds` (the tokens are logged when answered): a
+    side request that finishes after its turn's answer, as a slow model's would."""
+
+    seconds: float
+    role: str | None = None
+    api: str | None = None
+
+    def matches(self, api: str, role: str) -> bool:
+        return (self.role is None or self.role == role) and (self.api is None or self.api == api)
+
+
 class ModelStub:
     def __init__(self, log_path: Path | None = None) -> None:
         self.log: list[LogEntry] = []
         self.faults: list[Fault] = []
+        self.delays: list[Delay] = []
         self.log_path = log_path
         self._lock = threading.Lock()
         self._stopping = threading.Event()
@@ -112,10 +126,16 @@ class ModelStub:
             self.faults.append(fault)
         return fault
 
+    def add_delay(self, delay: Delay) -> Delay:
+        with self._lock:
+            self.delays.append(delay)
+        return delay
+
     def clear(self) -> None:
         with self._lock:
             self.log.clear()
             self.faults.clear()
+            self.delays.clear()
 
     def served(self, since: int = 0) -> list[LogEntry]:
         """Answered requests (status 200) from log position `since` on."""
@@ -139,6 +159,10 @@ class ModelStub:
             if self.log_path is not None:
                 with self.log_path.open("a", encoding="utf-8") as handle:
                     handle.write(json.dumps(asdict(entry)) + "\n")
+
+    def _delay_for(self, api: str, role: str) -> float:
+        with self._lock:
+            return sum(d.seconds for d in self.delays if d.matches(api, role))
 
     def _usage(self, body_bytes: int, reply: Reply, api: str) -> apis.Served:
         """Distinct, plausible figures per request: input from the request's size, part of it cached."""
@@ -213,6 +237,9 @@ def _handler(stub: ModelStub) -> type[BaseHTTPRequestHandler]:
                 self._fault(fault, api, conv, role, to_error)
                 return
             reply = decide(conv)
+            if stub._stopping.wait(stub._delay_for(api, role)):
+                self.close_connection = True
+                return
             served = stub._usage(len(raw), reply, api)
             stub._record(
                 LogEntry(0, api, self.path, conv.model, reply.role, 200,

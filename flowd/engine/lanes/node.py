@@ -211,7 +211,8 @@ class NodeHost:
             self._route(event)
 
     def _route(self, event: Event) -> None:
-        label = getattr(event, "label", None)
+        # The pool's events name their lease's label; a late side request's usage its lane.
+        label = getattr(event, "label", None) or getattr(event, "lane", None)
         target = self.lanes.get(label.split("#t")[0]) if isinstance(label, str) else None
         if target is None and self.lanes:
             target = next(iter(self.lanes.values()))
