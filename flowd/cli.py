@@ -37,6 +37,9 @@ EXIT_CODES = {
     "clean": "0 · 2 not a git repository; with --epic: unknown or unfinished epic, or a run of it is alive",
     "demo": "as flowd run (0 when the sample epic is done)",
     "serve": "0 when the client shuts it down · 2 bad option",
+    "daemon": "as its subcommand · 2 without one",
+    "daemon status": "0 a daemon runs · 1 none runs · 2 not a git repository",
+    "daemon stop": "0 stopped, or none ran · 2 not a git repository",
     "script": "0 when its client closes stdin · 2 unreadable script",
     "roster check": "0 every executor answered · 1 one did not · 2 bad roster",
     "schema": "0",
@@ -62,6 +65,9 @@ EXAMPLES: dict[str, str | tuple[str, ...]] = {
     "clean": "flowd clean --epic auth --dry-run",
     "demo": "flowd demo --dir /tmp/calc",
     "serve": "flowd serve --tcp --port 2087",
+    "daemon": "flowd daemon status --json",
+    "daemon status": "flowd daemon status --json",
+    "daemon stop": "flowd daemon stop",
     "script": "flowd agent script --script .flow/demo.script.json",
     "roster check": "flowd roster check --role coder",
     "schema": "flowd schema plan > plan.schema.json",
@@ -117,6 +123,30 @@ def _add_serve(sub: Subparsers) -> None:
     )
     p.add_argument("--host", default="127.0.0.1", help="TCP address; loopback only (default: 127.0.0.1)")
     p.add_argument("--port", type=int, default=2087, help="TCP port; 0 picks a free one (default: 2087)")
+    p.add_argument(
+        "--no-daemon",
+        action="store_true",
+        help="serve this one editor in-process instead of through the repository's daemon",
+    )
+
+
+def _add_daemon(sub: Subparsers) -> None:
+    group = _group(sub, "daemon", "the repository's shared daemon", "daemon_command", "{status,stop}")
+    p = _command(
+        group,
+        "status",
+        "flowd.daemon.commands:status_command",
+        "the daemon: pid, version, sessions, runs",
+        "daemon status",
+    )
+    p.add_argument("--json", action="store_true", help="one JSON object")
+    _command(
+        group,
+        "stop",
+        "flowd.daemon.commands:stop_command",
+        "end the daemon (sessions are told; runs go on)",
+        "daemon stop",
+    )
 
 
 def _add_run(sub: Subparsers) -> None:
@@ -322,6 +352,7 @@ def _add_schema(sub: Subparsers) -> None:
 # The commands in the order `flowd --help` lists them; a new command is one `_add_*` function here.
 SUBCOMMANDS: tuple[Callable[[Subparsers], None], ...] = (
     _add_serve,
+    _add_daemon,
     _add_run,
     _add_plan,
     _add_status,

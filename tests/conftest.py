@@ -3,9 +3,13 @@ see README.md, "Quick start") and next to other checkouts' runs on the same mach
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import shutil
+import signal
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,21 +18,52 @@ import pytest
 from flowd.agents.script_counts import STATE_ENV
 
 _session_state: Path | None = None
+_runtime: Path | None = None
+
+
+def stop_daemons(runtime: Path) -> None:
+    """End every daemon whose info file is in `runtime`'s `flowd/` (each test's daemons go with it)."""
+    pids = []
+    for info in (runtime / "flowd").glob("daemon-*.json"):
+        try:
+            pid = int(json.loads(info.read_text())["pid"])
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if b"flowd.server.daemon" in cmdline:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+            pids.append(pid)
+    deadline = time.monotonic() + 5
+    for pid in pids:
+        while time.monotonic() < deadline and Path(f"/proc/{pid}").exists():
+            time.sleep(0.02)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """The scripted agent's `times` counts of this session (of this xdist worker) live in a fresh
+    """Every `flowd serve` of this session (of this xdist worker) finds its daemon in a fresh
+    runtime directory, so the daemons tests start are found, and stopped, after each test.
+
+    The scripted agent's `times` counts of this session (of this xdist worker) live in a fresh
     directory: processes started with an environment built at import time (the server fixtures'
     `SERVER_ENV`) inherit it. Without it they share `$TMPDIR/flowd-script-state` with every other
     session, where a reused temp path and run id find a count already spent."""
-    global _session_state
+    global _session_state, _runtime
+    _runtime = Path(tempfile.mkdtemp(prefix="flowd-runtime-"))
+    os.environ["XDG_RUNTIME_DIR"] = str(_runtime)
     if os.environ.get(STATE_ENV) is None:
         _session_state = Path(tempfile.mkdtemp(prefix="flowd-script-state-"))
         os.environ[STATE_ENV] = str(_session_state)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    global _session_state
+    global _session_state, _runtime
+    if _runtime is not None:
+        stop_daemons(_runtime)
+        shutil.rmtree(_runtime, ignore_errors=True)
+        _runtime = None
     if _session_state is not None:
         os.environ.pop(STATE_ENV, None)
         shutil.rmtree(_session_state, ignore_errors=True)
@@ -43,6 +78,9 @@ def _script_state_per_test(
     often a repository that must stay clean). Tests that set the variable themselves still win."""
     monkeypatch.setenv(STATE_ENV, str(tmp_path_factory.mktemp("script-state")))
     yield
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    if runtime:
+        stop_daemons(Path(runtime))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -21,6 +21,7 @@ LAYERS: dict[str, int] = {
     "flowd.engine.core": 2,  # the engine's pure rules
     "flowd.trace": 3,  # trace files, the fold, checkpoints
     "flowd.store": 3,  # files under .flow/ (settings, roster, inbox, the scripted agent's script)
+    "flowd.daemon": 3,  # the repository's daemon as clients reach it; `flowd serve`'s forwarder
     "flowd.vcs": 3,  # git
     "flowd.programs": 3,  # the agent programs flowd knows and where they keep their state
     "flowd.agents": 4,  # agent processes

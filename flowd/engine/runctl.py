@@ -31,6 +31,7 @@ class LaunchOptions:
     fail_fast: bool | None = None
     budget_usd: float | None = None
     pause_on: list[str] | None = None  # None: the run's own (a resume), else exactly these
+    env: dict[str, str] | None = None  # the launching session's environment (None: this process's)
 
 
 def launch_detached(repo: Path, plan: Path, run_id: str, options: LaunchOptions) -> subprocess.Popen[bytes]:
@@ -55,6 +56,7 @@ def launch_detached(repo: Path, plan: Path, run_id: str, options: LaunchOptions)
             stderr=log,
             start_new_session=True,
             close_fds=True,
+            env=options.env,
         )
 
 

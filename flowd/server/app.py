@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from flowd.control.shapes import Places
     from flowd.events.model import Envelope
     from flowd.plan.model import StoryPlan
+    from flowd.server.hub import Hub
     from flowd.trace.usage import Pricer
 
 log = logging.getLogger(__name__)
@@ -58,8 +59,17 @@ class FeatureHooks(Protocol):
 
 
 class FlowServer(LanguageServer, RunHooks):
-    def __init__(self) -> None:
-        super().__init__("flowd", __version__, protocol_cls=FlowProtocol, max_workers=8)
+    """One editor's session. In-process (`flowd serve --no-daemon`) it follows the runs itself; in
+    the daemon (`hub` given) it shares the daemon's `Hub`: the runs folded once, their hooks fanned
+    out to every session, and its own initialize, documents, diagnostics and notifications."""
+
+    def __init__(self, hub: Hub | None = None, env: dict[str, str] | None = None) -> None:
+        from flowd.server.jsonrpc import SessionProtocol
+
+        protocol_cls = FlowProtocol if hub is None else SessionProtocol
+        super().__init__("flowd", __version__, protocol_cls=protocol_cls, max_workers=8)
+        self.hub = hub
+        self.env = env  # the session's environment (its forwarder's): runs launched here get it
         self.root: Path = Path.cwd()
         self.repo: Repo | None = None
         self.repo_problem: str | None = None
@@ -106,6 +116,9 @@ class FlowServer(LanguageServer, RunHooks):
     async def start(self) -> None:
         """After `initialized`: find the repository, re-attach to its runs, watch for more."""
         self.root = self._workspace_root()
+        if self.hub is not None:
+            await self._join(self.hub)
+            return
         try:
             self.repo = await asyncio.to_thread(main_checkout, self.root)
         except FlowdError as exc:
@@ -116,6 +129,9 @@ class FlowServer(LanguageServer, RunHooks):
             self.runs = RunManager(self.repo.root, self, await asyncio.to_thread(self._pricer))
             await self.runs.start()
             self.spawn(self.runs.watch())
+        await self._features_started()
+
+    async def _features_started(self) -> None:
         for feature in self.features:
             try:
                 await feature.started()
@@ -123,11 +139,34 @@ class FlowServer(LanguageServer, RunHooks):
                 _feature_failed(feature, "started")
         self.ready.set()
 
+    async def _join(self, hub: Hub) -> None:
+        """A daemon's session: the hub's repository and runs; the live ones' snapshots are sent
+        and the session joins the fan-out in one step, so no event falls between."""
+        await hub.ready.wait()
+        self.repo, self.repo_problem, self.places, self.runs = (
+            hub.repo,
+            hub.repo_problem,
+            hub.places,
+            hub.runs,
+        )
+        for run in hub.join(self):
+            self.attached(run)
+        await self._features_started()
+
+    def resync(self) -> None:
+        """A fresh snapshot (the session fell behind and notifications were dropped)."""
+        if self.hub is not None:
+            for run in self.hub.live():
+                self.attached(run)
+        self.diags.republish()
+
     def stop(self) -> None:
         """Stop following (runs themselves keep going: they are detached processes)."""
         with contextlib.suppress(Exception):
             self.pacer.flush()
-        if self.runs is not None:
+        if self.hub is not None:
+            self.hub.leave(self)
+        elif self.runs is not None:
             self.runs.stop()
         self.worktrees.stop_all()
         for task in list(self._tasks):

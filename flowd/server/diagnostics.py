@@ -215,6 +215,11 @@ class DiagnosticStore:
             for d in diagnostics
         ]
 
+    def republish(self) -> None:
+        """Send every file's diagnostics again (a client that fell behind)."""
+        for uri in list(self._by_uri):
+            self._send(uri)
+
     def keys(self, kind: str) -> set[Key]:
         return {k for entries in self._by_uri.values() for k in entries if k[0] == kind}
 

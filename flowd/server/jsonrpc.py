@@ -14,12 +14,13 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Generator
 from typing import Any
 
 import attrs
 from lsprotocol.types import EXIT, ResponseError
 from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams, JsonRpcInvalidRequest
-from pygls.protocol import LanguageServerProtocol
+from pygls.protocol import LanguageServerProtocol, lsp_method
 
 from flowd import protocol
 
@@ -105,3 +106,27 @@ class FlowProtocol(LanguageServerProtocol):
             )
             error = ResponseError(code=error.code, message=error.message)
         super()._send_response(msg_id, result, error)
+
+
+class SessionProtocol(FlowProtocol):
+    """A session of the daemon (flowd/server/daemon.py): `exit` ends this session, not the process,
+    and the writer is told which messages are notifications (those may be dropped for a client
+    that fell behind; answers never are)."""
+
+    @lsp_method(EXIT)
+    def lsp_exit(self, *args: Any) -> Generator[Any, Any, None]:
+        if (user_handler := self.fm.features.get(EXIT)) is not None:
+            yield user_handler, args, None
+        stop = getattr(self._server, "_stop_event", None)
+        if stop is not None:
+            stop.set()
+        if self.writer is not None:
+            self.writer.close()
+
+    def _send_data(self, data: Any) -> None:
+        writer = self.writer
+        if writer is not None and hasattr(writer, "notification"):
+            method = data.get("method") if isinstance(data, dict) else getattr(data, "method", None)
+            has_id = "id" in data if isinstance(data, dict) else hasattr(data, "id")
+            writer.notification = method is not None and not has_id
+        super()._send_data(data)

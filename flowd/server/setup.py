@@ -9,7 +9,7 @@ until the server has found its repository, and calls one feature. The features a
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lsprotocol import types as lsp
 
@@ -27,11 +27,15 @@ from flowd.server.features.plans import PlanDiagnostics
 from flowd.server.features.progress import WorkDoneProgress
 from flowd.server.features.review import Revisions
 
+if TYPE_CHECKING:
+    from flowd.server.hub import Hub
+
 Handler = Callable[[Any], Awaitable[dict[str, Any]]]
 
 
-def build_server() -> FlowServer:
-    server = FlowServer()
+def build_server(hub: Hub | None = None, env: dict[str, str] | None = None) -> FlowServer:
+    """One session's server; with `hub`, a session of the daemon (flowd/server/daemon.py)."""
+    server = FlowServer(hub, env)
     plans = PlanDiagnostics(server)
     owned = OwnershipWarnings(server)
     perimeter = PerimeterDiagnostics(server)

@@ -109,6 +109,13 @@ class SandboxSettings(StrictWireModel):
         return value
 
 
+class DaemonSettings(StrictWireModel):
+    """`[daemon]`: the repository's shared daemon (docs/editors.md, "One daemon per repository")."""
+
+    # Seconds with no session and no live run before the daemon exits.
+    idle_exit_s: float = Field(default=600.0, ge=0)
+
+
 class Settings(StrictWireModel):
     """`.flow/config.toml` (docs/running.md). Every key is optional."""
 
@@ -140,6 +147,7 @@ class Settings(StrictWireModel):
     worktree: WorktreeSettings = Field(default_factory=WorktreeSettings)
     lanes: LanesSettings = Field(default_factory=LanesSettings)
     sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
+    daemon: DaemonSettings = Field(default_factory=DaemonSettings)
 
     @field_validator("time_zone")
     @classmethod

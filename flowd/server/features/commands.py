@@ -4,6 +4,7 @@ plan (docs/protocol.md). A run is a detached `flowd run`; `RunManager` starts an
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from pygls.exceptions import JsonRpcInvalidParams
@@ -80,6 +81,8 @@ class RunCommands(Feature):
             more = f" (and {len(violations) - 5} more)" if len(violations) > 5 else ""
             raise invalid(method, f"plan {path} has {len(violations)} problem(s): {shown}{more}")
         plan = await asyncio.to_thread(load_plan, path)
+        # A daemon's session: the run gets the session's own PATH and keys, not the daemon's.
+        options = dataclasses.replace(options, env=self.server.env)
         try:
             run = await runs.launch(path, plan.epic_id, options)
         except InputError as exc:

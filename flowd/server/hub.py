@@ -1,0 +1,119 @@
+"""What the daemon's sessions share: one repository, its runs followed and folded once.
+
+The hub owns the `RunManager` (one watch of `.flow/runs`, one fold per run) and is its hooks: each
+run's life is fanned out to every session (`FlowServer`), whose features turn it into that
+session's notifications and diagnostics (docs/editors.md, "One daemon per repository").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from flowd.base.errors import FlowdError
+from flowd.server.runs import RunHooks, RunManager, Tracked
+
+if TYPE_CHECKING:
+    from flowd.control.shapes import Places
+    from flowd.events.model import Envelope
+    from flowd.server.app import FlowServer
+    from flowd.trace.usage import Pricer
+    from flowd.vcs.gitops import Repo
+
+log = logging.getLogger(__name__)
+
+
+class Hub(RunHooks):
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.repo: Repo | None = None
+        self.repo_problem: str | None = None
+        self.runs: RunManager | None = None
+        self.places: Places | None = None
+        self.sessions: list[FlowServer] = []
+        self.ready = asyncio.Event()
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    async def start(self) -> None:
+        from flowd.server.app import main_checkout, places_of
+
+        try:
+            self.repo = await asyncio.to_thread(main_checkout, self.root)
+        except FlowdError as exc:
+            self.repo_problem = str(exc)
+            log.warning("%s", exc)
+        if self.repo is not None:
+            self.places = await asyncio.to_thread(places_of, self.repo)
+            self.runs = RunManager(self.repo.root, self, await asyncio.to_thread(self._pricer))
+            await self.runs.start()
+            task = asyncio.ensure_future(self.runs.watch())
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        self.ready.set()
+
+    def stop(self) -> None:
+        if self.runs is not None:
+            self.runs.stop()
+        for task in list(self._tasks):
+            task.cancel()
+
+    def _pricer(self) -> Pricer:
+        from flowd.trace.usage import reported_cost
+
+        try:
+            from flowd.cost.prices import pricer
+            from flowd.store.config import load_settings
+
+            assert self.repo is not None
+            return pricer(load_settings(self.repo.root))
+        except Exception as exc:  # a broken config must not stop the daemon; costs fall back
+            log.warning("prices: %s; showing only costs the agents report", exc)
+            return reported_cost
+
+    # -- sessions ------------------------------------------------------------------------------
+    def live(self) -> list[Tracked]:
+        """The runs going on whose snapshot a joining session is owed."""
+        if self.runs is None:
+            return []
+        return [run for run in reversed(self.runs.ordered()) if run.live and not run.ended]
+
+    def join(self, session: FlowServer) -> list[Tracked]:
+        self.sessions.append(session)
+        return self.live()
+
+    def leave(self, session: FlowServer) -> None:
+        if session in self.sessions:
+            self.sessions.remove(session)
+
+    def busy(self) -> bool:
+        """Sessions, or a run going on: the daemon does not exit when idle."""
+        return bool(self.sessions) or any(
+            not run.ended for run in (self.runs.runs.values() if self.runs else [])
+        )
+
+    # -- run hooks, fanned out to every session ------------------------------------------------
+    def attached(self, run: Tracked) -> None:
+        run.live = True
+        for session in list(self.sessions):
+            _guard(session, "attached", lambda s: s.attached(run))
+
+    def event(self, run: Tracked, envelope: Envelope) -> None:
+        for session in list(self.sessions):
+            _guard(session, "event", lambda s: s.event(run, envelope))
+
+    def ended(self, run: Tracked) -> None:
+        for session in list(self.sessions):
+            _guard(session, "ended", lambda s: s.ended(run))
+
+    def watch_polled(self, message: str) -> None:
+        for session in list(self.sessions):
+            _guard(session, "watch_polled", lambda s: s.watch_polled(message))
+
+
+def _guard(session: FlowServer, hook: str, call: Any) -> None:
+    try:
+        call(session)
+    except Exception:  # one session's failure never keeps the others from hearing it
+        log.exception("a session failed in %s; the others go on", hook)
