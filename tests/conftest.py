@@ -18,7 +18,12 @@ import pytest
 from flowd.agents.script_counts import STATE_ENV
 
 _session_state: Path | None = None
-_runtime: Path | None = None
+# Every `flowd serve` of this session (of this xdist worker) finds its daemon in a fresh runtime
+# directory, so the daemons tests start are found, and stopped, after each test. Set on import:
+# the server fixtures build their environment when their conftest is imported, which may come
+# before `pytest_configure`.
+_runtime: Path | None = Path(tempfile.mkdtemp(prefix="flowd-runtime-"))
+os.environ["XDG_RUNTIME_DIR"] = str(_runtime)
 
 
 def stop_daemons(runtime: Path) -> None:
@@ -43,16 +48,11 @@ def stop_daemons(runtime: Path) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Every `flowd serve` of this session (of this xdist worker) finds its daemon in a fresh
-    runtime directory, so the daemons tests start are found, and stopped, after each test.
-
-    The scripted agent's `times` counts of this session (of this xdist worker) live in a fresh
+    """The scripted agent's `times` counts of this session (of this xdist worker) live in a fresh
     directory: processes started with an environment built at import time (the server fixtures'
     `SERVER_ENV`) inherit it. Without it they share `$TMPDIR/flowd-script-state` with every other
     session, where a reused temp path and run id find a count already spent."""
-    global _session_state, _runtime
-    _runtime = Path(tempfile.mkdtemp(prefix="flowd-runtime-"))
-    os.environ["XDG_RUNTIME_DIR"] = str(_runtime)
+    global _session_state
     if os.environ.get(STATE_ENV) is None:
         _session_state = Path(tempfile.mkdtemp(prefix="flowd-script-state-"))
         os.environ[STATE_ENV] = str(_session_state)

@@ -12,8 +12,20 @@ import sys
 from pathlib import Path
 
 from flowd.base.errors import EXIT_BAD_INPUT, EXIT_OK, InputError
-from flowd.store.inbox import Answer, post
+from flowd.store.inbox import Answer, Reply, Revision, post
 from flowd.vcs.gitops import Repo
+
+
+def post_here_or_by_daemon(repo: Repo, run_id: str, request: Answer | Revision) -> Reply:
+    """Hand `request` to the run through the repository's daemon when one runs (docs/editors.md),
+    else straight to its inbox: the same reply, and the same errors, either way."""
+    from flowd.daemon.client import request as ask
+
+    if repo.git_dir == repo.common_dir:
+        answered = ask(repo.root, "post", {"runId": run_id, "request": request.wire()})
+        if answered is not None:
+            return Reply(ok=bool(answered.get("ok")), message=str(answered.get("message")))
+    return post(repo.root, run_id, request)
 
 
 def answer_command(args: argparse.Namespace) -> int:
@@ -23,7 +35,7 @@ def answer_command(args: argparse.Namespace) -> int:
         raise InputError(
             "the answer is empty; give `raise N`, `stop`, `wait`, `approve` or the text the coder needs"
         )
-    reply = post(repo.root, args.run_id, Answer(story=args.story, answer=text, by="cli"))
+    reply = post_here_or_by_daemon(repo, args.run_id, Answer(story=args.story, answer=text, by="cli"))
     if not reply.ok:
         print(f"flowd: {reply.message}", file=sys.stderr)
         return EXIT_BAD_INPUT

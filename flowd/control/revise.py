@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from flowd.base.errors import EXIT_BAD_INPUT, EXIT_OK, FlowdError, InputError
-from flowd.store.inbox import By, Revision, post
+from flowd.control.answer import post_here_or_by_daemon
+from flowd.store.inbox import By, Revision
 from flowd.vcs.gitops import Repo
 
 _LOCATION = re.compile(r"^(?P<path>.+):(?P<line>[0-9]+)$")
@@ -82,7 +83,7 @@ def revise_command(args: argparse.Namespace) -> int:
     path, line = parse_location(args.location)
     repo = main_checkout(Path.cwd())
     request = revision_request(repo, args.story, path, line, " ".join(args.text), "cli")
-    reply = post(repo.root, args.run_id, request)
+    reply = post_here_or_by_daemon(repo, args.run_id, request)
     if not reply.ok:
         raise FlowdError(reply.message, exit_code=EXIT_BAD_INPUT)
     print(reply.message)

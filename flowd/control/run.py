@@ -179,7 +179,15 @@ def check_command(args: argparse.Namespace) -> int:
 
 
 def cancel_command(args: argparse.Namespace) -> int:
+    from flowd.daemon.client import request
+
     repo = Repo.discover(Path.cwd())
-    outcome = cancel_run(repo.root, args.run_id)
+    # Through the repository's daemon when one runs (docs/editors.md): its sessions hear at once.
+    answered = (
+        request(repo.root, "cancel", {"runId": args.run_id}) if repo.git_dir == repo.common_dir else None
+    )
+    outcome = answered.get("outcome") if answered else None
+    if not isinstance(outcome, str):
+        outcome = cancel_run(repo.root, args.run_id)
     print(f"{args.run_id}: {outcome}")
     return 0

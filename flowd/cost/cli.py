@@ -177,17 +177,36 @@ def cost_report_for(
     return report.wire() if kind == "json" else render(report, kind)
 
 
-def cost_command(args: argparse.Namespace) -> int:
-    fmt = "json" if getattr(args, "json", False) else "md" if getattr(args, "md", False) else "text"
+def report_text(repo: Path, params: dict[str, Any]) -> str:
+    """What `flowd cost` prints for `params` ({fmt, run, since, until, tz, runsPerDay})."""
     report = cost_report(
-        repo_root(strict=True),
-        run_id=getattr(args, "run", None),
-        since=getattr(args, "since", None),
-        until=getattr(args, "until", None),
-        time_zone=getattr(args, "tz", None),
-        runs_per_day=getattr(args, "runs_per_day", None),
+        repo,
+        run_id=params.get("run"),
+        since=params.get("since"),
+        until=params.get("until"),
+        time_zone=params.get("tz"),
+        runs_per_day=params.get("runsPerDay"),
         parallel=True,
     )
-    sys.stdout.write(render(report, fmt))
+    return render(report, str(params.get("fmt", "text")))
+
+
+def cost_command(args: argparse.Namespace) -> int:
+    from flowd.daemon.client import request
+
+    fmt = "json" if getattr(args, "json", False) else "md" if getattr(args, "md", False) else "text"
+    params = {
+        "fmt": fmt,
+        "run": getattr(args, "run", None),
+        "since": getattr(args, "since", None),
+        "until": getattr(args, "until", None),
+        "tz": getattr(args, "tz", None),
+        "runsPerDay": getattr(args, "runs_per_day", None),
+    }
+    root = repo_root(strict=True)
+    # The repository's daemon answers when one runs (docs/editors.md); the same text either way.
+    answered = request(root, "cost", params)
+    text = answered.get("text") if answered else None
+    sys.stdout.write(text if isinstance(text, str) else report_text(root, params))
     sys.stdout.flush()
     return EXIT_OK

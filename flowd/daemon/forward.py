@@ -101,7 +101,7 @@ class Replay:
     def note(self, message: dict[str, Any], body: bytes) -> bool:
         """Record `message`; True when it is a document's message (a replay re-sends it)."""
         method = message.get("method")
-        if method is not None and "id" in message:
+        if isinstance(method, str) and isinstance(message.get("id"), int | str):
             self.pending[message["id"]] = method
         if method == "initialize":
             self.initialize = message
@@ -231,7 +231,10 @@ class Forwarder:
         while True:
             conn = self.conn
             assert conn is not None
-            body = read_frame(conn.reader)  # type: ignore[arg-type]
+            try:
+                body = read_frame(conn.reader)  # type: ignore[arg-type]
+            except (OSError, ValueError):
+                body = None  # reset by a killed daemon: as gone as a closed one
             if body is None:
                 if self.replay.exiting or not self._reconnect("the daemon went away"):
                     self._done.set()
@@ -248,7 +251,7 @@ class Forwarder:
             if message.get("method") == CONTROL:
                 self._control(message.get("params") or {})
                 return
-            if "method" not in message and "id" in message:
+            if "method" not in message and isinstance(message.get("id"), int | str):
                 if message["id"] in self._swallow:
                     self._swallow.discard(message["id"])
                     return

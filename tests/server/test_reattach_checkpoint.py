@@ -4,6 +4,7 @@ exactly as it does from the whole trace, then follows the lines written after it
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +18,7 @@ from flowd.events.model import ExecutorLeased, RunEnded, TaskStarted
 from flowd.trace.checkpoint import checkpoint_path
 from flowd.trace.log import RunRecord, TraceFollower, TraceWriter, trace_path, write_run_record
 from flowd.trace.view import RunView
+from tests.conftest import stop_daemons
 from tests.server.conftest import CONFIG, FlowClient, initialize, request, stop_client
 from tests.test_trace_fold import one_of_each
 
@@ -69,6 +71,8 @@ async def attach(repo: Path, append: bytes | None = None) -> tuple[dict[str, lis
         await asyncio.wait_for(client.shutdown_session(), 10)
     finally:
         await stop_client(client)
+        # A fresh server each time: the repository's daemon (which would keep its fold) goes too.
+        stop_daemons(Path(os.environ["XDG_RUNTIME_DIR"]))
     return notes, status
 
 
