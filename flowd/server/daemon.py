@@ -114,6 +114,7 @@ class Daemon:
         self.idle_exit_s = _idle_exit_s(root)
         self.started = time.time()
         self.web: dict[str, Any] | None = None
+        self.requests: dict[str, int] = {}  # the CLI's requests answered, by method
 
     def info(self) -> dict[str, Any]:
         info = {
@@ -123,6 +124,7 @@ class Daemon:
             "socket": self.name,
             "sessions": len(self.sessions),
             "runs": sum(1 for run in self.hub.live()),
+            "requests": self.requests,
         }
         if self.web is not None:
             info["web"] = self.web
@@ -237,6 +239,8 @@ class Daemon:
         while line := await reader.readline():
             try:
                 message = json.loads(line)
+                method = str(message.get("method"))
+                self.requests[method] = self.requests.get(method, 0) + 1
                 result = await answer_rpc(self.hub, message.get("method"), message.get("params") or {})
                 reply: dict[str, Any] = {"id": message.get("id"), "result": result}
             except FlowdError as exc:
