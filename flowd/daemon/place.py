@@ -1,7 +1,7 @@
 """Where a repository's daemon lives, and reaching it only when it is the user's own.
 
 One daemon per repository's main checkout. Its state sits in a private directory
-(`$XDG_RUNTIME_DIR/flowd/`, else `~/.cache/flowd/`; mode 0700, the user's, checked before every
+(`$XDG_RUNTIME_DIR/flowd/`, else `~/.cache/flowd/daemon/`; mode 0700, the user's, checked before every
 use): `daemon-<key>.json` (0600: pid, version, repository, socket name, the page's URL and token),
 `daemon-<key>.lock` (held by whoever starts it) and `daemon-<key>.log` (its stderr). The key is a
 hash of the main checkout's path.
@@ -9,7 +9,8 @@ hash of the main checkout's path.
 The daemon listens on an abstract unix socket with a random name (in the info file). An abstract
 socket has no file a confined lane could be handed; Landlock's abstract-socket scope keeps a lane
 from connecting to one made outside its domain, and the daemon also checks each peer's
-credentials (docs/editors.md, "Who may connect"). A client checks the listener too: a socket held
+credentials (docs/editors.md, "Who may connect"). The lane policy hides both directories
+(`SECRETS` in flowd/sandbox/policy.py), so no lane reads the page's token. A client checks the listener too: a socket held
 by another user is refused, never used.
 """
 
@@ -62,7 +63,7 @@ def state_dir() -> Path:
     runtime = os.environ.get("XDG_RUNTIME_DIR")
     if runtime and os.path.isabs(runtime) and os.path.isdir(runtime):
         return Path(runtime) / "flowd"
-    return Path.home() / ".cache" / "flowd"
+    return Path.home() / ".cache" / "flowd" / "daemon"
 
 
 def private_dir(*, create: bool) -> Path:

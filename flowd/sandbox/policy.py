@@ -31,6 +31,8 @@ SECRETS: tuple[str, ...] = (
     ".docker/config.json",
     ".config/*/credentials",
     ".config/*/credentials.json",
+    ".cache/flowd/daemon",
+    "/run/user/*/flowd",  # flowd's daemon: its socket's name, the page's token
 )
 # The devices a process writes to; the rest of /dev stays read-only (no raw disks).
 DEVICES: tuple[str, ...] = (
