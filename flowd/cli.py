@@ -40,6 +40,7 @@ EXIT_CODES = {
     "daemon": "as its subcommand · 2 without one",
     "daemon status": "0 a daemon runs · 1 none runs · 2 not a git repository",
     "daemon stop": "0 stopped, or none ran · 2 not a git repository",
+    "web": "0 the page is served · 1 the daemon could not start or listen · 2 not a git repository",
     "script": "0 when its client closes stdin · 2 unreadable script",
     "roster check": "0 every executor answered · 1 one did not · 2 bad roster",
     "schema": "0",
@@ -68,6 +69,7 @@ EXAMPLES: dict[str, str | tuple[str, ...]] = {
     "daemon": "flowd daemon status --json",
     "daemon status": "flowd daemon status --json",
     "daemon stop": "flowd daemon stop",
+    "web": "flowd web --no-open --port 8765",
     "script": "flowd agent script --script .flow/demo.script.json",
     "roster check": "flowd roster check --role coder",
     "schema": "flowd schema plan > plan.schema.json",
@@ -146,6 +148,18 @@ def _add_daemon(sub: Subparsers) -> None:
         "flowd.daemon.commands:stop_command",
         "end the daemon (sessions are told; runs go on)",
         "daemon stop",
+    )
+
+
+def _add_web(sub: Subparsers) -> None:
+    p = _command(sub, "web", "flowd.daemon.commands:web_command", "the live page of the repository's runs")
+    p.add_argument("--no-open", action="store_true", help="print the URL without opening a browser")
+    p.add_argument(
+        "--port",
+        type=int,
+        default=0,
+        metavar="P",
+        help="the page's port on 127.0.0.1 (default: any free one)",
     )
 
 
@@ -353,6 +367,7 @@ def _add_schema(sub: Subparsers) -> None:
 SUBCOMMANDS: tuple[Callable[[Subparsers], None], ...] = (
     _add_serve,
     _add_daemon,
+    _add_web,
     _add_run,
     _add_plan,
     _add_status,

@@ -1,13 +1,14 @@
-"""`flowd daemon status [--json]` and `flowd daemon stop` (docs/editors.md, "One daemon per repository")."""
+"""`flowd daemon status [--json]`, `flowd daemon stop` and `flowd web` (docs/editors.md, "One daemon per repository")."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 from pathlib import Path
 from typing import Any
 
-from flowd.base.errors import InputError
+from flowd.base.errors import FlowdError, InputError
 from flowd.daemon import client
 from flowd.daemon.forward import main_checkout
 
@@ -51,4 +52,27 @@ def stop_command(args: argparse.Namespace) -> int:
         print(f"Stopped the flowd daemon for {root}.")
     else:
         print(f"No flowd daemon runs for {root}.")
+    return 0
+
+
+def web_command(args: argparse.Namespace) -> int:
+    """`flowd web`: the daemon serves its page (started if need be); the URL is the last line."""
+    root = repository()
+    try:
+        conn, replaced = client.open_session(root, "web", port=args.port)
+    except client.DaemonUnavailable as exc:
+        raise FlowdError(str(exc), exit_code=1) from None
+    conn.close()
+    if replaced:
+        print(replaced)
+    url = str(conn.answer["url"])
+    print(
+        f"flowd web: the live page of {root} (daemon pid {conn.answer.get('pid')}); keep the URL to yourself"
+    )
+    if not args.no_open:
+        import webbrowser
+
+        with contextlib.suppress(Exception):
+            webbrowser.open(url)
+    print(url)
     return 0

@@ -29,53 +29,12 @@ from typing import Any
 from flowd.base.errors import FlowdError
 from flowd.daemon import place
 from flowd.server.hub import Hub
+from flowd.server.sessions import SessionWriter
 
 log = logging.getLogger(__name__)
 
 HELLO_TIMEOUT_S = 10.0
-HIGH_WATER = 4 << 20  # bytes queued for a session before its notifications are dropped
-LOW_WATER = 256 << 10  # ... and drained to this before it gets a fresh snapshot
 IDLE_CHECK_S = 1.0
-
-
-class SessionWriter:
-    """A session's writer (pygls' writer interface), bounded: past `HIGH_WATER` queued bytes the
-    session's notifications are dropped; once drained below `LOW_WATER` it is sent a snapshot."""
-
-    def __init__(self, writer: asyncio.StreamWriter, resync: Any) -> None:
-        self._writer = writer
-        self._resync = resync
-        self.notification = False  # set by SessionProtocol before each message
-        self.behind = False
-        self.closed = False
-
-    def write(self, data: bytes) -> None:
-        if self.closed or self._writer.is_closing():
-            return
-        if self.notification and (self.behind or self._queued() > HIGH_WATER):
-            if not self.behind:
-                self.behind = True
-                log.warning("a session fell behind; its notifications wait for a fresh snapshot")
-                asyncio.get_running_loop().call_later(0.1, self._drained)
-            return
-        self._writer.write(data)
-
-    def _queued(self) -> int:
-        return int(self._writer.transport.get_write_buffer_size())
-
-    def _drained(self) -> None:
-        if self.closed:
-            return
-        if self._queued() > LOW_WATER:
-            asyncio.get_running_loop().call_later(0.1, self._drained)
-            return
-        self.behind = False
-        self._resync()
-
-    def close(self) -> None:
-        self.closed = True
-        with contextlib.suppress(Exception):
-            self._writer.close()
 
 
 def no_new_privs(pid: int) -> bool:
@@ -114,6 +73,8 @@ class Daemon:
         self.idle_exit_s = _idle_exit_s(root)
         self.started = time.time()
         self.web: dict[str, Any] | None = None
+        self.page: Any = None  # the live page (flowd/server/web.py), once `flowd web` asked for it
+        self.pages = 0  # pages connected
         self.requests: dict[str, int] = {}  # the CLI's requests answered, by method
 
     def info(self) -> dict[str, Any]:
@@ -125,6 +86,7 @@ class Daemon:
             "sessions": len(self.sessions),
             "runs": sum(1 for run in self.hub.live()),
             "requests": self.requests,
+            "pages": self.pages,
         }
         if self.web is not None:
             info["web"] = self.web
@@ -146,6 +108,8 @@ class Daemon:
         finally:
             idle.cancel()
             listener.close()
+            if self.page is not None:
+                self.page.stop()
             place.remove_info(self.root, os.getpid())
             for server in list(self.sessions):
                 self._tell(server, "stopped" if "replaced" not in self.stop_reason else "replaced")
@@ -198,28 +162,44 @@ class Daemon:
         elif kind == "lsp":
             await _answer(writer, answer)
             await self._session(reader, writer, hello)
+        elif kind == "web":
+            try:
+                await _answer(writer, {**answer, **(await self._web(hello.get("port")))})
+            except OSError as exc:
+                await _answer(
+                    writer, {"error": f"flowd web: the page could not listen on 127.0.0.1: {exc.strerror}"}
+                )
         elif kind == "rpc":
             await _answer(writer, answer)
             await self._rpc(reader, writer)
         writer.close()
+
+    def new_session(self, env: dict[str, str] | None) -> Any:
+        from flowd.server.setup import build_server
+
+        server = build_server(hub=self.hub, env=env)
+        server._stop_event = threading.Event()
+        return server
+
+    def end_session(self, server: Any, writer: SessionWriter) -> None:
+        self.sessions.pop(server, None)
+        writer.close()
+        server.stop()
+        self.idle_since = time.monotonic()
 
     async def _session(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, hello: dict[str, Any]
     ) -> None:
         from pygls.io_ import run_async
 
-        from flowd.server.setup import build_server
-
         env = hello.get("env")
-        server = build_server(hub=self.hub, env=env if isinstance(env, dict) else None)
+        server = self.new_session(env if isinstance(env, dict) else None)
         session_writer = SessionWriter(writer, server.resync)
-        server.protocol.set_writer(session_writer)  # type: ignore[arg-type]
-        stop = threading.Event()
-        server._stop_event = stop
+        server.protocol.set_writer(session_writer)
         self.sessions[server] = session_writer
         try:
             await run_async(
-                stop_event=stop,
+                stop_event=server._stop_event,
                 reader=reader,
                 protocol=server.protocol,
                 logger=log,
@@ -228,10 +208,19 @@ class Daemon:
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
         finally:
-            self.sessions.pop(server, None)
-            session_writer.close()
-            server.stop()
-            self.idle_since = time.monotonic()
+            self.end_session(server, session_writer)
+
+    async def _web(self, port: Any) -> dict[str, Any]:
+        """Serve the page (on `port`, or any free one), once; its URL and token go in the info file."""
+        from flowd.server.web import Web
+
+        if self.page is None:
+            page = Web(self, secrets.token_urlsafe(32))
+            await page.start(port if isinstance(port, int) else 0)
+            self.page = page
+            self.web = {"url": page.url(), "token": page.token, "port": page.port}
+            place.write_info(self.root, self.info())
+        return {"url": self.page.url()}
 
     async def _rpc(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         from flowd.server.requests import answer_rpc
