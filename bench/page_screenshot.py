@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.daemon.ws_client import WebSocket  # noqa: E402
+from tests.daemon.ws_client import WebSocket
 
 
 def free_port() -> int:
