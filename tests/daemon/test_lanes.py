@@ -39,6 +39,14 @@ try:
     out["answer"] = lines.readline().decode()
 except OSError as exc:
     out["connect"] = type(exc).__name__
+if len(sys.argv) > 3:  # the page: without its token, which the lane cannot read
+    import http.client
+    conn = http.client.HTTPConnection("127.0.0.1", int(sys.argv[3]), timeout=10)
+    try:
+        conn.request("GET", "/rpc")
+        out["page"] = conn.getresponse().status
+    except OSError as exc:
+        out["page"] = type(exc).__name__
 print(json.dumps(out))
 """
 
@@ -78,6 +86,14 @@ def test_a_confined_lane_can_neither_read_the_daemons_info_nor_talk_to_it(
     editor = PipeClient(repo, env=env)
     try:
         editor.initialize()
+        web = subprocess.run(
+            [sys.executable, "-m", "flowd", "web", "--no-open"],
+            cwd=repo,
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+        port = web.stdout.strip().splitlines()[-1].split(":")[2].split("/")[0]
         info_file = place.info_path(repo)
         name = json.loads(info_file.read_text())["socket"]
         home = Path(env["HOME"])
@@ -87,7 +103,7 @@ def test_a_confined_lane_can_neither_read_the_daemons_info_nor_talk_to_it(
         )  # fmt: skip
         with confinement.spawn(wt, None, None) as confined:
             done = subprocess.run(
-                confined.argv([sys.executable, "-c", PROBE, str(info_file), name]),
+                confined.argv([sys.executable, "-c", PROBE, str(info_file), name, port]),
                 cwd=wt, env={**env, **confined.env}, pass_fds=confined.pass_fds,
                 preexec_fn=confined.preexec_fn, capture_output=True, text=True, timeout=60,
             )  # fmt: skip
@@ -96,6 +112,8 @@ def test_a_confined_lane_can_neither_read_the_daemons_info_nor_talk_to_it(
         # Refused by the kernel (Landlock's abstract-socket scope) or, without it, by the daemon.
         assert "connect" in probe or "no_new_privs" in json.loads(probe["hello"])["error"], probe
         assert "connect" in probe or probe["answer"] == "", probe  # and closed
+        # The page: refused without the token (or the connection itself refused by the kernel).
+        assert probe["page"] in (403, "PermissionError", "ConnectionRefusedError"), probe
         # The same probe outside the lane reads the file and is answered.
         outside = subprocess.run(
             [sys.executable, "-c", PROBE, str(info_file), name],
