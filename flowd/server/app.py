@@ -24,6 +24,7 @@ from pygls.uris import to_fs_path
 from flowd import __version__
 from flowd.base.errors import FlowdError
 from flowd.server import diagnostics as diag
+from flowd.server.hub import Hub, main_checkout, places_of
 from flowd.server.jsonrpc import FlowProtocol
 from flowd.server.notify import Pacer
 from flowd.server.runs import RunHooks, RunManager, Tracked
@@ -36,7 +37,6 @@ if TYPE_CHECKING:
     from flowd.control.shapes import Places
     from flowd.events.model import Envelope
     from flowd.plan.model import StoryPlan
-    from flowd.server.hub import Hub
     from flowd.trace.usage import Pricer
 
 log = logging.getLogger(__name__)
@@ -249,37 +249,3 @@ class FlowServer(LanguageServer, RunHooks):
 
 def _feature_failed(feature: FeatureHooks, hook: str) -> None:
     log.exception("feature %s failed in %s; the other features go on", type(feature).__name__, hook)
-
-
-def places_of(repo: Repo) -> Places:
-    """Where `repo`'s runs keep their things: the worktree root as `flowd run` resolves it from
-    config.toml (a broken config: the default root, as the runner would refuse it anyway)."""
-    from flowd.control.shapes import Places
-    from flowd.store.config import load_settings
-    from flowd.vcs.gitops import worktree_root
-
-    try:
-        configured = load_settings(repo.root).worktree_root
-    except (FlowdError, OSError) as exc:  # a broken config must not stop the server
-        log.warning("worktree root: %s; using the default", exc)
-        configured = None
-    return Places(repo.root, worktree_root(repo, configured))
-
-
-def main_checkout(where: Path) -> Repo:
-    """The repository's main checkout, also when `where` is in one of its linked worktrees.
-
-    One server per repository (docs/editors.md): an editor opened on a story worktree is served
-    by the checkout that owns the runs, so it sees the same runs, and nothing breaks when flowd
-    removes that worktree after the merge.
-    """
-    repo = Repo.discover(where)
-    if repo.git_dir == repo.common_dir:
-        return repo
-    try:
-        main = repo.worktrees()[0].path
-    except (FlowdError, IndexError):
-        return repo
-    if not (main / ".git").is_dir():
-        return repo  # a bare repository's worktrees have no main checkout
-    return Repo.discover(main)

@@ -14,13 +14,12 @@ from typing import TYPE_CHECKING, Any
 
 from flowd.base.errors import FlowdError
 from flowd.server.runs import RunHooks, RunManager, Tracked
+from flowd.vcs.gitops import Repo
 
 if TYPE_CHECKING:
     from flowd.control.shapes import Places
     from flowd.events.model import Envelope
-    from flowd.server.app import FlowServer
     from flowd.trace.usage import Pricer
-    from flowd.vcs.gitops import Repo
 
 log = logging.getLogger(__name__)
 
@@ -32,13 +31,11 @@ class Hub(RunHooks):
         self.repo_problem: str | None = None
         self.runs: RunManager | None = None
         self.places: Places | None = None
-        self.sessions: list[FlowServer] = []
+        self.sessions: list[RunHooks] = []  # the sessions (FlowServer), each told every hook
         self.ready = asyncio.Event()
         self._tasks: set[asyncio.Task[Any]] = set()
 
     async def start(self) -> None:
-        from flowd.server.app import main_checkout, places_of
-
         try:
             self.repo = await asyncio.to_thread(main_checkout, self.root)
         except FlowdError as exc:
@@ -79,11 +76,11 @@ class Hub(RunHooks):
             return []
         return [run for run in reversed(self.runs.ordered()) if run.live and not run.ended]
 
-    def join(self, session: FlowServer) -> list[Tracked]:
+    def join(self, session: RunHooks) -> list[Tracked]:
         self.sessions.append(session)
         return self.live()
 
-    def leave(self, session: FlowServer) -> None:
+    def leave(self, session: RunHooks) -> None:
         if session in self.sessions:
             self.sessions.remove(session)
 
@@ -112,8 +109,42 @@ class Hub(RunHooks):
             _guard(session, "watch_polled", lambda s: s.watch_polled(message))
 
 
-def _guard(session: FlowServer, hook: str, call: Any) -> None:
+def _guard(session: RunHooks, hook: str, call: Any) -> None:
     try:
         call(session)
     except Exception:  # one session's failure never keeps the others from hearing it
         log.exception("a session failed in %s; the others go on", hook)
+
+
+def places_of(repo: Repo) -> Places:
+    """Where `repo`'s runs keep their things: the worktree root as `flowd run` resolves it from
+    config.toml (a broken config: the default root, as the runner would refuse it anyway)."""
+    from flowd.control.shapes import Places
+    from flowd.store.config import load_settings
+    from flowd.vcs.gitops import worktree_root
+
+    try:
+        configured = load_settings(repo.root).worktree_root
+    except (FlowdError, OSError) as exc:  # a broken config must not stop the server
+        log.warning("worktree root: %s; using the default", exc)
+        configured = None
+    return Places(repo.root, worktree_root(repo, configured))
+
+
+def main_checkout(where: Path) -> Repo:
+    """The repository's main checkout, also when `where` is in one of its linked worktrees.
+
+    One server per repository (docs/editors.md): an editor opened on a story worktree is served
+    by the checkout that owns the runs, so it sees the same runs, and nothing breaks when flowd
+    removes that worktree after the merge.
+    """
+    repo = Repo.discover(where)
+    if repo.git_dir == repo.common_dir:
+        return repo
+    try:
+        main = repo.worktrees()[0].path
+    except (FlowdError, IndexError):
+        return repo
+    if not (main / ".git").is_dir():
+        return repo  # a bare repository's worktrees have no main checkout
+    return Repo.discover(main)

@@ -21,13 +21,10 @@ import json
 import logging
 import struct
 from importlib import resources
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 from urllib.parse import parse_qs, urlsplit
 
 from flowd.server.sessions import SessionWriter
-
-if TYPE_CHECKING:
-    from flowd.server.daemon import Daemon
 
 log = logging.getLogger(__name__)
 
@@ -112,8 +109,18 @@ async def read_message(reader: asyncio.StreamReader, writer: asyncio.StreamWrite
                 return b"".join(parts)
 
 
+class Sessions(Protocol):
+    """What the page needs of the daemon (flowd/server/daemon.py): sessions made and ended."""
+
+    sessions: dict[Any, Any]
+    pages: int
+
+    def new_session(self, env: dict[str, str] | None) -> Any: ...
+    def end_session(self, server: Any, writer: SessionWriter) -> None: ...
+
+
 class Web:
-    def __init__(self, daemon: Daemon, token: str) -> None:
+    def __init__(self, daemon: Sessions, token: str) -> None:
         self.daemon = daemon
         self.token = token
         self.port = 0
