@@ -264,9 +264,10 @@ def measured(argv: list[str], cwd: Path) -> tuple[float, float, float]:
     return elapsed, float(cpu), int(peak) / 1024
 
 
-async def serve(repo: Path) -> tuple[float, float, float, float]:
+async def serve(repo: Path, *extra: str) -> tuple[float, float, float, float]:
     """(seconds to the snapshot, the server's CPU seconds by then, its peak RSS MB, seconds from an
-    appended line to its note)."""
+    appended line to its note). A fresh in-process server (`--no-daemon`) unless `extra` says
+    otherwise: this measures one server's own re-attach (bench/daemon.py measures the daemon's)."""
     from lsprotocol import types as lsp
     from pygls.lsp.client import LanguageClient
 
@@ -288,7 +289,7 @@ async def serve(repo: Path) -> tuple[float, float, float, float]:
         client.feature(method)(lambda params: None)
 
     t0 = time.perf_counter()
-    await client.start_io(sys.executable, "-m", "flowd", "serve", cwd=str(repo))
+    await client.start_io(sys.executable, "-m", "flowd", "serve", *(extra or ("--no-daemon",)), cwd=str(repo))
     await client.initialize_async(
         lsp.InitializeParams(capabilities=lsp.ClientCapabilities(), root_uri=repo.as_uri())
     )

@@ -10,16 +10,11 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from flowd.base.errors import FlowdError
-from flowd.control.shapes import status_wire
-from flowd.cost.prices import pricer
-from flowd.store.config import load_settings
-from flowd.trace.log import RunRecord, fold_trace, is_active, list_runs, trace_path
-from flowd.trace.view import RunView
-from flowd.vcs.gitops import Repo
-
 if TYPE_CHECKING:
+    # Imported where used: through the daemon `flowd status` needs none of them (docs/editors.md).
+    from flowd.trace.log import RunRecord
     from flowd.trace.usage import Pricer
+    from flowd.trace.view import RunView
 
 RECENT = 10
 EMPTY = "No runs yet. Start one with `flowd run PLAN` (or `flowd demo`)."
@@ -27,6 +22,9 @@ EMPTY = "No runs yet. Start one with `flowd run PLAN` (or `flowd demo`)."
 
 def fold_view(repo: Path, record: RunRecord, price: Pricer) -> RunView:
     """One run's fold from its trace; a run whose runner died without ending is `interrupted`."""
+    from flowd.trace.log import fold_trace, is_active, trace_path
+    from flowd.trace.view import RunView
+
     view = fold_trace(trace_path(repo, record.run_id), RunView(run_id=record.run_id, pricer=price))
     view.epic_id = view.epic_id or record.epic_id
     view.plan = view.plan or record.plan
@@ -38,6 +36,11 @@ def fold_view(repo: Path, record: RunRecord, price: Pricer) -> RunView:
 
 def run_views(repo: Path, limit: int = RECENT) -> list[RunView]:
     """The fold of each recent run."""
+    from flowd.base.errors import FlowdError
+    from flowd.cost.prices import pricer
+    from flowd.store.config import load_settings
+    from flowd.trace.log import list_runs
+
     try:
         price = pricer(load_settings(repo))
     except FlowdError:
@@ -54,6 +57,8 @@ def render(
     color_system: str | None = None,
 ) -> str:
     """What `flowd status` prints: JSON, plain lines for a pipe, or rich for a terminal."""
+    from flowd.control.shapes import status_wire
+
     if json_out:
         return json.dumps({"runs": [status_wire(v) for v in views]}, indent=2) + "\n"
     if not views:
@@ -77,9 +82,8 @@ def render(
 
 
 def status_command(args: argparse.Namespace) -> int:
-    from flowd.daemon.client import request
+    from flowd.daemon.client import daemon_root, request
 
-    repo = Repo.discover(Path.cwd())
     tty = not args.json and sys.stdout.isatty()
     width, color_system = None, None
     if tty:
@@ -90,9 +94,13 @@ def status_command(args: argparse.Namespace) -> int:
         width, color_system = here.width, here.color_system
     params = {"json": bool(args.json), "tty": tty, "width": width, "colorSystem": color_system}
     # The repository's daemon (docs/editors.md) has the runs folded already; without one, fold here.
-    answered = request(repo.root, "status", params) if repo.git_dir == repo.common_dir else None
+    root = daemon_root(Path.cwd())
+    answered = request(root, "status", params) if root is not None else None
     text = answered.get("text") if answered else None
     if not isinstance(text, str):
+        from flowd.vcs.gitops import Repo
+
+        repo = Repo.discover(Path.cwd())
         text = render(
             run_views(repo.root), json_out=bool(args.json), tty=tty, width=width, color_system=color_system
         )

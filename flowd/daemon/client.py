@@ -163,3 +163,20 @@ def request(root: Path, method: str, params: dict[str, Any]) -> dict[str, Any] |
         return None
     result = answer.get("result")
     return result if isinstance(result, dict) else None
+
+
+def daemon_root(where: Path) -> Path | None:
+    """`where`'s repository root when it is a main checkout (the only kind a daemon serves; a
+    linked worktree's commands work on their own, as before). One `git`, no GitPython: the CLI
+    asks the daemon before importing what it needs without one."""
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "--path-format=absolute", "--show-toplevel", "--git-common-dir"],
+            cwd=where, capture_output=True, text=True, timeout=10, check=True,
+        ).stdout.split("\n")  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if len(out) < 2 or not out[0]:
+        return None
+    top = Path(out[0])
+    return top if Path(out[1]) == top / ".git" else None

@@ -1,0 +1,251 @@
+"""The repository's daemon against one in-process server, in one run (docs/editors.md).
+
+Builds `bench/reattach.py`'s live run (1 M events by default, its runner a `sleep`, the runner's
+last checkpoint a full 4 MB before the end) and measures, each against its baseline in the same run:
+
+1. An editor reload re-attaching: a fresh `flowd serve --no-daemon` (today's re-attach: it folds
+   the checkpoint and the tail) against `flowd serve` joining the running daemon, which has the
+   run folded already; seconds from spawn to the run's full snapshot (its `flow/cost`, the
+   snapshot's last note), medians of 5. Goal: <= 0.1 s through the daemon.
+2. 10 editor sessions and 5 pages on the run: the daemon's RSS against one in-process server's
+   (goal <= 1.3x), and the `flow/lane` latency from an appended `TaskStarted` line to every
+   client, p95 over 20 lines (goal <= 50 ms).
+3. `flowd status --json` through the daemon against without one (medians of 5).
+
+    .venv/bin/python bench/daemon.py [--events 1000000]
+
+The daemon runs in a temporary `XDG_RUNTIME_DIR` and is stopped at the end, with every client.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from reattach import RUN_ID, build_repo, write_checkpoint  # noqa: E402
+
+from flowd.base import jsonl  # noqa: E402
+from tests.daemon.pipe_client import PipeClient  # noqa: E402
+from tests.daemon.ws_client import WebSocket  # noqa: E402
+
+
+def snapshot_seen(client: PipeClient) -> None:
+    client.wait_for(lambda m: m.get("method") == "flow/cost" and m["params"].get("runId") == RUN_ID, 300)
+
+
+def reload_seconds(repo: Path, *args: str) -> tuple[float, PipeClient]:
+    t0 = time.perf_counter()
+    client = PipeClient(repo, args=args)
+    client.send(
+        {
+            "id": 1,
+            "method": "initialize",
+            "params": {"processId": os.getpid(), "rootUri": repo.as_uri(), "capabilities": {}},
+        }
+    )
+    client.wait_for(lambda m: m.get("id") == 1, 300)
+    client.send({"method": "initialized", "params": {}})
+    snapshot_seen(client)
+    return time.perf_counter() - t0, client
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def daemon_info(repo: Path) -> dict[str, Any]:
+    done = subprocess.run(
+        [sys.executable, "-m", "flowd", "daemon", "status", "--json"],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+    )
+    return dict(json.loads(done.stdout))
+
+
+class Page:
+    """A page's WebSocket session, recording when each `flow/lane` arrives."""
+
+    def __init__(self, url: str) -> None:
+        parts = urlsplit(url)
+        assert parts.port is not None
+        token = parse_qs(parts.query)["token"][0]
+        self.ws = WebSocket(parts.port, f"/rpc?token={token}", {"Host": f"127.0.0.1:{parts.port}"})
+        self.ws.request("initialize", {"processId": None, "rootUri": None, "capabilities": {}})
+        self.ws.send({"jsonrpc": "2.0", "method": "initialized", "params": {}})
+        self.lanes: list[tuple[float, dict[str, Any]]] = []
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        while (message := self.ws.receive()) is not None:
+            if message.get("method") == "flow/lane":
+                self.lanes.append((time.perf_counter(), message["params"]))
+
+
+def lane_arrival(messages: list[tuple[float, dict[str, Any]]], title: str) -> float | None:
+    for at, params in list(messages):
+        task = params.get("task") or {}
+        if task.get("title") == title:
+            return at
+    return None
+
+
+def editor_lanes(client: PipeClient) -> list[tuple[float, dict[str, Any]]]:
+    return [
+        (m["_at"], m["params"])
+        for m in list(client.messages)
+        if m.get("method") == "flow/lane" and "_at" in m
+    ]
+
+
+def stamp(client: PipeClient) -> None:
+    """Record arrival times: wrap the client's reader list so each message gets `_at`."""
+    original = client.messages
+
+    class Stamped(list[dict[str, Any]]):
+        def append(self, item: dict[str, Any]) -> None:
+            item["_at"] = time.perf_counter()
+            super().append(item)
+
+    stamped = Stamped(original)
+    client.messages = stamped
+
+
+def append_task(trace: Path, n: int) -> tuple[str, float]:
+    title = f"bench task {n}"
+    line = {
+        "v": 1, "seq": 10**8 + n, "at": "2026-11-30T23:00:00.000Z", "runId": RUN_ID,
+        "event": {"type": "TaskStarted", "lane": "story-19", "index": 10 + n, "count": 40, "title": title},
+    }  # fmt: skip
+    t0 = time.perf_counter()
+    with trace.open("ab") as handle:
+        handle.write(jsonl.dumps(line) + b"\n")
+    return title, t0
+
+
+def status_seconds(repo: Path, env: dict[str, str]) -> float:
+    times = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        subprocess.run(
+            [sys.executable, "-m", "flowd", "status", "--json"],
+            cwd=repo,
+            env=env,
+            capture_output=True,
+            check=True,
+        )
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--events", type=int, default=1_000_000)
+    args = parser.parse_args()
+    scratch = Path(tempfile.mkdtemp(prefix="flowd-bench-daemon-"))
+    runtime = scratch / "runtime"
+    runtime.mkdir()
+    os.environ["XDG_RUNTIME_DIR"] = str(runtime)
+    runner = subprocess.Popen(["sleep", "3600"])
+    clients: list[PipeClient] = []
+    pages: list[Page] = []
+    repo = scratch
+    try:
+        repo, count, size = build_repo(scratch, args.events, runner.pid)
+        trace = repo / ".flow" / "runs" / RUN_ID / "trace.jsonl"
+        write_checkpoint(trace)
+        print(f"trace: {count} events, {size / 1e6:.0f} MB, checkpoint 4 MB before the end")
+
+        alone, rss_alone = [], 0.0
+        for _ in range(5):
+            seconds, client = reload_seconds(repo, "--no-daemon")
+            alone.append(seconds)
+            rss_alone = max(rss_alone, rss_mb(client.process.pid))
+            client.close()
+        first, client = reload_seconds(repo)  # starts the daemon, which folds the run
+        clients.append(client)
+        joined = []
+        for _ in range(5):
+            seconds, extra = reload_seconds(repo)
+            joined.append(seconds)
+            extra.close()
+        a, d = statistics.median(alone), statistics.median(joined)
+        print(f"1. reload to the full snapshot: in-process {a:.3f} s · through the daemon {d:.3f} s "
+              f"({d / a:.2f}x; goal <= 0.1 s) · the daemon's own start {first:.3f} s")  # fmt: skip
+
+        for _ in range(9):
+            clients.append(reload_seconds(repo)[1])
+        for c in clients:
+            stamp(c)
+        url = subprocess.run(
+            [sys.executable, "-m", "flowd", "web", "--no-open"],
+            cwd=repo,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.splitlines()[-1]
+        pages = [Page(url) for _ in range(5)]
+        time.sleep(1.0)
+        info = daemon_info(repo)
+        rss_daemon = rss_mb(int(info["pid"]))
+        print(f"2. {info['sessions']} sessions ({len(clients)} editors, {len(pages)} pages): daemon RSS {rss_daemon:.0f} MB "
+              f"· one in-process server {rss_alone:.0f} MB ({rss_daemon / rss_alone:.2f}x; goal <= 1.3x)")  # fmt: skip
+        latencies: list[float] = []
+        for n in range(20):
+            title, t0 = append_task(trace, n)
+            deadline = time.monotonic() + 10
+            pending = [*(("editor", c) for c in clients), *(("page", p) for p in pages)]
+            while pending and time.monotonic() < deadline:
+                still = []
+                for kind, who in pending:
+                    got = lane_arrival(editor_lanes(who) if kind == "editor" else who.lanes, title)  # type: ignore[arg-type]
+                    if got is None:
+                        still.append((kind, who))
+                    else:
+                        latencies.append(got - t0)
+                pending = still
+                time.sleep(0.002)
+            if pending:
+                print(f"   line {n}: {len(pending)} client(s) did not hear it in 10 s")
+            time.sleep(0.15)  # past the ~10/s pacing of a lane's notes
+        latencies.sort()
+        p95 = latencies[int(0.95 * (len(latencies) - 1))]
+        print(f"   flow/lane from an appended line to every client: p50 {1000 * statistics.median(latencies):.0f} ms, "
+              f"p95 {1000 * p95:.0f} ms over {len(latencies)} deliveries (goal p95 <= 50 ms)")  # fmt: skip
+
+        with_daemon = status_seconds(repo, dict(os.environ))
+        empty = scratch / "no-daemon"
+        empty.mkdir()
+        without = status_seconds(repo, {**os.environ, "XDG_RUNTIME_DIR": str(empty)})
+        print(f"3. flowd status --json: through the daemon {with_daemon:.3f} s · without {without:.3f} s "
+              f"({with_daemon / without:.2f}x)")  # fmt: skip
+    finally:
+        for page in pages:
+            page.ws.close()
+        for c in clients:
+            c.close()
+        subprocess.run([sys.executable, "-m", "flowd", "daemon", "stop"], cwd=repo, capture_output=True)
+        runner.kill()
+        runner.wait()
+        subprocess.run(["rm", "-rf", str(scratch)], check=False)
+
+
+if __name__ == "__main__":
+    main()
