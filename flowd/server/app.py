@@ -24,7 +24,7 @@ from pygls.uris import to_fs_path
 from flowd import __version__
 from flowd.base.errors import FlowdError
 from flowd.server import diagnostics as diag
-from flowd.server.hub import Hub, main_checkout, places_of
+from flowd.server.hub import Hub, SharedWatches, main_checkout, places_of
 from flowd.server.jsonrpc import FlowProtocol
 from flowd.server.notify import Pacer
 from flowd.server.runs import RunHooks, RunManager, Tracked
@@ -77,7 +77,12 @@ class FlowServer(LanguageServer, RunHooks):
         self.places: Places | None = None  # where the repository's runs keep things, sent to editors
         self.diags = diag.DiagnosticStore(self._publish)
         self.pacer = Pacer(self._send, self._call_later)
-        self.worktrees = WorktreeWatches(lambda _key, message: self.watch_polled(message))
+        # In the daemon, a view of the hub's watches: each worktree is watched once for all sessions.
+        self.worktrees: WorktreeWatches | SharedWatches = (
+            WorktreeWatches(lambda _key, message: self.watch_polled(message))
+            if hub is None
+            else SharedWatches(hub)
+        )
         self.ready = asyncio.Event()
         self.features: list[FeatureHooks] = []
         self._tasks: set[asyncio.Task[Any]] = set()

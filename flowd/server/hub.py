@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from flowd.base.errors import FlowdError
 from flowd.server.runs import RunHooks, RunManager, Tracked
+from flowd.server.watch import Anchors, Key, Locate, Rescan, WorktreeWatches
 from flowd.vcs.gitops import Repo
 
 if TYPE_CHECKING:
@@ -34,6 +35,9 @@ class Hub(RunHooks):
         self.sessions: list[RunHooks] = []  # the sessions (FlowServer), each told every hook
         self.ready = asyncio.Event()
         self._tasks: set[asyncio.Task[Any]] = set()
+        # Each story worktree watched once, whatever the number of sessions watching it.
+        self.watches = WorktreeWatches(lambda _key, message: self.watch_polled(message))
+        self.subscribers: dict[Key, dict[int, Rescan]] = {}
 
     async def start(self) -> None:
         try:
@@ -51,6 +55,7 @@ class Hub(RunHooks):
         self.ready.set()
 
     def stop(self) -> None:
+        self.watches.stop_all()
         if self.runs is not None:
             self.runs.stop()
         for task in list(self._tasks):
@@ -107,6 +112,55 @@ class Hub(RunHooks):
     def watch_polled(self, message: str) -> None:
         for session in list(self.sessions):
             _guard(session, "watch_polled", lambda s: s.watch_polled(message))
+
+
+class SharedWatches:
+    """A session's view of the hub's worktree watches, with `WorktreeWatches`' interface: the first
+    session to watch a worktree starts its one watch, each change rescans it for every session
+    watching, and the last one to stop ends it."""
+
+    def __init__(self, hub: Hub) -> None:
+        self._hub = hub
+        self._me = id(self)
+
+    def __contains__(self, key: Key) -> bool:
+        return self._me in self._hub.subscribers.get(key, {})
+
+    def __len__(self) -> int:
+        return sum(1 for subs in self._hub.subscribers.values() if self._me in subs)
+
+    def polling(self, key: Key) -> bool:
+        return self._hub.watches.polling(key)
+
+    def start(self, key: Key, locate: Locate, anchors: Anchors, rescan: Rescan) -> None:
+        subs = self._hub.subscribers.setdefault(key, {})
+        subs[self._me] = rescan
+        if key not in self._hub.watches:
+            self._hub.watches.start(key, locate, anchors, lambda: self._rescan_all(key))
+
+    async def _rescan_all(self, key: Key) -> None:
+        for rescan in list(self._hub.subscribers.get(key, {}).values()):
+            try:
+                await rescan()
+            except Exception:  # one session's failure never keeps the others from their rescan
+                log.exception("a session's rescan of %s failed; the others go on", key)
+
+    def stop(self, key: Key) -> None:
+        subs = self._hub.subscribers.get(key)
+        if subs is None:
+            return
+        subs.pop(self._me, None)
+        if not subs:
+            del self._hub.subscribers[key]
+            self._hub.watches.stop(key)
+
+    def stop_run(self, run_id: str) -> None:
+        for key in [k for k in self._hub.subscribers if k[0] == run_id]:
+            self.stop(key)
+
+    def stop_all(self) -> None:
+        for key in list(self._hub.subscribers):
+            self.stop(key)
 
 
 def _guard(session: RunHooks, hook: str, call: Any) -> None:
