@@ -1,8 +1,10 @@
-"""What the daemon's sessions share: one repository, its runs followed and folded once.
+"""What the daemon's sessions share: one repository, its runs followed and folded once, its story
+worktrees watched once.
 
 The hub owns the `RunManager` (one watch of `.flow/runs`, one fold per run) and is its hooks: each
 run's life is fanned out to every session (`FlowServer`), whose features turn it into that
-session's notifications and diagnostics (docs/editors.md, "One daemon per repository").
+session's notifications and diagnostics. It owns the worktree watches too; a session sees them
+through `SharedWatches` (docs/editors.md, "One daemon per repository").
 """
 
 from __future__ import annotations
