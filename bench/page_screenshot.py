@@ -73,8 +73,8 @@ def main() -> int:
         time.sleep(args.wait)
         if args.click:
             script = (
-                "[...document.querySelectorAll('button')].find(b => b.textContent.trim() === "
-                f"{json.dumps(args.click)})?.click() ?? 'no such button'"
+                "(b => b ? (b.click(), 'clicked') : 'no such button')([...document.querySelectorAll('button')]"
+                f".find(b => b.textContent.trim() === {json.dumps(args.click)}))"
             )
             print("click:", cdp(ws, "Runtime.evaluate", {"expression": script}).get("result"))
             time.sleep(args.wait)
