@@ -6,6 +6,7 @@
 # .vsix installed, driven in chromium over CDP. Screenshots go to out/e2e/screenshots.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/daemons.sh
 : "${FLOWD_BIN:?set FLOWD_BIN to the flowd executable (make test-e2e does)}"
 
 if ! node scripts/deps-fresh.mjs; then

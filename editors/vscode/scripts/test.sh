@@ -6,6 +6,7 @@
 # `flowd serve` at FLOWD_BIN (FLOWD_WIRE=0 opts out of those).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/daemons.sh
 
 if ! node scripts/deps-fresh.mjs; then
   echo "== npm ci (node_modules missing or stale)"

@@ -60,6 +60,7 @@ if (WIRE) describe("wire: pause and ask from VS Code", { timeout: 180_000 }, () 
   let conn: MessageConnection;
   const notes: { method: string; params: Record<string, unknown> }[] = [];
   const waiters: (() => void)[] = [];
+  let stopDaemon = (): void => undefined;
 
   /** Resolves once `ready()` holds, re-checked after every notification. */
   function until(ready: () => boolean, what: string): Promise<void> {
@@ -84,6 +85,14 @@ if (WIRE) describe("wire: pause and ask from VS Code", { timeout: 180_000 }, () 
     const env = { ...process.env, HOME: home, XDG_CONFIG_HOME: path.join(home, ".config"), FLOWD_SCRIPT_STATE: path.join(home, "state") };
     proc = spawn(FLOWD_BIN, ["serve"], { cwd: repo, env, stdio: ["pipe", "pipe", "pipe"] });
     proc.stderr?.resume();
+    // The repository's daemon outlives its sessions by design: the test stops what it started.
+    stopDaemon = (): void => {
+      try {
+        execFileSync(FLOWD_BIN, ["daemon", "stop"], { cwd: repo, env, stdio: "ignore", timeout: 30_000 });
+      } catch {
+        // none ran, or it is gone already
+      }
+    };
     conn = createMessageConnection(new StreamMessageReader(proc.stdout!), new StreamMessageWriter(proc.stdin!));
     conn.onNotification((method: string, params: unknown) => {
       notes.push({ method, params: params as Record<string, unknown> });
@@ -106,6 +115,7 @@ if (WIRE) describe("wire: pause and ask from VS Code", { timeout: 180_000 }, () 
     await exited;
     clearTimeout(guard);
     conn.dispose();
+    stopDaemon();
     fs.rmSync(tmp, { recursive: true, force: true });
   });
 

@@ -126,6 +126,8 @@ function makeRepo(base: string): { repo: string; plan: string } {
 interface Session {
   conn: MessageConnection;
   proc: ChildProcess;
+  /** The daemon `flowd serve` connected to is the test's too: stopped with the session. */
+  stopDaemon: () => void;
   model: LanesModel;
   server: FlowServer;
   notes: { method: string; params: unknown }[];
@@ -150,7 +152,9 @@ function isolatedVars(home: string): Record<string, string> {
 }
 
 async function startSession(repo: string, home: string): Promise<Session> {
-  const proc = spawn(FLOWD_BIN, ["serve"], { cwd: repo, env: isolatedEnv(home), stdio: ["pipe", "pipe", "pipe"] });
+  const env = isolatedEnv(home);
+  const proc = spawn(FLOWD_BIN, ["serve"], { cwd: repo, env, stdio: ["pipe", "pipe", "pipe"] });
+  const stopDaemon = (): void => stopDaemonOf(repo, env);
   const exited = new Promise<number | null>((resolve) => proc.on("exit", (code) => resolve(code)));
   const stderr: string[] = [];
   proc.stderr?.setEncoding("utf8").on("data", (d: string) => stderr.push(d));
@@ -210,7 +214,16 @@ async function startSession(repo: string, home: string): Promise<Session> {
       });
     });
   };
-  return { conn, proc, model, server, notes, stderr, initializeResult, exited, until };
+  return { conn, proc, stopDaemon, model, server, notes, stderr, initializeResult, exited, until };
+}
+
+/** `flowd daemon stop` for the repository's daemon, which outlives its sessions by design. */
+function stopDaemonOf(repo: string, env: NodeJS.ProcessEnv): void {
+  try {
+    execFileSync(FLOWD_BIN ?? "flowd", ["daemon", "stop"], { cwd: repo, env, stdio: "ignore", timeout: 30_000 });
+  } catch {
+    // none ran (a session served in-process), or it is gone already
+  }
 }
 
 async function stopSession(s: Session): Promise<number | null> {
@@ -225,6 +238,7 @@ async function stopSession(s: Session): Promise<number | null> {
   const code = await s.exited;
   clearTimeout(guard);
   s.conn.dispose();
+  s.stopDaemon();
   return code;
 }
 

@@ -101,6 +101,12 @@ export async function startServer(repo: string, home: string, listen?: (conn: Me
     await exited;
     clearTimeout(guard);
     conn.dispose();
+    try {
+      // The repository's daemon outlives its sessions by design: the test stops what it started.
+      execFileSync(process.env.FLOWD_BIN ?? "flowd", ["daemon", "stop"], { cwd: repo, env, stdio: "ignore", timeout: 30_000 });
+    } catch {
+      // none ran, or it is gone already
+    }
   };
   return { conn, server, model, until, close };
 }
