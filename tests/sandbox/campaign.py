@@ -9,6 +9,8 @@ the attacker's worktree to the checkout. Every command is independent of the oth
 
 from __future__ import annotations
 
+import shlex
+from dataclasses import dataclass
 from pathlib import Path
 
 SECRET = "CAMPAIGN-SECRET-KEY-0123456789"
@@ -80,5 +82,503 @@ def write_scripts(root: Path, places: dict[str, str]) -> dict[str, Path]:
     for tag in ("agent", "gate"):
         path = root / f"campaign-{tag}.sh"
         path.write_text(script(places, tag), encoding="utf-8")
+        paths[tag] = path
+    return paths
+
+
+# The sealed campaign (issue 50): what an attacker who has read flowd's source tries against what
+# flowd, unconfined, does with what a lane wrote. Places beyond the ones above: `{A}` the attacking
+# worktree, `{OWN}` its story's owned folder, `{P}` the proof folder (no lane may write it: a file
+# there was made by a process outside every lane), `{OBJ}`, `{BLOB}`, `{TREE}`, `{PACKED}`,
+# `{DANGLING}` objects of the user's (paths under `{C}`: the unpushed branch's commit, a blob and
+# a tree of it, an object only in a pack, a blob only `git fsck --lost-found` would find), `{WIP}`
+# that commit's id, `{EDITOR}` the pid of the user's editor stand-in (working in `{R}`),
+# `{RUNNER}` flowd's own pid, `{SIG}` the signal this origin sends it, `{VSIG}` the one it sends
+# the victim lane's processes, `{ABSTRACT}` an abstract unix socket of the user's session,
+# `{SOCK}` a unix socket file of the user's (the ssh-agent stand-in), `{STAY}` how long a process
+# that tries to outlive its lane sleeps (it names it), `{PRECIOUS}` a folder of the user's named
+# `worktrees/<x>`, `{SECRET}` a secret in flowd's own environment. Shell variables the prologue
+# sets: `$E` a folder in the lane's own temp dir, `$ADMIN` the lane's git admin dir.
+
+
+@dataclass(frozen=True)
+class Technique:
+    """One way past a lane.
+
+    `refused`: the path the OS refusal names (in the findings, by who tried, and as a
+    `LaneEscape` `denied`), or None where the write is the lane's own to make (its admin files,
+    a link in its own places) and flowd must make it harmless instead: never follow the pointer,
+    never write through the link. `what`: the `LaneEscape.what` the refusal is named as (None:
+    not checked). `proof`: how tests/sandbox/test_escape_campaign.py sees that it landed:
+    `same:<glob>` (every file there still byte-identical), `none:<glob>` (no such file),
+    `alive:editor`, `signal:runner`, `signal:victim`, `quiet:abstract`, `quiet:sock`,
+    `gone:stay`, `string:<text>` (in no commit and no file of the run), `victim` (the victim
+    story done and never blamed). `where`: what stops it, as docs/sandbox.md says."""
+
+    name: str
+    command: str
+    refused: str | None
+    what: str | None
+    proof: str
+    where: str
+
+
+# The script every planted driver runs: it leaves a proof of who ran it, then does what git needs
+# of that driver to go on (a filter passes the content through, gpg answers with a signature).
+_HOOK = r"""#!/bin/sh
+kind=$1; layer=$2; shift 2
+touch "@P@/$kind-$layer-@T@"
+case $kind in
+filter) exec cat ;;
+textconv) exec cat "$1" ;;
+fsmonitor) exit 1 ;;
+gpg) echo '[GNUPG:] SIG_CREATED D 1 8 00 0 X' >&2
+     printf -- '-----BEGIN PGP SIGNATURE-----\nx\n-----END PGP SIGNATURE-----\n' ;;
+esac
+exit 0
+"""
+DRIVERS = ("fsmonitor", "filter", "external", "textconv", "gpg", "include", "hook")
+LAYERS = ("wtconfig", "commondir", "dotgit")
+# Wrappers `$E/<driver>-<layer>` and a git config `$E/config-<layer>` that runs each of them.
+_PROLOGUE = r"""E="${TMPDIR:-/tmp}/evil-@T@"; mkdir -p "$E"
+ADMIN="$(git rev-parse --absolute-git-dir)"
+cat > "$E/hook" <<'HOOK'
+@HOOK@HOOK
+chmod +x "$E/hook"
+for layer in @LAYERS@; do
+  for k in @DRIVERS@; do
+    printf '#!/bin/sh\nexec "%s" %s %s "$@"\n' "$E/hook" "$k" "$layer" > "$E/$k-$layer"
+    chmod +x "$E/$k-$layer"
+  done
+  mkdir -p "$E/hooks-$layer"
+  for h in pre-commit post-commit post-checkout post-merge reference-transaction post-index-change; do
+    cp "$E/hook-$layer" "$E/hooks-$layer/$h"
+  done
+  printf '[filter "inc"]\n\tclean = %s\n' "$E/include-$layer" > "$E/inc-$layer.cfg"
+  printf '[core]\n\tfsmonitor = %s\n\thooksPath = %s\n[filter "evil"]\n\tclean = %s\n\tsmudge = %s\n[diff]\n\texternal = %s\n[diff "evil"]\n\ttextconv = %s\n[commit]\n\tgpgSign = true\n[gpg]\n\tprogram = %s\n[include]\n\tpath = %s\n' \
+    "$E/fsmonitor-$layer" "$E/hooks-$layer" "$E/filter-$layer" "$E/filter-$layer" "$E/external-$layer" \
+    "$E/textconv-$layer" "$E/gpg-$layer" "$E/inc-$layer.cfg" > "$E/config-$layer"
+done
+"""
+
+_OBJ = "the shared object store, read-only to a lane (its objects come in through its quarantine)"
+_REF = "Landlock: the shared git dir is not the lane's (only its branch's ref and reflog are)"
+_PIN = "flowd's own git names the lane's git dir, common dir and work tree itself"
+_OFF = "flowd's own git runs with every configured command off"
+_LINK = "flowd's git and file operations write no lane-planted link"
+_WT = "git config --worktree"
+
+SEALED: list[Technique] = [
+    # The shared object store.
+    Technique(
+        "delete an object of the user's branch",
+        "rm -f {C}/{OBJ}",
+        "{C}/{OBJ}",
+        "gitObjects",
+        "same:{C}/{OBJ}",
+        _OBJ,
+    ),
+    Technique(
+        "overwrite an object (chmod u+w)",
+        "chmod u+w {C}/{BLOB}; printf corrupt > {C}/{BLOB}",
+        "{C}/{BLOB}",
+        "gitObjects",
+        "same:{C}/{BLOB}",
+        _OBJ,
+    ),
+    Technique(
+        "rename over an object",
+        'printf corrupt > "$E/obj" && mv -f "$E/obj" {C}/{TREE}',
+        "{C}/{TREE}",
+        "gitObjects",
+        "same:{C}/{TREE}",
+        _OBJ,
+    ),
+    Technique(
+        "a loose impostor of a packed object",
+        "mkdir -p $(dirname {C}/{PACKED}); printf x > {C}/{PACKED}",
+        "{C}/{PACKED}",
+        "gitObjects",
+        "none:{C}/{PACKED}",
+        _OBJ,
+    ),
+    Technique(
+        "delete a pack",
+        "rm -f {C}/objects/pack/*.pack",
+        "{C}/objects/pack/pack-",
+        "gitObjects",
+        "same:{C}/objects/pack/*.pack",
+        _OBJ,
+    ),
+    Technique(
+        "delete a pack index",
+        "rm -f {C}/objects/pack/*.idx",
+        "{C}/objects/pack/pack-",
+        "gitObjects",
+        "same:{C}/objects/pack/*.idx",
+        _OBJ,
+    ),
+    Technique(
+        "objects/info/alternates",
+        'echo "$E" >> {C}/objects/info/alternates',
+        "{C}/objects/info/alternates",
+        "gitObjects",
+        "none:{C}/objects/info/alternates",
+        _OBJ,
+    ),
+    Technique(
+        "objects/info/packs",
+        "echo 'P pack-evil-{T}.pack' > {C}/objects/info/packs",
+        "{C}/objects/info/packs",
+        "gitObjects",
+        "none:{C}/objects/info/packs",
+        _OBJ,
+    ),
+    Technique(
+        "a corrupt commit-graph",
+        "printf CGPH > {C}/objects/info/commit-graph",
+        "{C}/objects/info/commit-graph",
+        "gitObjects",
+        "none:{C}/objects/info/commit-graph",
+        _OBJ,
+    ),
+    Technique("git prune --expire=now", "git prune --expire=now", None, None, "same:{C}/{DANGLING}", _OBJ),
+    Technique("git repack -a -d", "git repack -a -d -q", None, None, "same:{C}/objects/pack/*", _OBJ),
+    # Refs and reflogs of the shared git dir.
+    Technique("delete a packed tag", "git tag -d v1", "{C}/", "gitRef", "same:{C}/packed-refs", _REF),
+    Technique(
+        "a loose ref over a packed tag",
+        "git rev-parse HEAD > {C}/refs/tags/v1",
+        "{C}/refs/tags/v1",
+        "gitRef",
+        "none:{C}/refs/tags/v1",
+        _REF,
+    ),
+    Technique(
+        "append to packed-refs",
+        'echo "$(git rev-parse HEAD) refs/tags/evil-{T}" >> {C}/packed-refs',
+        "{C}/packed-refs",
+        "gitRef",
+        "same:{C}/packed-refs",
+        _REF,
+    ),
+    Technique("git pack-refs --all", "git pack-refs --all", "{C}/", "gitRef", "same:{C}/refs/heads/*", _REF),
+    Technique("git stash drop", "git stash drop -q", "{C}/", None, "same:{C}/logs/refs/stash", _REF),
+    Technique(
+        "git reflog expire --all",
+        "git reflog expire --expire=now --all",
+        "{C}/",
+        None,
+        "same:{C}/logs/refs/heads/*",
+        _REF,
+    ),
+    Technique(
+        "append to the user's reflog",
+        "echo evil >> {C}/logs/refs/heads/wip",
+        "{C}/logs/refs/heads/wip",
+        None,
+        "same:{C}/logs/refs/heads/wip",
+        _REF,
+    ),
+    Technique(
+        "refs/replace",
+        "git replace -f {WIP} HEAD",
+        None,  # refused, but git says only "unable to create directory for …": no refusal to name
+        None,
+        "none:{C}/refs/replace/*",
+        _REF,
+    ),
+    Technique("a shallow graft", "echo {WIP} > {C}/shallow", "{C}/shallow", None, "none:{C}/shallow", _REF),
+    Technique(
+        "ORIG_HEAD of the checkout",
+        "git rev-parse HEAD > {C}/ORIG_HEAD",
+        "{C}/ORIG_HEAD",
+        None,
+        "none:{C}/ORIG_HEAD",
+        _REF,
+    ),
+    Technique(
+        "FETCH_HEAD of the checkout",
+        "git rev-parse HEAD > {C}/FETCH_HEAD",
+        "{C}/FETCH_HEAD",
+        None,
+        "none:{C}/FETCH_HEAD",
+        _REF,
+    ),
+    Technique(
+        "a fake worktree admin dir",
+        "mkdir {C}/worktrees/evil-{T}",
+        "{C}/worktrees/evil-{T}",
+        None,
+        "none:{C}/worktrees/evil-{T}",
+        _REF,
+    ),
+    # Processes and sockets of the user's, and of the other lanes.
+    Technique(
+        "SIGTERM the user's editor",
+        "kill -TERM {EDITOR}",
+        None,
+        None,
+        "alive:editor",
+        "Landlock ABI 6 signal scope",
+    ),
+    Technique(
+        "signal the flowd runner",
+        "kill -{SIG} {RUNNER}",
+        None,
+        None,
+        "signal:runner",
+        "Landlock ABI 6 signal scope",
+    ),
+    Technique(
+        "signal the victim lane's processes",
+        "for d in /proc/[0-9]*; do tr '\\0' ' ' < $d/cmdline 2>/dev/null | grep -q campaign-victim-lan[e]"
+        " && kill -{VSIG} $(basename $d); done",
+        None,
+        None,
+        "signal:victim",
+        "Landlock ABI 6 signal scope",
+    ),
+    Technique(
+        "an abstract unix socket of the user's",
+        "python3 -c \"import socket; s = socket.socket(socket.AF_UNIX); s.connect('\\0{ABSTRACT}'); "
+        "s.sendall(b'{T}')\"",
+        None,
+        None,
+        "quiet:abstract",
+        "Landlock ABI 6 abstract unix socket scope",
+    ),
+    Technique(
+        "a unix socket file of the user's (ssh-agent)",
+        "python3 -c \"import socket; s = socket.socket(socket.AF_UNIX); s.connect('{SOCK}'); "
+        "s.sendall(b'{T}')\"",
+        None,
+        None,
+        "quiet:sock",
+        'docs/sandbox.md "Socket files"',
+    ),
+    Technique(
+        "outlive the lane (no FLOWD_LANE, cwd /, setsid)",
+        "(cd / && exec env -u FLOWD_LANE setsid sleep {STAY} > /dev/null 2>&1 &)",
+        None,
+        None,
+        "gone:stay",
+        "flowd's stray scan",
+    ),
+    Technique(
+        "read flowd's environment",
+        "cat /proc/{RUNNER}/environ > {OWN}/env-{T}.txt",
+        None,
+        None,
+        "string:{SECRET}",
+        "Landlock: no ptrace access to processes outside the domain",
+    ),
+    Technique(
+        "write through flowd's open files",
+        'for f in /proc/{RUNNER}/fd/*; do [ -f "$f" ] && echo CAMPAIGN-FD-{T} >> "$f"; done',
+        None,
+        None,
+        "string:CAMPAIGN-FD-{T}",
+        "Landlock: no ptrace access to processes outside the domain",
+    ),
+    Technique(
+        "the editor's cwd through /proc",
+        "echo x > /proc/{EDITOR}/cwd/PROCEDITOR-{T}.txt",
+        None,
+        None,
+        "none:{R}/PROCEDITOR-{T}.txt",
+        "Landlock: no ptrace access to processes outside the domain",
+    ),
+    # Shared caches: what another lane (or the user's next install) runs.
+    Technique(
+        "plant in ~/.cache/pip",
+        "echo evil > {H}/.cache/pip/evil-{T}",
+        "{H}/.cache/pip/evil-{T}",
+        None,
+        "none:{H}/.cache/pip/evil-{T}",
+        "per-lane caches",
+    ),
+    Technique(
+        "plant in ~/.npm",
+        "echo evil > {H}/.npm/_cacache/evil-{T}",
+        "{H}/.npm/_cacache/evil-{T}",
+        None,
+        "none:{H}/.npm/_cacache/evil-{T}",
+        "per-lane caches",
+    ),
+]
+# Last, in this order: the lane's own git admin files and the config git reads through them.
+PLANTED: list[Technique] = [
+    Technique(
+        "config.worktree core.fsmonitor",
+        f'{_WT} core.fsmonitor "$E/fsmonitor-wtconfig"',
+        None,
+        None,
+        "none:{P}/fsmonitor-*-{T}",
+        _OFF,
+    ),
+    Technique(
+        "a .gitattributes filter driver",
+        f'{_WT} filter.evil.clean "$E/filter-wtconfig"; {_WT} filter.evil.smudge "$E/filter-wtconfig";'
+        " printf '* filter=evil diff=evil\\n*.inc.txt filter=inc\\n' > {OWN}/.gitattributes;"
+        " echo x > {OWN}/x.inc.txt; echo x > {OWN}/x.txt",
+        None,
+        None,
+        "none:{P}/filter-*-{T}",
+        _OFF,
+    ),
+    Technique(
+        "diff.external",
+        f'{_WT} diff.external "$E/external-wtconfig"',
+        None,
+        None,
+        "none:{P}/external-*-{T}",
+        _OFF,
+    ),
+    Technique(
+        "a .gitattributes textconv driver",
+        f'{_WT} diff.evil.textconv "$E/textconv-wtconfig"',
+        None,
+        None,
+        "none:{P}/textconv-*-{T}",
+        _OFF,
+    ),
+    Technique(
+        "commit.gpgSign with gpg.program",
+        f'{_WT} commit.gpgSign true; {_WT} gpg.program "$E/gpg-wtconfig"',
+        None,
+        None,
+        "none:{P}/gpg-*-{T}",
+        _OFF,
+    ),
+    Technique(
+        "include.path",
+        f'{_WT} include.path "$E/inc-wtconfig.cfg"',
+        None,
+        None,
+        "none:{P}/include-*-{T}",
+        _OFF,
+    ),
+    Technique(
+        "core.hooksPath in the lane",
+        f'{_WT} core.hooksPath "$E/hooks-wtconfig"',
+        None,
+        None,
+        "none:{P}/hook-*-{T}",
+        _OFF,
+    ),
+    Technique(
+        "COMMIT_EDITMSG linked to ~/.bashrc",
+        'ln -sf {H}/.bashrc "$ADMIN/COMMIT_EDITMSG"',
+        None,
+        None,
+        "same:{H}/.bashrc",
+        _LINK,
+    ),
+    Technique(
+        "logs/HEAD linked to the user's reflog",
+        'rm -f "$ADMIN/logs/HEAD"; ln -s {C}/logs/refs/heads/wip "$ADMIN/logs/HEAD"',
+        None,
+        None,
+        "same:{C}/logs/refs/heads/wip",
+        _LINK,
+    ),
+    Technique(
+        "index linked to the user's index",
+        'rm -f "$ADMIN/index"; ln -s {C}/index "$ADMIN/index"',
+        None,
+        None,
+        "string:USER-STAGED-CONTENT",
+        _LINK,
+    ),
+    Technique(
+        "a .git file in a folder flowd reaps",
+        'echo "gitdir: {PRECIOUS}" > {OWN}/.git',
+        None,
+        None,
+        "same:{PRECIOUS}/*",
+        "flowd reaps only the git dirs it made",
+    ),
+    Technique(
+        "gitdir pointing at the victim lane", 'echo "{B}/.git" > "$ADMIN/gitdir"', None, None, "victim", _PIN
+    ),
+    Technique(
+        "config.worktree core.worktree = the checkout",
+        f"{_WT} core.worktree {{R}}",
+        None,
+        None,
+        "same:{R}/*",
+        _PIN,
+    ),
+    Technique(
+        "commondir pointing at a fake common dir",
+        'F="$E/common"; mkdir -p "$F/objects/info" "$F/logs"; cp -r {C}/refs "$F/";'
+        ' cp {C}/packed-refs "$F/" 2>/dev/null; echo {C}/objects > "$F/objects/info/alternates";'
+        ' cp "$E/config-commondir" "$F/config"; printf \'[extensions]\\n\\tworktreeConfig = true\\n\' >> "$F/config";'
+        ' echo "ref: refs/heads/main" > "$F/HEAD"; echo "$F" > "$ADMIN/commondir"',
+        None,
+        None,
+        "none:{P}/*-commondir-{T}",
+        _PIN,
+    ),
+    Technique(
+        "HEAD pointing at the user's branch",
+        'echo "ref: refs/heads/wip" > "$ADMIN/HEAD"',
+        None,
+        None,
+        "same:{C}/refs/heads/wip",
+        _PIN,
+    ),
+    Technique(
+        ".git file pointing at a fake admin dir",
+        'G="$E/admin"; mkdir -p "$G/logs"; echo "ref: refs/heads/wip" > "$G/HEAD"; echo {C} > "$G/commondir";'
+        ' cp "$ADMIN/index" "$G/index" 2>/dev/null; cp "$E/config-dotgit" "$G/config.worktree";'
+        ' echo "{A}/.git" > "$G/gitdir"; echo "gitdir: $G" > {A}/.git',
+        None,
+        None,
+        "none:{P}/*-dotgit-{T}",
+        _PIN,
+    ),
+]
+ALL_SEALED = SEALED + PLANTED
+# Where the sealed campaign is tried from: the tag, and the story whose process runs it.
+ORIGINS = {"agent": "ag", "gate": "gt", "setup": "su", "epic": "ea"}
+
+
+def sealed_script(places: dict[str, str], tag: str) -> str:
+    """One origin's sealed campaign. It acts only where that origin's attacker runs: the story's
+    worktree, or (`epic`) a merge train candidate holding the story `ea`; every step says its
+    name first, and the attacker's done-mark lets the victim finish its turn."""
+    story = ORIGINS[tag]
+    if tag == "epic":
+        where = 'case "$PWD" in */_train/*) [ -f ea/ea.txt ] || exit 0 ;; *) exit 0 ;; esac'
+    else:
+        where = f'[ "$PWD" = "{places["A"]}/{story}" ] || exit 0'
+    at = {**places, "A": f"{places['A']}/{story}" if tag != "epic" else "$PWD", "OWN": story}
+    prologue = (
+        _PROLOGUE.replace("@HOOK@", _HOOK).replace("@LAYERS@", " ".join(LAYERS))
+        .replace("@DRIVERS@", " ".join(DRIVERS)).replace("@P@", places["P"]).replace("@T@", tag)
+    )  # fmt: skip
+    lines = ["#!/bin/sh", where, f"mkdir -p {story}", prologue]
+    for technique in SEALED:
+        lines += [
+            f"echo {shlex.quote('== ' + technique.name)}",
+            f"{{ {fill(technique.command, at, tag)} ; }} 2>&1",
+        ]
+    lines.append(f"echo done > {story}/done-{tag}")
+    for technique in PLANTED:
+        lines += [
+            f"echo {shlex.quote('== ' + technique.name)}",
+            f"{{ {fill(technique.command, at, tag)} ; }} 2>&1",
+        ]
+    return "\n".join([*lines, "exit 0"]) + "\n"
+
+
+def write_sealed_scripts(root: Path, places: dict[str, dict[str, str]]) -> dict[str, Path]:
+    """Each origin's script, from that origin's places."""
+    paths = {}
+    for tag in ORIGINS:
+        path = root / f"sealed-{tag}.sh"
+        path.write_text(sealed_script(places[tag], tag), encoding="utf-8")
         paths[tag] = path
     return paths
