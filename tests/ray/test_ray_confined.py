@@ -4,6 +4,9 @@ the runner's trace and in the story's findings on the runner, and the story stil
 
 from __future__ import annotations
 
+import glob
+import os
+import signal
 import subprocess
 from pathlib import Path
 
@@ -11,6 +14,7 @@ from flowd.sandbox import landlock
 from tests.engine.scenario import coder, git, story
 from tests.ray.cluster import Cluster
 from tests.ray.test_ray_lanes import no_lane_actors_left, on_ray, run, trace
+from tests.sandbox.test_escape_campaign import Listener, _processes_sleeping
 
 COMMON = '"$(git rev-parse --git-common-dir)"'
 # (the command, what the refusal is named as, the path it names, relative to the node's clone).
@@ -88,3 +92,83 @@ def test_on_a_node_that_does_not_enforce_a_lane_is_checked_after_each_step(
     for clone in node_clones(cluster):
         assert "ray-evil-hooks" not in (clone / ".git" / "config").read_text(encoding="utf-8")
     assert no_lane_actors_left(cluster)
+
+
+# The sealed campaign (docs/sandbox.md "The escape campaign") from a Ray node's lane: what flowd's
+# node, unconfined, does with what the lane wrote into the node's clone. `{U}` holds the user's
+# files the test owns (never the machine's real ones), `{P}` the proof folder no lane may write.
+ADMIN = '"$(git rev-parse --absolute-git-dir)"'
+SEALED_ON_A_NODE = [
+    ("delete the node clone's packs", f"rm -f {COMMON}/objects/pack/*.pack"),
+    ("objects/info/alternates", f"echo /tmp >> {COMMON}/objects/info/alternates"),
+    ("SIGTERM the user's editor", "kill -TERM {EDITOR}"),
+    ("an abstract unix socket of the user's",
+     "python3 -c \"import socket; s = socket.socket(socket.AF_UNIX); s.connect('\\0{ABSTRACT}'); s.sendall(b'ray')\""),
+    ("a unix socket file of the user's",
+     "python3 -c \"import socket; s = socket.socket(socket.AF_UNIX); s.connect('{SOCK}'); s.sendall(b'ray')\""),
+    ("outlive the lane", "(cd / && exec env -u FLOWD_LANE setsid sleep 86409 > /dev/null 2>&1 &)"),
+    ("COMMIT_EDITMSG linked to a file of the user's", f"ln -sf {{U}}/bashrc {ADMIN}/COMMIT_EDITMSG"),
+    ("logs/HEAD linked to a file of the user's", f"rm -f {ADMIN}/logs/HEAD; ln -s {{U}}/reflog {ADMIN}/logs/HEAD"),
+    ("core.fsmonitor through a fake common dir",
+     f"F=$TMPDIR/evil-common; mkdir -p $F/objects/info; cp -r {COMMON}/refs $F/; "
+     f"cp {COMMON}/packed-refs $F/ 2>/dev/null; echo {COMMON}/objects > $F/objects/info/alternates; "
+     "printf '#!/bin/sh\\ntouch {P}/ray-fsmonitor\\nexit 1\\n' > $F/fsmon; chmod +x $F/fsmon; "
+     "printf '[core]\\n\\tfsmonitor = %s\\n' $F/fsmon > $F/config; echo 'ref: refs/heads/main' > $F/HEAD; "
+     f"echo $F > {ADMIN}/commondir"),
+    ("HEAD pointing at the node clone's main", f"echo 'ref: refs/heads/main' > {ADMIN}/HEAD"),
+]  # fmt: skip
+
+
+def test_a_ray_lanes_sealed_techniques_do_not_land_on_its_node(tmp_path: Path, cluster: Cluster) -> None:
+    assert landlock.abi() >= 2, "this test needs the kernel's Landlock (Linux 5.19+)"
+    proof, user = tmp_path / "proof", tmp_path / "user"
+    proof.mkdir()
+    user.mkdir()
+    for name in ("bashrc", "reflog"):
+        (user / name).write_text(f"the user's {name}\n", encoding="utf-8")
+    editor = subprocess.Popen(["sleep", "600"], cwd=tmp_path, start_new_session=True)
+    abstract = Listener(f"\0campaign-ray-{os.getpid()}-{tmp_path.name}")
+    sock = Listener(str(user / "agent.sock"))
+    try:
+        places = {"P": str(proof), "U": str(user), "EDITOR": str(editor.pid),
+                  "ABSTRACT": abstract.sock.getsockname()[1:].decode(), "SOCK": str(user / "agent.sock")}  # fmt: skip
+        commands = [f"{{ {command.format(**places)} ; }} 2>&1 || true" for _, command in SEALED_ON_A_NODE]
+        sc = on_ray(tmp_path, [story("a", ["a/"])], [coder("a", {"a/x.txt": "x\n"}, run=commands)])
+        done = run(sc, cluster, "--run-id", "se")
+        landed = []
+        if editor.poll() is not None:
+            landed.append(f"SIGTERM the user's editor: it died ({editor.returncode})")
+        if abstract.heard or sock.heard:
+            landed.append(f"the user's sockets were connected to: {abstract.heard} {sock.heard}")
+        if _processes_sleeping("86409"):
+            landed.append("a process of the lane outlived the run")
+        landed += [f"a driver ran outside the lane: {p}" for p in glob.glob(str(proof / "*"))]
+        for name in ("bashrc", "reflog"):
+            if (user / name).read_text(encoding="utf-8") != f"the user's {name}\n":
+                landed.append(f"{user / name} was written through a link")
+        for clone in node_clones(cluster):
+            if (clone / ".git" / "objects" / "info" / "alternates").exists():
+                landed.append(f"{clone}: objects/info/alternates was written")
+            fsck = subprocess.run(
+                ["git", "fsck", "--full", "--no-dangling"], cwd=clone, capture_output=True, text=True
+            )
+            if fsck.returncode != 0:
+                landed.append(f"{clone}: git fsck --full: {fsck.stdout}{fsck.stderr}")
+        fsck = subprocess.run(
+            ["git", "fsck", "--full", "--no-dangling"], cwd=sc.repo, capture_output=True, text=True
+        )
+        if fsck.returncode != 0:
+            landed.append(f"the user's repository: git fsck --full: {fsck.stdout}{fsck.stderr}")
+        assert landed == [], "\n".join(landed) + "\n" + done.stdout[-3000:]
+        # The story still merges, and nothing of the node's clone reached the user's `main`.
+        assert done.returncode == 0, done.stderr + done.stdout[-3000:]
+        assert sc.merge_commits() == ["ep: merge story a"]
+        assert git(sc.repo, "log", "--format=%s", "main").split("\n")[0] == "init"
+        assert no_lane_actors_left(cluster)
+    finally:
+        editor.kill()
+        editor.wait()
+        abstract.close()
+        sock.close()
+        for pid in _processes_sleeping("86409"):
+            os.kill(pid, signal.SIGKILL)

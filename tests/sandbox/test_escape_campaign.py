@@ -303,6 +303,8 @@ class Proofs:
 
     def shared(self, t: Technique) -> bool:
         """Whether every origin aims `t` at the same target (a pack, `packed-refs`, a reflog)."""
+        if t.proof == "victim":
+            return True
         if t.proof.partition(":")[0] not in ("same", "none", "string"):
             return False
         return len({fill(t.proof, where, tag) for tag, where in self.places.items()}) == 1
@@ -442,8 +444,10 @@ def _check_sealed(
     status = {e.story: e for e in events if isinstance(e, StoryStatusChanged)}
     b_findings = repo / ".flow" / "epics" / "ep" / "stories" / "b.findings.md"
     escapes = [e for e in events if isinstance(e, LaneEscape)]
+    victim = status.get("b")
     victim_ok = (
-        status["b"].status == "done"
+        victim is not None
+        and victim.status == "done"
         and not (b_findings.exists() and "Confinement" in b_findings.read_text(encoding="utf-8"))
         and not any(e.lane == "b" for e in escapes)
     )
@@ -484,12 +488,14 @@ def _check_sealed(
                    if refs_before.get(name) != refs_after.get(name)]  # fmt: skip
     report = "\n".join(
         ["LANDED:", *landed, "NOT NAMED:", *unnamed, "REPOSITORY:", *repository,
-         "STORIES:", *(f"{s}: {e.status} {e.reason or ''}" for s, e in sorted(status.items()))]
+         "STORIES:", *(f"{s}: {e.status} {e.reason or ''}" for s, e in sorted(status.items())),
+         *([] if events else ["(the run's trace is gone)"])]
     )  # fmt: skip
     print(report)
     # The victim finishes, never blamed; every attacker's story ends (done, or failed for what it did).
     assert victim_ok, report
-    assert all(status[sid].status in ("done", "failed") for sid in ORIGINS.values()), report
-    assert status["ea"].status == "done", report  # its merge is what ran the epic gates' campaign
+    ended = {sid: e.status for sid, e in status.items()}
+    assert all(ended.get(sid) in ("done", "failed") for sid in ORIGINS.values()), report
+    assert ended.get("ea") == "done", report  # its merge is what ran the epic gates' campaign
     assert (landed, unnamed, repository) == ([], [], []), report
     assert len(ALL_SEALED) >= 20
