@@ -355,7 +355,7 @@ SEALED: list[Technique] = [
         None,
         None,
         "quiet:sock",
-        'docs/sandbox.md "Socket files"',
+        "what closes socket files here, else `; not sealed: socket files` in `flowd roster check`",
     ),
     Technique(
         "outlive the lane (no FLOWD_LANE, cwd /, setsid)",
