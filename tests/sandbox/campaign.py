@@ -468,6 +468,14 @@ PLANTED: list[Technique] = [
         _OFF,
     ),
     Technique(
+        "a link at a .worktreeinclude destination",
+        "rm -f .env; ln -s {H}/.profile .env",
+        None,
+        None,
+        "same:{H}/.profile",
+        _LINK,
+    ),
+    Technique(
         "COMMIT_EDITMSG linked to ~/.bashrc",
         'ln -sf {H}/.bashrc "$ADMIN/COMMIT_EDITMSG"',
         None,
@@ -541,6 +549,19 @@ PLANTED: list[Technique] = [
     ),
 ]
 ALL_SEALED = SEALED + PLANTED
+# A place of the lane's own that a later process of the same lane is granted by its path: planted
+# by the story `nx`'s agent, written through by its task gate.
+NEXT_STORY = "nx"
+NEXT_PLANT = 'rm -rf "$(git rev-parse --absolute-git-dir)/flowd-tmp"; ln -s {R} "$(git rev-parse --absolute-git-dir)/flowd-tmp"'
+NEXT_USE = 'echo x > "$TMPDIR/TMPLINK.txt"'
+NEXT = Technique(
+    "flowd-tmp linked to the checkout, then written by the lane's next process",
+    NEXT_PLANT,
+    None,
+    None,
+    "none:{R}/TMPLINK.txt",
+    "confinement grants its rules' paths without following a link the lane made",
+)
 # Where the sealed campaign is tried from: the tag, and the story whose process runs it.
 ORIGINS = {"agent": "ag", "gate": "gt", "setup": "su", "epic": "ea"}
 
@@ -559,7 +580,12 @@ def sealed_script(places: dict[str, str], tag: str) -> str:
         _PROLOGUE.replace("@HOOK@", _HOOK).replace("@LAYERS@", " ".join(LAYERS))
         .replace("@DRIVERS@", " ".join(DRIVERS)).replace("@P@", places["P"]).replace("@T@", tag)
     )  # fmt: skip
-    lines = ["#!/bin/sh", where, f"mkdir -p {story}", prologue]
+    lines = ["#!/bin/sh"]
+    if tag == "gate":  # the second half of NEXT: the lane's next process, its task gate
+        lines.append(
+            f'if [ "$PWD" = "{places["A"]}/{NEXT_STORY}" ]; then {{ {NEXT_USE} ; }} 2>&1; exit 0; fi'
+        )
+    lines += [where, f"mkdir -p {story}", prologue]
     for technique in SEALED:
         lines += [
             f"echo {shlex.quote('== ' + technique.name)}",
@@ -575,8 +601,11 @@ def sealed_script(places: dict[str, str], tag: str) -> str:
 
 
 def write_sealed_scripts(root: Path, places: dict[str, dict[str, str]]) -> dict[str, Path]:
-    """Each origin's script, from that origin's places."""
-    paths = {}
+    """Each origin's script, from that origin's places, and `next` (NEXT's first half)."""
+    paths = {"next": root / "sealed-next.sh"}
+    paths["next"].write_text(
+        f"#!/bin/sh\n{{ {fill(NEXT.command, places['agent'], 'next')} ; }} 2>&1\n", encoding="utf-8"
+    )
     for tag in ORIGINS:
         path = root / f"sealed-{tag}.sh"
         path.write_text(sealed_script(places[tag], tag), encoding="utf-8")

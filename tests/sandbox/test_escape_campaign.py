@@ -25,6 +25,8 @@ from tests.engine.scenario import Scenario, coder, git, story
 from tests.sandbox import victim_lane
 from tests.sandbox.campaign import (
     ALL_SEALED,
+    NEXT,
+    NEXT_STORY,
     ORIGINS,
     SECRET,
     TECHNIQUES,
@@ -194,6 +196,12 @@ def _user_repo(repo: Path, root: Path) -> tuple[dict[str, str], dict[str, dict[s
         return f"objects/{sha[:2]}/{sha[2:]}"
 
     git(repo, "config", "extensions.worktreeConfig", "true")  # as sparse worktrees set it
+    # An ignored file each new worktree gets a copy of (docs/worktree-bootstrap.md).
+    (repo / ".gitignore").write_text(".env\n", encoding="utf-8")
+    (repo / ".worktreeinclude").write_text(".env\n", encoding="utf-8")
+    (repo / ".env").write_text("USER_SETTING=1\n", encoding="utf-8")
+    git(repo, "add", ".gitignore", ".worktreeinclude")
+    git(repo, "commit", "-q", "-m", "ignore .env, copied into worktrees")
     git(repo, "checkout", "-q", "-b", "release")
     for tag in ORIGINS:
         (repo / f"rel-{tag}.txt").write_text(f"released {tag}\n", encoding="utf-8")
@@ -347,6 +355,7 @@ class Proofs:
 def test_no_sealed_technique_lands_from_any_origin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert landlock.abi() >= 1, "this test needs the kernel's Landlock (Linux 5.13+, the LSM enabled)"
     home = _home(tmp_path)
+    (home / ".profile").write_text("# the user's profile\n", encoding="utf-8")
     for cache in (home / ".cache" / "pip", home / ".npm" / "_cacache"):
         cache.mkdir(parents=True)
         (cache / "entry").write_text("a cached package\n", encoding="utf-8")
@@ -356,10 +365,10 @@ def test_no_sealed_technique_lands_from_any_origin(tmp_path: Path, monkeypatch: 
     proof.mkdir()
     (tmp_path / "run").mkdir()
     stories = [story("ag", ["ag/"]), story("gt", ["gt/"]), story("su", ["su/"]), story("ea", ["ea/"]),
-               story("b", ["b/"])]  # fmt: skip
+               story(NEXT_STORY, [f"{NEXT_STORY}/"]), story("b", ["b/"])]  # fmt: skip
     rules = [coder(sid, {f"{sid}/{sid}.txt": f"{sid}\n"}) for sid in ("gt", "su", "ea")]
     sc = Scenario.create(
-        tmp_path, stories, rules, executors=[{"id": "demo", "script": "script.json", "slots": 5}]
+        tmp_path, stories, rules, executors=[{"id": "demo", "script": "script.json", "slots": 6}]
     )
     shared, own = _user_repo(repo, tmp_path)
     editors = {tag: subprocess.Popen(["sleep", "600"], cwd=repo, start_new_session=True) for tag in ORIGINS}
@@ -410,6 +419,7 @@ def _sealed_settings(sc: Scenario, scripts: dict[str, Path], lanes: Path) -> Non
     sc.write_script(
         [
             coder("ag", {"ag/ag.txt": "ag\n"}, run=[f"sh {scripts['agent']}"]),
+            coder(NEXT_STORY, {f"{NEXT_STORY}/x.txt": "x\n"}, run=[f"sh {scripts['next']}"]),
             *(coder(sid, {f"{sid}/{sid}.txt": f"{sid}\n"}) for sid in ("gt", "su", "ea")),
             _victim_lane_rule(lanes),
         ]
@@ -451,6 +461,8 @@ def _check_sealed(
         and not (b_findings.exists() and "Confinement" in b_findings.read_text(encoding="utf-8"))
         and not any(e.lane == "b" for e in escapes)
     )
+    if (lanes / "_trash").exists():
+        sc.lanes_left()  # the trash is emptied in the background: wait for it (a lane may aim at it)
     victim_tree = subprocess.run(["git", "ls-tree", "-r", "--name-only", "story/ep/b"], cwd=repo,
                                  capture_output=True, text=True).stdout.split()  # fmt: skip
     victim_tree += [f"b/{p.name}" for p in (lanes / "b" / "b").glob("signalled-*")]
@@ -480,6 +492,8 @@ def _check_sealed(
                     named = []
             if not named:
                 unnamed.append(f"{tag}: {t.name} ({path}, {t.what})")
+    if (why := proofs.landed("agent", NEXT, seen)) is not None:
+        landed.append(f"{NEXT_STORY}: {NEXT.name}: {why}")
     repository = []
     if (fsck := _fsck(repo)) != fsck_before:
         repository.append(f"git fsck --full: {fsck}")
