@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import glob
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -363,7 +365,6 @@ def test_no_sealed_technique_lands_from_any_origin(tmp_path: Path, monkeypatch: 
     monkeypatch.setenv("CAMPAIGN_RUNNER_SECRET", RUNNER_SECRET)
     repo, lanes, proof = tmp_path / "repo", tmp_path / "repo.flowd" / "ep", tmp_path / "proof"
     proof.mkdir()
-    (tmp_path / "run").mkdir()
     stories = [story("ag", ["ag/"]), story("gt", ["gt/"]), story("su", ["su/"]), story("ea", ["ea/"]),
                story(NEXT_STORY, [f"{NEXT_STORY}/"]), story("b", ["b/"])]  # fmt: skip
     rules = [coder(sid, {f"{sid}/{sid}.txt": f"{sid}\n"}) for sid in ("gt", "su", "ea")]
@@ -373,7 +374,9 @@ def test_no_sealed_technique_lands_from_any_origin(tmp_path: Path, monkeypatch: 
     shared, own = _user_repo(repo, tmp_path)
     editors = {tag: subprocess.Popen(["sleep", "600"], cwd=repo, start_new_session=True) for tag in ORIGINS}
     abstract = {tag: Listener(f"\0campaign-{tag}-{os.getpid()}-{tmp_path.name}") for tag in ORIGINS}
-    sock = {tag: Listener(str(tmp_path / "run" / f"agent-{tag}.sock")) for tag in ORIGINS}
+    # Where ssh-agent puts its socket (`/tmp/ssh-XXXXXX/agent.<pid>`), as `$SSH_AUTH_SOCK` names it.
+    agent_dir = Path(tempfile.mkdtemp(prefix="ssh-", dir="/tmp"))
+    sock = {tag: Listener(str(agent_dir / f"agent.{n}")) for n, tag in enumerate(ORIGINS, start=1)}
     heard: dict[int, int] = {}
 
     def record(signum: int, _frame: FrameType | None) -> None:
@@ -410,6 +413,7 @@ def test_no_sealed_technique_lands_from_any_origin(tmp_path: Path, monkeypatch: 
             editor.wait()
         for listener in (*abstract.values(), *sock.values()):
             listener.close()
+        shutil.rmtree(agent_dir)
         for seconds in STAY.values():
             for pid in _processes_sleeping(seconds):
                 os.kill(pid, signal.SIGKILL)
