@@ -563,6 +563,18 @@ NEXT = Technique(
     "none:{R}/TMPLINK.txt",
     "confinement grants its rules' paths without following a link the lane made",
 )
+# The same `.git` file as PLANTED's, from `rp`, a story that otherwise finishes: its worktree goes to the
+# trash when the run ends, and the trash is emptied with each worktree's private git dir.
+REAP = Technique(
+    "a .git file in a folder of a worktree flowd trashes",
+    'echo "gitdir: {PRECIOUS}" > rp/.git',
+    None,
+    None,
+    "same:{PRECIOUS}/*",
+    "flowd reaps only the git dirs it made",
+)
+# Each planted by its own story's agent (so that one landing cannot keep the other from being tried).
+NEXT_TECHNIQUES = {NEXT_STORY: NEXT, "rp": REAP}
 # Where the sealed campaign is tried from: the tag, and the story whose process runs it.
 ORIGINS = {"agent": "ag", "gate": "gt", "setup": "su", "epic": "ea"}
 
@@ -602,11 +614,12 @@ def sealed_script(places: dict[str, str], tag: str) -> str:
 
 
 def write_sealed_scripts(root: Path, places: dict[str, dict[str, str]]) -> dict[str, Path]:
-    """Each origin's script, from that origin's places, and `next` (NEXT's first half)."""
-    paths = {"next": root / "sealed-next.sh"}
-    paths["next"].write_text(
-        f"#!/bin/sh\n{{ {fill(NEXT.command, places['agent'], 'next')} ; }} 2>&1\n", encoding="utf-8"
-    )
+    """Each origin's script, from that origin's places, and what NEXT_TECHNIQUES' stories' agents run."""
+    paths: dict[str, Path] = {}
+    for sid, t in NEXT_TECHNIQUES.items():
+        paths[sid] = root / f"sealed-{sid}.sh"
+        plant = f"{{ {fill(t.command, places['agent'], sid)} ; }} 2>&1"
+        paths[sid].write_text(f"#!/bin/sh\nmkdir -p {sid}\n{plant}\n", encoding="utf-8")
     for tag in ORIGINS:
         path = root / f"sealed-{tag}.sh"
         path.write_text(sealed_script(places[tag], tag), encoding="utf-8")

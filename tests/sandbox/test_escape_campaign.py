@@ -27,8 +27,7 @@ from tests.engine.scenario import Scenario, coder, git, story
 from tests.sandbox import victim_lane
 from tests.sandbox.campaign import (
     ALL_SEALED,
-    NEXT,
-    NEXT_STORY,
+    NEXT_TECHNIQUES,
     ORIGINS,
     SECRET,
     TECHNIQUES,
@@ -261,7 +260,7 @@ def _user_refs(repo: Path) -> dict[str, bytes]:
 
 
 def _flowds(ref: str) -> bool:
-    return ref.startswith(("refs/heads/story/", "refs/heads/epic/"))
+    return ref.startswith(("refs/heads/story/", "refs/heads/epic/", "refs/flowd/"))
 
 
 def _files(pattern: str) -> dict[str, bytes]:
@@ -306,7 +305,7 @@ class Proofs:
         self.places = places
         self.before: dict[tuple[str, str], dict[str, bytes]] = {}
         for tag, where in places.items():
-            for t in ALL_SEALED:
+            for t in [*ALL_SEALED, *NEXT_TECHNIQUES.values()]:
                 kind, _, arg = t.proof.partition(":")
                 if kind in ("same", "none"):
                     self.before[(tag, t.name)] = _files(fill(arg, where, tag))
@@ -366,10 +365,10 @@ def test_no_sealed_technique_lands_from_any_origin(tmp_path: Path, monkeypatch: 
     repo, lanes, proof = tmp_path / "repo", tmp_path / "repo.flowd" / "ep", tmp_path / "proof"
     proof.mkdir()
     stories = [story("ag", ["ag/"]), story("gt", ["gt/"]), story("su", ["su/"]), story("ea", ["ea/"]),
-               story(NEXT_STORY, [f"{NEXT_STORY}/"]), story("b", ["b/"])]  # fmt: skip
+               *(story(sid, [f"{sid}/"]) for sid in NEXT_TECHNIQUES), story("b", ["b/"])]  # fmt: skip
     rules = [coder(sid, {f"{sid}/{sid}.txt": f"{sid}\n"}) for sid in ("gt", "su", "ea")]
     sc = Scenario.create(
-        tmp_path, stories, rules, executors=[{"id": "demo", "script": "script.json", "slots": 6}]
+        tmp_path, stories, rules, executors=[{"id": "demo", "script": "script.json", "slots": 7}]
     )
     shared, own = _user_repo(repo, tmp_path)
     editors = {tag: subprocess.Popen(["sleep", "600"], cwd=repo, start_new_session=True) for tag in ORIGINS}
@@ -423,7 +422,7 @@ def _sealed_settings(sc: Scenario, scripts: dict[str, Path], lanes: Path) -> Non
     sc.write_script(
         [
             coder("ag", {"ag/ag.txt": "ag\n"}, run=[f"sh {scripts['agent']}"]),
-            coder(NEXT_STORY, {f"{NEXT_STORY}/x.txt": "x\n"}, run=[f"sh {scripts['next']}"]),
+            *(coder(sid, {f"{sid}/x.txt": "x\n"}, run=[f"sh {scripts[sid]}"]) for sid in NEXT_TECHNIQUES),
             *(coder(sid, {f"{sid}/{sid}.txt": f"{sid}\n"}) for sid in ("gt", "su", "ea")),
             _victim_lane_rule(lanes),
         ]
@@ -496,8 +495,9 @@ def _check_sealed(
                     named = []
             if not named:
                 unnamed.append(f"{tag}: {t.name} ({path}, {t.what})")
-    if (why := proofs.landed("agent", NEXT, seen)) is not None:
-        landed.append(f"{NEXT_STORY}: {NEXT.name}: {why}")
+    for sid, t in NEXT_TECHNIQUES.items():
+        if (why := proofs.landed("agent", t, seen)) is not None:
+            landed.append(f"{sid}: {t.name}: {why}")
     repository = []
     if (fsck := _fsck(repo)) != fsck_before:
         repository.append(f"git fsck --full: {fsck}")
