@@ -110,7 +110,8 @@ class Technique:
     a link in its own places) and flowd must make it harmless instead: never follow the pointer,
     never write through the link. `what`: the `LaneEscape.what` the refusal is named as (None:
     not checked). `proof`: how tests/sandbox/test_escape_campaign.py sees that it landed:
-    `same:<glob>` (every file there still byte-identical), `none:<glob>` (no such file),
+    `same:<glob>` (every file there still byte-identical), `none:<glob>` (nothing made or
+    changed there),
     `alive:editor`, `signal:runner`, `signal:victim`, `quiet:abstract`, `quiet:sock`,
     `gone:stay`, `string:<text>` (in no commit and no file of the run), `victim` (the victim
     story done and never blamed). `where`: what stops it, as docs/sandbox.md says."""

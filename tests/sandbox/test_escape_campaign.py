@@ -326,8 +326,13 @@ class Proofs:
             after = _files(arg)
             changed = [p for p, b in self.before[(tag, t.name)].items() if after.get(p) != b]
             return f"changed or gone: {', '.join(changed)}" if changed else None
-        if kind == "none":
-            made = sorted(glob.glob(arg))
+        if kind == "none":  # nothing made or changed there (what was there before may stay)
+            before = self.before[(tag, t.name)]
+            made = [
+                p
+                for p in sorted(glob.glob(arg))
+                if not Path(p).is_file() or before.get(p) != Path(p).read_bytes()
+            ]
             return f"made: {', '.join(made)}" if made else None
         if kind == "string":
             return f"{arg!r} found in the run's files or commits" if arg in seen["text"] else None  # type: ignore[operator]
