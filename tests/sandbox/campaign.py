@@ -97,7 +97,8 @@ def write_scripts(root: Path, places: dict[str, str]) -> dict[str, Path]:
 # the victim lane's processes, `{ABSTRACT}` an abstract unix socket of the user's session,
 # `{SOCK}` a unix socket file of the user's (the ssh-agent stand-in), `{STAY}` how long a process
 # that tries to outlive its lane sleeps (it names it), `{PRECIOUS}` a folder of the user's named
-# `worktrees/<x>`, `{SECRET}` a secret in flowd's own environment. Shell variables the prologue
+# `worktrees/<x>`, `{PROJECTS}` another folder of the user's, `{SECRET}` a secret in flowd's own
+# environment. Shell variables the prologue
 # sets: `$E` a folder in the lane's own temp dir, `$ADMIN` the lane's git admin dir.
 
 
@@ -574,8 +575,21 @@ REAP = Technique(
     "same:{PRECIOUS}/*",
     "flowd reaps only the git dirs it made",
 )
-# Each planted by its own story's agent (so that one landing cannot keep the other from being tried).
-NEXT_TECHNIQUES = {NEXT_STORY: NEXT, "rp": REAP}
+# The lane's own package cache folder, linked to a folder of the user's (`{PROJECTS}`), from `ck`,
+# a story that otherwise finishes: its worktree is handed on as a spare to `cz`, which depends on
+# it, and a lane's cache is made afresh, what was under `flowd-cache/` removed, when a lane starts.
+CACHE_LINK = Technique(
+    "flowd-cache linked to a folder of the user's, then handed on as a spare",
+    'A="$(git rev-parse --absolute-git-dir)"; rm -rf "$A/flowd-cache"; ln -s {PROJECTS} "$A/flowd-cache"',
+    None,
+    None,
+    "same:{PROJECTS}/*/*",
+    "flowd's file operations follow no link a lane planted",
+)
+# Each planted by its own story's agent (so that one landing cannot keep another from being tried).
+NEXT_TECHNIQUES = {NEXT_STORY: NEXT, "rp": REAP, "ck": CACHE_LINK}
+# A story that starts after `ck` ends (it depends on it), in `ck`'s worktree.
+HANDED_ON = {"cz": "ck"}
 # Where the sealed campaign is tried from: the tag, and the story whose process runs it.
 ORIGINS = {"agent": "ag", "gate": "gt", "setup": "su", "epic": "ea"}
 

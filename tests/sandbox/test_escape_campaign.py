@@ -27,6 +27,7 @@ from tests.engine.scenario import Scenario, coder, git, story
 from tests.sandbox import victim_lane
 from tests.sandbox.campaign import (
     ALL_SEALED,
+    HANDED_ON,
     NEXT_TECHNIQUES,
     ORIGINS,
     SECRET,
@@ -239,10 +240,19 @@ def _user_repo(repo: Path, root: Path) -> tuple[dict[str, str], dict[str, dict[s
     (repo / "staged.txt").write_text("USER-STAGED-CONTENT\n", encoding="utf-8")
     git(repo, "add", "staged.txt")
     (repo / "notes.txt").write_text("the user's notes, not in git\n", encoding="utf-8")
+    projects = root / "user" / "projects"
+    for name in ("thesis", "photos"):
+        (projects / name).mkdir(parents=True)
+        (projects / name / "keep.txt").write_text(f"the user's {name}\n", encoding="utf-8")
     precious = root / "user" / "worktrees" / "keep"
     precious.mkdir(parents=True)
     (precious / "thesis.txt").write_text("the user's, in a folder named worktrees/\n", encoding="utf-8")
-    return {"WIP": git(repo, "rev-parse", "wip").strip(), "PRECIOUS": str(precious)}, own
+    shared = {
+        "WIP": git(repo, "rev-parse", "wip").strip(),
+        "PRECIOUS": str(precious),
+        "PROJECTS": str(projects),
+    }
+    return shared, own
 
 
 def _user_refs(repo: Path) -> dict[str, bytes]:
@@ -370,10 +380,11 @@ def test_no_sealed_technique_lands_from_any_origin(tmp_path: Path, monkeypatch: 
     repo, lanes, proof = tmp_path / "repo", tmp_path / "repo.flowd" / "ep", tmp_path / "proof"
     proof.mkdir()
     stories = [story("ag", ["ag/"]), story("gt", ["gt/"]), story("su", ["su/"]), story("ea", ["ea/"]),
-               *(story(sid, [f"{sid}/"]) for sid in NEXT_TECHNIQUES), story("b", ["b/"])]  # fmt: skip
+               *(story(sid, [f"{sid}/"]) for sid in NEXT_TECHNIQUES),
+               *(story(sid, [f"{sid}/"], [after]) for sid, after in HANDED_ON.items()), story("b", ["b/"])]  # fmt: skip
     rules = [coder(sid, {f"{sid}/{sid}.txt": f"{sid}\n"}) for sid in ("gt", "su", "ea")]
     sc = Scenario.create(
-        tmp_path, stories, rules, executors=[{"id": "demo", "script": "script.json", "slots": 7}]
+        tmp_path, stories, rules, executors=[{"id": "demo", "script": "script.json", "slots": 8}]
     )
     shared, own = _user_repo(repo, tmp_path)
     editors = {tag: subprocess.Popen(["sleep", "600"], cwd=repo, start_new_session=True) for tag in ORIGINS}
@@ -428,6 +439,7 @@ def _sealed_settings(sc: Scenario, scripts: dict[str, Path], lanes: Path) -> Non
         [
             coder("ag", {"ag/ag.txt": "ag\n"}, run=[f"sh {scripts['agent']}"]),
             *(coder(sid, {f"{sid}/x.txt": "x\n"}, run=[f"sh {scripts[sid]}"]) for sid in NEXT_TECHNIQUES),
+            *(coder(sid, {f"{sid}/x.txt": "x\n"}) for sid in HANDED_ON),
             *(coder(sid, {f"{sid}/{sid}.txt": f"{sid}\n"}) for sid in ("gt", "su", "ea")),
             _victim_lane_rule(lanes),
         ]
@@ -436,6 +448,18 @@ def _sealed_settings(sc: Scenario, scripts: dict[str, Path], lanes: Path) -> Non
         f'gates = ["sh {scripts["gate"]}", "sh {scripts["epic"]}"]\nsetup = ["sh {scripts["setup"]}"]\n'
         "judgeRounds = 0\ngateRetries = 0\n",
         encoding="utf-8",
+    )
+
+
+def _unharmed(repo: Path, sid: str, status: dict[str, StoryStatusChanged], escapes: list[LaneEscape]) -> bool:
+    """`sid` finished, and was never blamed for what another did."""
+    findings = repo / ".flow" / "epics" / "ep" / "stories" / f"{sid}.findings.md"
+    ended = status.get(sid)
+    return (
+        ended is not None
+        and ended.status == "done"
+        and not (findings.exists() and "Confinement" in findings.read_text(encoding="utf-8"))
+        and not any(e.lane == sid for e in escapes)
     )
 
 
@@ -460,15 +484,9 @@ def _check_sealed(
 ) -> None:
     events = [e.event for e in sc.events(run_id)]
     status = {e.story: e for e in events if isinstance(e, StoryStatusChanged)}
-    b_findings = repo / ".flow" / "epics" / "ep" / "stories" / "b.findings.md"
     escapes = [e for e in events if isinstance(e, LaneEscape)]
-    victim = status.get("b")
-    victim_ok = (
-        victim is not None
-        and victim.status == "done"
-        and not (b_findings.exists() and "Confinement" in b_findings.read_text(encoding="utf-8"))
-        and not any(e.lane == "b" for e in escapes)
-    )
+    # The victims: `b`, working beside the attackers, and each story handed an attacker's worktree.
+    victim_ok = all(_unharmed(repo, sid, status, escapes) for sid in ("b", *HANDED_ON))
     if (lanes / "_trash").exists():
         sc.lanes_left()  # the trash is emptied in the background: wait for it (a lane may aim at it)
     victim_tree = subprocess.run(["git", "ls-tree", "-r", "--name-only", "story/ep/b"], cwd=repo,
