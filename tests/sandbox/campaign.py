@@ -115,7 +115,7 @@ class Technique:
     changed there),
     `alive:editor`, `signal:runner`, `signal:victim`, `quiet:abstract`, `quiet:sock`,
     `gone:stay`, `string:<text>` (in no commit and no file of the run), `victim` (the victim
-    story done and never blamed). `where`: what stops it, as docs/sandbox.md says."""
+    story done and never blamed), `branch:<story>` (that story's branch holds only its own work). `where`: what stops it, as docs/sandbox.md says."""
 
     name: str
     command: str
@@ -586,8 +586,18 @@ CACHE_LINK = Technique(
     "same:{PROJECTS}/*/*",
     "flowd's file operations follow no link a lane planted",
 )
+# The lane's `HEAD` pointed at the victim's branch, from `hx`: flowd's own commit of `hx`'s work
+# (and the reflog the confinement grants by `HEAD`) must not land on `story/<epic>/b`.
+HEAD_OTHER = Technique(
+    "HEAD pointing at the victim lane's branch",
+    'echo "ref: refs/heads/story/ep/b" > "$(git rev-parse --absolute-git-dir)/HEAD"',
+    None,
+    None,
+    "branch:b",
+    "flowd's own git names the lane's git dir, common dir and work tree itself",
+)
 # Each planted by its own story's agent (so that one landing cannot keep another from being tried).
-NEXT_TECHNIQUES = {NEXT_STORY: NEXT, "rp": REAP, "ck": CACHE_LINK}
+NEXT_TECHNIQUES = {NEXT_STORY: NEXT, "rp": REAP, "ck": CACHE_LINK, "hx": HEAD_OTHER}
 # A story that starts after `ck` ends (it depends on it), in `ck`'s worktree.
 HANDED_ON = {"cz": "ck"}
 # Where the sealed campaign is tried from: the tag, and the story whose process runs it.

@@ -361,6 +361,9 @@ class Proofs:
         if kind == "gone":
             stayed = seen["stayed"][tag]  # type: ignore[index]
             return f"a lane process outlived the run: pids {stayed}" if stayed else None
+        if kind == "branch":
+            foreign = seen["foreign"][arg]  # type: ignore[index]
+            return f"story/ep/{arg} has commits touching {foreign}" if foreign else None
         if kind == "victim":
             return None if seen["victim ok"] else "the victim story failed or was blamed"
         raise AssertionError(f"unknown proof {t.proof}")
@@ -463,6 +466,13 @@ def _unharmed(repo: Path, sid: str, status: dict[str, StoryStatusChanged], escap
     )
 
 
+def _foreign(repo: Path, sid: str) -> list[str]:
+    """What the commits of `sid`'s branch since `main` touched outside its own folder."""
+    touched = subprocess.run(["git", "log", "--first-parent", "--format=", "--name-only", f"main..story/ep/{sid}"], cwd=repo,
+                             capture_output=True, text=True).stdout.split()  # fmt: skip
+    return sorted({p for p in touched if not p.startswith(f"{sid}/")})
+
+
 def _fsck(repo: Path) -> str:
     done = subprocess.run(
         ["git", "fsck", "--full", "--no-dangling"], cwd=repo, capture_output=True, text=True
@@ -494,7 +504,14 @@ def _check_sealed(
     victim_tree += [f"b/{p.name}" for p in (lanes / "b" / "b").glob("signalled-*")]
     stayed = {tag: _processes_sleeping(seconds) for tag, seconds in STAY.items()}
     text = b"\0".join(_run_text(repo, lanes.parent, home)).decode("utf-8", errors="replace")
-    seen = {**seen, "victim ok": victim_ok, "victim files": victim_tree, "stayed": stayed, "text": text}
+    seen = {
+        **seen,
+        "foreign": {"b": _foreign(repo, "b")},
+        "victim ok": victim_ok,
+        "victim files": victim_tree,
+        "stayed": stayed,
+        "text": text,
+    }
     landed, unnamed = [], []
     lines = "\n".join(
         p.read_text(encoding="utf-8")
