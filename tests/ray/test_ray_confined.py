@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import glob
 import os
+import shutil
 import signal
 import subprocess
+import tempfile
 from pathlib import Path
 
 from flowd.sandbox import landlock
@@ -128,10 +130,11 @@ def test_a_ray_lanes_sealed_techniques_do_not_land_on_its_node(tmp_path: Path, c
         (user / name).write_text(f"the user's {name}\n", encoding="utf-8")
     editor = subprocess.Popen(["sleep", "600"], cwd=tmp_path, start_new_session=True)
     abstract = Listener(f"\0campaign-ray-{os.getpid()}-{tmp_path.name}")
-    sock = Listener(str(user / "agent.sock"))
+    agent_dir = Path(tempfile.mkdtemp(prefix="ssh-", dir="/tmp"))  # where ssh-agent makes its socket
+    sock = Listener(str(agent_dir / "agent.1"))
     try:
         places = {"P": str(proof), "U": str(user), "EDITOR": str(editor.pid),
-                  "ABSTRACT": abstract.sock.getsockname()[1:].decode(), "SOCK": str(user / "agent.sock")}  # fmt: skip
+                  "ABSTRACT": abstract.sock.getsockname()[1:].decode(), "SOCK": str(agent_dir / "agent.1")}  # fmt: skip
         commands = [f"{{ {command.format(**places)} ; }} 2>&1 || true" for _, command in SEALED_ON_A_NODE]
         sc = on_ray(tmp_path, [story("a", ["a/"])], [coder("a", {"a/x.txt": "x\n"}, run=commands)])
         done = run(sc, cluster, "--run-id", "se")
@@ -170,5 +173,6 @@ def test_a_ray_lanes_sealed_techniques_do_not_land_on_its_node(tmp_path: Path, c
         editor.wait()
         abstract.close()
         sock.close()
+        shutil.rmtree(agent_dir)
         for pid in _processes_sleeping("86409"):
             os.kill(pid, signal.SIGKILL)
