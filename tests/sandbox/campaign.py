@@ -115,7 +115,7 @@ class Technique:
     changed there),
     `alive:editor`, `signal:runner`, `signal:victim`, `quiet:abstract`, `quiet:sock`,
     `gone:stay`, `string:<text>` (in no commit and no file of the run), `victim` (the victim
-    story done and never blamed), `branch:<story>` (that story's branch holds only its own work). `where`: what stops it, as docs/sandbox.md says."""
+    story done and never blamed), `branch:<story>:<other>` (no commit of that story's branch touches `<other>/`); `a|b`: both. `where`: what stops it, as docs/sandbox.md says."""
 
     name: str
     command: str
@@ -586,18 +586,36 @@ CACHE_LINK = Technique(
     "same:{PROJECTS}/*/*",
     "flowd's file operations follow no link a lane planted",
 )
+# A patient attacker: it waits (30 s at most) until the victim's worktree is there.
+WAIT_FOR_B = "for i in $(seq 300); do [ -f {B}/.git ] && break; sleep 0.1; done; "
 # The lane's `HEAD` pointed at the victim's branch, from `hx`: flowd's own commit of `hx`'s work
 # (and the reflog the confinement grants by `HEAD`) must not land on `story/<epic>/b`.
 HEAD_OTHER = Technique(
     "HEAD pointing at the victim lane's branch",
-    'echo "ref: refs/heads/story/ep/b" > "$(git rev-parse --absolute-git-dir)/HEAD"',
+    WAIT_FOR_B + 'echo "ref: refs/heads/story/ep/b" > "$(git rev-parse --absolute-git-dir)/HEAD"',
     None,
     None,
-    "branch:b",
+    "branch:b:hx",
     "flowd's own git names the lane's git dir, common dir and work tree itself",
 )
+# The lane's `.git` file pointed at the victim lane's private git dir, from `gx`: its next process
+# (its task gate) writes there, as confinement grants a lane its admin dir by what `.git` says.
+GITDIR_OTHER = Technique(
+    ".git file pointing at the victim lane's admin dir, then written by the lane's next process",
+    WAIT_FOR_B + 'echo "gitdir: {C}/worktrees/b" > .git',
+    None,
+    None,
+    "string:GITDIR-OTHER-LANDED|branch:b:gx",
+    "confinement grants a lane only its own admin dir",
+)
+# What it wrote there is gone with that dir when the victim's worktree is removed: it says so in its
+# own folder (a word made at run time, so no log of the command holds it).
+GITDIR_USE = (
+    "mkdir -p gx; echo x > {C}/worktrees/b/INTRUDER-gx.txt && echo GITDIR-OTHER-$(echo landed | tr a-z A-Z)"
+    " > gx/landed; echo done > gx/done"
+)
 # Each planted by its own story's agent (so that one landing cannot keep another from being tried).
-NEXT_TECHNIQUES = {NEXT_STORY: NEXT, "rp": REAP, "ck": CACHE_LINK, "hx": HEAD_OTHER}
+NEXT_TECHNIQUES = {NEXT_STORY: NEXT, "rp": REAP, "ck": CACHE_LINK, "hx": HEAD_OTHER, "gx": GITDIR_OTHER}
 # A story that starts after `ck` ends (it depends on it), in `ck`'s worktree.
 HANDED_ON = {"cz": "ck"}
 # Where the sealed campaign is tried from: the tag, and the story whose process runs it.
@@ -619,10 +637,12 @@ def sealed_script(places: dict[str, str], tag: str) -> str:
         .replace("@DRIVERS@", " ".join(DRIVERS)).replace("@P@", places["P"]).replace("@T@", tag)
     )  # fmt: skip
     lines = ["#!/bin/sh"]
-    if tag == "gate":  # the second half of NEXT: the lane's next process, its task gate
-        lines.append(
-            f'if [ "$PWD" = "{places["A"]}/{NEXT_STORY}" ]; then {{ {NEXT_USE} ; }} 2>&1; exit 0; fi'
-        )
+    if tag == "gate":  # the second half of NEXT and GITDIR_OTHER: the lane's next process, its task gate
+        use = fill(GITDIR_USE, places, tag)
+        lines += [
+            f'if [ "$PWD" = "{places["A"]}/{NEXT_STORY}" ]; then {{ {NEXT_USE} ; }} 2>&1; exit 0; fi',
+            f'if [ "$PWD" = "{places["A"]}/gx" ]; then {{ {use} ; }} 2>&1; exit 0; fi',
+        ]
     lines += [where, f"mkdir -p {story}", prologue]
     for technique in SEALED:
         lines += [

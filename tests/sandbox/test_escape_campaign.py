@@ -302,6 +302,7 @@ def _run_text(repo: Path, lanes: Path, home: Path) -> Iterator[bytes]:
 
 def _victim_lane_rule(lanes: Path) -> dict[str, object]:
     marks = [lanes / ORIGINS[tag] / ORIGINS[tag] / f"done-{tag}" for tag in ("agent", "gate", "setup")]
+    marks.append(lanes / "gx" / "gx" / "done")  # its task gate has tried the victim's admin dir
     # Its shell ignores the signals; the victim's own process (named in its command line) records them.
     wait = (f"trap '' USR1 USR2 HUP ALRM; {sys.executable} {victim_lane.__file__} campaign-victim-lane "
             + " ".join(str(m) for m in marks))  # fmt: skip
@@ -313,31 +314,36 @@ class Proofs:
 
     def __init__(self, places: dict[str, dict[str, str]]) -> None:
         self.places = places
-        self.before: dict[tuple[str, str], dict[str, bytes]] = {}
+        self.before: dict[tuple[str, str, str], dict[str, bytes]] = {}
         for tag, where in places.items():
             for t in [*ALL_SEALED, *NEXT_TECHNIQUES.values()]:
-                kind, _, arg = t.proof.partition(":")
-                if kind in ("same", "none"):
-                    self.before[(tag, t.name)] = _files(fill(arg, where, tag))
+                for proof in t.proof.split("|"):
+                    kind, _, arg = proof.partition(":")
+                    if kind in ("same", "none"):
+                        self.before[(tag, t.name, proof)] = _files(fill(arg, where, tag))
 
     def shared(self, t: Technique) -> bool:
         """Whether every origin aims `t` at the same target (a pack, `packed-refs`, a reflog)."""
         if t.proof == "victim":
             return True
-        if t.proof.partition(":")[0] not in ("same", "none", "string"):
+        if any(p.partition(":")[0] not in ("same", "none", "string") for p in t.proof.split("|")):
             return False
         return len({fill(t.proof, where, tag) for tag, where in self.places.items()}) == 1
 
     def landed(self, tag: str, t: Technique, seen: dict[str, object]) -> str | None:
         """Why `t` tried from `tag` landed, or None."""
-        kind, _, arg = t.proof.partition(":")
+        whys = [why for proof in t.proof.split("|") if (why := self._landed(tag, t, proof, seen)) is not None]
+        return "; ".join(whys) or None
+
+    def _landed(self, tag: str, t: Technique, proof: str, seen: dict[str, object]) -> str | None:
+        kind, _, arg = proof.partition(":")
         arg = fill(arg, self.places[tag], tag)
         if kind == "same":
             after = _files(arg)
-            changed = [p for p, b in self.before[(tag, t.name)].items() if after.get(p) != b]
+            changed = [p for p, b in self.before[(tag, t.name, proof)].items() if after.get(p) != b]
             return f"changed or gone: {', '.join(changed)}" if changed else None
         if kind == "none":  # nothing made or changed there (what was there before may stay)
-            before = self.before[(tag, t.name)]
+            before = self.before[(tag, t.name, proof)]
             made = [
                 p
                 for p in sorted(glob.glob(arg))
@@ -362,8 +368,9 @@ class Proofs:
             stayed = seen["stayed"][tag]  # type: ignore[index]
             return f"a lane process outlived the run: pids {stayed}" if stayed else None
         if kind == "branch":
-            foreign = seen["foreign"][arg]  # type: ignore[index]
-            return f"story/ep/{arg} has commits touching {foreign}" if foreign else None
+            victim, _, attacker = arg.partition(":")
+            foreign = [p for p in seen["foreign"][victim] if p.startswith(f"{attacker}/")]  # type: ignore[index]
+            return f"story/ep/{victim} has commits touching {foreign}" if foreign else None
         if kind == "victim":
             return None if seen["victim ok"] else "the victim story failed or was blamed"
         raise AssertionError(f"unknown proof {t.proof}")
@@ -387,7 +394,7 @@ def test_no_sealed_technique_lands_from_any_origin(tmp_path: Path, monkeypatch: 
                *(story(sid, [f"{sid}/"], [after]) for sid, after in HANDED_ON.items()), story("b", ["b/"])]  # fmt: skip
     rules = [coder(sid, {f"{sid}/{sid}.txt": f"{sid}\n"}) for sid in ("gt", "su", "ea")]
     sc = Scenario.create(
-        tmp_path, stories, rules, executors=[{"id": "demo", "script": "script.json", "slots": 8}]
+        tmp_path, stories, rules, executors=[{"id": "demo", "script": "script.json", "slots": 9}]
     )
     shared, own = _user_repo(repo, tmp_path)
     editors = {tag: subprocess.Popen(["sleep", "600"], cwd=repo, start_new_session=True) for tag in ORIGINS}
