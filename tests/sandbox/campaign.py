@@ -615,9 +615,26 @@ GITDIR_USE = (
     " > gx/landed; echo done > gx/done"
 )
 # Each planted by its own story's agent (so that one landing cannot keep another from being tried).
-NEXT_TECHNIQUES = {NEXT_STORY: NEXT, "rp": REAP, "ck": CACHE_LINK, "hx": HEAD_OTHER, "gx": GITDIR_OTHER}
-# A story that starts after `ck` ends (it depends on it), in `ck`'s worktree.
-HANDED_ON = {"cz": "ck"}
+# A `.worktreeinclude`d file (the user's ignored `.env`) planted for the next lane, from `ev`, whose
+# worktree is handed on as a spare to `ez`; `ez`'s agent keeps what it found in `ez/env-seen.txt`.
+SPARE_ENV = Technique(
+    "a .worktreeinclude'd file planted for the story that takes the worktree next",
+    'echo "PLANTED-BY-$(echo ev | tr a-z A-Z)" > .env',
+    None,
+    None,
+    "string:PLANTED-BY-EV",
+    "a spare keeps nothing the previous lane wrote",
+)
+NEXT_TECHNIQUES = {
+    NEXT_STORY: NEXT,
+    "rp": REAP,
+    "ck": CACHE_LINK,
+    "hx": HEAD_OTHER,
+    "gx": GITDIR_OTHER,
+    "ev": SPARE_ENV,
+}
+# Stories that start after another ends (each depends on it), in its worktree.
+HANDED_ON = {"cz": "ck", "ez": "ev"}
 # Where the sealed campaign is tried from: the tag, and the story whose process runs it.
 ORIGINS = {"agent": "ag", "gate": "gt", "setup": "su", "epic": "ea"}
 

@@ -394,7 +394,7 @@ def test_no_sealed_technique_lands_from_any_origin(tmp_path: Path, monkeypatch: 
                *(story(sid, [f"{sid}/"], [after]) for sid, after in HANDED_ON.items()), story("b", ["b/"])]  # fmt: skip
     rules = [coder(sid, {f"{sid}/{sid}.txt": f"{sid}\n"}) for sid in ("gt", "su", "ea")]
     sc = Scenario.create(
-        tmp_path, stories, rules, executors=[{"id": "demo", "script": "script.json", "slots": 9}]
+        tmp_path, stories, rules, executors=[{"id": "demo", "script": "script.json", "slots": 10}]
     )
     shared, own = _user_repo(repo, tmp_path)
     editors = {tag: subprocess.Popen(["sleep", "600"], cwd=repo, start_new_session=True) for tag in ORIGINS}
@@ -449,7 +449,8 @@ def _sealed_settings(sc: Scenario, scripts: dict[str, Path], lanes: Path) -> Non
         [
             coder("ag", {"ag/ag.txt": "ag\n"}, run=[f"sh {scripts['agent']}"]),
             *(coder(sid, {f"{sid}/x.txt": "x\n"}, run=[f"sh {scripts[sid]}"]) for sid in NEXT_TECHNIQUES),
-            *(coder(sid, {f"{sid}/x.txt": "x\n"}) for sid in HANDED_ON),
+            coder("cz", {"cz/x.txt": "x\n"}),
+            coder("ez", {"ez/x.txt": "x\n"}, run=["cat .env > ez/env-seen.txt"]),
             *(coder(sid, {f"{sid}/{sid}.txt": f"{sid}\n"}) for sid in ("gt", "su", "ea")),
             _victim_lane_rule(lanes),
         ]
