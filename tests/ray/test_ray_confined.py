@@ -111,12 +111,16 @@ SEALED_ON_A_NODE = [
     ("outlive the lane", "(cd / && exec env -u FLOWD_LANE setsid sleep 86409 > /dev/null 2>&1 &)"),
     ("COMMIT_EDITMSG linked to a file of the user's", f"ln -sf {{U}}/bashrc {ADMIN}/COMMIT_EDITMSG"),
     ("logs/HEAD linked to a file of the user's", f"rm -f {ADMIN}/logs/HEAD; ln -s {{U}}/reflog {ADMIN}/logs/HEAD"),
-    ("core.fsmonitor through a fake common dir",
+    # The node pushes the lane's branch: the remote's receive-pack (and upload-pack) are commands too.
+    ("core.fsmonitor and remote.origin.receivepack through a fake common dir",
      f"F=$TMPDIR/evil-common; mkdir -p $F/objects/info; cp -r {COMMON}/refs $F/; "
      f"cp {COMMON}/packed-refs $F/ 2>/dev/null; echo {COMMON}/objects > $F/objects/info/alternates; "
      "printf '#!/bin/sh\\ntouch {P}/ray-fsmonitor\\nexit 1\\n' > $F/fsmon; chmod +x $F/fsmon; "
-     "printf '[core]\\n\\tfsmonitor = %s\\n' $F/fsmon > $F/config; echo 'ref: refs/heads/main' > $F/HEAD; "
-     f"echo $F > {ADMIN}/commondir"),
+     "printf '#!/bin/sh\\ntouch {P}/ray-receivepack\\nexec git-receive-pack \"$@\"\\n' > $F/rp; chmod +x $F/rp; "
+     "printf '#!/bin/sh\\ntouch {P}/ray-uploadpack\\nexec git-upload-pack \"$@\"\\n' > $F/up; chmod +x $F/up; "
+     "printf '[core]\\n\\tfsmonitor = %s\\n[remote \"origin\"]\\n\\turl = %s\\n\\treceivepack = %s\\n"
+     "\\tuploadpack = %s\\n' $F/fsmon \"$(git config remote.origin.url)\" $F/rp $F/up > $F/config; "
+     f"echo 'ref: refs/heads/main' > $F/HEAD; echo $F > {ADMIN}/commondir"),
     ("HEAD pointing at the node clone's main", f"echo 'ref: refs/heads/main' > {ADMIN}/HEAD"),
 ]  # fmt: skip
 
