@@ -614,7 +614,6 @@ GITDIR_USE = (
     "mkdir -p gx; echo x > {C}/worktrees/b/INTRUDER-gx.txt && echo GITDIR-OTHER-$(echo landed | tr a-z A-Z)"
     " > gx/landed; echo done > gx/done"
 )
-# Each planted by its own story's agent (so that one landing cannot keep another from being tried).
 # A `.worktreeinclude`d file (the user's ignored `.env`) planted for the next lane, from `ev`, whose
 # worktree is handed on as a spare to `ez`; `ez`'s agent keeps what it found in `ez/env-seen.txt`.
 SPARE_ENV = Technique(
@@ -625,6 +624,23 @@ SPARE_ENV = Technique(
     "string:PLANTED-BY-EV",
     "a spare keeps nothing the previous lane wrote",
 )
+# A submodule whose `.gitmodules` names a command (`update = !…`, an `ext::` URL), from `sm` (it
+# owns `.gitmodules`), with a local copy of the commit planted in its own admin dir, where flowd
+# looks for one (`worktrees/*/modules/<name>`): flowd checks submodules out, unconfined, in every
+# merge train candidate that holds the story.
+SUBMODULE = Technique(
+    "a submodule whose .gitmodules names commands",
+    'A="$(git rev-parse --absolute-git-dir)"; git clone -q --bare {R} "$A/modules/sub";'
+    " printf '[submodule \"sub\"]\\n\\tpath = sm/sub\\n\\turl = %s\\n\\tupdate = %s\\n'"
+    " 'ext::sh -c touch% {P}/submodule-ext' '!touch {P}/submodule-update' > .gitmodules;"
+    " mkdir -p sm/sub; git update-index --add --cacheinfo 160000,$(git rev-parse HEAD),sm/sub",
+    None,
+    None,
+    "none:{P}/submodule-*",
+    "git refuses them; flowd's own submodule checkout runs with every configured command off",
+)
+OWNS = {"sm": [".gitmodules", "sm/"]}
+# Each planted by its own story's agent (so that one landing cannot keep another from being tried).
 NEXT_TECHNIQUES = {
     NEXT_STORY: NEXT,
     "rp": REAP,
@@ -632,6 +648,7 @@ NEXT_TECHNIQUES = {
     "hx": HEAD_OTHER,
     "gx": GITDIR_OTHER,
     "ev": SPARE_ENV,
+    "sm": SUBMODULE,
 }
 # Stories that start after another ends (each depends on it), in its worktree.
 HANDED_ON = {"cz": "ck", "ez": "ev"}
