@@ -301,11 +301,15 @@ def _run_text(repo: Path, lanes: Path, home: Path) -> Iterator[bytes]:
 
 
 def _victim_lane_rule(lanes: Path) -> dict[str, object]:
-    marks = [lanes / ORIGINS[tag] / ORIGINS[tag] / f"done-{tag}" for tag in ("agent", "gate", "setup")]
-    marks.append(lanes / "gx" / "gx" / "done")  # its task gate has tried the victim's admin dir
+    states = lanes.parent.parent / "repo" / ".flow" / "epics" / "ep" / "stories"
+    marks = [f"{lanes / sid / sid / f'done-{tag}'}|{states / f'{sid}.json'}"
+             for tag, sid in ORIGINS.items() if tag != "epic"]  # fmt: skip
+    marks.append(
+        f"{lanes / 'gx' / 'gx' / 'done'}|{states / 'gx.json'}"
+    )  # its gate has tried the victim's admin dir
     # Its shell ignores the signals; the victim's own process (named in its command line) records them.
     wait = (f"trap '' USR1 USR2 HUP ALRM; {sys.executable} {victim_lane.__file__} campaign-victim-lane "
-            + " ".join(str(m) for m in marks))  # fmt: skip
+            + " ".join(f"'{m}'" for m in marks))  # fmt: skip
     return coder("b", {"b/b.txt": "b\n"}, run=[wait])
 
 
