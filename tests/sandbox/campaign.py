@@ -114,7 +114,8 @@ class Technique:
     `same:<glob>` (every file there still byte-identical), `none:<glob>` (nothing made or
     changed there),
     `alive:editor`, `signal:runner`, `signal:victim`, `quiet:abstract`, `quiet:sock`,
-    `gone:stay`, `string:<text>` (in no commit and no file of the run), `victim` (the victim
+    `gone:stay`, `string:<text>` (in no commit and no file of the run), `fsck` (the user's
+    repository's `git fsck --full` as before), `victim` (the victim
     story done and never blamed), `branch:<story>:<other>` (no commit of that story's branch touches `<other>/`); `a|b`: both. `where`: what stops it, as docs/sandbox.md says."""
 
     name: str
@@ -412,6 +413,18 @@ SEALED: list[Technique] = [
 ]
 # Last, in this order: the lane's own git admin files and the config git reads through them.
 PLANTED: list[Technique] = [
+    Technique(
+        "a commit of the lane's whose blob is only in a store of its own, behind alternates",
+        'Q="${{GIT_OBJECT_DIRECTORY:-$(git rev-parse --path-format=absolute --git-path objects)}}";'
+        ' S="$E/hidden";'
+        ' mkdir -p "$S"; B=$(echo hidden-{T} | GIT_OBJECT_DIRECTORY="$S" git hash-object -w --stdin);'
+        ' echo "$S" >> "$Q/info/alternates"; git update-index --add --cacheinfo "100644,$B,{OWN}/hidden-{T}.txt"'
+        ' && git commit -q -m "hidden {T}"',
+        None,
+        None,
+        "fsck",
+        "flowd takes a lane's commits as index-pack takes a pack: every object checked and copied",
+    ),
     Technique(
         "config.worktree core.fsmonitor",
         f'{_WT} core.fsmonitor "$E/fsmonitor-wtconfig"',

@@ -328,7 +328,7 @@ class Proofs:
 
     def shared(self, t: Technique) -> bool:
         """Whether every origin aims `t` at the same target (a pack, `packed-refs`, a reflog)."""
-        if t.proof == "victim":
+        if t.proof in ("victim", "fsck"):
             return True
         if any(p.partition(":")[0] not in ("same", "none", "string") for p in t.proof.split("|")):
             return False
@@ -375,6 +375,8 @@ class Proofs:
             victim, _, attacker = arg.partition(":")
             foreign = [p for p in seen["foreign"][victim] if p.startswith(f"{attacker}/")]  # type: ignore[index]
             return f"story/ep/{victim} has commits touching {foreign}" if foreign else None
+        if kind == "fsck":
+            return None if seen["fsck ok"] else "git fsck --full of the user's repository is not what it was"
         if kind == "victim":
             return None if seen["victim ok"] else "the victim story failed or was blamed"
         raise AssertionError(f"unknown proof {t.proof}")
@@ -516,7 +518,9 @@ def _check_sealed(
     victim_tree += [f"b/{p.name}" for p in (lanes / "b" / "b").glob("signalled-*")]
     stayed = {tag: _processes_sleeping(seconds) for tag, seconds in STAY.items()}
     text = b"\0".join(_run_text(repo, lanes.parent, home)).decode("utf-8", errors="replace")
+    fsck = _fsck(repo)
     seen = {
+        "fsck ok": fsck == fsck_before,
         **seen,
         "foreign": {"b": _foreign(repo, "b")},
         "victim ok": victim_ok,
@@ -551,7 +555,7 @@ def _check_sealed(
         if (why := proofs.landed("agent", t, seen)) is not None:
             landed.append(f"{sid}: {t.name}: {why}")
     repository = []
-    if (fsck := _fsck(repo)) != fsck_before:
+    if fsck != fsck_before:
         repository.append(f"git fsck --full: {fsck}")
     refs_after = _user_refs(repo)
     repository += [f"{name} changed" for name in sorted(set(refs_before) | set(refs_after))
