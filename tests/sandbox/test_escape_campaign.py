@@ -30,6 +30,7 @@ from tests.sandbox.campaign import (
     HANDED_ON,
     NEXT_TECHNIQUES,
     ORIGINS,
+    OWNS,
     SECRET,
     TECHNIQUES,
     Technique,
@@ -396,11 +397,11 @@ def test_no_sealed_technique_lands_from_any_origin(tmp_path: Path, monkeypatch: 
     repo, lanes, proof = tmp_path / "repo", tmp_path / "repo.flowd" / "ep", tmp_path / "proof"
     proof.mkdir()
     stories = [story("ag", ["ag/"]), story("gt", ["gt/"]), story("su", ["su/"]), story("ea", ["ea/"]),
-               *(story(sid, [f"{sid}/"]) for sid in NEXT_TECHNIQUES),
+               *(story(sid, OWNS.get(sid, [f"{sid}/"])) for sid in NEXT_TECHNIQUES),
                *(story(sid, [f"{sid}/"], [after]) for sid, after in HANDED_ON.items()), story("b", ["b/"])]  # fmt: skip
     rules = [coder(sid, {f"{sid}/{sid}.txt": f"{sid}\n"}) for sid in ("gt", "su", "ea")]
     sc = Scenario.create(
-        tmp_path, stories, rules, executors=[{"id": "demo", "script": "script.json", "slots": 10}]
+        tmp_path, stories, rules, executors=[{"id": "demo", "script": "script.json", "slots": 11}]
     )
     shared, own = _user_repo(repo, tmp_path)
     editors = {tag: subprocess.Popen(["sleep", "600"], cwd=repo, start_new_session=True) for tag in ORIGINS}
