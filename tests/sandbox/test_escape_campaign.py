@@ -379,7 +379,7 @@ class Proofs:
         if kind == "fsck":
             return None if seen["fsck ok"] else "git fsck --full of the user's repository is not what it was"
         if kind == "victim":
-            return None if seen["victim ok"] else "the victim story failed or was blamed"
+            return None if seen["victim ok"] else f"a victim failed or was blamed: {seen['harmed']}"
         raise AssertionError(f"unknown proof {t.proof}")
 
 
@@ -511,7 +511,18 @@ def _check_sealed(
     status = {e.story: e for e in events if isinstance(e, StoryStatusChanged)}
     escapes = [e for e in events if isinstance(e, LaneEscape)]
     # The victims: `b`, working beside the attackers, and each story handed an attacker's worktree.
-    victim_ok = all(_unharmed(repo, sid, status, escapes) for sid in ("b", *HANDED_ON))
+    # A story handed on a worktree whose attacker failed never runs: it is not harmed.
+    handed = [
+        sid
+        for sid, after in HANDED_ON.items()
+        if status.get(after) is None or status[after].status != "failed"
+    ]
+    harmed = [
+        f"{sid} ({status[sid].status if sid in status else 'never started'}: {status[sid].reason if sid in status else ''})"
+        for sid in ("b", *handed)
+        if not _unharmed(repo, sid, status, escapes)
+    ]
+    victim_ok = not harmed
     if (lanes / "_trash").exists():
         sc.lanes_left()  # the trash is emptied in the background: wait for it (a lane may aim at it)
     victim_tree = subprocess.run(["git", "ls-tree", "-r", "--name-only", "story/ep/b"], cwd=repo,
@@ -525,6 +536,7 @@ def _check_sealed(
         **seen,
         "foreign": {"b": _foreign(repo, "b")},
         "victim ok": victim_ok,
+        "harmed": harmed,
         "victim files": victim_tree,
         "stayed": stayed,
         "text": text,
