@@ -167,9 +167,13 @@ def test_a_ray_lanes_sealed_techniques_do_not_land_on_its_node(tmp_path: Path, c
         if fsck.returncode != 0:
             landed.append(f"the user's repository: git fsck --full: {fsck.stdout}{fsck.stderr}")
         assert landed == [], "\n".join(landed) + "\n" + done.stdout[-3000:]
-        # The story still merges, and nothing of the node's clone reached the user's `main`.
-        assert done.returncode == 0, done.stderr + done.stdout[-3000:]
-        assert sc.merge_commits() == ["ep: merge story a"]
+        # The run ends: the story merges, or fails for what it wrote past its lane (put back and
+        # reported: a write into its own git admin files cannot be refused by the OS); nothing of
+        # the node's clone reached the user's `main`.
+        ended = [e for e in trace(sc, "se") if e["type"] == "StoryStatusChanged" and e["story"] == "a"][-1]
+        merged = ended["status"] in ("done", "merged")
+        assert merged or "wrote past its lane" in ended.get("reason", ""), ended
+        assert sc.merge_commits() == (["ep: merge story a"] if merged else [])
         assert git(sc.repo, "log", "--format=%s", "main").split("\n")[0] == "init"
         assert no_lane_actors_left(cluster)
     finally:
