@@ -200,7 +200,7 @@ SEALED: list[Technique] = [
     Technique(
         "a loose impostor of a packed object",
         "mkdir -p $(dirname {C}/{PACKED}); printf x > {C}/{PACKED}",
-        "{C}/{PACKED}",
+        "{C}/objects/",  # its folder is refused first (mkdir names it)
         "gitObjects",
         "none:{C}/{PACKED}",
         _OBJ,
