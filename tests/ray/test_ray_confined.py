@@ -4,13 +4,19 @@ the runner's trace and in the story's findings on the runner, and the story stil
 
 from __future__ import annotations
 
+import glob
+import os
+import shutil
+import signal
 import subprocess
+import tempfile
 from pathlib import Path
 
 from flowd.sandbox import landlock
 from tests.engine.scenario import coder, git, story
 from tests.ray.cluster import Cluster
 from tests.ray.test_ray_lanes import no_lane_actors_left, on_ray, run, trace
+from tests.sandbox.test_escape_campaign import Listener, _processes_sleeping
 
 COMMON = '"$(git rev-parse --git-common-dir)"'
 # (the command, what the refusal is named as, the path it names, relative to the node's clone).
@@ -88,3 +94,93 @@ def test_on_a_node_that_does_not_enforce_a_lane_is_checked_after_each_step(
     for clone in node_clones(cluster):
         assert "ray-evil-hooks" not in (clone / ".git" / "config").read_text(encoding="utf-8")
     assert no_lane_actors_left(cluster)
+
+
+# The sealed campaign (docs/sandbox.md "The escape campaign") from a Ray node's lane: what flowd's
+# node, unconfined, does with what the lane wrote into the node's clone. `{U}` holds the user's
+# files the test owns (never the machine's real ones), `{P}` the proof folder no lane may write.
+ADMIN = '"$(git rev-parse --absolute-git-dir)"'
+SEALED_ON_A_NODE = [
+    ("delete the node clone's packs", f"rm -f {COMMON}/objects/pack/*.pack"),
+    ("objects/info/alternates", f"echo /tmp >> {COMMON}/objects/info/alternates"),
+    ("SIGTERM the user's editor", "kill -TERM {EDITOR}"),
+    ("an abstract unix socket of the user's",
+     "python3 -c \"import socket; s = socket.socket(socket.AF_UNIX); s.connect('\\0{ABSTRACT}'); s.sendall(b'ray')\""),
+    ("a unix socket file of the user's",
+     "python3 -c \"import socket; s = socket.socket(socket.AF_UNIX); s.connect('{SOCK}'); s.sendall(b'ray')\""),
+    ("outlive the lane", "(cd / && exec env -u FLOWD_LANE setsid sleep 86409 > /dev/null 2>&1 &)"),
+    ("COMMIT_EDITMSG linked to a file of the user's", f"ln -sf {{U}}/bashrc {ADMIN}/COMMIT_EDITMSG"),
+    ("logs/HEAD linked to a file of the user's", f"rm -f {ADMIN}/logs/HEAD; ln -s {{U}}/reflog {ADMIN}/logs/HEAD"),
+    # The node pushes the lane's branch: the remote's receive-pack (and upload-pack) are commands too.
+    ("core.fsmonitor and remote.origin.receivepack through a fake common dir",
+     f"F=$TMPDIR/evil-common; mkdir -p $F/objects/info; cp -r {COMMON}/refs $F/; "
+     f"cp {COMMON}/packed-refs $F/ 2>/dev/null; echo {COMMON}/objects > $F/objects/info/alternates; "
+     "printf '#!/bin/sh\\ntouch {P}/ray-fsmonitor\\nexit 1\\n' > $F/fsmon; chmod +x $F/fsmon; "
+     "printf '#!/bin/sh\\ntouch {P}/ray-receivepack\\nexec git-receive-pack \"$@\"\\n' > $F/rp; chmod +x $F/rp; "
+     "printf '#!/bin/sh\\ntouch {P}/ray-uploadpack\\nexec git-upload-pack \"$@\"\\n' > $F/up; chmod +x $F/up; "
+     "printf '[core]\\n\\tfsmonitor = %s\\n[remote \"origin\"]\\n\\turl = %s\\n\\treceivepack = %s\\n"
+     "\\tuploadpack = %s\\n' $F/fsmon \"$(git config remote.origin.url)\" $F/rp $F/up > $F/config; "
+     f"echo 'ref: refs/heads/main' > $F/HEAD; echo $F > {ADMIN}/commondir"),
+    ("HEAD pointing at the node clone's main", f"echo 'ref: refs/heads/main' > {ADMIN}/HEAD"),
+]  # fmt: skip
+
+
+def test_a_ray_lanes_sealed_techniques_do_not_land_on_its_node(tmp_path: Path, cluster: Cluster) -> None:
+    assert landlock.abi() >= 2, "this test needs the kernel's Landlock (Linux 5.19+)"
+    proof, user = tmp_path / "proof", tmp_path / "user"
+    proof.mkdir()
+    user.mkdir()
+    for name in ("bashrc", "reflog"):
+        (user / name).write_text(f"the user's {name}\n", encoding="utf-8")
+    editor = subprocess.Popen(["sleep", "600"], cwd=tmp_path, start_new_session=True)
+    abstract = Listener(f"\0campaign-ray-{os.getpid()}-{tmp_path.name}")
+    agent_dir = Path(tempfile.mkdtemp(prefix="ssh-", dir="/tmp"))  # where ssh-agent makes its socket
+    sock = Listener(str(agent_dir / "agent.1"))
+    try:
+        places = {"P": str(proof), "U": str(user), "EDITOR": str(editor.pid),
+                  "ABSTRACT": abstract.sock.getsockname()[1:].decode(), "SOCK": str(agent_dir / "agent.1")}  # fmt: skip
+        commands = [f"{{ {command.format(**places)} ; }} 2>&1 || true" for _, command in SEALED_ON_A_NODE]
+        sc = on_ray(tmp_path, [story("a", ["a/"])], [coder("a", {"a/x.txt": "x\n"}, run=commands)])
+        done = run(sc, cluster, "--run-id", "se")
+        landed = []
+        if editor.poll() is not None:
+            landed.append(f"SIGTERM the user's editor: it died ({editor.returncode})")
+        if abstract.heard or sock.heard:
+            landed.append(f"the user's sockets were connected to: {abstract.heard} {sock.heard}")
+        if _processes_sleeping("86409"):
+            landed.append("a process of the lane outlived the run")
+        landed += [f"a driver ran outside the lane: {p}" for p in glob.glob(str(proof / "*"))]
+        for name in ("bashrc", "reflog"):
+            if (user / name).read_text(encoding="utf-8") != f"the user's {name}\n":
+                landed.append(f"{user / name} was written through a link")
+        for clone in node_clones(cluster):
+            if (clone / ".git" / "objects" / "info" / "alternates").exists():
+                landed.append(f"{clone}: objects/info/alternates was written")
+            fsck = subprocess.run(
+                ["git", "fsck", "--full", "--no-dangling"], cwd=clone, capture_output=True, text=True
+            )
+            if fsck.returncode != 0:
+                landed.append(f"{clone}: git fsck --full: {fsck.stdout}{fsck.stderr}")
+        fsck = subprocess.run(
+            ["git", "fsck", "--full", "--no-dangling"], cwd=sc.repo, capture_output=True, text=True
+        )
+        if fsck.returncode != 0:
+            landed.append(f"the user's repository: git fsck --full: {fsck.stdout}{fsck.stderr}")
+        assert landed == [], "\n".join(landed) + "\n" + done.stdout[-3000:]
+        # The run ends: the story merges, or fails for what it wrote past its lane (put back and
+        # reported: a write into its own git admin files cannot be refused by the OS); nothing of
+        # the node's clone reached the user's `main`.
+        ended = [e for e in trace(sc, "se") if e["type"] == "StoryStatusChanged" and e["story"] == "a"][-1]
+        merged = ended["status"] in ("done", "merged")
+        assert merged or "wrote past its lane" in ended.get("reason", ""), ended
+        assert sc.merge_commits() == (["ep: merge story a"] if merged else [])
+        assert git(sc.repo, "log", "--format=%s", "main").split("\n")[0] == "init"
+        assert no_lane_actors_left(cluster)
+    finally:
+        editor.kill()
+        editor.wait()
+        abstract.close()
+        sock.close()
+        shutil.rmtree(agent_dir)
+        for pid in _processes_sleeping("86409"):
+            os.kill(pid, signal.SIGKILL)
