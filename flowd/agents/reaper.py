@@ -1,11 +1,14 @@
 """Runs an agent so that nothing of it survives flowd, however flowd ends (docs/roster.md).
 
-flowd starts every agent as `python reaper.py <pid of flowd> -- <command…>` in a new process
-group. The reaper asks the kernel for SIGTERM when flowd dies (`PR_SET_PDEATHSIG`), starts the
-agent in its own group and passes stdio through. On SIGTERM/SIGINT/SIGHUP (flowd's stop, or
-flowd's death) it forwards SIGTERM to the group, waits a moment, then SIGKILLs the whole group:
-the agent and whatever it started (claude's CLI, codex's app-server, their shells). It exits
-with the agent's status. Standard library only: it starts in milliseconds.
+flowd starts every agent, gate and setup command as `python reaper.py <pid of flowd> --
+<command…>` in a new process group. The reaper asks the kernel for SIGTERM when flowd dies
+(`PR_SET_PDEATHSIG`), makes itself its subtree's subreaper (`PR_SET_CHILD_SUBREAPER`: a process
+that leaves its group and its parent, `setsid` and a double fork, is still the reaper's), starts
+the command in its own group and passes stdio through. On SIGTERM/SIGINT/SIGHUP (flowd's stop, or
+flowd's death) it forwards SIGTERM to the group, waits a moment, then SIGKILLs the whole group and
+every other process below it; when the command ends by itself, whatever it left running below the
+reaper is killed too (docs/sandbox.md "Processes": nothing of a lane outlives it). It exits with
+the command's status. Standard library only: it starts in milliseconds.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import sys
 import time
 
 _PR_SET_PDEATHSIG = 1
+_PR_SET_CHILD_SUBREAPER = 36
 _GRACE_S = 2.0
 _SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
@@ -25,6 +29,7 @@ def _die_with_parent(parent: int) -> None:
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     except (OSError, AttributeError):  # not Linux: the group kill on flowd's own stop still works
         return
     if os.getppid() != parent:  # flowd died before the request took hold
@@ -46,6 +51,54 @@ def _stop_group(child: int) -> None:
             break
         time.sleep(0.05)
     _kill_group_but_me()
+    _kill_below_me()
+
+
+def _kill_below_me(rounds: int = 20) -> None:
+    """SIGKILL every process below the reaper (orphans come to it, a subreaper), and reap them;
+    again until none is left (one may fork between a look and its kill)."""
+    me = os.getpid()
+    for _ in range(rounds):
+        below = [pid for pid in _pids() if pid != me and _below(pid, me)]
+        for pid in below:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                continue
+        _reap_all()
+        if not below:
+            return
+        time.sleep(0.01)
+
+
+def _pids() -> list[int]:
+    try:
+        return [int(name) for name in os.listdir("/proc") if name.isdigit()]
+    except OSError:
+        return []
+
+
+def _below(pid: int, ancestor: int) -> bool:
+    for _ in range(64):
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as handle:
+                pid = int(handle.read().rsplit(b")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            return False
+        if pid == ancestor:
+            return True
+        if pid <= 1:
+            return False
+    return False
+
+
+def _reap_all() -> None:
+    while True:
+        try:
+            if not os.waitpid(-1, os.WNOHANG)[0]:
+                return
+        except ChildProcessError:
+            return
 
 
 def _kill_group_but_me() -> None:
@@ -98,15 +151,19 @@ def main(argv: list[str]) -> int:
         _die_with_parent(parent)
         child = _start(command)
         while True:
-            pid, status = os.waitpid(child, 0)
+            pid, status = os.waitpid(-1, 0)  # orphans that end are reaped here too
             if pid == child:
                 code = os.waitstatus_to_exitcode(status)
+                child = 0
+                _kill_below_me()  # what the command left running ends with it
                 return code if code >= 0 else 128 - code
     except _Stop as stop:
         for sig in _SIGNALS:
             signal.signal(sig, signal.SIG_IGN)
         if child:
             _stop_group(child)
+        else:
+            _kill_below_me()
         return 128 + stop.signum
     except ChildProcessError:
         return 1

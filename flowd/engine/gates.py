@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from flowd.agents.base import reaped
 from flowd.engine.core.flaky import Failed, Rerun, after_gate_run
 from flowd.events.model import Event, GateFlaky, GateResult, GateWhere
 from flowd.sandbox.confine import Scanner, current, spawning
@@ -47,6 +48,9 @@ def _slug(command: str) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "-", command).strip("-")[:40] or "gate"
 
 
+_STOP_WAIT_S = 5.0  # the reaper's own grace is 2 s
+
+
 async def run_command(
     command: str, cwd: Path, *, log: Path | None, timeout_s: float, env: dict[str, str] | None = None
 ) -> CommandRun:
@@ -58,9 +62,10 @@ async def run_command(
     scanner = Scanner(current(), cwd, f"`{command}`")
     try:
         with spawning(cwd, env=env) as confined:
-            # `sh -c`, as `create_subprocess_shell` runs it, through the binder when confined.
+            # `sh -c`, as `create_subprocess_shell` runs it, through the binder when confined,
+            # under the reaper: nothing it starts outlives it (flowd/agents/reaper.py).
             process = await asyncio.create_subprocess_exec(
-                *confined.argv(["/bin/sh", "-c", command]),
+                *confined.argv(reaped(["/bin/sh", "-c", command])),
                 cwd=cwd,
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
@@ -90,13 +95,11 @@ async def run_command(
             await asyncio.wait_for(both, timeout_s)
             code = process.returncode if process.returncode is not None else -1
         except TimeoutError:
-            _kill_group(process.pid)
-            await process.wait()
+            await _stop(process)
             code = -1
         except BaseException:
-            _kill_group(process.pid)
             with contextlib.suppress(Exception):
-                await asyncio.shield(process.wait())
+                await asyncio.shield(_stop(process))
             raise
     finally:
         scanner.close()
@@ -107,9 +110,17 @@ async def run_command(
     return CommandRun(command, code == 0, code, duration, text, log)
 
 
-def _kill_group(pid: int) -> None:
+async def _stop(process: asyncio.subprocess.Process) -> None:
+    """The reaper ends the command and everything below it (SIGTERM); its group is SIGKILLed
+    when it has not within a few seconds."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGKILL)
+        os.kill(process.pid, signal.SIGTERM)
+    try:
+        await asyncio.wait_for(asyncio.shield(process.wait()), _STOP_WAIT_S)
+    except TimeoutError:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)
+        await process.wait()
 
 
 async def run_gates(

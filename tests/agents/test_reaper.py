@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
+from flowd.agents.base import reaped
+from flowd.engine.gates import run_command
 from flowd.trace.log import pid_alive
 
 # A stand-in for flowd: starts `sh` (which starts a `sleep`) under the reaper, prints the pids.
@@ -73,3 +77,33 @@ def test_sigterm_of_the_reaper_stops_the_agent_group() -> None:
                 os.kill(pid, signal.SIGKILL)
         if parent.stdout is not None:
             parent.stdout.close()
+
+
+# A process that leaves its lane every way a shell allows: its own session, its parent gone, its
+# working directory and environment changed. It prints its pid and sleeps.
+RUNAWAY = "(cd / && exec env -u FLOWD_LANE setsid sh -c 'echo $$; exec sleep 300' &) ; sleep 0.2"
+
+
+def _runaway_pid(out: str) -> int:
+    return int(out.split()[0])
+
+
+def test_what_a_command_leaves_running_dies_when_it_ends() -> None:
+    """The reaper is its subtree's subreaper: a `setsid` double fork is still below it."""
+    done = subprocess.run(reaped(["sh", "-c", RUNAWAY]), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert _gone([_runaway_pid(done.stdout)])
+
+
+def test_a_gate_leaves_nothing_running(tmp_path: Path) -> None:
+    """Gates and setup commands run under the reaper too (flowd/engine/gates.py)."""
+    run = asyncio.run(run_command(RUNAWAY, tmp_path, log=None, timeout_s=60))
+    assert run.ok, run.tail
+    assert _gone([_runaway_pid(run.tail)])
+
+
+def test_a_gate_stopped_on_its_timeout_leaves_nothing_running(tmp_path: Path) -> None:
+    log = tmp_path / "gate.log"
+    run = asyncio.run(run_command(f"{RUNAWAY}; sleep 300", tmp_path, log=log, timeout_s=2))
+    assert not run.ok and run.exit_code == -1
+    assert _gone([_runaway_pid(log.read_text())])
