@@ -24,6 +24,7 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from functools import cache
 from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from flowd.store.config import PriceOverride, Settings
@@ -396,6 +397,19 @@ def _hour_start(hour: str) -> datetime:
 def pricer(settings: Settings | None = None) -> Pricer:
     """The fold's pricer over the package data and the settings' `[prices.<model>]` overrides."""
     return Prices.from_settings(settings).pricer()
+
+
+def pricer_at(root: Path) -> Pricer:
+    """The pricer of the repository at `root` (its settings' overrides); the agents' own reported
+    costs when its settings cannot be read: a broken config must not stop a server (docs/cost.md)."""
+    from flowd.store.config import load_settings
+    from flowd.trace.usage import reported_cost
+
+    try:
+        return pricer(load_settings(root))
+    except Exception as exc:
+        log.warning("prices: %s; showing only costs the agents report", exc)
+        return reported_cost
 
 
 @cache

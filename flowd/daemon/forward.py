@@ -11,6 +11,7 @@ with an error). When no daemon can serve, the caller serves in-process (`Fallbac
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -52,7 +53,12 @@ def read_frame(stream: BinaryIO) -> bytes | None:
             break
         name, _, value = line.decode("ascii", "replace").partition(":")
         if name.strip().lower() == "content-length":
-            length = int(value.strip())
+            # A length that is no length (`abc`, `-5`) frames nothing: its header block is
+            # skipped, as the in-process server skips it, and the next one read.
+            with contextlib.suppress(ValueError):
+                length = int(value.strip())
+            if length is not None and length < 0:
+                length = None
     body = stream.read(length)
     return body if len(body) == length else None
 
@@ -185,7 +191,7 @@ class Forwarder:
             return 0
         try:
             first = json.loads(body)
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested past the parser (hostile input)
             return Fallback(frame(body))
         self.root = main_checkout(workspace_of(first if isinstance(first, dict) else {}))
         if self.root is None or not isinstance(first, dict):
@@ -216,7 +222,7 @@ class Forwarder:
                 return
             try:
                 message = json.loads(body)
-            except ValueError:
+            except (ValueError, RecursionError):  # not JSON, or nested past the parser (hostile input)
                 message = None
             document = isinstance(message, dict) and self.replay.note(message, body)
             while not self._send(body):
@@ -245,7 +251,7 @@ class Forwarder:
     def _relay(self, body: bytes) -> None:
         try:
             message = json.loads(body)
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested past the parser (hostile input)
             message = None
         if isinstance(message, dict):
             if message.get("method") == CONTROL:

@@ -191,17 +191,10 @@ class FlowServer(LanguageServer, RunHooks):
         return Path.cwd()
 
     def _pricer(self) -> Pricer:
-        from flowd.trace.usage import reported_cost
+        from flowd.cost.prices import pricer_at
 
-        try:
-            from flowd.cost.prices import pricer
-            from flowd.store.config import load_settings
-
-            assert self.repo is not None
-            return pricer(load_settings(self.repo.root))
-        except Exception as exc:  # a broken config must not stop the server; costs fall back
-            log.warning("prices: %s; showing only costs the agents report", exc)
-            return reported_cost
+        assert self.repo is not None
+        return pricer_at(self.repo.root)
 
     def need_repo(self) -> Repo:
         if self.repo is None:

@@ -145,7 +145,7 @@ class Daemon:
                 if why is None
                 else None
             )
-        except (ValueError, TimeoutError, OSError):
+        except (ValueError, RecursionError, TimeoutError, OSError):
             hello, why = None, "flowd daemon: no hello"
         if why is not None or not isinstance(hello, dict):
             log.warning("refused a connection: %s", why)

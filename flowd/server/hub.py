@@ -64,17 +64,10 @@ class Hub(RunHooks):
             task.cancel()
 
     def _pricer(self) -> Pricer:
-        from flowd.trace.usage import reported_cost
+        from flowd.cost.prices import pricer_at
 
-        try:
-            from flowd.cost.prices import pricer
-            from flowd.store.config import load_settings
-
-            assert self.repo is not None
-            return pricer(load_settings(self.repo.root))
-        except Exception as exc:  # a broken config must not stop the daemon; costs fall back
-            log.warning("prices: %s; showing only costs the agents report", exc)
-            return reported_cost
+        assert self.repo is not None
+        return pricer_at(self.repo.root)
 
     # -- sessions ------------------------------------------------------------------------------
     def live(self) -> list[Tracked]:
