@@ -47,6 +47,7 @@ from flowd.events.model import (
     StageStarted,
     StoryMerged,
 )
+from flowd.vcs.admin import check_admin
 from flowd.vcs.gitops import Repo
 
 
@@ -382,6 +383,9 @@ class TrainShell:
             # same commit would only read every file's status again (0.3 s in a big checkout).
             pass
         elif (worktree / ".git").exists():
+            # Its admin files as flowd left them first: a gate that ran there may have planted a
+            # filter in `config.worktree` or a link in `logs/` (docs/merging.md "Candidates").
+            self._check_slot(worktree, None, base)
             repo.check_out_detached(worktree, base)  # a slot used before: only what differs is written
             bootstrap_files(repo, ctx.settings, worktree)  # the ignored files the gates need
         else:
@@ -400,6 +404,14 @@ class TrainShell:
             built.commits[story] = result.commit or built.tip
             built.tip = result.commit or built.tip
         return built
+
+    def _check_slot(self, worktree: Path, lane: str | None, at: str) -> None:
+        """The candidate's git admin files put back as flowd left them (engine/detect.py), blamed
+        on `lane`, the story whose code its gates ran (None: several, none blamed)."""
+        if self.ctx.detect is not None:
+            self.ctx.detect.check_candidate(worktree, lane, at)
+        else:
+            check_admin(self.ctx.repo.common_dir, worktree, at)
 
     def _gate(self, cid: int, start: int) -> None:
         task = asyncio.ensure_future(self._run_gates(cid, start))
@@ -452,6 +464,18 @@ class TrainShell:
                 return await self.elsewhere.gate(cid, built.tip, commands, lane)
             except NotPlaced as why:
                 ctx.emit(Info(lane=lane, message=f"merge candidate {cid}: its epic gates run here ({why})"))
+        try:
+            return await self._gates_here(cid, built, commands, lanes)
+        finally:
+            # Checked before anything of flowd's reads the candidate again (its suspects' diff, the
+            # next build in the slot): what the gates wrote to its admin files is put back.
+            await asyncio.shield(asyncio.to_thread(self._check_slot, built.worktree, lane, built.tip))
+
+    async def _gates_here(
+        self, cid: int, built: _Built, commands: list[str], lanes: list[str]
+    ) -> CommandRun | None:
+        ctx = self.ctx
+        lane = lanes[0] if len(lanes) == 1 else None
         return await run_gates(
             commands,
             built.worktree,

@@ -432,7 +432,9 @@ def drop_missing_entries(common_dir: Path, log: Path) -> bool:
         if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
             return False
         lines = handle.read().splitlines(keepends=True)
-    named = {n for line in lines for n in line.split(b" ", 2)[:2] if _OBJECT_NAME.fullmatch(n) and n.strip(b"0")}
+    named = {
+        n for line in lines for n in line.split(b" ", 2)[:2] if _OBJECT_NAME.fullmatch(n) and n.strip(b"0")
+    }
     gone = {n.encode() for n in missing(common_dir, sorted(n.decode("ascii", "replace") for n in named))}
     kept = [line for line in lines if not gone.intersection(line.split(b" ", 2)[:2])]
     if len(kept) == len(lines):
