@@ -185,6 +185,8 @@ class TrainShell:
         self.handover: Path | None = None
         # Set by a placement that runs candidates' gates on its own machines (docs/scale-out.md).
         self.elsewhere: GatesElsewhere | None = None
+        # Whether a candidate's gates were found writing its admin files (`_check_slot`).
+        self._planted = False
 
     def warm(self, first_lanes: int = 0) -> None:
         """Make the first candidate worktree now, while the lanes work: in a big repository a
@@ -407,11 +409,12 @@ class TrainShell:
 
     def _check_slot(self, worktree: Path, lane: str | None, at: str) -> None:
         """The candidate's git admin files put back as flowd left them (engine/detect.py), blamed
-        on `lane`, the story whose code its gates ran (None: several, none blamed)."""
+        on `lane`, the story whose code its gates ran (None: no one story can be named)."""
         if self.ctx.detect is not None:
-            self.ctx.detect.check_candidate(worktree, lane, at)
+            found = self.ctx.detect.check_candidate(worktree, lane, at)
         else:
-            check_admin(self.ctx.repo.common_dir, worktree, at)
+            found = len(check_admin(self.ctx.repo.common_dir, worktree, at))
+        self._planted = self._planted or found > 0
 
     def _gate(self, cid: int, start: int) -> None:
         task = asyncio.ensure_future(self._run_gates(cid, start))
@@ -469,7 +472,10 @@ class TrainShell:
         finally:
             # Checked before anything of flowd's reads the candidate again (its suspects' diff, the
             # next build in the slot): what the gates wrote to its admin files is put back.
-            await asyncio.shield(asyncio.to_thread(self._check_slot, built.worktree, lane, built.tip))
+            # Blamed only when nothing else can have done it: gates that ran alone, on a base that
+            # held no code found planting before (landed code runs in every later candidate).
+            alone = lane if not self._planted and len(self.gating) <= 1 else None
+            await asyncio.shield(asyncio.to_thread(self._check_slot, built.worktree, alone, built.tip))
 
     async def _gates_here(
         self, cid: int, built: _Built, commands: list[str], lanes: list[str]
