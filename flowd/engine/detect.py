@@ -511,6 +511,29 @@ class Detector:
                 verdict = judge_own(change, lane, self.windows, sealed=sealed, since=since, now=now)
                 self._carry_out(change, verdict, partial(bool, problem.put_back))  # put back already
 
+    def check_candidate(self, wt: Path, lane: str | None, at: str) -> int:
+        """The git admin files of the merge-train candidate `wt` (docs/merging.md "Candidates"),
+        after its epic gates ran and before flowd's own git reuses it: put back as a lane's are
+        (flowd/vcs/admin.py; a candidate's HEAD is detached, as flowd leaves it), each one a
+        `gitDir` escape of `lane`, the story whose code the gates ran (None: a candidate of several
+        stories, or no one story can be named: no innocent one is blamed, an `Info` says what was
+        put back). `at`: a commit a `HEAD` naming a branch is put back to. Put back even when
+        detection is off: flowd's own checkout and merge there must not follow what a gate planted.
+        The number of admin files found changed."""
+        with self._lock:
+            found = check_admin(self.common_dir, wt, at)
+            for problem in found if self.enabled else []:
+                action: EscapeAction = "undone" if problem.put_back else "reported"
+                if lane is not None:
+                    self.emit(LaneEscape(lane=lane, path=str(problem.path), what="gitDir", action=action))
+                else:
+                    said = "put back" if problem.put_back else "could not be put back"
+                    message = (
+                        f"the epic gates of a merge candidate changed {problem.path} ({problem.why}); {said}"
+                    )
+                    self.emit(Info(message=message))
+        return len(found)
+
     def _lane_head(self, wt: Path) -> str | None:
         """What the HEAD of a lane worktree of this epic says when it names a branch: its own."""
         if wt.parent != self.worktree_root / self.epic_id:

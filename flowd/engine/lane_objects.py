@@ -28,7 +28,7 @@ from flowd.engine.fingerprint import read_ref
 from flowd.engine.state import EpicPaths, append_findings
 from flowd.events.model import Event, LaneEscape
 from flowd.vcs.gitcli import GitDirChanged, admin_of, run_git
-from flowd.vcs.quarantine import Refused, discard, missing, quarantine, take_in
+from flowd.vcs.quarantine import Refused, discard, drop_missing_entries, missing, quarantine, take_in
 
 log = logging.getLogger("flowd.engine.lane_objects")
 
@@ -80,6 +80,7 @@ class LaneObjects:
         if refused:
             discard(admin)  # refused earlier in this step: nothing more comes in
             self._put_all_back(admin, home)
+            self._drop_refused_entries(admin)
             return
         if not os.path.lexists(quarantine(admin)):
             # No process of the lane ran with a quarantine yet: what its refs name is the
@@ -137,7 +138,19 @@ class LaneObjects:
     def _refuse(self, lane: str, admin: Path, home: Path, tips: list[tuple[str, str]], reason: str) -> None:
         discard(admin)
         restored = self._put_all_back(admin, home, tips)
+        restored = self._drop_refused_entries(admin, tips) and restored
         self._tell(lane, admin, reason, restored)
+
+    def _drop_refused_entries(self, admin: Path, tips: list[tuple[str, str]] | None = None) -> bool:
+        """The reflogs of the branch the worktree's HEAD names (a story's only) and of the HEAD
+        itself without any entry naming an object the repository does not hold: the lane's git
+        logged its refused commits there, and `git fsck` of your repository would call them
+        invalid (docs/sandbox.md "The quarantine")."""
+        logs = [admin / "logs" / "HEAD"]
+        for key, _sha in tips if tips is not None else self._tips(admin):
+            if key.startswith("refs/heads/story/") and ".." not in key:
+                logs.append(self.common_dir / "logs" / key)
+        return all([drop_missing_entries(self.common_dir, log) for log in logs])
 
     def _put_all_back(self, admin: Path, home: Path, tips: list[tuple[str, str]] | None = None) -> bool:
         """Every ref the worktree's HEAD names that names a missing object, back where flowd last
@@ -155,7 +168,7 @@ class LaneObjects:
 
     def _put_back(self, admin: Path, home: Path, ref: str, good: str) -> bool:
         """The lane's branch (or its detached HEAD) where flowd last found it whole, the reflog
-        entries naming what was refused dropped, its index read from it again."""
+        index read from it again (its reflogs: `_drop_refused_entries`)."""
         common = ["--git-dir", str(self.common_dir)]
         pinned = ["--git-dir", str(admin), "--work-tree", str(home)]
         env = {"GIT_COMMON_DIR": str(self.common_dir)}
@@ -164,13 +177,6 @@ class LaneObjects:
                 run_git(self.common_dir, [*common, "update-ref", ref, good], "")
             else:
                 run_git(self.common_dir, [*pinned, "update-ref", "--no-deref", "HEAD", good], "", env=env)
-            logs = (
-                [ref, f"worktrees/{admin.name}/HEAD"]
-                if ref.startswith("refs/")
-                else [f"worktrees/{admin.name}/HEAD"]
-            )
-            expire = ["reflog", "expire", "--expire=never", "--expire-unreachable=never", "--stale-fix"]
-            run_git(self.common_dir, [*common, *expire, *logs], "")
             run_git(self.common_dir, [*pinned, "read-tree", good], "", env=env)
         except FlowdError:
             return False

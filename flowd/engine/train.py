@@ -47,6 +47,7 @@ from flowd.events.model import (
     StageStarted,
     StoryMerged,
 )
+from flowd.vcs.admin import check_admin
 from flowd.vcs.gitops import Repo
 
 
@@ -184,6 +185,8 @@ class TrainShell:
         self.handover: Path | None = None
         # Set by a placement that runs candidates' gates on its own machines (docs/scale-out.md).
         self.elsewhere: GatesElsewhere | None = None
+        # Whether a candidate's gates were found writing its admin files (`_check_slot`).
+        self._planted = False
 
     def warm(self, first_lanes: int = 0) -> None:
         """Make the first candidate worktree now, while the lanes work: in a big repository a
@@ -382,6 +385,9 @@ class TrainShell:
             # same commit would only read every file's status again (0.3 s in a big checkout).
             pass
         elif (worktree / ".git").exists():
+            # Its admin files as flowd left them first: a gate that ran there may have planted a
+            # filter in `config.worktree` or a link in `logs/` (docs/merging.md "Candidates").
+            self._check_slot(worktree, None, base)
             repo.check_out_detached(worktree, base)  # a slot used before: only what differs is written
             bootstrap_files(repo, ctx.settings, worktree)  # the ignored files the gates need
         else:
@@ -400,6 +406,15 @@ class TrainShell:
             built.commits[story] = result.commit or built.tip
             built.tip = result.commit or built.tip
         return built
+
+    def _check_slot(self, worktree: Path, lane: str | None, at: str) -> None:
+        """The candidate's git admin files put back as flowd left them (engine/detect.py), blamed
+        on `lane`, the story whose code its gates ran (None: no one story can be named)."""
+        if self.ctx.detect is not None:
+            found = self.ctx.detect.check_candidate(worktree, lane, at)
+        else:
+            found = len(check_admin(self.ctx.repo.common_dir, worktree, at))
+        self._planted = self._planted or found > 0
 
     def _gate(self, cid: int, start: int) -> None:
         task = asyncio.ensure_future(self._run_gates(cid, start))
@@ -452,6 +467,21 @@ class TrainShell:
                 return await self.elsewhere.gate(cid, built.tip, commands, lane)
             except NotPlaced as why:
                 ctx.emit(Info(lane=lane, message=f"merge candidate {cid}: its epic gates run here ({why})"))
+        try:
+            return await self._gates_here(cid, built, commands, lanes)
+        finally:
+            # Checked before anything of flowd's reads the candidate again (its suspects' diff, the
+            # next build in the slot): what the gates wrote to its admin files is put back.
+            # Blamed only when nothing else can have done it: gates that ran alone, on a base that
+            # held no code found planting before (landed code runs in every later candidate).
+            alone = lane if not self._planted and len(self.gating) <= 1 else None
+            await asyncio.shield(asyncio.to_thread(self._check_slot, built.worktree, alone, built.tip))
+
+    async def _gates_here(
+        self, cid: int, built: _Built, commands: list[str], lanes: list[str]
+    ) -> CommandRun | None:
+        ctx = self.ctx
+        lane = lanes[0] if len(lanes) == 1 else None
         return await run_gates(
             commands,
             built.worktree,

@@ -55,8 +55,10 @@ def check_admin(common_dir: Path, wt: Path, head: str | None = None) -> list[Adm
     """Check (and put back) the admin files of the linked worktree `wt` of the repository whose
     common dir is `common_dir`. `head`: what its `HEAD` must say when it names a branch
     (`ref: refs/heads/…`, the lane's own), when the caller knows; without it any of flowd's
-    branches will do. A detached `HEAD` is always the lane's business (a rebase, a bisect). Empty: all is as flowd left it (or `wt` is not one of the
-    repository's worktrees)."""
+    branches will do; a commit: the worktree is detached (a merge-train candidate) and a `HEAD`
+    naming any branch is put back to that commit. A detached `HEAD` is always the lane's business
+    (a rebase, a bisect). Empty: all is as flowd left it (or `wt` is not one of the repository's
+    worktrees)."""
     real = Path(os.path.realpath(wt))
     try:
         admin = admin_of(common_dir, real)
@@ -138,8 +140,10 @@ def _check_head(admin: Path, head: str | None) -> list[AdminProblem]:
     now = _says(path)
     if now is None and not os.path.lexists(path):
         return []
-    detached = now is not None and len(now) in (40, 64) and all(c in "0123456789abcdef" for c in now)
-    if head is not None:
+    detached = _is_sha(now)
+    if head is not None and _is_sha(head.strip()):
+        good = detached  # a merge-train candidate: detached, whatever commit it is at
+    elif head is not None:
         good = detached or now == head.strip()
     else:
         good = detached or (now is not None and now.startswith("ref: ") and now[5:].startswith(OWN_BRANCHES))
@@ -147,6 +151,10 @@ def _check_head(admin: Path, head: str | None) -> list[AdminProblem]:
         return []  # the lane's own branch or a detached commit (a rebase, a bisect): its business
     at, why = _mtime(path), "names a branch that is not the lane's"
     return [AdminProblem(path, why, head is not None and _write(path, head.strip() + "\n"), at)]
+
+
+def _is_sha(text: str | None) -> bool:
+    return text is not None and len(text) in (40, 64) and all(c in "0123456789abcdef" for c in text)
 
 
 def _check_links(admin: Path) -> list[AdminProblem]:

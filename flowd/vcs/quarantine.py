@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import re
 import stat
 import struct
 import subprocess
@@ -408,3 +409,45 @@ def missing(common_dir: Path, names: list[str]) -> list[str]:
         check=False,
     )
     return [line.split()[0] for line in proc.stdout.splitlines() if line.endswith(" missing")]
+
+
+_OBJECT_NAME = re.compile(rb"[0-9a-f]{40}|[0-9a-f]{64}")
+
+
+def drop_missing_entries(common_dir: Path, log: Path) -> bool:
+    """Drop from the reflog `log` every entry whose old or new value names an object the
+    repository's store does not hold (what a refused lane committed: `git fsck` calls such an
+    entry invalid). The file is read without following a link, written anew and renamed over it
+    (a link or hard link there is replaced, never written through); a folder on the way that is a
+    link is left alone. False when it could not be done."""
+    if os.path.realpath(log.parent) != os.path.normpath(log.parent):
+        return False
+    try:
+        fd = os.open(log, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            return False
+        lines = handle.read().splitlines(keepends=True)
+    named = {
+        n for line in lines for n in line.split(b" ", 2)[:2] if _OBJECT_NAME.fullmatch(n) and n.strip(b"0")
+    }
+    gone = {n.encode() for n in missing(common_dir, sorted(n.decode("ascii", "replace") for n in named))}
+    kept = [line for line in lines if not gone.intersection(line.split(b" ", 2)[:2])]
+    if len(kept) == len(lines):
+        return True
+    tmp = log.with_name(f".{log.name}.flowd-put-back")
+    try:
+        tmp.unlink(missing_ok=True)
+        out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        with os.fdopen(out, "wb") as handle:
+            handle.write(b"".join(kept))
+        os.replace(tmp, log)
+    except OSError:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        return False
+    return True

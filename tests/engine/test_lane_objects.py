@@ -89,6 +89,49 @@ def test_a_lane_whose_objects_fail_the_check_is_refused(tmp_path: Path) -> None:
     _fsck(sc.repo)
 
 
+def test_a_refused_commit_leaves_no_reflog_entry_naming_it(tmp_path: Path) -> None:
+    """A lane's commit whose blob only a store of its own holds (named in its quarantine's
+    alternates) is refused; the entries its git logged in the branch's reflog and the worktree's
+    `logs/HEAD` go with it, and `git fsck --full` of the repository finds no invalid one."""
+    assert landlock.abi() >= 2, "this test needs the kernel's Landlock (Linux 5.19+)"
+    hidden = (
+        'Q="${GIT_OBJECT_DIRECTORY:-$(git rev-parse --path-format=absolute --git-path objects)}"; '
+        'S="$TMPDIR/hidden"; mkdir -p "$S"; '
+        'B=$(echo hidden | GIT_OBJECT_DIRECTORY="$S" git hash-object -w --stdin); '
+        'mkdir -p "$Q/info"; echo "$S" >> "$Q/info/alternates"; '
+        'git update-index --add --cacheinfo "100644,$B,hidden.txt"'
+    )
+    stories = [story("bad", ["bad.txt"])]
+    rules = [
+        coder(
+            "bad",
+            run=[
+                f"echo x > bad.txt && {hidden} && {COMMIT} hidden && git reset -q --hard HEAD~1 && echo y >> bad.txt"
+            ],
+        )
+    ]
+    sc = Scenario.create(tmp_path, stories, rules)
+    result = sc.run()
+    assert result.view.lanes["bad"].status == "failed", result.view.lanes["bad"].reason
+    assert "refused the objects story 'bad' wrote" in (result.view.lanes["bad"].reason or "")
+    logs = [sc.repo / ".git" / "logs" / "refs" / "heads" / "story" / "ep" / "bad"]
+    logs += list((sc.repo / ".git" / "worktrees").glob("*/logs/HEAD"))
+    named = {
+        word
+        for log in logs
+        if log.exists()
+        for line in log.read_text().splitlines()
+        for word in line.split()[:2]
+    }
+    named.discard("0" * 40)
+    held = subprocess.run(
+        ["git", "cat-file", "--batch-check"], cwd=sc.repo, input="\n".join(sorted(named)) + "\n",
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert " missing" not in held.stdout, held.stdout
+    _fsck(sc.repo)
+
+
 def test_an_agent_that_commits_all_its_work_itself_has_done_its_task(tmp_path: Path) -> None:
     """Nothing left uncommitted: the task is done by the agent's own commit, not "changed nothing",
     and the reviewer is shown that commit's change."""

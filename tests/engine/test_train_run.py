@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from flowd.events.model import MergeBatchStarted, MergeBisect, MergeRevision, StoryMerged
+from flowd.events.model import Info, LaneEscape, MergeBatchStarted, MergeBisect, MergeRevision, StoryMerged
 from tests.engine.scenario import Scenario, coder, git, story
 
 ON_EPIC = '[ "$(basename "$(pwd)")" = _epic ]'
@@ -150,3 +150,47 @@ def test_a_story_after_its_dependency_and_one_at_a_time_as_before(tmp_path: Path
     order = [e.lane for e in events if isinstance(e, StoryMerged)]
     assert order.index("base") < order.index("top")
     assert set(epic_positions(sc)) <= set(green.read_text(encoding="utf-8").split())
+
+
+def test_what_an_epic_gate_plants_in_its_candidates_admin_dir_is_put_back_before_flowd_reuses_it(
+    tmp_path: Path,
+) -> None:
+    """A story's epic gate, in its merge candidate, plants a filter driver in the candidate's
+    `config.worktree` (with a `.gitattributes` naming it) and links the candidate's `logs/HEAD` to
+    your branch's reflog, in every candidate. flowd puts both back when the gates end: its next
+    candidate in the slot runs no filter and appends nothing to your reflog. The first is a
+    `gitDir` escape of its story; the second candidate's story is not blamed (the code that
+    planted had landed before it: an `Info` says what was put back)."""
+    proof = tmp_path / "gate-log" / "filter-ran"
+    driver = f'sh -c \\"echo ran >> {proof}; cat\\"'
+    plant = (
+        f"sh -c '{ON_EPIC} || exit 0; "
+        "A=$(git rev-parse --absolute-git-dir); "
+        f'git config --worktree filter.evil.smudge "{driver}"; git config --worktree filter.evil.clean "{driver}"; '
+        'printf "* filter=evil\\n" > .gitattributes; '
+        'rm -f "$A/logs/HEAD"; ln -s "$(git rev-parse --git-common-dir)/logs/refs/heads/wip" "$A/logs/HEAD"\''
+    )
+    stories = [story("a", ["src/a.py"]), story("b", ["src/b.py"], ["a"])]
+    rules = [coder(s["id"], {f"src/{s['id']}.py": "V = 1\n"}) for s in stories]
+    more = (
+        f"gates = [{json.dumps(plant)}]\nconcurrency = 2\njudgeRounds = 0\nmaxReviewRounds = 0\n"
+        "gateRetries = 0\nmergeBatch = 1\nmergeConcurrency = 1\n"
+        f"[sandbox]\nallowWrite = [{json.dumps(str(proof.parent))}]\n"
+    )
+    proof.parent.mkdir()
+    sc = Scenario.create(tmp_path, stories, rules, settings=more)
+    git(sc.repo, "branch", "wip")
+    git(sc.repo, "config", "extensions.worktreeConfig", "true")  # as a sparse checkout sets it
+    reflog = sc.repo / ".git" / "logs" / "refs" / "heads" / "wip"
+    before = reflog.read_bytes()
+    result = sc.run()
+    assert result.outcome == "done", {k: v.reason for k, v in result.view.lanes.items()}
+    assert not proof.exists(), proof.read_text(encoding="utf-8")
+    assert reflog.read_bytes() == before
+    escapes = [e.event for e in sc.events(result.run_id) if isinstance(e.event, LaneEscape)]
+    assert {(e.lane, e.what) for e in escapes} == {("a", "gitDir")}, escapes
+    infos = [e.event.message for e in sc.events(result.run_id) if isinstance(e.event, Info)]
+    assert any("the epic gates of a merge candidate changed" in m for m in infos), infos
+    assert any(e.path.endswith("config.worktree") for e in escapes) and any(
+        e.path.endswith("logs/HEAD") for e in escapes
+    ), escapes
