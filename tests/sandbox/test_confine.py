@@ -306,3 +306,21 @@ def test_a_write_rule_is_not_granted_through_a_link(lane: Path, tmp_path: Path) 
         ruleset.close()
     assert not (outside / "a.txt").exists() and not (outside / "in" / "b.txt").exists(), done.stderr
     assert done.stderr.count("Permission denied") == 2, done.stderr
+
+
+def test_a_process_of_no_lane_cannot_link_its_cache_folder_outside(lane: Path) -> None:
+    # The folder of a process started where no lane is holds its caches: relinked to the
+    # user's checkout by one process, it is made anew before the next, which writes nothing there.
+    shutil.rmtree(lane)
+    lane.mkdir()
+    c = _confinement(lane)
+    repo = lane.parents[2] / "repo"
+    before = sorted(p.name for p in repo.iterdir())
+    temp = Path(_sh(c, lane, 'echo "$TMPDIR"').splitlines()[0])
+    _sh(c, lane, f'rm -rf "$TMPDIR/flowd-cache"; ln -s {repo} "$TMPDIR/flowd-cache"')
+    out = _sh(
+        c, lane, 'mkdir -p "$PIP_CACHE_DIR" && echo x > "$PIP_CACHE_DIR/../X.txt"; echo "$PIP_CACHE_DIR"'
+    )
+    assert sorted(p.name for p in repo.iterdir()) == before, out
+    assert not (temp / "flowd-cache").is_symlink()
+    c.close()
