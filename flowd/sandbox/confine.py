@@ -15,6 +15,7 @@ import os
 import re
 import secrets
 import shutil
+import stat
 import tempfile
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
@@ -175,12 +176,13 @@ class Confinement:
         top = self.lane_top(cwd)
         admin = self._admin_dir(top) if top is not None else None
         ref_dir, reflog = self._own_ref(admin) if admin is not None else (None, None)
+        name = story_of_worktree(top.name) if top is not None else ""
         temp = admin / "flowd-tmp" if admin is not None else self._spare()
-        temp.mkdir(exist_ok=True)
+        self._own_dir(temp, name)
         cache = self._cache(
-            admin / "flowd-cache" if admin is not None else self._spare() / "flowd-cache", top
+            admin / "flowd-cache" if admin is not None else self._spare() / "flowd-cache", top, name
         )
-        state: list[Path] = [cache]
+        state: list[Path] = []
         owned, pins = state_paths(program, env or {}, self.home)
         for path, create in owned:
             if create:
@@ -189,6 +191,7 @@ class Confinement:
             state.append(path)
         if admin is not None:
             # Objects go to the lane's own store, the shared one read-only (flowd/vcs/quarantine.py).
+            self._own_dir(quarantine.quarantine(admin), name, 0o755)
             quarantine.prepare(admin)
             pins = {**pins, **quarantine.lane_env(admin, self.common_dir)}
         places = LanePlaces(
@@ -199,24 +202,54 @@ class Confinement:
             temp=temp,
             state=tuple(state),
             extra=self.allow_write,
+            cache=cache,
         )
-        name = story_of_worktree(top.name) if top is not None else ""
         return Lane(name, places, {**lane_caches(cache), **pins})
 
-    def _cache(self, root: Path, top: Path | None) -> Path:
+    def _own_dir(self, path: Path, lane: str, mode: int = 0o700) -> None:
+        """Make `path`, a folder of the lane's own in a place its processes can write (its temp,
+        cache and object folders), a real directory flowd made: a link or anything but a
+        directory a lane put there is removed (never followed) and the folder made anew, and
+        reported (docs/sandbox.md "Links a lane planted"). The rules grant it only by its real
+        path (`write_rules`), so a link planted after this check is not granted either."""
+        try:
+            if stat.S_ISDIR(os.lstat(path).st_mode):
+                return
+            os.unlink(path)  # a link (of any kind) or a file: removed, not followed
+        except FileNotFoundError:
+            pass
+        except OSError:
+            shutil.rmtree(path, ignore_errors=True)  # a directory it raced in: not a link
+        else:
+            self._tell(
+                lane, str(path), "gitDir", "a link or file its processes put in place of its own folder"
+            )
+        with contextlib.suppress(FileExistsError):
+            path.mkdir(mode=mode, parents=True)
+
+    def _tell(self, lane: str, path: str, what: str, origin: str) -> None:
+        if self.report is not None and (lane, path, origin) not in self._told:
+            self._told.add((lane, path, origin))
+            self.report(lane, path, what, origin)
+
+    def _cache(self, root: Path, top: Path | None, lane: str) -> Path:
         """The lane's own package caches (docs/sandbox.md "Caches"): a directory under `root`
         named by a random word drawn once per run and lane (`key_for`), so a worktree handed on
         as a spare (docs/repositories.md "Worktree reuse") keeps nothing the previous lane could
         have planted for the next one to find; what an earlier lane left there is removed."""
+        self._own_dir(root, lane)
         key = self.key_for(top) if top is not None else None
         name = self._caches.get(key or "")
         if name is None:
             name = self._caches[key or ""] = secrets.token_hex(8)
             with contextlib.suppress(OSError):
-                for stale in root.iterdir():
-                    shutil.rmtree(stale, ignore_errors=True)
+                for stale in os.scandir(root):
+                    if stale.is_dir(follow_symlinks=False):
+                        shutil.rmtree(stale.path, ignore_errors=True)
+                    else:
+                        os.unlink(stale.path)  # a link is removed, never followed
         cache = root / name
-        cache.mkdir(parents=True, exist_ok=True)
+        self._own_dir(cache, lane)
         return cache
 
     def _admin_dir(self, top: Path) -> Path | None:
@@ -345,9 +378,7 @@ class Confinement:
         top = self.lane_top(cwd)
         lane = story_of_worktree(top.name) if top is not None else ""
         for path, what in self.denials(text, cwd):
-            if (lane, path, origin) not in self._told:
-                self._told.add((lane, path, origin))
-                self.report(lane, path, what, origin)
+            self._tell(lane, path, what, origin)
 
 
 # EXDEV is how Landlock refuses a link or rename across the lane's boundary.
@@ -358,9 +389,12 @@ _MARKS = (b"denied", b"EACCES", b"EPERM", b"not permitted", b"cross-device")
 # What a refused `kill` or `connect` prints (Landlock's scopes answer EPERM): sh's and bash's
 # `kill: (123) - Operation not permitted`, Python's `os.kill`, socat's and Node's `connect`.
 _EPERM = re.compile(r"EPERM|operation not permitted", re.IGNORECASE)
-_KILL = re.compile(r"\b(?:kill|killpg|signal)\b\W*(?:\((\d+)\)|(\d+))?", re.IGNORECASE)
+_KILL = re.compile(r"\b(?:kill|killpg|signal)\b(?![.\w-])\W*(?:\((\d+)\)|(\d+))?", re.IGNORECASE)
 _CONNECT = re.compile(r"\bconnect\b", re.IGNORECASE)
 _ABSTRACT = re.compile(r"""(?:\\0|\\x00|@)([\w./-]+)""")
+# How sh (dash) and bash start a message of a script or `-c` command: `<name>: <n>: `,
+# `<name>: line <n>: ` (`/tmp/x.sh: 83: kill: Operation not permitted`).
+_SHELL_PREFIX = re.compile(r"^\s*[^\s:][^:]*:\s(?:line\s)?\d+:\s")
 
 
 def _scoped_refusal(line: str) -> tuple[str, str] | None:
@@ -371,7 +405,10 @@ def _scoped_refusal(line: str) -> tuple[str, str] | None:
     if _CONNECT.search(line):
         name = _ABSTRACT.search(line)
         return (f"@{name.group(1)}" if name else "abstract socket", "socket")
-    kill = _KILL.search(line) if _PATH.search(line) is None else None  # `kill.txt` is a file
+    # The shell naming itself and the line first (`/path/x.sh: 83: kill: …`, `bash: line 1: …`)
+    # is not a path the refusal names; a path after it is (`kill.txt` is a file).
+    rest = _SHELL_PREFIX.sub("", line, count=1)
+    kill = _KILL.search(rest) if _PATH.search(rest) is None else None
     if kill is not None:
         pid = kill.group(1) or kill.group(2)
         return (f"pid {pid}" if pid else "a process", "signal")

@@ -13,6 +13,7 @@ import ctypes
 import errno
 import os
 import platform
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -127,8 +128,13 @@ def supported(rights: int, version: int) -> int:
 
 @dataclass(frozen=True)
 class Rule:
+    """`rights` beneath `path`. `follow` False: a place a lane can write the entry of (its temp
+    and cache folders, docs/sandbox.md "Links a lane planted"): granted only when `path` is the
+    real path of what it opens, no link anywhere on the way (a link there is not granted)."""
+
     path: str
     rights: int
+    follow: bool = True
 
 
 class Ruleset:
@@ -150,15 +156,19 @@ class Ruleset:
         self.fd = fd
         self.skipped: list[str] = []  # paths that were not there (nothing to grant)
 
-    def allow(self, path: str, rights: int) -> None:
+    def allow(self, path: str, rights: int, follow: bool = True) -> None:
         assert _LIBC is not None and _NUMBERS is not None
         try:
-            target = os.open(path, os.O_PATH | os.O_CLOEXEC)
+            target = os.open(path, os.O_PATH | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW))
         except OSError:
             self.skipped.append(path)
             return
         try:
-            if not os.path.isdir(path):
+            mode = os.fstat(target).st_mode  # what was opened, not what the path names now
+            if not follow and not _is_itself(target, path, mode):
+                self.skipped.append(path)
+                return
+            if not stat.S_ISDIR(mode):
                 rights &= FILE_RIGHTS
             attr = _PathBeneath(rights & self.handled, target)
             if attr.allowed_access == 0:
@@ -188,11 +198,22 @@ class Ruleset:
         return bind
 
 
+def _is_itself(fd: int, path: str, mode: int) -> bool:
+    """The `O_PATH|O_NOFOLLOW` fd `fd` is `path` itself: not a link (the last part), and its real
+    path is `path` (no link in a parent either)."""
+    if stat.S_ISLNK(mode):
+        return False
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}") == os.path.normpath(path)
+    except OSError:
+        return False
+
+
 def build(rules: list[Rule], version: int) -> Ruleset:
     ruleset = Ruleset(version)
     try:
         for rule in rules:
-            ruleset.allow(rule.path, rule.rights)
+            ruleset.allow(rule.path, rule.rights, rule.follow)
     except BaseException:
         ruleset.close()
         raise

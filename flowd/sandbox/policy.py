@@ -103,18 +103,24 @@ class LanePlaces:
     ref_dir: Path | None  # <common>/refs/heads/story/<epic>/
     reflog: Path | None
     temp: Path
-    state: tuple[Path, ...] = ()
+    state: tuple[Path, ...] = ()  # the program's own state dirs (a link of the user's is followed)
     extra: tuple[Path, ...] = ()  # `allowWrite`
+    cache: Path | None = None  # the lane's package caches (docs/sandbox.md "Caches")
 
 
 def write_rules(places: LanePlaces) -> list[Rule]:
+    """The lane's own places are granted by their real paths, never through a link (`follow`
+    False, docs/sandbox.md "Links a lane planted"): its temp and cache folders lie where it can
+    write, and a link it put there must not widen what its next process may write. Devices, the
+    program's state dirs and `allowWrite` are the user's to link where they like."""
     rules = [Rule(path, WRITE | READ) for path in DEVICES]
-    dirs = [places.worktree, places.admin_dir, places.temp, *places.state, *places.extra]
-    rules.extend(Rule(str(path), WRITE | READ) for path in dirs if path is not None)
+    own = [places.worktree, places.admin_dir, places.temp, places.cache]
+    rules.extend(Rule(str(path), WRITE | READ, follow=False) for path in own if path is not None)
+    rules.extend(Rule(str(path), WRITE | READ) for path in (*places.state, *places.extra))
     if places.ref_dir is not None:
-        rules.append(Rule(str(places.ref_dir), REF_DIR_RIGHTS))
+        rules.append(Rule(str(places.ref_dir), REF_DIR_RIGHTS, follow=False))
     if places.reflog is not None:
-        rules.append(Rule(str(places.reflog), WRITE_FILE | READ))
+        rules.append(Rule(str(places.reflog), WRITE_FILE | READ, follow=False))
     return rules
 
 

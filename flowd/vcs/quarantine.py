@@ -78,7 +78,8 @@ def submodule_dirs(admin: Path) -> list[Path]:
 
 def prepare(admin: Path) -> None:
     """Make the quarantine (git does not make its object directory itself). A link or file a
-    lane put in its place stays as it is: the lane's own git then fails, flowd never follows it."""
+    lane put in its place is not followed here; confinement removes it before its next process
+    starts (docs/sandbox.md "Links a lane planted")."""
     with contextlib.suppress(FileExistsError, FileNotFoundError):
         os.mkdir(quarantine(admin), 0o755)
 

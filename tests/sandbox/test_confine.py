@@ -260,3 +260,67 @@ def test_a_git_file_naming_another_lanes_admin_dir_widens_nothing(lane: Path) ->
     out = _sh(c, lane, f"echo x > {victim}/planted; echo x > $TMPDIR/own && echo OWN")
     assert not (victim / "planted").exists(), out
     assert "OWN" in out and (repo / ".git" / "worktrees" / "a" / "flowd-tmp" / "own").exists()
+
+
+@pytest.mark.parametrize("place", ["flowd-tmp", "flowd-cache", "flowd-objects"])
+def test_a_folder_of_the_lanes_own_linked_outside_grants_nothing(lane: Path, place: str) -> None:
+    # The lane's own temp, cache and object folders lie in its admin dir, which it may write:
+    # one process replaces one with a link to the user's checkout, the next must not write there
+    # (docs/sandbox.md "Links a lane planted").
+    told: list[tuple[str, str, str, str]] = []
+    c = _confinement(lane)
+    c.report = lambda *args: told.append(args)
+    repo = lane.parents[2] / "repo"
+    admin = repo / ".git" / "worktrees" / "a"
+    _sh(c, lane, "echo warm-up")
+    _sh(c, lane, f'rm -rf "{admin}/{place}"; ln -s {repo} "{admin}/{place}"')
+    assert (admin / place).is_symlink()
+    out = _sh(c, lane, f'echo x > "{admin}/{place}/LINKED.txt"; echo x > "$TMPDIR/T.txt"; echo "$TMPDIR"')
+    assert not (repo / "LINKED.txt").exists() and not (repo / "T.txt").exists(), out
+    assert not (admin / place).is_symlink() and (admin / place).is_dir()
+    assert ("a", str(admin / place), "gitDir") in [t[:3] for t in told]
+
+
+def test_a_write_rule_is_not_granted_through_a_link(lane: Path, tmp_path: Path) -> None:
+    # Planted between flowd's check and the rules being built: the rule opens no link, last part
+    # or parent, and grants nothing (the read rules still follow links: `follow` True).
+    outside, linked = tmp_path / "outside", tmp_path / "linked"
+    (outside / "in").mkdir(parents=True)
+    linked.symlink_to(outside)
+    rules = [
+        landlock.Rule("/", landlock.READ),
+        landlock.Rule(str(linked), landlock.WRITE | landlock.READ, follow=False),
+        landlock.Rule(str(linked / "in"), landlock.WRITE | landlock.READ, follow=False),
+        landlock.Rule("/dev/null", landlock.WRITE | landlock.READ),
+    ]
+    ruleset = landlock.build(rules, landlock.abi())
+    try:
+        assert ruleset.skipped == [str(linked), str(linked / "in")]
+        done = subprocess.run(
+            ["/bin/sh", "-c", f"echo x > {outside}/a.txt; echo x > {outside}/in/b.txt"],
+            preexec_fn=ruleset.binder(),
+            capture_output=True,
+            text=True,
+        )
+    finally:
+        ruleset.close()
+    assert not (outside / "a.txt").exists() and not (outside / "in" / "b.txt").exists(), done.stderr
+    assert done.stderr.count("Permission denied") == 2, done.stderr
+
+
+def test_a_process_of_no_lane_cannot_link_its_cache_folder_outside(lane: Path) -> None:
+    # The folder of a process started where no lane is holds its caches: relinked to the
+    # user's checkout by one process, it is made anew before the next, which writes nothing there.
+    shutil.rmtree(lane)
+    lane.mkdir()
+    c = _confinement(lane)
+    repo = lane.parents[2] / "repo"
+    before = sorted(p.name for p in repo.iterdir())
+    temp = Path(_sh(c, lane, 'echo "$TMPDIR"').splitlines()[0])
+    _sh(c, lane, f'rm -rf "$TMPDIR/flowd-cache"; ln -s {repo} "$TMPDIR/flowd-cache"')
+    out = _sh(
+        c, lane, 'mkdir -p "$PIP_CACHE_DIR" && echo x > "$PIP_CACHE_DIR/../X.txt"; echo "$PIP_CACHE_DIR"'
+    )
+    assert sorted(p.name for p in repo.iterdir()) == before, out
+    assert not (temp / "flowd-cache").is_symlink()
+    c.close()

@@ -150,6 +150,17 @@ def test_refusals_are_read_from_what_the_tools_print(tmp_path: Path) -> None:
     ]
 
 
+def test_a_kill_is_named_by_the_command_not_by_a_word_of_a_path(tmp_path: Path) -> None:
+    c = _confinement(tmp_path)
+    cwd = tmp_path / "repo.flowd" / "ep" / "a"
+    assert c.denials("rm: cannot remove 'kill.txt': Operation not permitted", cwd) == []
+    # dash names the script it runs (not a path the refusal names) and no process.
+    assert c.denials("/tmp/x/gate.sh: 83: kill: Operation not permitted", cwd) == [("a process", "signal")]
+    assert c.denials("/tmp/x/gate.sh: line 8: kill: (77) - Operation not permitted", cwd) == [
+        ("pid 77", "signal")
+    ]
+
+
 def test_each_refusal_is_reported_once_per_origin(tmp_path: Path) -> None:
     told: list[tuple[str, str, str, str]] = []
     c = _confinement(tmp_path)

@@ -245,3 +245,24 @@ def test_a_refused_signal_is_an_escape_and_a_line_of_the_findings(
         f"refused `make test` a signal to a process outside this story's lane: `pid {victim.pid}`" in findings
     )
     assert victim.poll() is None
+
+
+def test_a_kill_refused_in_a_script_is_named(repo: Path, victim: subprocess.Popen[bytes]) -> None:
+    # `sh script.sh` (dash) names the script before its message, and no process: `<script>: 2:
+    # kill: Operation not permitted`; bash's `<script>: line 2: kill: (<pid>) - …` (an agent's
+    # run command, a gate, a setup command, an epic gate all print it so).
+    lane = repo.parent / "repo.flowd" / "ep" / "a"
+    told: list[tuple[str, str, str, str]] = []
+    c = _confinement(repo)
+    c.report = lambda *args: told.append(args)
+    script = repo.parent / "kill-it.sh"
+    script.write_text(f"echo start\nkill -TERM {victim.pid}\n", encoding="utf-8")
+    for shell in ("sh", "bash"):
+        done = _sh(c, lane, f"{shell} {script}")
+        assert f"{script}: " in done.stderr and "Operation not permitted" in done.stderr, done.stderr
+        c.scan(done.stderr, lane, f"`{shell} {script}`")
+    assert told == [
+        ("a", "a process", "signal", f"`sh {script}`"),
+        ("a", f"pid {victim.pid}", "signal", f"`bash {script}`"),
+    ]
+    assert victim.poll() is None
