@@ -12,12 +12,11 @@ resolution) is left to run as written, and fails in its own words.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
 import os
 from pathlib import Path
 
+from flowd.programs.table import program_output
 from flowd.sandbox.confine import current
 
 _YES = ("-y", "--yes")
@@ -81,28 +80,12 @@ async def resolved(command: list[str], env: dict[str, str]) -> list[str]:
 
 async def _install(npx: str, spec: str, env: dict[str, str]) -> Path | None:
     """Where npx keeps `spec`'s programs, asked of npx itself (it installs the package if needed)."""
-    try:
-        proc = await asyncio.create_subprocess_exec(
-            npx,
-            "--yes",
-            f"--package={spec}",
-            "-c",
-            f'echo "{_MARK}$PATH"',
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.DEVNULL,
-            env=env,
-            start_new_session=True,
-        )
-    except OSError:
+    ran = await program_output(
+        [npx, "--yes", f"--package={spec}", "-c", f'echo "{_MARK}$PATH"'], env, _RESOLVE_TIMEOUT_S
+    )
+    if ran is None:
         return None
-    try:
-        out, _ = await asyncio.wait_for(proc.communicate(), _RESOLVE_TIMEOUT_S)
-    except TimeoutError:
-        with contextlib.suppress(ProcessLookupError):
-            proc.kill()
-        await proc.wait()
-        return None
+    _code, out = ran
     for line in out.decode("utf-8", "replace").splitlines():
         if line.startswith(_MARK):
             for entry in line.removeprefix(_MARK).split(os.pathsep):

@@ -123,12 +123,23 @@ async def cli_version(program_path: str, env: dict[str, str]) -> str:
         return ""
     if key in _VERSIONS:
         return _VERSIONS[key]
+    ran = await program_output([found, "--version"], env, _VERSION_TIMEOUT_S)
+    if ran is None:
+        return ""
+    code, out = ran
+    text = out.decode("utf-8", "replace").strip() if code == 0 else ""
+    _VERSIONS[key] = text
+    return text
+
+
+async def program_output(argv: list[str], env: dict[str, str], timeout_s: float) -> tuple[int, bytes] | None:
+    """(exit code, stdout) of one of the user's programs, run by flowd itself (stdin closed, stderr
+    dropped, its own session); None when it cannot start or does not end within `timeout_s`."""
     import asyncio
 
     try:
         proc = await asyncio.create_subprocess_exec(
-            found,
-            "--version",
+            *argv,
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.DEVNULL,
@@ -136,14 +147,12 @@ async def cli_version(program_path: str, env: dict[str, str]) -> str:
             start_new_session=True,
         )
     except OSError:
-        return ""
+        return None
     try:
-        out, _ = await asyncio.wait_for(proc.communicate(), _VERSION_TIMEOUT_S)
+        out, _ = await asyncio.wait_for(proc.communicate(), timeout_s)
     except TimeoutError:
         with contextlib.suppress(ProcessLookupError):
             proc.kill()
         await proc.wait()
-        return ""
-    text = out.decode("utf-8", "replace").strip() if proc.returncode == 0 else ""
-    _VERSIONS[key] = text
-    return text
+        return None
+    return proc.returncode if proc.returncode is not None else -1, out
