@@ -20,7 +20,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -72,10 +72,11 @@ from flowd.engine.putback import (
     safely,
 )
 from flowd.engine.state import EpicPaths
-from flowd.events.model import EscapeAction, Event, Info, LaneEscape
+from flowd.events.model import EscapeAction, EscapeWhat, Event, Info, LaneEscape
 from flowd.programs.state_dirs import every_state_root
 from flowd.sandbox.confine import current
-from flowd.vcs.admin import check_admin
+from flowd.vcs.admin import AdminProblem, check_admin
+from flowd.vcs.admin import check_candidate as check_candidate_slot
 from flowd.vcs.gitcli import own_git_runs, private_git_dir
 
 log = logging.getLogger(__name__)
@@ -511,28 +512,38 @@ class Detector:
                 verdict = judge_own(change, lane, self.windows, sealed=sealed, since=since, now=now)
                 self._carry_out(change, verdict, partial(bool, problem.put_back))  # put back already
 
-    def check_candidate(self, wt: Path, lane: str | None, at: str) -> int:
-        """The git admin files of the merge-train candidate `wt` (docs/merging.md "Candidates"),
-        after its epic gates ran and before flowd's own git reuses it: put back as a lane's are
-        (flowd/vcs/admin.py; a candidate's HEAD is detached, as flowd leaves it), each one a
-        `gitDir` escape of `lane`, the story whose code the gates ran (None: a candidate of several
-        stories, or no one story can be named: no innocent one is blamed, an `Info` says what was
-        put back). `at`: a commit a `HEAD` naming a branch is put back to. Put back even when
-        detection is off: flowd's own checkout and merge there must not follow what a gate planted.
-        The number of admin files found changed."""
+    def check_candidate(
+        self, wt: Path, lane: str | None, at: str, elsewhere: Sequence[AdminProblem] = ()
+    ) -> int:
+        """The git admin files and object store of the merge-train candidate `wt` (docs/merging.md
+        "Candidates"), after its epic gates ran and before flowd's own git reuses it: put back as
+        a lane's are (flowd/vcs/admin.py `check_candidate`: a candidate's HEAD is detached at a
+        commit the repository holds, its quarantine thrown away), each one a `gitDir` (or
+        `gitObjects`) escape of `lane`, the story whose code the gates ran (None: a candidate of
+        several stories, or no one story can be named: no innocent one is blamed, an `Info` says
+        what was put back). `at`: the commit a `HEAD` is put back to. `elsewhere`: what a cluster
+        node found in its own slot after the gates ran there (docs/scale-out.md), reported the
+        same. Put back even when detection is off: flowd's own checkout and merge there must not
+        follow what a gate planted. The number of admin files found changed (objects thrown away
+        that no ref named are said in an `Info`, not counted)."""
         with self._lock:
-            found = check_admin(self.common_dir, wt, at)
+            found = [*check_candidate_slot(self.common_dir, wt, at), *elsewhere]
             for problem in found if self.enabled else []:
-                action: EscapeAction = "undone" if problem.put_back else "reported"
-                if lane is not None:
-                    self.emit(LaneEscape(lane=lane, path=str(problem.path), what="gitDir", action=action))
-                else:
-                    said = "put back" if problem.put_back else "could not be put back"
-                    message = (
-                        f"the epic gates of a merge candidate changed {problem.path} ({problem.why}); {said}"
-                    )
-                    self.emit(Info(message=message))
-        return len(found)
+                self._report_candidate(problem, lane)
+        return sum(1 for problem in found if problem.what is not None)
+
+    def _report_candidate(self, problem: AdminProblem, lane: str | None) -> None:
+        action: EscapeAction = "undone" if problem.put_back else "reported"
+        if lane is not None and problem.what in ("gitDir", "gitObjects"):
+            what: EscapeWhat = "gitObjects" if problem.what == "gitObjects" else "gitDir"
+            self.emit(LaneEscape(lane=lane, path=str(problem.path), what=what, action=action))
+            return
+        said = "put back" if problem.put_back else "could not be put back"
+        if problem.what is None:
+            message = f"the epic gates of a merge candidate wrote into {problem.path}: {problem.why}"
+        else:
+            message = f"the epic gates of a merge candidate changed {problem.path} ({problem.why}); {said}"
+        self.emit(Info(lane=lane, message=message))
 
     def _lane_head(self, wt: Path) -> str | None:
         """What the HEAD of a lane worktree of this epic says when it names a branch: its own."""

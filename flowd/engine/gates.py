@@ -22,6 +22,7 @@ from flowd.agents.base import reaped
 from flowd.engine.core.flaky import Failed, Rerun, after_gate_run
 from flowd.events.model import Event, GateFlaky, GateResult, GateWhere
 from flowd.sandbox.confine import Scanner, current, spawning
+from flowd.vcs.admin import AdminProblem
 
 TAIL_CHARS = 3000
 
@@ -176,6 +177,10 @@ class NotPlaced(Exception):
 class GatesElsewhere(Protocol):
     """Where a merge candidate's epic gates run when not on this machine (docs/scale-out.md,
     "Candidate gates on the cluster"): the candidate's tip in, the first red gate (None: green)
-    out, its events emitted here as they happen. Raises `NotPlaced` to have them run here."""
+    out, its events emitted here as they happen, and what the gates wrote in the admin files and
+    object store of the slot they ran in (put back there) added to `found`, for the train to
+    report as it does its own. Raises `NotPlaced` to have them run here."""
 
-    async def gate(self, cid: int, tip: str, commands: list[str], lane: str | None) -> CommandRun | None: ...
+    async def gate(
+        self, cid: int, tip: str, commands: list[str], lane: str | None, found: list[AdminProblem]
+    ) -> CommandRun | None: ...

@@ -17,7 +17,7 @@ import contextlib
 import functools
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -47,7 +47,7 @@ from flowd.events.model import (
     StageStarted,
     StoryMerged,
 )
-from flowd.vcs.admin import check_admin
+from flowd.vcs.admin import AdminProblem, check_candidate
 from flowd.vcs.gitops import Repo
 
 
@@ -407,13 +407,17 @@ class TrainShell:
             built.tip = result.commit or built.tip
         return built
 
-    def _check_slot(self, worktree: Path, lane: str | None, at: str) -> None:
-        """The candidate's git admin files put back as flowd left them (engine/detect.py), blamed
-        on `lane`, the story whose code its gates ran (None: no one story can be named)."""
+    def _check_slot(
+        self, worktree: Path, lane: str | None, at: str, elsewhere: Sequence[AdminProblem] = ()
+    ) -> None:
+        """The candidate's git admin files put back as flowd left them and its object quarantine
+        thrown away (engine/detect.py), blamed on `lane`, the story whose code its gates ran (None:
+        no one story can be named). `elsewhere`: what the node that ran the gates found in its slot."""
         if self.ctx.detect is not None:
-            found = self.ctx.detect.check_candidate(worktree, lane, at)
+            found = self.ctx.detect.check_candidate(worktree, lane, at, elsewhere)
         else:
-            found = len(check_admin(self.ctx.repo.common_dir, worktree, at))
+            made = [*check_candidate(self.ctx.repo.common_dir, worktree, at), *elsewhere]
+            found = sum(1 for problem in made if problem.what is not None)
         self._planted = self._planted or found > 0
 
     def _gate(self, cid: int, start: int) -> None:
@@ -462,20 +466,24 @@ class TrainShell:
         them there, else here (and here too when the cluster could not)."""
         ctx = self.ctx
         lane = lanes[0] if len(lanes) == 1 else None
-        if self.elsewhere is not None:
-            try:
-                return await self.elsewhere.gate(cid, built.tip, commands, lane)
-            except NotPlaced as why:
-                ctx.emit(Info(lane=lane, message=f"merge candidate {cid}: its epic gates run here ({why})"))
+        found: list[AdminProblem] = []  # what a node found in its own slot after the gates ran there
         try:
+            if self.elsewhere is not None:
+                try:
+                    return await self.elsewhere.gate(cid, built.tip, commands, lane, found)
+                except NotPlaced as why:
+                    ctx.emit(
+                        Info(lane=lane, message=f"merge candidate {cid}: its epic gates run here ({why})")
+                    )
             return await self._gates_here(cid, built, commands, lanes)
         finally:
             # Checked before anything of flowd's reads the candidate again (its suspects' diff, the
-            # next build in the slot): what the gates wrote to its admin files is put back.
-            # Blamed only when nothing else can have done it: gates that ran alone, on a base that
-            # held no code found planting before (landed code runs in every later candidate).
+            # next build in the slot): what the gates wrote to its admin files is put back, its
+            # objects thrown away. Blamed only when nothing else can have done it: gates that ran
+            # alone, on a base that held no code found planting before (landed code runs in every
+            # later candidate). The same for what a node's gates did in the node's slot.
             alone = lane if not self._planted and len(self.gating) <= 1 else None
-            await asyncio.shield(asyncio.to_thread(self._check_slot, built.worktree, alone, built.tip))
+            await asyncio.shield(asyncio.to_thread(self._check_slot, built.worktree, alone, built.tip, found))
 
     async def _gates_here(
         self, cid: int, built: _Built, commands: list[str], lanes: list[str]

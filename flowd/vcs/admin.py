@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from flowd.vcs.gitcli import GitDirChanged, GitError, admin_of, run_git
+from flowd.vcs.quarantine import discard, drop_missing_entries, held, missing, quarantine
 from flowd.vcs.submodules import gitlinks
 
 # The settings git itself writes to a worktree's `config.worktree` (`git sparse-checkout`, the
@@ -49,6 +50,9 @@ class AdminProblem:
     why: str
     put_back: bool
     at: float | None = None  # when it was written (its mtime before flowd put it back)
+    # The `LaneEscape.what` it is reported as; None: no escape, a fact an `Info` says (objects a
+    # merge-train candidate's gates wrote and no ref names, thrown away: `check_candidate`).
+    what: str | None = "gitDir"
 
 
 def check_admin(common_dir: Path, wt: Path, head: str | None = None) -> list[AdminProblem]:
@@ -83,6 +87,41 @@ def check_admin(common_dir: Path, wt: Path, head: str | None = None) -> list[Adm
     found += _check_links(admin)
     found += _check_worktree_config(admin)
     found += _check_modules(admin, real)
+    return found
+
+
+def check_candidate(common_dir: Path, wt: Path, at: str) -> list[AdminProblem]:
+    """A merge-train candidate `wt` after its epic gates ran, or before flowd's git uses its slot
+    again (docs/merging.md "A candidate's admin files are data"): its admin files checked and put
+    back (`check_admin`, a `HEAD` naming a branch put back to the commit `at`), and its object
+    quarantine thrown away: a candidate keeps nothing its gates wrote, flowd never takes it in.
+    A detached `HEAD` naming a commit the repository does not hold (one the gates made) is put
+    back to `at`, and its reflog loses the entries naming what was thrown away (`git fsck` of
+    your repository, a `git fetch`'s connectivity check, read every worktree's `HEAD`)."""
+    found = check_admin(common_dir, wt, at)
+    real = Path(os.path.realpath(wt))
+    try:
+        admin = admin_of(common_dir, real)
+    except GitDirChanged:
+        return found  # said by `check_admin`; flowd's git refuses to run there
+    if admin is None:
+        return found
+    count = held(admin)
+    discard(admin)
+    if count:
+        why = f"held {count} object(s) the epic gates wrote; thrown away (a candidate keeps none)"
+        found.append(AdminProblem(quarantine(admin), why, not os.path.lexists(quarantine(admin)), what=None))
+    head = admin / "HEAD"
+    said = _says(head)
+    if _is_sha(said) and said != at and missing(common_dir, [str(said)]):
+        at_time = _mtime(head)
+        done = _write(head, at + "\n")
+        done = drop_missing_entries(common_dir, admin / "logs" / "HEAD") and done
+        why = "names a commit the epic gates wrote, which the repository does not hold"
+        found.append(AdminProblem(head, why, done, at_time, what="gitObjects"))
+    if count:
+        # The index may name a blob that was thrown away (`git add` in a gate): read from HEAD.
+        run_git(real, ["read-tree", "HEAD"], "", ok_codes=range(256))
     return found
 
 

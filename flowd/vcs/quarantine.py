@@ -376,6 +376,23 @@ def _remove(top: int, found: _Found) -> None:
                         os.unlink(stem + suffix, dir_fd=fd)
 
 
+def held(admin: Path) -> int:
+    """How many objects (loose ones, and packs) the quarantine of `admin` holds; read without
+    following a link (a link in its place, or in it, counts for nothing)."""
+    q = quarantine(admin)
+    if not os.path.isdir(q) or os.path.islink(q):
+        return 0
+    count = 0
+    for top, dirs, files in os.walk(q):  # follows no link to a folder
+        name = os.path.basename(top)
+        if len(name) == 2 and set(name) <= _HEX:
+            count += len(files)
+        elif name == "pack":
+            count += sum(1 for f in files if f.endswith(".pack"))
+        dirs[:] = [d for d in dirs if d == "pack" or (len(d) == 2 and set(d) <= _HEX)]
+    return count
+
+
 def discard(admin: Path) -> None:
     """Throw away a quarantine flowd refused (its objects are never taken in). `shutil.rmtree`
     walks by file descriptor on Linux and does not follow links; a link in the quarantine's

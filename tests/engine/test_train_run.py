@@ -8,6 +8,7 @@ the epic gates passed.
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 from flowd.events.model import Info, LaneEscape, MergeBatchStarted, MergeBisect, MergeRevision, StoryMerged
@@ -194,3 +195,45 @@ def test_what_an_epic_gate_plants_in_its_candidates_admin_dir_is_put_back_before
     assert any(e.path.endswith("config.worktree") for e in escapes) and any(
         e.path.endswith("logs/HEAD") for e in escapes
     ), escapes
+
+
+def test_what_an_epic_gate_commits_in_its_candidate_is_thrown_away_and_its_head_put_back(
+    tmp_path: Path,
+) -> None:
+    """A story's epic gate commits in its merge candidate (its git writes the candidate's own
+    object quarantine, and moves the candidate's detached HEAD to that commit) and writes a loose
+    blob no ref names. When the gates end flowd throws the quarantine away (a candidate keeps
+    nothing its gates wrote: none of it reaches your repository) and puts the HEAD back at the
+    candidate's tip: a `gitObjects` escape of the story, the blob said in an `Info`; your
+    repository's `git fsck --full` stays clean and the story merges."""
+    log = tmp_path / "gate-log" / "wrote"
+    plant = (
+        f'sh -c \'{ON_EPIC} || exit 0; case "$PWD" in */_train/*) ;; *) exit 0 ;; esac; '
+        "echo evil > evil.txt; git add evil.txt; git commit -q -m evil; "
+        f"git rev-parse HEAD >> {log}; echo orphan-{tmp_path.name} | git hash-object -w --stdin >> {log}'"
+    )
+    more = (
+        f"gates = [{json.dumps(plant)}]\njudgeRounds = 0\nmaxReviewRounds = 0\ngateRetries = 0\n"
+        f"[sandbox]\nallowWrite = [{json.dumps(str(log.parent))}]\n"
+    )
+    log.parent.mkdir()
+    sc = Scenario.create(
+        tmp_path, [story("a", ["src/a.py"])], [coder("a", {"src/a.py": "V = 1\n"})], settings=more
+    )
+    result = sc.run()
+    assert result.outcome == "done", {k: v.reason for k, v in result.view.lanes.items()}
+    assert sc.merge_commits() == ["ep: merge story a"]
+    commit, blob = log.read_text(encoding="utf-8").split()[:2]
+    kept = subprocess.run(["git", "cat-file", "-e", commit], cwd=sc.repo, capture_output=True)
+    assert kept.returncode != 0, "the gate's commit reached the user's repository"
+    assert subprocess.run(["git", "cat-file", "-e", blob], cwd=sc.repo, capture_output=True).returncode != 0
+    fsck = subprocess.run(
+        ["git", "fsck", "--full", "--no-dangling"], cwd=sc.repo, capture_output=True, text=True
+    )
+    assert fsck.returncode == 0, fsck.stdout + fsck.stderr
+    escapes = [e.event for e in sc.events(result.run_id) if isinstance(e.event, LaneEscape)]
+    assert [(e.lane, e.what, e.action, Path(e.path).name) for e in escapes] == [
+        ("a", "gitObjects", "undone", "HEAD")
+    ], escapes
+    infos = [e.event.message for e in sc.events(result.run_id) if isinstance(e.event, Info)]
+    assert any("flowd-objects: held 4 object(s) the epic gates wrote" in m for m in infos), infos

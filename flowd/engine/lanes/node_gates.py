@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -25,9 +26,11 @@ from flowd.engine.lanes.node_lane import FETCHED_REFS, LaneHost, LaneMessage, dr
 from flowd.events.model import Event
 from flowd.sandbox.confine import active
 from flowd.store.config import Settings
+from flowd.vcs.admin import AdminProblem, check_candidate
 from flowd.vcs.gitcli import GitError, run_git
 
 GATED = "gated"  # the last message of a candidate's gate run: the first red gate, or None
+PLANTED = "planted"  # what its gates wrote in the slot's admin files and objects (put back here)
 
 
 @dataclass
@@ -63,16 +66,22 @@ class CandidateSlots:
         self._free.append(worktree)
 
 
-def check_out(host: LaneHost, spec: GateSpec, worktree: Path) -> None:
+def check_out(host: LaneHost, spec: GateSpec, worktree: Path) -> list[AdminProblem]:
     """The candidate's tip at `worktree`, detached: fetched under the node's lock (a fetch must
-    not overlap a worktree change, node.py's `NodeLock`), then checked out as the runner does."""
+    not overlap a worktree change, node.py's `NodeLock`), then checked out as the runner does.
+    A slot used before has its admin files and object store checked first, as the runner checks
+    its own (flowd/vcs/admin.py `check_candidate`): what is returned was found and put back."""
     repo = host.ensure_clone()
     fetched = f"refs/{FETCHED_REFS}/candidates/{spec.run_id}/c{spec.cid}"
+    found: list[AdminProblem] = []
     with host.lock:
         run_git(repo.root, ["fetch", "-q", "--no-tags", spec.remote, f"+{spec.ref}:{fetched}"],
                 f"fetching merge candidate {spec.cid}")  # fmt: skip
     try:
-        if (worktree / ".git").exists():
+        if os.path.lexists(worktree / ".git"):
+            # What a gate that ran here before left in the slot's admin files (its check after
+            # the gates missed it: an actor killed mid-run) is data, never followed.
+            found = check_candidate(repo.common_dir, worktree, spec.tip)
             repo.check_out_detached(worktree, spec.tip)  # a slot used before: only what differs
         else:
             worktree.parent.mkdir(parents=True, exist_ok=True)
@@ -80,18 +89,21 @@ def check_out(host: LaneHost, spec: GateSpec, worktree: Path) -> None:
     finally:
         with contextlib.suppress(GitError):
             run_git(repo.root, ["update-ref", "-d", fetched], "tidying the fetched refs")
+    return found
 
 
 async def gate_candidate(
     host: LaneHost, slots: CandidateSlots, spec: GateSpec
 ) -> AsyncIterator[list[LaneMessage]]:
-    """The gate run's messages in batches: its events as they happen, `GATED` last."""
+    """The gate run's messages in batches: its events as they happen, then what the gates wrote
+    in the slot's admin files and object store (`PLANTED`, put back here, reported by the
+    runner's train as it reports its own candidates'), `GATED` last."""
     worktree = slots.take()
     key = f"{layout.EPIC_LANE}#c{spec.cid}"
     queue: asyncio.Queue[LaneMessage] = asyncio.Queue()
     try:
         repo = await asyncio.to_thread(host.ensure_clone)
-        await asyncio.to_thread(check_out, host, spec, worktree)
+        found = await asyncio.to_thread(check_out, host, spec, worktree)
         # The node clone stands for the user's checkout: its ignored files the gates need.
         await asyncio.to_thread(bootstrap_files, repo, spec.settings, worktree)
         env = host.ports.take(key, spec.lane or layout.EPIC_LANE).env()
@@ -108,13 +120,21 @@ async def gate_candidate(
                     timeout_s=spec.settings.gate_timeout_s, env=env, retries=0,
                 )
             )  # fmt: skip
-        async for batch in drained(queue, task):
-            yield batch
+        try:
+            async for batch in drained(queue, task):
+                yield batch
+        finally:
+            # Before anything of flowd's reads the slot again (the same checks as the runner's
+            # train, docs/merging.md): put back, thrown away, whether the run ended or was dropped.
+            after = asyncio.to_thread(check_candidate, repo.common_dir, worktree, spec.tip)
+            found += await asyncio.shield(after)
         red: CommandRun | None = task.result()
+        if found:
+            yield [(PLANTED, found, time.time())]
         yield [(GATED, red, time.time())]
     finally:
         host.ports.release(key)
         slots.give_back(worktree)
 
 
-__all__ = ["GATED", "CandidateSlots", "GateSpec", "gate_candidate"]
+__all__ = ["GATED", "PLANTED", "CandidateSlots", "GateSpec", "gate_candidate"]

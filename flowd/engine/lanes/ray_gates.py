@@ -19,8 +19,9 @@ from typing import Any, Protocol
 from flowd.engine.context import RunContext
 from flowd.engine.core.stops import Halt
 from flowd.engine.gates import CommandRun, NotPlaced
-from flowd.engine.lanes.node_gates import GATED, GateSpec
+from flowd.engine.lanes.node_gates import GATED, PLANTED, GateSpec
 from flowd.events.model import Info
+from flowd.vcs.admin import AdminProblem
 from flowd.vcs.gitcli import GitError, run_git
 
 CANDIDATE_REFS = "refs/flowd/candidates"
@@ -48,7 +49,9 @@ class ClusterGates:
         self._tidying: set[asyncio.Future[None]] = set()
         self._runs = 0  # each gate run its own ref: a rerun's push never meets the last one's delete
 
-    async def gate(self, cid: int, tip: str, commands: list[str], lane: str | None) -> CommandRun | None:
+    async def gate(
+        self, cid: int, tip: str, commands: list[str], lane: str | None, found: list[AdminProblem]
+    ) -> CommandRun | None:
         ctx = self.lanes.ctx
         self._runs += 1
         ref = f"{CANDIDATE_REFS}/{ctx.run_id}/c{cid}-{self._runs}"
@@ -62,11 +65,11 @@ class ClusterGates:
                 run_id=ctx.run_id, epic=ctx.epic_id, cid=cid, ref=ref, tip=tip, commands=commands,
                 lane=lane, settings=ctx.settings, remote=self.lanes.remote_url,
             )  # fmt: skip
-            return await self._on_node(spec)
+            return await self._on_node(spec, found)
         finally:
             self._tidy(ref)
 
-    async def _on_node(self, spec: GateSpec) -> CommandRun | None:
+    async def _on_node(self, spec: GateSpec, found: list[AdminProblem]) -> CommandRun | None:
         lanes, ctx = self.lanes, self.lanes.ctx
         ray = lanes.ray
         try:
@@ -86,6 +89,8 @@ class ClusterGates:
                                 message=f"merge candidate {spec.cid}: epic gates on node {body}",
                             )
                         )
+                    elif kind == PLANTED:  # put back on the node; reported by the train
+                        found.extend(body if isinstance(body, list) else [])
                     elif kind == GATED:
                         return body if isinstance(body, CommandRun) else None
                     else:
