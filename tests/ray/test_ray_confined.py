@@ -15,7 +15,7 @@ from pathlib import Path
 from flowd.sandbox import landlock
 from tests.engine.scenario import coder, git, story
 from tests.ray.cluster import Cluster
-from tests.ray.test_ray_lanes import no_lane_actors_left, on_ray, run, trace
+from tests.ray.test_ray_lanes import gated_on_the_cluster, no_lane_actors_left, on_ray, run, trace
 from tests.sandbox.test_escape_campaign import Listener, _processes_sleeping
 
 COMMON = '"$(git rev-parse --git-common-dir)"'
@@ -184,3 +184,64 @@ def test_a_ray_lanes_sealed_techniques_do_not_land_on_its_node(tmp_path: Path, c
         shutil.rmtree(agent_dir)
         for pid in _processes_sleeping("86409"):
             os.kill(pid, signal.SIGKILL)
+
+
+# A merge candidate's epic gate on a node (`candidateGates = "cluster"`): it commits in the
+# candidate (an object in the slot's quarantine, its detached HEAD moved there), then points the
+# slot's `commondir` at a fake common dir whose config names an fsmonitor and its `.git` file at a
+# fake admin dir. `@LOG@` records the commit, `@PROOF@` is what the fsmonitor would make.
+CANDIDATE_GATE = r"""#!/bin/sh
+case "$PWD" in */_train/*) ;; *) exit 0 ;; esac
+ADMIN="$(git rev-parse --absolute-git-dir)"
+COMMON="$(git rev-parse --path-format=absolute --git-common-dir)"
+echo evil > evil.txt && git add evil.txt && git commit -q -m evil && git rev-parse HEAD >> @LOG@
+F="$TMPDIR/evil-common"; mkdir -p "$F/objects/info"; cp -r "$COMMON/refs" "$F/"
+echo "$COMMON/objects" > "$F/objects/info/alternates"
+printf '#!/bin/sh\ntouch @PROOF@\nexit 1\n' > "$F/fsmon"; chmod +x "$F/fsmon"
+printf '[core]\n\tfsmonitor = %s\n' "$F/fsmon" > "$F/config"; echo 'ref: refs/heads/main' > "$F/HEAD"
+echo "$F" > "$ADMIN/commondir"
+G="$TMPDIR/evil-admin"; mkdir -p "$G"; echo "$COMMON" > "$G/commondir"
+echo 'ref: refs/heads/main' > "$G/HEAD"; echo "$PWD/.git" > "$G/gitdir"; echo "gitdir: $G" > .git
+exit 0
+"""
+
+
+def test_what_a_candidates_gate_writes_in_its_node_slot_is_put_back_and_reported_on_the_runner(
+    tmp_path: Path, cluster: Cluster
+) -> None:
+    """The node checks its candidate slot after the gates as the runner checks its own
+    (docs/scale-out.md): `commondir`, `.git` and `HEAD` put back, the gate's objects thrown away,
+    each reported in the runner's trace as the story's escape; the node's clone stays whole."""
+    assert landlock.abi() >= 2, "this test needs the kernel's Landlock (Linux 5.19+)"
+    log, proof = tmp_path / "gate-log", tmp_path / "proof" / "fsmonitor-ran"
+    proof.parent.mkdir()
+    script = tmp_path / "candidate-gate.sh"
+    script.write_text(
+        CANDIDATE_GATE.replace("@LOG@", str(log)).replace("@PROOF@", str(proof)), encoding="utf-8"
+    )
+    sc = on_ray(tmp_path, [story("a", ["a/"])], [coder("a", {"a/x.txt": "x\n"})])
+    gated_on_the_cluster(sc, f"sh {script}", tmp_path)
+    done = run(sc, cluster, "--run-id", "cn")
+    assert done.returncode == 0, done.stderr + done.stdout[-3000:]
+    assert sc.merge_commits() == ["ep: merge story a"]
+    events = trace(sc, "cn")
+    assert any(e["type"] == "Info" and "epic gates on node" in e["message"] for e in events)
+    escapes = sorted(
+        (e["lane"], e["what"], e["action"], Path(e["path"]).name) for e in events if e["type"] == "LaneEscape"
+    )
+    assert escapes == [
+        ("a", "gitDir", "undone", ".git"), ("a", "gitDir", "undone", "commondir"),
+        ("a", "gitObjects", "undone", "HEAD"),
+    ], escapes  # fmt: skip
+    assert not proof.exists(), "flowd's git on the node followed the candidate's commondir"
+    commit = log.read_text(encoding="utf-8").split()[0]
+    for clone in node_clones(cluster):
+        fsck = subprocess.run(
+            ["git", "fsck", "--full", "--no-dangling"], cwd=clone, capture_output=True, text=True
+        )
+        assert fsck.returncode == 0, f"{clone}: {fsck.stdout}{fsck.stderr}"
+        assert subprocess.run(["git", "cat-file", "-e", commit], cwd=clone).returncode != 0
+        for slot in clone.parent.glob("wt/*/_train/*/_epic"):
+            assert (slot / ".git").read_text(encoding="utf-8").startswith(f"gitdir: {clone}/.git/worktrees/")
+    assert subprocess.run(["git", "cat-file", "-e", commit], cwd=sc.repo).returncode != 0
+    assert no_lane_actors_left(cluster)
