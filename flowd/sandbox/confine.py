@@ -354,10 +354,11 @@ class Confinement:
         lane = self.lane_top(cwd)
         own = tuple(p for p in (lane, self._admin_dir(lane) if lane else None) if p is not None)
         found: list[tuple[str, str]] = []
-        for line in text.splitlines():
+        lines = text.splitlines()
+        for number, line in enumerate(lines):
             if not _DENIED.search(line):
                 continue
-            scoped = _scoped_refusal(line)
+            scoped = _scoped_refusal(line) or _python_scoped(lines[max(0, number - 3) : number], line)
             if scoped is not None:
                 if scoped not in found:
                     found.append(scoped)
@@ -415,6 +416,35 @@ def _scoped_refusal(line: str) -> tuple[str, str] | None:
     return None
 
 
+# Python's refused `os.kill`/`os.killpg`/`Popen.send_signal`/`socket.connect` (the scopes' EPERM,
+# no file named): `PermissionError: [Errno 1] Operation not permitted`, under the traceback's last
+# source line, which names the call (a script's or module's; `python3 -c` before 3.13 shows none).
+_PY_EPERM = re.compile(r"^\s*(?:PermissionError|OSError): \[Errno 1\] Operation not permitted\s*$")
+_PY_SIGNAL = re.compile(
+    r"\b(?:kill|killpg|send_signal|terminate|pidfd_send_signal|pthread_kill)\s*\(\s*(\d+)?(?=[\s,)])?"
+)
+_PY_CONNECT = re.compile(r"\.(?:connect|connect_ex|sendto)\s*\(")
+
+
+def _python_scoped(before: list[str], line: str) -> tuple[str, str] | None:
+    """("pid 123" or "a process", "signal"), or ("@name" or "abstract socket", "socket"), for
+    Python's report of a refused signal or abstract-socket connect: `line` its exception line,
+    `before` the lines above it (the traceback's last source line names the call)."""
+    if not _PY_EPERM.match(line):
+        return None
+    # The last line above that is not empty nor the markers 3.11 puts under the failing part.
+    source = next((b.strip() for b in reversed(before) if b.strip().strip("^~")), "")
+    if source.startswith(("File ", "Traceback ")):
+        return None  # no source shown: the call is not known, so it is not named
+    if _PY_CONNECT.search(source):
+        name = _ABSTRACT.search(source)
+        return (f"@{name.group(1)}" if name else "abstract socket", "socket")
+    kill = _PY_SIGNAL.search(source)
+    if kill is not None:
+        return (f"pid {kill.group(1)}" if kill.group(1) else "a process", "signal")
+    return None
+
+
 _PROC = re.compile(r"^/proc/(?:self|\d+)/(root|cwd)(?=/|$)")
 
 
@@ -430,9 +460,11 @@ def _where(token: str, cwd: Path) -> str:
 
 
 # A path as the tools print it: quoted (coreutils quotes ‘thus’ in a UTF-8 locale), or a bare
-# word holding a slash.
+# word starting with `/`, `~/` or `./`/`../` (not the tail of a word: git's `refs/tags/v1` in
+# "could not delete reference refs/tags/v1: Unable to create '…/packed-refs.lock'" is a ref's
+# name, not a path `/tags/v1` outside the lane; the refusal is the quoted lock file's).
 _PATH = re.compile(
-    r"""['"`‘]((?:~|\.{1,2})?/[^'"`‘’]*|[^'"`‘’\s]*/[^'"`‘’]*)['"`’]|((?:~|\.{1,2})?/[^\s:'",;)‘’]+)"""
+    r"""['"`‘]((?:~|\.{1,2})?/[^'"`‘’]*|[^'"`‘’\s]*/[^'"`‘’]*)['"`’]|(?<![\w.~/-])((?:~|\.{1,2})?/[^\s:'",;)‘’]+)"""
 )
 
 

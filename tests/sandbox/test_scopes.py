@@ -266,3 +266,53 @@ def test_a_kill_refused_in_a_script_is_named(repo: Path, victim: subprocess.Pope
         ("a", f"pid {victim.pid}", "signal", f"`bash {script}`"),
     ]
     assert victim.poll() is None
+
+
+def test_pythons_refused_kill_and_connect_are_named(repo: Path, victim: subprocess.Popen[bytes]) -> None:
+    """Python prints a refused `os.kill` or `socket.connect` as a traceback
+    whose last line names no file (`PermissionError: [Errno 1] Operation not permitted`): the
+    source line above it names the call (with 3.11's `^^^` markers under it)."""
+    lane = repo.parent / "repo.flowd" / "ep" / "a"
+    told: list[tuple[str, str, str, str]] = []
+    c = _confinement(repo)
+    c.report = lambda *args: told.append(args)
+    name = f"flowd-py-{os.getpid()}"
+    scripts = {
+        "kill": f"import os, signal\nos.kill({victim.pid}, signal.SIGTERM)\n",
+        "marked": f"import os\nok = os.kill({victim.pid}, 15) or None\n",
+        "connect": f"import socket\ns = socket.socket(socket.AF_UNIX)\ns.connect('\\0{name}')\n",
+    }
+    with socket.socket(socket.AF_UNIX) as server:
+        server.bind("\0" + name)
+        server.listen()
+        for what, text in scripts.items():
+            script = repo.parent / f"py-{what}.py"
+            script.write_text(text, encoding="utf-8")
+            done = _sh(c, lane, f"python3 {script}")
+            assert "[Errno 1] Operation not permitted" in done.stderr, done.stderr
+            c.scan(done.stderr, lane, what)
+    assert told == [
+        ("a", f"pid {victim.pid}", "signal", "kill"),
+        ("a", f"pid {victim.pid}", "signal", "marked"),
+        ("a", f"@{name}", "socket", "connect"),
+    ]
+    assert victim.poll() is None
+
+
+def test_a_refused_tag_delete_names_packed_refs_and_nothing_outside(repo: Path) -> None:
+    """`git tag -d` of a packed tag: "could not delete reference refs/tags/v1: Unable to create
+    '<common>/packed-refs.lock': Permission denied". The ref's name is not a path outside the
+    lane (it once was reported as `/tags/v1`, `outside`); the lock file is the refusal."""
+    subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@t", "tag", "-a", "v1", "-m", "v"],
+        cwd=repo,
+        check=True,
+    )
+    subprocess.run(["git", "pack-refs", "--all"], cwd=repo, check=True)
+    packed = (repo / ".git" / "packed-refs").read_bytes()
+    lane = repo.parent / "repo.flowd" / "ep" / "a"
+    c = _confinement(repo)
+    done = _sh(c, lane, "git tag -d v1")
+    assert "refs/tags/v1" in done.stderr and "Permission denied" in done.stderr, done.stderr
+    assert c.denials(done.stderr, lane) == [(str(repo / ".git" / "packed-refs"), "gitRef")]
+    assert (repo / ".git" / "packed-refs").read_bytes() == packed
