@@ -7,7 +7,6 @@ from __future__ import annotations
 import glob
 import os
 import shutil
-import signal
 import subprocess
 import tempfile
 from pathlib import Path
@@ -16,7 +15,7 @@ from flowd.sandbox import landlock
 from tests.engine.scenario import coder, git, story
 from tests.ray.cluster import Cluster
 from tests.ray.test_ray_lanes import gated_on_the_cluster, no_lane_actors_left, on_ray, run, trace
-from tests.sandbox.test_escape_campaign import Listener, _processes_sleeping
+from tests.sandbox.test_escape_campaign import Listener, _processes_sleeping, kill_strays, stay_name
 
 COMMON = '"$(git rev-parse --git-common-dir)"'
 # (the command, what the refusal is named as, the path it names, relative to the node's clone).
@@ -108,7 +107,7 @@ SEALED_ON_A_NODE = [
      "python3 -c \"import socket; s = socket.socket(socket.AF_UNIX); s.connect('\\0{ABSTRACT}'); s.sendall(b'ray')\""),
     ("a unix socket file of the user's",
      "python3 -c \"import socket; s = socket.socket(socket.AF_UNIX); s.connect('{SOCK}'); s.sendall(b'ray')\""),
-    ("outlive the lane", "(cd / && exec env -u FLOWD_LANE setsid sleep 86409 > /dev/null 2>&1 &)"),
+    ("outlive the lane", "(cd / && exec env -u FLOWD_LANE setsid sleep {STAY} > /dev/null 2>&1 &)"),
     ("COMMIT_EDITMSG linked to a file of the user's", f"ln -sf {{U}}/bashrc {ADMIN}/COMMIT_EDITMSG"),
     ("logs/HEAD linked to a file of the user's", f"rm -f {ADMIN}/logs/HEAD; ln -s {{U}}/reflog {ADMIN}/logs/HEAD"),
     # The node pushes the lane's branch: the remote's receive-pack (and upload-pack) are commands too.
@@ -125,6 +124,9 @@ SEALED_ON_A_NODE = [
 ]  # fmt: skip
 
 
+STAY = stay_name(86409)  # the would-be stray's `sleep`: unique to this test process
+
+
 def test_a_ray_lanes_sealed_techniques_do_not_land_on_its_node(tmp_path: Path, cluster: Cluster) -> None:
     assert landlock.abi() >= 2, "this test needs the kernel's Landlock (Linux 5.19+)"
     proof, user = tmp_path / "proof", tmp_path / "user"
@@ -137,7 +139,7 @@ def test_a_ray_lanes_sealed_techniques_do_not_land_on_its_node(tmp_path: Path, c
     agent_dir = Path(tempfile.mkdtemp(prefix="ssh-", dir="/tmp"))  # where ssh-agent makes its socket
     sock = Listener(str(agent_dir / "agent.1"))
     try:
-        places = {"P": str(proof), "U": str(user), "EDITOR": str(editor.pid),
+        places = {"P": str(proof), "U": str(user), "EDITOR": str(editor.pid), "STAY": STAY,
                   "ABSTRACT": abstract.sock.getsockname()[1:].decode(), "SOCK": str(agent_dir / "agent.1")}  # fmt: skip
         commands = [f"{{ {command.format(**places)} ; }} 2>&1 || true" for _, command in SEALED_ON_A_NODE]
         sc = on_ray(tmp_path, [story("a", ["a/"])], [coder("a", {"a/x.txt": "x\n"}, run=commands)])
@@ -147,7 +149,7 @@ def test_a_ray_lanes_sealed_techniques_do_not_land_on_its_node(tmp_path: Path, c
             landed.append(f"SIGTERM the user's editor: it died ({editor.returncode})")
         if abstract.heard or sock.heard:
             landed.append(f"the user's sockets were connected to: {abstract.heard} {sock.heard}")
-        if _processes_sleeping("86409"):
+        if _processes_sleeping(STAY):
             landed.append("a process of the lane outlived the run")
         landed += [f"a driver ran outside the lane: {p}" for p in glob.glob(str(proof / "*"))]
         for name in ("bashrc", "reflog"):
@@ -182,8 +184,7 @@ def test_a_ray_lanes_sealed_techniques_do_not_land_on_its_node(tmp_path: Path, c
         abstract.close()
         sock.close()
         shutil.rmtree(agent_dir)
-        for pid in _processes_sleeping("86409"):
-            os.kill(pid, signal.SIGKILL)
+        kill_strays([STAY])
 
 
 # A merge candidate's epic gate on a node (`candidateGates = "cluster"`): it commits in the

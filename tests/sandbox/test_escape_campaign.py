@@ -6,6 +6,7 @@ as a `LaneEscape` `denied`, the victim is never blamed, and both stories still f
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import shutil
@@ -15,7 +16,8 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from types import FrameType
 
@@ -149,7 +151,25 @@ def test_no_technique_lands_from_an_agent_turn_or_a_gate(
 # user's processes and sockets.
 RUNNER_SIGNALS = {"agent": 35, "gate": 36, "setup": 37, "epic": 38}  # SIGRTMIN+1..4
 VICTIM_SIGNALS = {"agent": "USR1", "gate": "USR2", "setup": "HUP", "epic": "ALRM"}
-STAY = {"agent": "86401", "gate": "86402", "setup": "86403", "epic": "86404"}
+
+
+def stay_name(base: int, pid: int | None = None) -> str:
+    """A `sleep` argument unique to the test process `pid` (this one: `STAY`): `<base>.<pid>` seconds."""
+    return f"{base}.{os.getpid() if pid is None else pid}"
+
+
+def kill_strays(names: Iterable[str]) -> None:
+    """Kill what outlived its lane: the processes sleeping one of `names` (this copy's, `STAY`)."""
+    for seconds in names:
+        for pid in _processes_sleeping(seconds):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+# How long each origin's would-be stray sleeps: its name, unique to this copy of the test (the
+# test process's pid as the fraction), so a copy running beside it never finds or kills this
+# copy's strays, nor this copy another's (`_processes_sleeping`).
+STAY = {tag: stay_name(86400 + n) for n, tag in enumerate(("agent", "gate", "setup", "epic"), start=1)}
 RUNNER_SECRET = "RUNNER-ENV-SECRET-5c1e07"
 
 
@@ -279,6 +299,8 @@ def _files(pattern: str) -> dict[str, bytes]:
 
 
 def _processes_sleeping(seconds: str) -> list[int]:
+    """The processes whose command line is exactly `sleep <seconds>`: `seconds` names them, so a
+    caller passes one only its own attackers use (`STAY`, `stay_name`)."""
     found = []
     for entry in Path("/proc").iterdir():
         try:
@@ -446,9 +468,7 @@ def test_no_sealed_technique_lands_from_any_origin(tmp_path: Path, monkeypatch: 
         for listener in (*abstract.values(), *sock.values()):
             listener.close()
         shutil.rmtree(agent_dir)
-        for seconds in STAY.values():
-            for pid in _processes_sleeping(seconds):
-                os.kill(pid, signal.SIGKILL)
+        kill_strays(STAY.values())
 
 
 def _sealed_settings(sc: Scenario, scripts: dict[str, Path], lanes: Path) -> None:
@@ -586,3 +606,24 @@ def _check_sealed(
     assert ended.get("ea") == "done", report  # its merge is what ran the epic gates' campaign
     assert (landed, unnamed, repository) == ([], [], []), report
     assert len(ALL_SEALED) >= 20
+
+
+def test_a_copy_of_the_campaign_finds_and_kills_only_its_own_strays() -> None:
+    """Two copies of the campaign at once (the lead's `make test` beside a helper's run): each
+    names its would-be strays by its own pid, so neither reports nor kills the other's."""
+    other_copy = stay_name(86401, pid=os.getpid() + 1)
+    ours = subprocess.Popen(["sleep", STAY["agent"]], start_new_session=True)
+    theirs = subprocess.Popen(["sleep", other_copy], start_new_session=True)
+    try:
+        for _ in range(100):  # until both have exec'd `sleep`
+            if _processes_sleeping(STAY["agent"]) and _processes_sleeping(other_copy):
+                break
+            time.sleep(0.02)
+        assert _processes_sleeping(STAY["agent"]) == [ours.pid]
+        kill_strays(STAY.values())
+        assert ours.wait(timeout=10) == -signal.SIGKILL
+        assert theirs.poll() is None and _processes_sleeping(other_copy) == [theirs.pid]
+    finally:
+        for process in (ours, theirs):
+            process.kill()
+            process.wait()
