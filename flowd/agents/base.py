@@ -16,6 +16,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
+from flowd.agents.reaper_native import native_reaper
 from flowd.base.wire import WireModel
 
 FailureKind = Literal[
@@ -140,8 +141,10 @@ class Executor(Protocol):
 AGENT_DEFAULT_ENV = {"CLAUDE_CODE_ENABLE_PROMPT_SUGGESTION": "false", "CLAUDE_CODE_MAX_RETRIES": "2"}
 
 
-def reaped(command: list[str], path: str | None = None) -> list[str]:
-    """`command` run under flowd's reaper, so it dies with flowd (flowd/agents/reaper.py).
+def reaped(command: list[str], path: str | None = None, *, native: bool = True) -> list[str]:
+    """`command` run under flowd's reaper, so it dies with flowd (flowd/agents/reaper.py): the
+    native one (flowd/agents/reaper_native.py, no Python start) where there is one and `native`,
+    else reaper.py.
 
     Raises `AgentError("unavailable")` when the program is not there: one sentence, before any
     process starts.
@@ -152,6 +155,9 @@ def reaped(command: list[str], path: str | None = None) -> list[str]:
         where = "not found on PATH" if os.sep not in program else "missing or not executable"
         fix = "install it, or give the roster entry's `command` its full path"
         raise AgentError("unavailable", f"cannot start {program}: {where} ({fix})")
+    fast = native_reaper() if native else None
+    if fast is not None:
+        return [fast, str(os.getpid()), "--", found, *command[1:]]
     reaper = str(Path(__file__).with_name("reaper.py"))
     return [sys.executable, "-I", "-S", reaper, str(os.getpid()), "--", found, *command[1:]]
 

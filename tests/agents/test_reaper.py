@@ -1,4 +1,6 @@
-"""flowd's reaper: an agent (and what it started) dies with flowd, however flowd ends."""
+"""flowd's reaper: an agent (and what it started) dies with flowd, however flowd ends. Each test
+runs against both reapers: the native one (flowd/agents/reaper_native.py, what flowd starts on
+x86-64) and reaper.py (elsewhere)."""
 
 from __future__ import annotations
 
@@ -10,7 +12,10 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from flowd.agents.base import reaped
+from flowd.agents.reaper_native import native_reaper
 from flowd.engine.gates import run_command
 from flowd.trace.log import pid_alive
 
@@ -18,8 +23,8 @@ from flowd.trace.log import pid_alive
 PARENT = """
 import subprocess, sys, time
 from flowd.agents.base import reaped
-proc = subprocess.Popen(reaped(["sh", "-c", "sleep 300 & echo $!; wait"]), stdout=subprocess.PIPE,
-                        text=True, start_new_session=True)
+argv = reaped(["sh", "-c", "sleep 300 & echo $!; wait"], native=sys.argv[2] == "native")
+proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, start_new_session=True)
 print(proc.pid, proc.stdout.readline().strip(), flush=True)
 if sys.argv[1] == "exit":
     print(proc.wait(), flush=True)
@@ -40,16 +45,23 @@ def _gone(pids: list[int], seconds: float = 10.0) -> bool:
     return False
 
 
-def _start(mode: str) -> tuple[subprocess.Popen[str], list[int]]:
-    parent = subprocess.Popen([sys.executable, "-c", PARENT, mode], stdout=subprocess.PIPE, text=True)
+@pytest.fixture(params=["native", "python"])
+def kind(request: pytest.FixtureRequest) -> str:
+    if request.param == "native":
+        assert native_reaper() is not None, "the native reaper is x86-64 code (this machine: another)"
+    return str(request.param)
+
+
+def _start(mode: str, kind: str) -> tuple[subprocess.Popen[str], list[int]]:
+    parent = subprocess.Popen([sys.executable, "-c", PARENT, mode, kind], stdout=subprocess.PIPE, text=True)
     assert parent.stdout is not None
     pids = [int(p) for p in parent.stdout.readline().split()]
     assert len(pids) == 2 and all(_alive(p) for p in pids)
     return parent, pids
 
 
-def test_sigkill_of_the_parent_takes_the_agent_and_its_children() -> None:
-    parent, pids = _start("hold")
+def test_sigkill_of_the_parent_takes_the_agent_and_its_children(kind: str) -> None:
+    parent, pids = _start("hold", kind)
     try:
         parent.kill()
         parent.wait(10)
@@ -62,8 +74,8 @@ def test_sigkill_of_the_parent_takes_the_agent_and_its_children() -> None:
             parent.stdout.close()
 
 
-def test_sigterm_of_the_reaper_stops_the_agent_group() -> None:
-    parent, (reaper, sleeper) = _start("exit")
+def test_sigterm_of_the_reaper_stops_the_agent_group(kind: str) -> None:
+    parent, (reaper, sleeper) = _start("exit", kind)
     try:
         os.kill(reaper, signal.SIGTERM)
         assert parent.stdout is not None
@@ -88,9 +100,10 @@ def _runaway_pid(out: str) -> int:
     return int(out.split()[0])
 
 
-def test_what_a_command_leaves_running_dies_when_it_ends() -> None:
+def test_what_a_command_leaves_running_dies_when_it_ends(kind: str) -> None:
     """The reaper is its subtree's subreaper: a `setsid` double fork is still below it."""
-    done = subprocess.run(reaped(["sh", "-c", RUNAWAY]), capture_output=True, text=True, timeout=60)
+    argv = reaped(["sh", "-c", RUNAWAY], native=kind == "native")
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert _gone([_runaway_pid(done.stdout)])
 
@@ -107,3 +120,30 @@ def test_a_gate_stopped_on_its_timeout_leaves_nothing_running(tmp_path: Path) ->
     run = asyncio.run(run_command(f"{RUNAWAY}; sleep 300", tmp_path, log=log, timeout_s=2))
     assert not run.ok and run.exit_code == -1
     assert _gone([_runaway_pid(log.read_text())])
+
+
+def test_the_reaper_exits_with_the_commands_status(kind: str) -> None:
+    """The command's exit code, 128 + the signal that killed it, 127 and one line when it cannot
+    be started; a command that ignores SIGTERM is killed after the grace, with what it started."""
+    native = kind == "native"
+    assert subprocess.run(reaped(["sh", "-c", "exit 3"], native=native)).returncode == 3
+    assert subprocess.run(reaped(["sh", "-c", "kill -9 $$"], native=native)).returncode == 128 + 9
+    gone = reaped(["sh"], native=native)
+    gone[gone.index("--") + 1] = "/no/such/program"
+    done = subprocess.run(gone, capture_output=True, text=True)
+    assert done.returncode == 127 and "cannot start /no/such/program" in done.stderr
+    stubborn = reaped(
+        ["sh", "-c", "trap '' TERM; sleep 300 & echo $!; while :; do sleep 0.1; done"], native=native
+    )
+    process = subprocess.Popen(stubborn, stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert process.stdout is not None
+        sleeper = int(process.stdout.readline())
+        process.terminate()
+        assert process.wait(timeout=30) == 128 + signal.SIGTERM
+        assert _gone([sleeper])
+    finally:
+        process.kill()
+        process.wait()
+        if process.stdout is not None:
+            process.stdout.close()

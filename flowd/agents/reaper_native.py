@@ -1,0 +1,84 @@
+"""flowd's reaper as a tiny static x86-64 program (flowd/agents/reaper_x86_64.s): what
+flowd/agents/reaper.py does, without starting a Python interpreter for every agent, gate and
+setup command (docs/sandbox.md "Processes"; `bench/reaper.py` measures the difference).
+
+The bytes are `as` + `ld -s -n -static` of flowd/agents/reaper_x86_64.s (1320 bytes); it takes
+the same arguments as reaper.py (`<parent pid> -- <program path> [args...]`; the path must be
+resolved, as `reaped` does). flowd writes it once per user under the cache dir, a place no lane
+may write, beside the binder (flowd/sandbox/bind.py). Other architectures, or a cache dir that
+cannot be written, use reaper.py.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import platform
+import tempfile
+from pathlib import Path
+
+_X86_64 = (
+    "f0VMRgIBAQAAAAAAAAAAAAIAPgABAAAAeABAAAAAAABAAAAAAAAAAGgEAAAAAAAAAAAAAEAAOAABAEAAAwACAAEAAAAFAAAA"
+    "eAAAAAAAAAB4AEAAAAAAAHgAQAAAAAAA2QMAAAAAAADZAwAAAAAAAAEAAAAAAAAATIssJEyNfCQIS41c7whJg/0ED4wBAgAA"
+    "SYt3EGaBPi0tD4XyAQAAgH4CAA+F6AEAAEmLdwjoGQMAAEGJxEiB7EAQAABJieVJx0UAA0ABALgOAAAAMf9Mie5JjVUIQboI"
+    "AAAADwVJx0UYAAAAAEnHRSAAAAAAScdFKAAAAABJx0UwAAAAAL8BAAAA6IUCAAC/AgAAAOh7AgAAvw8AAADocQIAAL8RAAAA"
+    "6GcCAAC/AQAAAL4PAAAA6GwCAAC/JAAAAL4BAAAA6F0CAABFMfa9DwAAALhuAAAADwVEOeAPheUAAAC4OQAAAA8FSIXAD4ie"
+    "AAAAdHJJica4gAAAAEyJ7zH2MdJBuggAAAAPBYP4EXQMSIXAeOKJxemrAAAAuD0AAABIx8f/////SY11ELoBAAAARTHSDwVI"
+    "hcB+vEw58HXc6PAAAABBi0UQiceD5390C4HHgAAAAOnTAAAAwegID7b46cgAAAC4DgAAAL8CAAAASY11CDHSQboIAAAADwVJ"
+    "i38YSY13GEiJ2rg7AAAADwVIjTXSAQAAuhsAAADolgEAAEmLdxjomgEAAOiIAQAASI01zgEAALoBAAAA6HcBAAC/fwAAAOtn"
+    "TYX2dD+4PgAAAEyJ974PAAAADwVBvCgAAAC4PQAAAEyJ90mNdRC6AQAAAEUx0g8FSIXAdQ+4gPD6AujzAAAAQf/MddboJQAA"
+    "AI29gAAAAOsWSI01ZgEAALo4AAAA6A4BAAC/AgAAALg8AAAADwVBVFNBvEAAAAC4AgAAAEiNPXMBAAAx9g8FSIXAeH9Iiccx"
+    "wEmNdUC6/w8AAA8FSInDuAMAAAAPBUiF235gSY11QEyNBB4xwEw5xn05D7YOSP/Gg/kgdBGD6TCD+Ql3JkhrwApIAcjr30iD"
+    "+AF+E1ZQSInHuD4AAAC+CQAAAA8FWF4xwOvC6BwAAAC4gJaYAOgwAAAAQf/MD4Vs////6AQAAABbQVzDuD0AAABIx8f/////"
+    "Mfa6AQAAAEUx0g8FSIXAf+PDScdFGAAAAABJiUUguCMAAABJjX0YMfYPBcO4DQAAAEmNdRgx0kG6CAAAAA8Fw7idAAAAMdJF"
+    "MdJFMcAPBcO4AQAAAL8CAAAADwXDMdKAPBYAdAVI/8Lr9cMxwA+2DoTJdA2D6TBrwAoByEj/xuvsw2Zsb3dkLXJlYXBlcjog"
+    "Y2Fubm90IHN0YXJ0IAp1c2FnZTogZmxvd2QtcmVhcGVyIDxwYXJlbnQgcGlkPiAtLSA8cHJvZ3JhbT4gW2FyZ3MuLi5dCi9w"
+    "cm9jL3RocmVhZC1zZWxmL2NoaWxkcmVuAAAuc2hzdHJ0YWIALnRleHQAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"
+    "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAsAAAABAAAABgAAAAAAAAB4AEAAAAAAAHgAAAAAAAAA"
+    "2QMAAAAAAAAAAAAAAAAAAAEAAAAAAAAAAAAAAAAAAAABAAAAAwAAAAAAAAAAAAAAAAAAAAAAAABRBAAAAAAAABEAAAAAAAAA"
+    "AAAAAAAAAAABAAAAAAAAAAAAAAAAAAAA"
+)
+SHA256 = "2029e2ade8db7402e8f133eff7550c4e61e64a985b12119a433ea069167573f1"
+_decoded: dict[str, bytes | None] = {}
+
+
+def blob() -> bytes | None:
+    """The native reaper for this machine, or None (not x86-64)."""
+    return base64.b64decode("".join(_X86_64)) if platform.machine() == "x86_64" else None
+
+
+def _checked() -> bytes | None:
+    """The blob, once decoded and found to be what `SHA256` says."""
+    if "blob" not in _decoded:
+        data = blob()
+        _decoded["blob"] = data if data is not None and hashlib.sha256(data).hexdigest() == SHA256 else None
+    return _decoded["blob"]
+
+
+def native_reaper() -> str | None:
+    """The native reaper's path (written on first use, then found with one `stat` per process
+    start), or None where there is none: the caller runs reaper.py."""
+    data = _checked()
+    if data is None:
+        return None
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "flowd"
+    target = cache / f"flowd-reaper-{SHA256[:12]}"
+    try:
+        if target.stat().st_size == len(data):
+            return str(target)
+    except OSError:
+        pass
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+        fd, temp = tempfile.mkstemp(dir=cache, prefix=".reaper-")
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+        os.chmod(temp, 0o755)
+        os.replace(temp, target)
+    except OSError:
+        return None
+    return str(target)
+
+
+__all__ = ["SHA256", "blob", "native_reaper"]
