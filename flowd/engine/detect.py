@@ -534,7 +534,7 @@ class Detector:
 
     def _report_candidate(self, problem: AdminProblem, lane: str | None) -> None:
         action: EscapeAction = "undone" if problem.put_back else "reported"
-        if lane is not None and problem.what in ("gitDir", "gitObjects"):
+        if lane is not None and not problem.earlier and problem.what in ("gitDir", "gitObjects"):
             what: EscapeWhat = "gitObjects" if problem.what == "gitObjects" else "gitDir"
             self.emit(LaneEscape(lane=lane, path=str(problem.path), what=what, action=action))
             return

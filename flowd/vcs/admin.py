@@ -53,6 +53,9 @@ class AdminProblem:
     # The `LaneEscape.what` it is reported as; None: no escape, a fact an `Info` says (objects a
     # merge-train candidate's gates wrote and no ref names, thrown away: `check_candidate`).
     what: str | None = "gitDir"
+    # Found before a candidate's gates ran (a cluster node's slot checked before its reuse): left
+    # by an earlier candidate's gates, so never blamed on this one's story.
+    earlier: bool = False
 
 
 def check_admin(common_dir: Path, wt: Path, head: str | None = None) -> list[AdminProblem]:

@@ -15,7 +15,7 @@ import contextlib
 import os
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from flowd.base import layout
@@ -70,7 +70,8 @@ def check_out(host: LaneHost, spec: GateSpec, worktree: Path) -> list[AdminProbl
     """The candidate's tip at `worktree`, detached: fetched under the node's lock (a fetch must
     not overlap a worktree change, node.py's `NodeLock`), then checked out as the runner does.
     A slot used before has its admin files and object store checked first, as the runner checks
-    its own (flowd/vcs/admin.py `check_candidate`): what is returned was found and put back."""
+    its own (flowd/vcs/admin.py `check_candidate`): what is returned was found and put back,
+    marked `earlier` (an earlier candidate's gates left it: never blamed on this one's story)."""
     repo = host.ensure_clone()
     fetched = f"refs/{FETCHED_REFS}/candidates/{spec.run_id}/c{spec.cid}"
     found: list[AdminProblem] = []
@@ -81,7 +82,7 @@ def check_out(host: LaneHost, spec: GateSpec, worktree: Path) -> list[AdminProbl
         if os.path.lexists(worktree / ".git"):
             # What a gate that ran here before left in the slot's admin files (its check after
             # the gates missed it: an actor killed mid-run) is data, never followed.
-            found = check_candidate(repo.common_dir, worktree, spec.tip)
+            found = [replace(p, earlier=True) for p in check_candidate(repo.common_dir, worktree, spec.tip)]
             repo.check_out_detached(worktree, spec.tip)  # a slot used before: only what differs
         else:
             worktree.parent.mkdir(parents=True, exist_ok=True)
