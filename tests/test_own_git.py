@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from flowd.vcs import gitcli
-from flowd.vcs.admin import check_admin
+from flowd.vcs.admin import check_admin, check_candidate
 from flowd.vcs.gitcli import GitDirChanged, git_env, pin_of, run_git
 from flowd.vcs.gitops import Repo
 from tests.test_gitops import git, make_repo, no_user_config  # noqa: F401 (the fixture)
@@ -352,3 +352,37 @@ def test_core_ssh_command_from_a_config_is_not_what_flowds_git_runs(lane, tmp_pa
     env = {k: v for k, v in git_env().items() if k != "GIT_SSH_COMMAND"}
     subprocess.run(["git", "ls-remote", url], cwd=wt, env=env, capture_output=True, check=False)
     assert marker.exists()
+
+
+def test_a_candidates_head_naming_no_object_is_put_back_and_its_objects_thrown_away(lane) -> None:
+    """A merge-train candidate after its gates (flowd/vcs/admin.py `check_candidate`): a `HEAD`
+    naming a commit the repository does not hold is put back at the candidate's tip, the
+    quarantine (a blob a gate's `git add` wrote) is thrown away, and the index, which named that
+    blob, is read from `HEAD` again: the repository's `git fsck` finds nothing missing."""
+    repo, wt, admin = lane
+    tip = git(wt, "rev-parse", "HEAD").strip()
+    git(wt, "checkout", "-q", "--detach")
+    q = admin / "flowd-objects"
+    q.mkdir()
+    store = {
+        "GIT_OBJECT_DIRECTORY": str(q),
+        "GIT_ALTERNATE_OBJECT_DIRECTORIES": str(repo.common_dir / "objects"),
+    }
+    (wt / "gate.txt").write_text("written by a gate\n")
+    subprocess.run(["git", "add", "gate.txt"], cwd=wt, env={**os.environ, **store}, check=True)
+    (admin / "HEAD").write_text("f" * 40 + "\n")
+    assert (
+        subprocess.run(["git", "fsck", "--no-dangling"], cwd=repo.root, capture_output=True).returncode != 0
+    )
+    found = check_candidate(repo.common_dir, wt, tip)
+    assert [(p.path.name, p.what, p.put_back) for p in found] == [
+        ("flowd-objects", None, True), ("HEAD", "gitObjects", True)
+    ], found  # fmt: skip
+    assert (admin / "HEAD").read_text() == tip + "\n" and not q.exists()
+    fsck = subprocess.run(["git", "fsck", "--no-dangling"], cwd=repo.root, capture_output=True, text=True)
+    assert fsck.returncode == 0, fsck.stdout + fsck.stderr
+    staged = subprocess.run(
+        ["git", "diff-index", "--cached", "--name-only", "HEAD"], cwd=wt, capture_output=True, text=True
+    )
+    assert staged.returncode == 0 and staged.stdout == "", staged.stdout  # the index is HEAD's again
+    assert check_candidate(repo.common_dir, wt, tip) == []
