@@ -5,8 +5,8 @@ setup command (docs/sandbox.md "Processes"; `bench/reaper.py` measures the diffe
 The bytes are `as` + `ld -s -n -static` of flowd/agents/reaper_x86_64.s (1320 bytes); it takes
 the same arguments as reaper.py (`<parent pid> -- <program path> [args...]`; the path must be
 resolved, as `reaped` does). flowd writes it once per user under the cache dir, a place no lane
-may write, beside the binder (flowd/sandbox/bind.py). Other architectures, or a cache dir that
-cannot be written, use reaper.py.
+may write, beside the binder (flowd/sandbox/bind.py). Other architectures, a kernel that does not
+list a process's children in /proc, or a cache dir that cannot be written, use reaper.py.
 """
 
 from __future__ import annotations
@@ -56,11 +56,20 @@ def _checked() -> bytes | None:
     return _decoded["blob"]
 
 
+def _children_listed() -> bool:
+    """Whether this kernel lists a process's children (`/proc/thread-self/children`,
+    CONFIG_PROC_CHILDREN, on in the usual distributions' kernels): the native reaper finds what is
+    below it there, and without it would leave a command's leftovers running."""
+    if "children" not in _decoded:
+        _decoded["children"] = b"y" if os.path.exists("/proc/thread-self/children") else None
+    return _decoded["children"] is not None
+
+
 def native_reaper() -> str | None:
     """The native reaper's path (written on first use, then found with one `stat` per process
     start), or None where there is none: the caller runs reaper.py."""
     data = _checked()
-    if data is None:
+    if data is None or not _children_listed():
         return None
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "flowd"
     target = cache / f"flowd-reaper-{SHA256[:12]}"
