@@ -41,6 +41,7 @@ _X86_64 = (
 )
 SHA256 = "2029e2ade8db7402e8f133eff7550c4e61e64a985b12119a433ea069167573f1"
 _decoded: dict[str, bytes | None] = {}
+_listed: dict[str, bool] = {}
 
 
 def blob() -> bytes | None:
@@ -60,9 +61,9 @@ def _children_listed() -> bool:
     """Whether this kernel lists a process's children (`/proc/thread-self/children`,
     CONFIG_PROC_CHILDREN, on in the usual distributions' kernels): the native reaper finds what is
     below it there, and without it would leave a command's leftovers running."""
-    if "children" not in _decoded:
-        _decoded["children"] = b"y" if os.path.exists("/proc/thread-self/children") else None
-    return _decoded["children"] is not None
+    if "children" not in _listed:
+        _listed["children"] = os.path.exists("/proc/thread-self/children")
+    return _listed["children"]
 
 
 def native_reaper() -> str | None:
