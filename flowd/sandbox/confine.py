@@ -17,7 +17,7 @@ import secrets
 import shutil
 import stat
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -347,16 +347,18 @@ class Confinement:
         return (str(len(found)), *sockets.id_maps(), *found)
 
     # -- refusals -----------------------------------------------------------------------------
-    def denials(self, text: str, cwd: Path) -> list[tuple[str, str]]:
+    def denials(self, text: str, cwd: Path, before: Sequence[str] = ()) -> list[tuple[str, str]]:
         """(path, what) for every protected path a refusal in `text` names (docs/sandbox.md
         "Refusals"): the messages of sh, coreutils, git, Python and Node all name the path on
-        the line that says `Permission denied` / `EACCES` / `Operation not permitted`."""
+        the line that says `Permission denied` / `EACCES` / `Operation not permitted`. `before`:
+        the lines the same output printed just before `text` (a Python traceback's source line
+        may come in an earlier read than its exception's), context only."""
         lane = self.lane_top(cwd)
         own = tuple(p for p in (lane, self._admin_dir(lane) if lane else None) if p is not None)
         found: list[tuple[str, str]] = []
-        lines = text.splitlines()
+        lines = [*before, *text.splitlines()]
         for number, line in enumerate(lines):
-            if not _DENIED.search(line):
+            if number < len(before) or not _DENIED.search(line):
                 continue
             scoped = _scoped_refusal(line) or _python_scoped(lines[max(0, number - 3) : number], line)
             if scoped is not None:
@@ -372,13 +374,14 @@ class Confinement:
                     found.append((full, what))
         return found
 
-    def scan(self, text: str, cwd: Path, origin: str) -> None:
-        """Report each new refusal `text` shows, once per lane, path and `origin` (who tried)."""
+    def scan(self, text: str, cwd: Path, origin: str, before: Sequence[str] = ()) -> None:
+        """Report each new refusal `text` shows, once per lane, path and `origin` (who tried);
+        `before` as `denials` takes it."""
         if not self.enforcing or self.report is None or not _DENIED.search(text):
             return
         top = self.lane_top(cwd)
         lane = story_of_worktree(top.name) if top is not None else ""
-        for path, what in self.denials(text, cwd):
+        for path, what in self.denials(text, cwd, before):
             self._tell(lane, path, what, origin)
 
 
@@ -507,6 +510,7 @@ class Scanner:
         self.confinement = confinement if confinement is not None and confinement.enforcing else None
         self.cwd, self.origin = cwd, origin
         self._rest = b""
+        self._before: list[str] = []
 
     def feed(self, chunk: bytes) -> None:
         if self.confinement is None:
@@ -519,7 +523,9 @@ class Scanner:
         self._rest = data[cut + 1 :][-4096:]
         lines = data[: cut + 1]
         if any(mark in lines for mark in _MARKS):
-            self.confinement.scan(lines.decode("utf-8", "replace"), self.cwd, self.origin)
+            self.confinement.scan(lines.decode("utf-8", "replace"), self.cwd, self.origin, self._before)
+        # The last lines, context for the next read's (a traceback's source line, then its error).
+        self._before = lines[-1024:].decode("utf-8", "replace").splitlines()[-3:]
 
     def feed_json(self, line: bytes) -> None:
         """One JSON line of an agent's event stream (a CLI agent's stdout): the refusals its

@@ -326,6 +326,14 @@ SEALED: list[Technique] = [
         "Landlock ABI 6 signal scope",
     ),
     Technique(
+        "SIGTERM the user's editor from Python (os.kill)",
+        'printf \'import os, signal\\nos.kill({EDITOR}, signal.SIGTERM)\\n\' > "$E/kill.py"; python3 "$E/kill.py"',
+        "pid {EDITOR}",
+        "signal",
+        "alive:editor",
+        "Landlock ABI 6 signal scope",
+    ),
+    Technique(
         "signal the flowd runner",
         "kill -{SIG} {RUNNER}",
         "a process",
