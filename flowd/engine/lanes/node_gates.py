@@ -24,7 +24,7 @@ from flowd.engine.confinement import run_confinement
 from flowd.engine.gates import CommandRun, run_gates
 from flowd.engine.lanes.node_lane import FETCHED_REFS, LaneHost, LaneMessage, drained
 from flowd.events.model import Event
-from flowd.sandbox.confine import active
+from flowd.sandbox.confine import Confinement, active
 from flowd.store.config import Settings
 from flowd.vcs.admin import AdminProblem, check_candidate
 from flowd.vcs.gitcli import GitError, run_git
@@ -102,6 +102,7 @@ async def gate_candidate(
     worktree = slots.take()
     key = f"{layout.EPIC_LANE}#c{spec.cid}"
     queue: asyncio.Queue[LaneMessage] = asyncio.Queue()
+    confinement: Confinement | None = None
     try:
         repo = await asyncio.to_thread(host.ensure_clone)
         found = await asyncio.to_thread(check_out, host, spec, worktree)
@@ -134,6 +135,8 @@ async def gate_candidate(
             yield [(PLANTED, found, time.time())]
         yield [(GATED, red, time.time())]
     finally:
+        if confinement is not None:
+            confinement.close()  # the temp folder of a process started where no lane is
         host.ports.release(key)
         slots.give_back(worktree)
 
