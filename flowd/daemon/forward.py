@@ -13,12 +13,10 @@ from __future__ import annotations
 
 import contextlib
 import json
-import logging
 import os
 import subprocess
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 from urllib.parse import unquote, urlparse
@@ -26,19 +24,19 @@ from urllib.parse import unquote, urlparse
 from flowd.base.errors import FlowdError
 from flowd.daemon import client
 
-log = logging.getLogger(__name__)
-
 REQUEST_FAILED = -32803
 CONTROL = "$/flowd/daemon"  # the daemon's word to its forwarders; never reaches the editor
 RECONNECTS = 3
 
 
-@dataclass
+# Plain classes, not dataclasses: importing `dataclasses` (and `inspect` under it) is a few ms of
+# every editor reload's start (docs/performance.md, "The repository's daemon (issue 52)").
 class Fallback:
     """Serve in-process: `buffered` is what was read of the editor's input already."""
 
-    buffered: bytes
-    why: str | None = None
+    def __init__(self, buffered: bytes, why: str | None = None) -> None:
+        self.buffered = buffered
+        self.why = why
 
 
 def read_frame(stream: BinaryIO) -> bytes | None:
@@ -140,13 +138,13 @@ def apply_changes(text: str, changes: Any, encoding: str) -> str:
     return text
 
 
-@dataclass
 class Document:
     """An open document as the editor last described it: what a replay opens it with."""
 
-    language: str
-    version: int
-    text: str
+    def __init__(self, language: str, version: int, text: str) -> None:
+        self.language = language
+        self.version = version
+        self.text = text
 
     def reopen(self, uri: str) -> bytes:
         item = {"uri": uri, "languageId": self.language, "version": self.version, "text": self.text}
@@ -154,18 +152,18 @@ class Document:
         return json.dumps(message).encode()
 
 
-@dataclass
 class Replay:
     """What a new daemon is told so the session goes on as it was. Each open document is kept as
     one text, its didChanges applied as they pass: a replay re-opens it with its latest text, so a
     long editing session replays in the size of its open documents, not of its typing."""
 
-    initialize: dict[str, Any] | None = None
-    initialized: bool = False
-    encoding: str = "utf-16"  # the session's position encoding, as the daemon chose it
-    documents: dict[str, Document] = field(default_factory=dict)
-    pending: dict[Any, str] = field(default_factory=dict)  # the editor's requests awaiting answers
-    exiting: bool = False
+    def __init__(self) -> None:
+        self.initialize: dict[str, Any] | None = None
+        self.initialized = False
+        self.encoding = "utf-16"  # the session's position encoding, as the daemon chose it
+        self.documents: dict[str, Document] = {}
+        self.pending: dict[Any, str] = {}  # the editor's requests awaiting answers
+        self.exiting = False
 
     def note(self, message: dict[str, Any], body: bytes) -> bool:
         """Record `message`; True when it is a document's message (a replay re-sends it)."""
@@ -391,7 +389,9 @@ class Forwarder:
             except FlowdError as exc:
                 last = str(exc)
                 continue
-            log.info("reconnected to the daemon (%s)", why)
+            import logging  # only here: the forwarder's start imports no logging
+
+            logging.getLogger(__name__).info("reconnected to the daemon (%s)", why)
             self._connected.set()
             if replaced:
                 self.show(replaced, kind=3)

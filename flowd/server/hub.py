@@ -20,6 +20,8 @@ from flowd.server.watch import Anchors, Key, Locate, Rescan, WorktreeWatches
 from flowd.vcs.gitops import Repo
 
 if TYPE_CHECKING:
+    from cattrs import Converter
+
     from flowd.control.shapes import Places
     from flowd.events.model import Envelope
     from flowd.trace.usage import Pricer
@@ -40,6 +42,7 @@ class Hub(RunHooks):
         # Each story worktree watched once, whatever the number of sessions watching it.
         self.watches = WorktreeWatches(lambda _key, message: self.watch_polled(message))
         self.subscribers: dict[Key, dict[int, Rescan]] = {}
+        self._converter: Converter | None = None
 
     async def start(self) -> None:
         try:
@@ -55,6 +58,15 @@ class Hub(RunHooks):
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
         self.ready.set()
+
+    def converter(self) -> Converter:
+        """The cattrs converter every session's protocol uses (pygls' `converter_factory`): made
+        once, so the structuring code it generates per message type is generated once."""
+        if self._converter is None:
+            from pygls.protocol import default_converter
+
+            self._converter = default_converter()  # type: ignore[no-untyped-call]
+        return self._converter
 
     def stop(self) -> None:
         self.watches.stop_all()
