@@ -79,9 +79,16 @@ function daemonPids(repo: string): number[] {
   });
 }
 
-/** Every `flowd serve` forwarder (the editors' processes, each one session of the daemon). */
-function forwarderPids(): number[] {
-  return pidsOf((argv) => argv.includes(FLOWD_BIN) && argv[argv.indexOf(FLOWD_BIN) + 1] === "serve");
+/** Every `flowd serve` forwarder this test's editors started (their environment is the test's:
+ * `mark`, its scripted agents' state directory), each one session of the daemon. */
+function forwarderPids(mark: string): number[] {
+  return pidsOf((argv) => argv.includes(FLOWD_BIN) && argv[argv.indexOf(FLOWD_BIN) + 1] === "serve").filter((pid) => {
+    try {
+      return fs.readFileSync(`/proc/${pid}/environ`, "utf8").split("\0").includes(mark);
+    } catch {
+      return false; // gone meanwhile
+    }
+  });
 }
 
 describe("VS Code and Neovim on one daemon (code-server + headless Neovim)", { timeout: 900_000 }, () => {
@@ -213,7 +220,7 @@ describe("VS Code and Neovim on one daemon (code-server + headless Neovim)", { t
       assert.deepEqual(seen, { runId: run.runId, lane: "api", status: "ready" });
       const both = await sessionsReach(2, "VS Code and Neovim");
       assert.equal(both.pid, first.pid);
-      const forwarders = forwarderPids();
+      const forwarders = forwarderPids(`FLOWD_SCRIPT_STATE=${env.FLOWD_SCRIPT_STATE}`);
       assert.equal(forwarders.length, 2, `two editors' forwarders, not ${forwarders.join(", ")}`);
 
       // The VS Code window reloads: it re-attaches to that daemon and shows the run again.
@@ -224,7 +231,7 @@ describe("VS Code and Neovim on one daemon (code-server + headless Neovim)", { t
       await shot(page, SHOTS, "02-vscode-reloaded");
       assert.equal((await sessionsReach(2, "after VS Code's reload")).pid, first.pid);
       // VS Code's forwarder is a new one (its window's session re-attached); Neovim's is the same.
-      const reloaded = forwarderPids();
+      const reloaded = forwarderPids(`FLOWD_SCRIPT_STATE=${env.FLOWD_SCRIPT_STATE}`);
       assert.equal(reloaded.length, 2, `two editors' forwarders, not ${reloaded.join(", ")}`);
       assert.equal(reloaded.filter((pid) => forwarders.includes(pid)).length, 1);
 
