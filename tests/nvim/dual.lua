@@ -52,7 +52,7 @@ H.run(function()
 
   local mark = #out.notes
   vim.cmd("FlowApprove")
-  out.approved = H.wait("the approval's reply", function() return H.note("merges next", mark) end).msg
+  out.approved = H.wait("the approval's reply", function() return H.note("merges next", mark) end, 60000).msg
   out.done = H.wait("the run to finish", function() return H.note("epic login done", mark) end, 120000).msg
   local lane = flowd.lane_of(client.id, out.seen.runId, out.seen.lane)
   out.lane_after = lane and lane.status

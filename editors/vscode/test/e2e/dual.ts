@@ -251,6 +251,8 @@ describe("VS Code and Neovim on one daemon (code-server + headless Neovim)", { t
       const approved = await finished(approver);
       assert.deepEqual(approved.seen, seen);
       assert.match(String(approved.approved), /merges next/);
+      assert.match(String(approved.done), /epic login done/);
+      assert.equal(approved.lane_after, "done");
       await until(page, SHOTS, "VS Code to show the epic done", async () => /login done/.test(await statusText(page)));
       await shot(page, SHOTS, "03-vscode-done");
       assert.equal(git(repo, "show", "epic/login:src/api/login.py"), "def login(password: str) -> bool:\n    return bool(password)\n");
