@@ -74,7 +74,8 @@ vscode-test: $(STAMP)
 
 # The extension in a real VS Code (code-server + Debian's chromium, installed on first use and
 # cached under ${XDG_CACHE_HOME:-$HOME/.cache}/flowd-test): launch, live tree, Problems, cost,
-# cancel, resume; screenshots in editors/vscode/out/e2e/screenshots.
+# cancel, resume; approve before merge; VS Code and headless Neovim on one daemon (Neovim as
+# test-nvim installs it); screenshots in editors/vscode/out/e2e/screenshots.
 test-e2e: $(STAMP)
 	cd editors/vscode && FLOWD_BIN=$(CURDIR)/$(BIN)/flowd ./scripts/e2e.sh
 

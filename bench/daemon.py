@@ -48,6 +48,12 @@ def snapshot_seen(client: PipeClient) -> None:
 
 
 def reload_seconds(repo: Path, *args: str) -> tuple[float, PipeClient]:
+    seconds, _answered, client = reload_timed(repo, *args)
+    return seconds, client
+
+
+def reload_timed(repo: Path, *args: str) -> tuple[float, float, PipeClient]:
+    """Seconds from spawn to the full snapshot, and from spawn to `initialize`'s answer."""
     t0 = time.perf_counter()
     client = PipeClient(repo, args=args)
     client.send(
@@ -58,9 +64,46 @@ def reload_seconds(repo: Path, *args: str) -> tuple[float, PipeClient]:
         }
     )
     client.wait_for(lambda m: m.get("id") == 1, 300)
+    answered = time.perf_counter() - t0
     client.send({"method": "initialized", "params": {}})
     snapshot_seen(client)
-    return time.perf_counter() - t0, client
+    return time.perf_counter() - t0, answered, client
+
+
+def median_s(step: Any, times: int = 5) -> float:
+    spent = []
+    for _ in range(times):
+        t0 = time.perf_counter()
+        step()
+        spent.append(time.perf_counter() - t0)
+    return statistics.median(spent)
+
+
+def reload_parts(repo: Path) -> dict[str, float]:
+    """What a reload through the daemon is made of, each part alone (medians of 5): the
+    interpreter's start, the forwarder's imports (`flowd serve`'s path: flowd.cli, the serve
+    command and flowd/daemon/forward.py), finding the main checkout (`git rev-parse`), connecting
+    to the daemon with its hello (a `status` hello, answered at once)."""
+    from flowd.daemon import client
+    from flowd.daemon.forward import main_checkout
+
+    def spawn(code: str) -> None:
+        subprocess.run([sys.executable, "-c", code], check=True)
+
+    python = median_s(lambda: spawn("pass"))
+    imports = median_s(lambda: spawn("import flowd.cli, flowd.server.main, flowd.daemon.forward"))
+
+    def hello() -> None:
+        conn = client.hello(repo, "status")
+        assert conn is not None
+        conn.close()
+
+    return {
+        "python": python,
+        "imports": imports - python,
+        "checkout": median_s(lambda: main_checkout(repo)),
+        "hello": median_s(hello),
+    }
 
 
 def rss_mb(pid: int) -> float:
@@ -218,14 +261,22 @@ def main() -> None:
         base.close()
         first, client = reload_seconds(repo)  # starts the daemon, which folds the run
         clients.append(client)
-        joined = []
+        joined, answers = [], []
         for _ in range(5):
-            seconds, extra = reload_seconds(repo)
+            seconds, answered, extra = reload_timed(repo)
             joined.append(seconds)
+            answers.append(answered)
             extra.close()
         a, d = statistics.median(alone), statistics.median(joined)
         print(f"1. reload to the full snapshot: in-process {a:.3f} s · through the daemon {d:.3f} s "
               f"({d / a:.2f}x; goal <= 0.1 s) · the daemon's own start {first:.3f} s")  # fmt: skip
+        parts, answer = reload_parts(repo), statistics.median(answers)
+        rest = answer - sum(parts.values())
+        print(f"   its parts: python {1000 * parts['python']:.0f} ms · the forwarder's imports "
+              f"{1000 * parts['imports']:.0f} ms · git rev-parse {1000 * parts['checkout']:.0f} ms · "
+              f"connect + hello {1000 * parts['hello']:.0f} ms · initialize answered at "
+              f"{1000 * answer:.0f} ms (the rest {1000 * rest:.0f} ms) · initialized → the snapshot's "
+              f"last note {1000 * (d - answer):.0f} ms")  # fmt: skip
 
         for _ in range(9):
             clients.append(reload_seconds(repo)[1])

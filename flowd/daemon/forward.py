@@ -3,21 +3,20 @@
 It reads the editor's `initialize` to learn the workspace, finds the repository's main checkout,
 and joins its daemon (starting it, or replacing an older one). The session sends the forwarder's
 environment, so a run launched from it starts with the editor's PATH and keys. What a reconnect
-needs is kept: the `initialize`, whether `initialized` was sent, and each open document's
-messages; if the daemon goes away while the editor still talks, the forwarder starts or joins a
-new one and replays them, so the editor needs no restart (requests lost on the way are answered
-with an error). When no daemon can serve, the caller serves in-process (`Fallback`).
+needs is kept: the `initialize`, whether `initialized` was sent, and each open document's latest
+text (each didChange applied as it passes); if the daemon goes away while the editor still
+talks, the forwarder starts or joins a new one and replays them, so the editor needs no restart
+(requests lost on the way are answered with an error). When no daemon can serve, the caller serves in-process (`Fallback`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import logging
 import os
 import subprocess
 import threading
-from dataclasses import dataclass, field
+import time
 from pathlib import Path
 from typing import Any, BinaryIO
 from urllib.parse import unquote, urlparse
@@ -25,19 +24,19 @@ from urllib.parse import unquote, urlparse
 from flowd.base.errors import FlowdError
 from flowd.daemon import client
 
-log = logging.getLogger(__name__)
-
 REQUEST_FAILED = -32803
 CONTROL = "$/flowd/daemon"  # the daemon's word to its forwarders; never reaches the editor
 RECONNECTS = 3
 
 
-@dataclass
+# Plain classes, not dataclasses: importing `dataclasses` (and `inspect` under it) is a few ms of
+# every editor reload's start (docs/performance.md, "The repository's daemon (issue 52)").
 class Fallback:
     """Serve in-process: `buffered` is what was read of the editor's input already."""
 
-    buffered: bytes
-    why: str | None = None
+    def __init__(self, buffered: bytes, why: str | None = None) -> None:
+        self.buffered = buffered
+        self.why = why
 
 
 def read_frame(stream: BinaryIO) -> bytes | None:
@@ -94,15 +93,77 @@ def main_checkout(where: Path) -> Path | None:
     return common.parent.resolve()
 
 
-@dataclass
-class Replay:
-    """What a new daemon is told so the session goes on as it was."""
+def _units(char: str, encoding: str) -> int:
+    """How many units of the session's position encoding `char` takes (LSP `positionEncoding`)."""
+    if encoding == "utf-8":
+        return len(char.encode("utf-8", "surrogatepass"))
+    if encoding == "utf-32":
+        return 1
+    return 2 if ord(char) > 0xFFFF else 1
 
-    initialize: dict[str, Any] | None = None
-    initialized: bool = False
-    documents: dict[str, list[bytes]] = field(default_factory=dict)
-    pending: dict[Any, str] = field(default_factory=dict)  # the editor's requests awaiting answers
-    exiting: bool = False
+
+def offset_of(text: str, position: Any, encoding: str) -> int:
+    """The index in `text` of an LSP position (a line past the end: the end; a character past the
+    line's end: the line's end)."""
+    line = int(position.get("line", 0)) if isinstance(position, dict) else 0
+    character = int(position.get("character", 0)) if isinstance(position, dict) else 0
+    start = 0
+    for _ in range(max(line, 0)):
+        newline = text.find("\n", start)
+        if newline < 0:
+            return len(text)
+        start = newline + 1
+    end = text.find("\n", start)
+    end = len(text) if end < 0 else end
+    at, units = start, 0
+    while at < end and units < character:
+        units += _units(text[at], encoding)
+        at += 1
+    return at
+
+
+def apply_changes(text: str, changes: Any, encoding: str) -> str:
+    """`text` after a didChange's `contentChanges`, in order: a change without a range is the
+    whole new text, one with a range replaces that range."""
+    for change in changes if isinstance(changes, list) else []:
+        if not isinstance(change, dict) or not isinstance(change.get("text"), str):
+            continue
+        span = change.get("range")
+        if not isinstance(span, dict):
+            text = change["text"]
+            continue
+        first = offset_of(text, span.get("start"), encoding)
+        last = max(first, offset_of(text, span.get("end"), encoding))
+        text = text[:first] + change["text"] + text[last:]
+    return text
+
+
+class Document:
+    """An open document as the editor last described it: what a replay opens it with."""
+
+    def __init__(self, language: str, version: int, text: str) -> None:
+        self.language = language
+        self.version = version
+        self.text = text
+
+    def reopen(self, uri: str) -> bytes:
+        item = {"uri": uri, "languageId": self.language, "version": self.version, "text": self.text}
+        message = {"jsonrpc": "2.0", "method": "textDocument/didOpen", "params": {"textDocument": item}}
+        return json.dumps(message).encode()
+
+
+class Replay:
+    """What a new daemon is told so the session goes on as it was. Each open document is kept as
+    one text, its didChanges applied as they pass: a replay re-opens it with its latest text, so a
+    long editing session replays in the size of its open documents, not of its typing."""
+
+    def __init__(self) -> None:
+        self.initialize: dict[str, Any] | None = None
+        self.initialized = False
+        self.encoding = "utf-16"  # the session's position encoding, as the daemon chose it
+        self.documents: dict[str, Document] = {}
+        self.pending: dict[Any, str] = {}  # the editor's requests awaiting answers
+        self.exiting = False
 
     def note(self, message: dict[str, Any], body: bytes) -> bool:
         """Record `message`; True when it is a document's message (a replay re-sends it)."""
@@ -116,13 +177,38 @@ class Replay:
         elif method == "exit":
             self.exiting = True
         elif method in ("textDocument/didOpen", "textDocument/didChange", "textDocument/didClose"):
-            uri = str((message.get("params") or {}).get("textDocument", {}).get("uri"))
-            if method == "textDocument/didClose":
-                self.documents.pop(uri, None)
-            else:
-                self.documents.setdefault(uri, []).append(body)
+            self._document(method, message.get("params"))
             return True
         return False
+
+    def _document(self, method: str, params: Any) -> None:
+        item = params.get("textDocument") if isinstance(params, dict) else None
+        if not isinstance(item, dict):
+            return
+        uri = str(item.get("uri"))
+        if method == "textDocument/didClose":
+            self.documents.pop(uri, None)
+        elif method == "textDocument/didOpen":
+            text = item.get("text")
+            version = item.get("version")
+            self.documents[uri] = Document(
+                str(item.get("languageId", "")),
+                version if isinstance(version, int) else 0,
+                text if isinstance(text, str) else "",
+            )
+        elif (document := self.documents.get(uri)) is not None:
+            document.text = apply_changes(document.text, params.get("contentChanges"), self.encoding)
+            if isinstance(item.get("version"), int):
+                document.version = item["version"]
+
+    def answered(self, message: dict[str, Any]) -> None:
+        """The daemon's answer to the editor's `initialize`: the position encoding it chose."""
+        if self.initialize is None or message.get("id") != self.initialize.get("id"):
+            return
+        result = message.get("result")
+        capabilities = result.get("capabilities") if isinstance(result, dict) else None
+        chosen = capabilities.get("positionEncoding") if isinstance(capabilities, dict) else None
+        self.encoding = chosen if chosen in ("utf-8", "utf-16", "utf-32") else "utf-16"
 
 
 class Forwarder:
@@ -134,6 +220,9 @@ class Forwarder:
         self.conn: client.Connection | None = None
         self._out = threading.Lock()
         self._send_lock = threading.Lock()
+        # Held while a message is noted and sent, and while a new daemon is opened and replayed:
+        # each document message reaches a daemon once, in the replay or after it.
+        self._replay_lock = threading.Lock()
         self._connected = threading.Event()
         self._swallow: set[Any] = set()
         self._done = threading.Event()
@@ -181,9 +270,8 @@ class Forwarder:
         self._send(json.dumps(first).encode())
         if self.replay.initialized:
             self._send(b'{"jsonrpc": "2.0", "method": "initialized", "params": {}}')
-        for bodies in list(self.replay.documents.values()):
-            for body in bodies:
-                self._send(body)
+        for uri, document in list(self.replay.documents.items()):
+            self._send(document.reopen(uri))
 
     def run(self) -> int | Fallback:
         body = read_frame(self.stdin)
@@ -224,14 +312,27 @@ class Forwarder:
                 message = json.loads(body)
             except (ValueError, RecursionError):  # not JSON, or nested past the parser (hostile input)
                 message = None
-            document = isinstance(message, dict) and self.replay.note(message, body)
-            while not self._send(body):
-                # The daemon went away: the reader reconnects (and replays documents itself).
-                self._connected.clear()
-                if not self._connected.wait(timeout=client.START_TIMEOUT_S + 10) or self._done.is_set():
-                    return
-                if document:
-                    break
+            with self._replay_lock:
+                document = isinstance(message, dict) and self.replay.note(message, body)
+                generation, sent = self._generation, self._send(body)
+            if not sent and not self._resend(body, generation, document):
+                return
+
+    def _resend(self, body: bytes, generation: int, document: bool) -> bool:
+        """The daemon went away under `body`: once the reader has reconnected (a new generation,
+        replayed), send it there, unless it is a document's message, which the replay carried.
+        False: no daemon came back, or the session ended."""
+        deadline = time.monotonic() + client.START_TIMEOUT_S + 10
+        while not self._done.wait(timeout=0.05) and time.monotonic() < deadline:
+            if self._generation == generation or not self._connected.is_set():
+                continue
+            if document:
+                return True
+            with self._replay_lock:
+                generation = self._generation
+                if self._send(body):
+                    return True
+        return False
 
     def _from_daemon(self) -> None:
         while True:
@@ -262,6 +363,7 @@ class Forwarder:
                     self._swallow.discard(message["id"])
                     return
                 self.replay.pending.pop(message["id"], None)
+                self.replay.answered(message)
         self.to_editor(body)
 
     def _control(self, params: dict[str, Any]) -> None:
@@ -281,12 +383,15 @@ class Forwarder:
         self.replay.pending.clear()
         for _ in range(RECONNECTS):
             try:
-                replaced = self._open()
+                with self._replay_lock:
+                    replaced = self._open()
+                    self._replay()
             except FlowdError as exc:
                 last = str(exc)
                 continue
-            log.info("reconnected to the daemon (%s)", why)
-            self._replay()
+            import logging  # only here: the forwarder's start imports no logging
+
+            logging.getLogger(__name__).info("reconnected to the daemon (%s)", why)
             self._connected.set()
             if replaced:
                 self.show(replaced, kind=3)

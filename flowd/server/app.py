@@ -24,7 +24,7 @@ from pygls.uris import to_fs_path
 from flowd import __version__
 from flowd.base.errors import FlowdError
 from flowd.server import diagnostics as diag
-from flowd.server.hub import Hub, SharedWatches, main_checkout, places_of
+from flowd.server.hub import Hub, SharedWatches, open_runs
 from flowd.server.jsonrpc import FlowProtocol
 from flowd.server.notify import Pacer
 from flowd.server.runs import RunHooks, RunManager, Tracked
@@ -37,7 +37,6 @@ if TYPE_CHECKING:
     from flowd.control.shapes import Places
     from flowd.events.model import Envelope
     from flowd.plan.model import StoryPlan
-    from flowd.trace.usage import Pricer
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +66,15 @@ class FlowServer(LanguageServer, RunHooks):
         from flowd.server.jsonrpc import SessionProtocol
 
         protocol_cls = FlowProtocol if hub is None else SessionProtocol
-        super().__init__("flowd", __version__, protocol_cls=protocol_cls, max_workers=8)
+        # The daemon's sessions share one converter: a fresh one costs each session its start
+        # (~5 ms) and generates again the code that turns each message type into its object and
+        # back (~20-40 ms for `initialize` alone), on every editor reload.
+        from pygls.protocol import default_converter
+
+        converters = default_converter if hub is None else hub.converter
+        super().__init__(
+            "flowd", __version__, protocol_cls=protocol_cls, converter_factory=converters, max_workers=8
+        )
         self.hub = hub
         self.env = env  # the session's environment (its forwarder's): runs launched here get it
         self.root: Path = Path.cwd()
@@ -124,16 +131,7 @@ class FlowServer(LanguageServer, RunHooks):
         if self.hub is not None:
             await self._join(self.hub)
             return
-        try:
-            self.repo = await asyncio.to_thread(main_checkout, self.root)
-        except FlowdError as exc:
-            self.repo_problem = str(exc)
-            log.warning("%s", exc)
-        if self.repo is not None:
-            self.places = await asyncio.to_thread(places_of, self.repo)
-            self.runs = RunManager(self.repo.root, self, await asyncio.to_thread(self._pricer))
-            await self.runs.start()
-            self.spawn(self.runs.watch())
+        self.repo, self.repo_problem, self.places, self.runs = await open_runs(self.root, self, self.spawn)
         await self._features_started()
 
     async def _features_started(self) -> None:
@@ -189,12 +187,6 @@ class FlowServer(LanguageServer, RunHooks):
             if path:
                 return Path(path).resolve()
         return Path.cwd()
-
-    def _pricer(self) -> Pricer:
-        from flowd.cost.prices import pricer_at
-
-        assert self.repo is not None
-        return pricer_at(self.repo.root)
 
     def need_repo(self) -> Repo:
         if self.repo is None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,9 +21,10 @@ from flowd.server.watch import Anchors, Key, Locate, Rescan, WorktreeWatches
 from flowd.vcs.gitops import Repo
 
 if TYPE_CHECKING:
+    from cattrs import Converter
+
     from flowd.control.shapes import Places
     from flowd.events.model import Envelope
-    from flowd.trace.usage import Pricer
 
 log = logging.getLogger(__name__)
 
@@ -40,21 +42,25 @@ class Hub(RunHooks):
         # Each story worktree watched once, whatever the number of sessions watching it.
         self.watches = WorktreeWatches(lambda _key, message: self.watch_polled(message))
         self.subscribers: dict[Key, dict[int, Rescan]] = {}
+        self._converter: Converter | None = None
 
     async def start(self) -> None:
-        try:
-            self.repo = await asyncio.to_thread(main_checkout, self.root)
-        except FlowdError as exc:
-            self.repo_problem = str(exc)
-            log.warning("%s", exc)
-        if self.repo is not None:
-            self.places = await asyncio.to_thread(places_of, self.repo)
-            self.runs = RunManager(self.repo.root, self, await asyncio.to_thread(self._pricer))
-            await self.runs.start()
-            task = asyncio.ensure_future(self.runs.watch())
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+        self.repo, self.repo_problem, self.places, self.runs = await open_runs(self.root, self, self._spawn)
         self.ready.set()
+
+    def _spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def converter(self) -> Converter:
+        """The cattrs converter every session's protocol uses (pygls' `converter_factory`): made
+        once, so the structuring code it generates per message type is generated once."""
+        if self._converter is None:
+            from pygls.protocol import default_converter
+
+            self._converter = default_converter()  # type: ignore[no-untyped-call]
+        return self._converter
 
     def stop(self) -> None:
         self.watches.stop_all()
@@ -62,12 +68,6 @@ class Hub(RunHooks):
             self.runs.stop()
         for task in list(self._tasks):
             task.cancel()
-
-    def _pricer(self) -> Pricer:
-        from flowd.cost.prices import pricer_at
-
-        assert self.repo is not None
-        return pricer_at(self.repo.root)
 
     # -- sessions ------------------------------------------------------------------------------
     def live(self) -> list[Tracked]:
@@ -163,6 +163,26 @@ def _guard(session: RunHooks, hook: str, call: Any) -> None:
         call(session)
     except Exception:  # one session's failure never keeps the others from hearing it
         log.exception("a session failed in %s; the others go on", hook)
+
+
+async def open_runs(
+    root: Path, hooks: RunHooks, spawn: Callable[[Coroutine[Any, Any, Any]], Any]
+) -> tuple[Repo | None, str | None, Places | None, RunManager | None]:
+    """The repository holding `root` (its main checkout, or why there is none), where its runs
+    keep their things, and its runs followed (`hooks` told each one's life, the watch of
+    `.flow/runs` handed to `spawn`): what the daemon's hub and an in-process server start with."""
+    try:
+        repo = await asyncio.to_thread(main_checkout, root)
+    except FlowdError as exc:
+        log.warning("%s", exc)
+        return None, str(exc), None, None
+    from flowd.cost.prices import pricer_at
+
+    places = await asyncio.to_thread(places_of, repo)
+    runs = RunManager(repo.root, hooks, await asyncio.to_thread(pricer_at, repo.root))
+    await runs.start()
+    spawn(runs.watch())
+    return repo, None, places, runs
 
 
 def places_of(repo: Repo) -> Places:

@@ -9,7 +9,6 @@ daemon. `--tcp` serves one token-gated session on the loopback interface (docs/p
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import sys
 import threading
@@ -22,6 +21,8 @@ NO_DAEMON_ENV = "FLOWD_NO_DAEMON"  # set (to 1): `flowd serve` serves in-process
 
 
 def _logging() -> None:
+    import logging  # not at the top: the forwarder's start imports no logging unless FLOWD_LOG asks
+
     # stdout is the protocol channel: every log line goes to stderr.
     level = os.environ.get("FLOWD_LOG", "WARNING").upper()
     logging.basicConfig(
@@ -41,18 +42,21 @@ def serve_command(args: argparse.Namespace) -> int:
             f"--host {host}: flowd serve listens on the loopback interface only (127.0.0.1); "
             "it controls agents that change your repository, so it is never exposed to the network"
         )
-    _logging()
     no_daemon = bool(getattr(args, "no_daemon", False)) or os.environ.get(NO_DAEMON_ENV) == "1"
     if not tcp and not no_daemon:
         from flowd.daemon.forward import Fallback, Forwarder
 
+        if os.environ.get("FLOWD_LOG"):  # the forwarder logs only below WARNING
+            _logging()
         outcome = Forwarder(sys.stdin.buffer, sys.stdout.buffer).run()
         if not isinstance(outcome, Fallback):
             # A thread may still block on the editor's input: leave without the interpreter's
             # shutdown, which would wait on it (everything sent is flushed).
             sys.stdout.flush()
             os._exit(outcome)
+        _logging()
         return _in_process(outcome.buffered, outcome.why)
+    _logging()
     return _in_process(b"", None, tcp=tcp, host=host, port=port)
 
 

@@ -198,3 +198,16 @@ def test_no_daemon_serves_in_process(repo: Path, clients: list[PipeClient]) -> N
     c.initialize()
     assert c.request("flow/status")["result"] == {"runs": []}
     assert not daemons_of(repo)
+
+
+def test_the_forwarders_start_imports_no_dataclasses_nor_logging() -> None:
+    """Every editor reload starts a forwarder: its imports are the reload's time (docs/performance.md,
+    "The repository's daemon (issue 52)"), so it keeps out `dataclasses` (with `inspect`) and `logging`."""
+    code = (
+        "import sys, flowd.cli, flowd.server.main, flowd.daemon.forward; "
+        "print(sorted(m for m in ('dataclasses', 'inspect', 'logging') if m in sys.modules))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert done.stdout.strip() == "[]"

@@ -16,13 +16,19 @@ fi
 
 echo "== code-server and chromium"
 entry="$(./scripts/e2e-install.sh | tail -n 1)"
+# Neovim 0.11 for the dual journey (both editors on one daemon): $FLOWD_NVIM, else the plugin's own
+# script installs it on first use (cached outside the repository, as `make test-nvim` does).
+if [ -z "${FLOWD_NVIM:-}" ]; then
+  FLOWD_NVIM="$(PYTHON="$(dirname "$FLOWD_BIN")/python" sh ../nvim/scripts/ensure-nvim.sh | tail -n 1)"
+fi
+export FLOWD_NVIM
 echo "== package"
 npm run --silent package >/dev/null
 echo "== e2e"
 node scripts/build.mjs --e2e
 # One journey at a time (each starts its own code-server and chromium); run.js first, since it
-# clears the screenshot directory (approve.js keeps its own under approve/).
-for journey in run approve; do
+# clears the screenshot directory (approve.js and dual.js keep their own under approve/ and dual/).
+for journey in run approve dual; do
   CODE_SERVER_ENTRY="$entry" VSIX="$PWD/dist/flowd.vsix" SHOTS="$PWD/out/e2e/screenshots" \
     node --test --test-reporter=spec "out/e2e/$journey.js"
 done
