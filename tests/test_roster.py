@@ -182,6 +182,18 @@ PICK_CLONE = [
     ((), {1: ("b", 1)}, None, True, 2),  # no label: no affinity, same rule otherwise
 ]
 
+# (clone → (label, tick) of its last lease, the lanes ended, the new lease's label) → clone,
+# lane-bound, nothing held: a running lane's clone is taken last
+PICK_CLONE_ENDED = [
+    ({1: ("b", 1), 2: ("c", 5), 3: ("d", 3)}, (), "a", 1),  # none ended: the longest ago
+    ({1: ("b", 1), 2: ("c", 5), 3: ("d", 3)}, ("c",), "a", 2),  # c ended: its clone, not b's
+    ({1: ("b", 1), 2: ("c", 5), 3: ("d", 3)}, ("c", "d"), "a", 3),  # among the ended: longest ago
+    ({1: ("b", 1), 2: ("c", 5)}, ("c",), "a", 3),  # one never served still comes first
+    ({1: ("b", 1), 2: (None, 5), 3: ("d", 3)}, (), "a", 2),  # no label: nobody's lane
+    ({1: ("a", 9), 2: ("c", 5)}, ("a", "c"), "a", 1),  # its own clone first, even marked ended
+    ({1: ("b", 1), 2: ("c", 5), 3: ("d", 3)}, ("c",), None, 2),  # a lease without a label too
+]
+
 
 @pytest.mark.parametrize(("held", "served", "label", "lane_bound", "expected"), PICK_CLONE)
 def test_pick_clone(
@@ -196,6 +208,19 @@ def test_pick_clone(
     for clone in held:
         state.held[clone] = Lease("demo", clone, "coder", "x", spec, None)  # type: ignore[arg-type]
     assert pick_clone(state, label, lane_bound=lane_bound) == expected
+
+
+@pytest.mark.parametrize(("served", "ended", "label", "expected"), PICK_CLONE_ENDED)
+def test_pick_clone_takes_a_running_lanes_clone_last(
+    served: dict[int, tuple[str | None, int]], ended: tuple[str, ...], label: str | None, expected: int
+) -> None:
+    spec = ExecutorSpec(id="demo", kind="script", script="demo.script.json", slots=3)
+    state = ExecutorState(spec, 0, served=dict(served))
+    assert pick_clone(state, label, lane_bound=True, ended=frozenset(ended)) == expected
+    # where processes serve any lane, which lanes ended changes nothing
+    assert pick_clone(state, label, lane_bound=False, ended=frozenset(ended)) == (
+        pick_clone(state, label, lane_bound=False)
+    )
 
 
 async def test_a_lane_bound_pool_keeps_each_lane_on_its_own_clone(tmp_path: Path) -> None:

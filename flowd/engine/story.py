@@ -80,6 +80,7 @@ class StoryRun:
     async def run(self) -> StoryOutcome:
         ctx, story = self.ctx, self.story.id
         ctx.emit(StoryStatusChanged(story=story, status="active"))
+        ctx.pool.lane_started(story)
         try:
             return self._finish(await self._pipeline())
         except asyncio.CancelledError:
@@ -93,6 +94,7 @@ class StoryRun:
             if self.coder is not None:
                 self.coder.release()
             ctx.ports.release(story)  # the lane no longer runs: its ports are free
+            ctx.pool.lane_ended(story)  # nor its helper clones: a new lane takes them first
 
     async def _pipeline(self) -> StoryOutcome:
         ctx, story = self.ctx, self.story.id
@@ -136,6 +138,9 @@ class StoryRun:
                         repaired = await asyncio.to_thread(repair_perimeter, self)
                 if admitted:
                     coder.release()
+                    # Its helper turns are over: a story launched when this one merges (before
+                    # this lane ends) takes this lane's clones, not a running lane's.
+                    ctx.pool.lane_ended(story)
                     try:
                         commit = await self._merge()
                     except RedMerge as undone:
@@ -180,6 +185,7 @@ class StoryRun:
         ctx, story = self.ctx, self.story.id
         self.reopen_after_red(red, loop.plan, loop.append_revision, "sending it back to catch up and fix")
         ctx.reviews.reopen(story)  # not merged after all: review comments are welcome again
+        ctx.pool.lane_started(story)
         coder = await self._lease_coder()
         loop.rebind(coder)
         async with ctx.merge_lock:

@@ -10,7 +10,7 @@ Within the executor, `pick_clone` chooses the clone. When nothing can ever serve
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -116,15 +116,20 @@ def pick(
     return best
 
 
-def pick_clone(state: ExecutorState, label: str | None, *, lane_bound: bool) -> int:
+def pick_clone(
+    state: ExecutorState, label: str | None, *, lane_bound: bool, ended: Collection[str] = ()
+) -> int:
     """The free clone a lease labelled `label` takes (the executor has one free).
 
     The clone that last served the same label first: its agent process is still the lane's, with
     its session. Otherwise, where an agent process serves one lane for life (`lane_bound`: an
     enforcing sandbox, docs/sandbox.md), whichever clone is taken starts a new process, so it
-    takes one that never served (no other lane's live process is stopped), else the one served
-    longest ago (the lane least likely to come back for it); where processes serve any lane, the
-    lowest free clone, the one most likely to be running already.
+    takes one that never served (no other lane's live process is stopped), else one whose lane has
+    ended (`ended`: the labels of lanes that will not come back for it; no label counts as ended),
+    else the one served longest ago (the lane least likely to come back for it). A clone of a lane
+    still running is taken last: that lane's next helper turn (its reviewer, after a coder turn of
+    minutes) would start its agent again (docs/performance.md "Between the turns"). Where
+    processes serve any lane, the lowest free clone, the one most likely to be running already.
     """
     free = [n for n in range(1, state.spec.slots + 1) if n not in state.held]
     if label is not None:
@@ -133,7 +138,14 @@ def pick_clone(state: ExecutorState, label: str | None, *, lane_bound: bool) -> 
             return same[0]
     if not lane_bound:
         return free[0]
-    return min(free, key=lambda n: (n in state.served, state.served.get(n, (None, -1))[1], n))
+
+    def rank(n: int) -> tuple[int, int, int]:
+        if n not in state.served:
+            return (0, -1, n)
+        served_label, tick = state.served[n]
+        return (1 if served_label is None or served_label in ended else 2, tick, n)
+
+    return min(free, key=rank)
 
 
 def can_ever_serve(states: Iterable[ExecutorState], role: str, avoid: frozenset[str]) -> bool:

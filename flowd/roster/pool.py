@@ -63,6 +63,7 @@ class RosterPool:
         self._log_dir = log_dir
         self._states = {spec.id: ExecutorState(spec, i) for i, spec in enumerate(roster.executors)}
         self._counter = 0
+        self._ended: set[str] = set()  # labels of lanes that ended (`lane_ended`)
         self._executors: dict[tuple[str, int], Executor] = {}
         self._closing: set[asyncio.Task[None]] = set()
         self._warmup = Warmup()
@@ -158,7 +159,7 @@ class RosterPool:
             self.release(lease)
 
     def _take(self, state: ExecutorState, role: str, label: str | None) -> Lease:
-        clone = leasing.pick_clone(state, label, lane_bound=self._lane_bound)
+        clone = leasing.pick_clone(state, label, lane_bound=self._lane_bound, ended=self._ended)
         self._counter += 1
         state.last_leased = self._counter
         state.served[clone] = (label, self._counter)
@@ -166,6 +167,15 @@ class RosterPool:
         state.held[clone] = lease
         self._emit(ExecutorLeased(executor=state.spec.id, clone=clone, role=role, label=label))
         return lease
+
+    def lane_started(self, label: str) -> None:
+        """The lane `label` runs (again): its clones are its own (`pick_clone`)."""
+        self._ended.discard(label)
+
+    def lane_ended(self, label: str) -> None:
+        """The lane `label` ended (merged, failed, paused): its clones are the first a new lane
+        takes, before a running lane's (`pick_clone`)."""
+        self._ended.add(label)
 
     def can_ever_serve(self, role: str, *, avoid: frozenset[str] = frozenset()) -> bool:
         """Some executor outside `avoid` serves the role and is not excluded for the run."""
