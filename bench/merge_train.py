@@ -18,7 +18,12 @@ waves of 1-s turn + 2-s task gate, and so on) is printed beside it.
 
 Prints the figures with the machine's load average (a loaded machine stretches every turn).
 
-    .venv/bin/python bench/merge_train.py [--stories 24] [--lanes 8] [--only one-red]
+    .venv/bin/python bench/merge_train.py [--stories 24] [--lanes 8] [--only one-red] [--runs 1]
+        [--profile]
+
+`--runs N` repeats the chosen scenarios and prints each one's median ratio; `--profile` times
+flowd's steps between the agent turns (bench/step_probes.py) and prints where every story's time
+went, per scenario. The sandbox is the default one, `enforce` (Landlock).
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -36,6 +42,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from bench import step_probes  # noqa: E402
+from bench.throughput import between_turns  # noqa: E402
 from flowd.base.timeutil import parse_iso  # noqa: E402
 from flowd.events.model import (  # noqa: E402
     GateResult,
@@ -90,7 +98,11 @@ def build(root: Path, count: int, lanes: int, red: set[str], *, serial: bool = F
     return Scenario.create(root, stories, rules, settings=settings, executors=executors, epic_id="mt")
 
 
+PROFILE = False
+
+
 def measure(count: int, lanes: int, red: set[str], *, serial: bool = False) -> dict[str, Any]:
+    step_probes.CALLS.clear()
     with tempfile.TemporaryDirectory() as tmp:
         sc = build(Path(tmp), count, lanes, red, serial=serial)
         result = sc.run()
@@ -100,6 +112,8 @@ def measure(count: int, lanes: int, red: set[str], *, serial: bool = False) -> d
         raise SystemExit(f"the run ended {result.outcome} ({result.view.reason}): see the trace")
     makespan = (parse_iso(events[-1].at) - parse_iso(events[0].at)).total_seconds()
     own, revision = own_work(events)
+    if PROFILE:
+        step_probes.table(between_turns(events), f"{len(red)} red, every story")
     epic_runs = [e.event for e in events if isinstance(e.event, GateResult) and e.event.where == "epic"]
     return {
         "makespan": makespan,
@@ -169,6 +183,37 @@ def line(name: str, figures: dict[str, Any], baseline: float, target: float, aga
     return ok
 
 
+def scenarios(only: str | None, n: int, lanes: int, ratios: dict[str, list[float]]) -> bool:
+    """The chosen scenarios once; their ratios appended to `ratios`; all met."""
+    ids = [f"s{i:02d}" for i in range(n)]
+    ok = True
+    if only in (None, "one-red"):
+        culprit = ids[n // 2 + 1]
+        figures = measure(n, lanes, {culprit})
+        ideal = lanes_bound(n, lanes, True)
+        bound = measured_bound(figures, lanes)
+        ok &= line("one red", figures, bound, 1.3, "the lanes' measured bound")
+        ratios.setdefault("one red", []).append(figures["makespan"] / bound)
+        print(f"{'':>10}  (the ideal bound {ideal:.1f} s: {figures['makespan'] / ideal:.2f}x)")
+        ok &= figures["revisions"] == [culprit] and figures["merges"] == n == figures["distinct merges"]
+    if only in (None, "all-green"):
+        figures = measure(n, lanes, set())
+        ideal = lanes_bound(n, lanes, False)
+        bound = measured_bound(figures, lanes)
+        ok &= line("all green", figures, bound, 1.2, "the lanes' measured bound")
+        ratios.setdefault("all green", []).append(figures["makespan"] / bound)
+        print(f"{'':>10}  (the ideal bound {ideal:.1f} s: {figures['makespan'] / ideal:.2f}x)")
+    if only in (None, "all-red"):
+        serial = measure(n, lanes, set(ids), serial=True)
+        figures = measure(n, lanes, set(ids))
+        print(
+            f"{'serial':>10}: makespan {serial['makespan']:.1f} s, epic gate runs {serial['epic gate runs']}"
+        )
+        ok &= line("all red", figures, serial["makespan"], 1.1, "one at a time")
+        ratios.setdefault("all red", []).append(figures["makespan"] / serial["makespan"])
+    return bool(ok)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -176,33 +221,26 @@ def main() -> int:
     parser.add_argument("--stories", type=int, default=24)
     parser.add_argument("--lanes", type=int, default=8)
     parser.add_argument("--only", choices=["one-red", "all-green", "all-red"])
+    parser.add_argument("--runs", type=int, default=1, help="run the chosen scenarios this many times")
+    parser.add_argument("--profile", action="store_true", help="time flowd's steps between turns")
     args = parser.parse_args()
+    if args.profile:
+        global PROFILE
+        PROFILE = True
+        step_probes.install()
     n, lanes = args.stories, args.lanes
     load = os.getloadavg()
     print(f"{n} stories, {lanes} lanes, coder turns {CODER_S:g} s, gates {GATE_S:g} s; "
           f"load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} on {os.cpu_count()} CPUs")  # fmt: skip
-    ids = [f"s{i:02d}" for i in range(n)]
     ok = True
     started = time.perf_counter()
-    if args.only in (None, "one-red"):
-        culprit = ids[n // 2 + 1]
-        figures = measure(n, lanes, {culprit})
-        ideal = lanes_bound(n, lanes, True)
-        ok &= line("one red", figures, measured_bound(figures, lanes), 1.3, "the lanes' measured bound")
-        print(f"{'':>10}  (the ideal bound {ideal:.1f} s: {figures['makespan'] / ideal:.2f}x)")
-        ok &= figures["revisions"] == [culprit] and figures["merges"] == n == figures["distinct merges"]
-    if args.only in (None, "all-green"):
-        figures = measure(n, lanes, set())
-        ideal = lanes_bound(n, lanes, False)
-        ok &= line("all green", figures, measured_bound(figures, lanes), 1.2, "the lanes' measured bound")
-        print(f"{'':>10}  (the ideal bound {ideal:.1f} s: {figures['makespan'] / ideal:.2f}x)")
-    if args.only in (None, "all-red"):
-        serial = measure(n, lanes, set(ids), serial=True)
-        figures = measure(n, lanes, set(ids))
-        print(
-            f"{'serial':>10}: makespan {serial['makespan']:.1f} s, epic gate runs {serial['epic gate runs']}"
-        )
-        ok &= line("all red", figures, serial["makespan"], 1.1, "one at a time")
+    ratios: dict[str, list[float]] = {}
+    for _ in range(args.runs):
+        ok &= scenarios(args.only, n, lanes, ratios)
+    if args.runs > 1:
+        for name, values in ratios.items():
+            listed = " ".join(f"{v:.2f}x" for v in values)
+            print(f"{name:>10}: {listed}, median {statistics.median(values):.3f}x")
     print(f"bench wall time {time.perf_counter() - started:.0f} s; load average now {os.getloadavg()[0]:.1f}")
     return 0 if ok else 1
 

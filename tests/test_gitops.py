@@ -313,6 +313,27 @@ def test_commit_all(repo: Repo) -> None:
     assert repo.commit_all(wt, "again") is None
 
 
+def test_commit_remaining_commits_what_commit_all_would(repo: Repo) -> None:
+    _, wt = epic_and_story(repo)
+    head = repo.head_of(wt)
+    assert repo.commit_remaining(wt, "nothing") is None
+    assert repo.head_of(wt) == head
+    (wt / "src" / "util.py").unlink()
+    (wt / "added.txt").write_text("a\n")
+    (wt / "staged.txt").write_text("s\n")
+    git(wt, "add", "staged.txt")  # staged by someone else: still a change to commit
+    commit = repo.commit_remaining(wt, "s1: remaining changes")
+    assert commit is not None and commit == repo.head_of(wt)
+    assert git(wt, "log", "-1", "--format=%s").strip() == "s1: remaining changes"
+    assert sorted(git(wt, "show", "--name-only", "--format=", "HEAD").split()) == [
+        "added.txt",
+        "src/util.py",
+        "staged.txt",
+    ]
+    assert not repo.is_dirty(wt)
+    assert repo.commit_remaining(wt, "again") is None
+
+
 def test_commit_without_any_identity_configured(repo: Repo) -> None:
     _, wt = epic_and_story(repo)
     (wt / "a.txt").write_text("a\n")

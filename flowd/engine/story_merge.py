@@ -71,7 +71,7 @@ def repair_perimeter(run: StoryRun) -> str | None:
     story's findings and its note in the report.
     """
     ctx, repo, story = run.ctx, run.ctx.repo, run.story.id
-    repo.commit_all(run.worktree, f"{story}: remaining changes")
+    repo.commit_remaining(run.worktree, f"{story}: remaining changes")
     strays = perimeter_now(repo, ctx.plan, story, run.worktree)
     if not strays:
         return None

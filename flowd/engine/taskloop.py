@@ -221,7 +221,9 @@ class TaskLoop:
         if rounds == 0 or not ctx.pool.can_ever_serve("judge"):
             return None
         for round_ in range(1, rounds + 1):
-            await asyncio.to_thread(repo.commit_all, self.worktree, f"{self.story_id}: remaining changes")
+            await asyncio.to_thread(
+                repo.commit_remaining, self.worktree, f"{self.story_id}: remaining changes"
+            )
             diff = await asyncio.to_thread(repo.diff, self.worktree, ctx.epic_branch)
             empty = not diff.strip()
             verdict = await self._verdict(diff, empty)

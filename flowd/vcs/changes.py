@@ -83,6 +83,14 @@ class WorktreeChanges(RepoBase):
             raise GitError(f"{what}: {git_reason(proc)}", detail=proc.stderr + proc.stdout)
         return self.head_of(wt)
 
+    def commit_remaining(self, wt: Path, message: str) -> str | None:
+        """`commit_all` where the worktree is usually clean already (after a task's own commit):
+        one `git status` finds nothing and nothing more runs, where `commit_all` always runs
+        `add`, `reset` and `commit` (docs/performance.md "Between the turns")."""
+        if not self.status_paths(wt):
+            return None
+        return self.commit_all(wt, message)
+
     def changed_files(self, wt: Path, base: str, env: dict[str, str] | None = None) -> list[str]:
         """Files differing from the merge-base of `base` and HEAD: committed, uncommitted and untracked.
 
