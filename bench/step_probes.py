@@ -40,6 +40,13 @@ PROBES: list[tuple[str, str, str | None, str]] = [
     ("detect: worktree", "flowd.engine.detect", "Detector", "check_lane_worktree"),
     ("detect: strays", "flowd.engine.detect", "Detector", "_kill_strays"),
     ("detect: shared+secrets", "flowd.engine.detect", "Detector", "_after_step"),
+    ("  shared: trace", "flowd.engine.detect", "Detector", "_check_trace"),
+    ("  shared: files", "flowd.engine.detect", "Detector", "_check_files"),
+    ("  shared: refs", "flowd.engine.detect", "Detector", "_check_refs"),
+    ("  shared: story refs", "flowd.engine.detect", "Detector", "_check_story_refs"),
+    ("  shared: home", "flowd.engine.detect", "Detector", "_check_home"),
+    ("  lane status", "flowd.engine.detect", "Detector", "snapshot"),
+    ("  secrets", "flowd.engine.detect", "Detector", "_check_secrets"),
     ("detect: epic worktree", "flowd.engine.detect", "Detector", "check_epic_worktree"),
     ("worktree", "flowd.engine.story", None, "prepare"),
     ("check out", "flowd.engine.story", None, "check_out"),
@@ -113,8 +120,12 @@ def _lane_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[str | None,
     return None, role
 
 
+_here = threading.local()  # the lane of the sync probe this thread is inside (nested probes)
+
+
 def _record(row: str, args: tuple[Any, ...], kwargs: dict[str, Any], start: float) -> None:
     lane, role = _lane_of(args, kwargs)
+    lane = lane or getattr(_here, "lane", None)
     if row == "turn" and role:
         row = f"turn: {role}"
     with _lock:
@@ -137,9 +148,12 @@ def _wrap(row: str, fn: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(fn)
     def timed(*args: Any, **kwargs: Any) -> Any:
         start = time.time()
+        outer = getattr(_here, "lane", None)
+        _here.lane = _lane_of(args, kwargs)[0] or outer
         try:
             return fn(*args, **kwargs)
         finally:
+            _here.lane = outer
             _record(row, args, kwargs, start)
 
     return timed

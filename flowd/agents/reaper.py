@@ -15,9 +15,15 @@ from __future__ import annotations
 
 import ctypes
 import os
-import signal
 import sys
 import time
+
+TYPE_CHECKING = False  # typing itself is 15 ms of import: mypy reads this as typing.TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import signal
+else:  # the same names as plain ints, without `signal`'s enums: 4-7 ms less per start
+    import _signal as signal
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
@@ -59,7 +65,7 @@ def _kill_below_me(rounds: int = 20) -> None:
     again until none is left (one may fork between a look and its kill)."""
     me = os.getpid()
     for _ in range(rounds):
-        below = [pid for pid in _pids() if pid != me and _below(pid, me)]
+        below = _below(me, _parents())
         for pid in below:
             try:
                 os.kill(pid, signal.SIGKILL)
@@ -71,25 +77,41 @@ def _kill_below_me(rounds: int = 20) -> None:
         time.sleep(0.01)
 
 
-def _pids() -> list[int]:
+def _parents() -> dict[int, int]:
+    """Every process's parent, from one read of each `/proc/<pid>/stat` (a process gone
+    meanwhile is left out)."""
+    parents: dict[int, int] = {}
     try:
-        return [int(name) for name in os.listdir("/proc") if name.isdigit()]
+        names = os.listdir("/proc")
     except OSError:
-        return []
-
-
-def _below(pid: int, ancestor: int) -> bool:
-    for _ in range(64):
+        return parents
+    for name in names:
+        if not name.isdigit():
+            continue
         try:
-            with open(f"/proc/{pid}/stat", "rb") as handle:
-                pid = int(handle.read().rsplit(b")", 1)[1].split()[1])
+            with open(f"/proc/{name}/stat", "rb") as handle:
+                parents[int(name)] = int(handle.read().rsplit(b")", 1)[1].split()[1])
         except (OSError, IndexError, ValueError):
-            return False
-        if pid == ancestor:
-            return True
-        if pid <= 1:
-            return False
-    return False
+            continue
+    return parents
+
+
+def _below(ancestor: int, parents: dict[int, int]) -> list[int]:
+    """The processes whose chain of parents reaches `ancestor` (not `ancestor` itself)."""
+    children: dict[int, list[int]] = {}
+    for pid, parent in parents.items():
+        children.setdefault(parent, []).append(pid)
+    found: list[int] = []
+    seen = {ancestor}
+    todo = list(children.get(ancestor, []))
+    while todo:
+        pid = todo.pop()
+        if pid in seen:
+            continue
+        seen.add(pid)
+        found.append(pid)
+        todo.extend(children.get(pid, []))
+    return found
 
 
 def _reap_all() -> None:

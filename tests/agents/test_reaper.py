@@ -108,6 +108,15 @@ def test_what_a_command_leaves_running_dies_when_it_ends(kind: str) -> None:
     assert _gone([_runaway_pid(done.stdout)])
 
 
+def test_a_runaway_with_children_of_its_own_dies_with_them() -> None:
+    """Everything below the reaper is found, at any depth: the orphan and the child it keeps."""
+    family = "(cd / && exec setsid sh -c 'sleep 300 & echo $! $$; wait' &) ; sleep 0.2"
+    done = subprocess.run(reaped(["sh", "-c", family]), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    child, orphan = (int(pid) for pid in done.stdout.split()[:2])
+    assert _gone([child, orphan])
+
+
 def test_a_gate_leaves_nothing_running(tmp_path: Path) -> None:
     """Gates and setup commands run under the reaper too (flowd/engine/gates.py)."""
     run = asyncio.run(run_command(RUNAWAY, tmp_path, log=None, timeout_s=60))
