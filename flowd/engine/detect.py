@@ -178,7 +178,7 @@ class Detector:
 
     def epic_settled(self) -> None:
         """flowd moved the epic branch (a merge, a rollback): that is where it belongs now."""
-        self.epic_head = read_refs(self.common_dir).get(f"refs/heads/epic/{self.epic_id}")
+        self.epic_head = read_ref(self.common_dir, f"refs/heads/epic/{self.epic_id}")
 
     @contextlib.asynccontextmanager
     async def step(
@@ -281,8 +281,9 @@ class Detector:
             since, self._checked = self._checked, time.time()
             self._check_trace(since)  # first: what the checks below report is appended to it
             self._check_files(since)
-            self._check_refs(since)
-            self._check_story_refs(since)
+            refs = read_refs(self.common_dir)  # one read of the ref store for both checks
+            self._check_refs(since, refs)
+            self._check_story_refs(since, refs)
             self._check_home(since)
         if checkout:
             self.check_checkout()
@@ -388,8 +389,8 @@ class Detector:
         for key in [k for k in self._files if k not in current and not self._files[k].exists]:
             del self._files[key]
 
-    def _watched_refs(self) -> dict[str, RefPrint]:
-        refs = read_refs(self.common_dir)
+    def _watched_refs(self, refs: dict[str, RefPrint] | None = None) -> dict[str, RefPrint]:
+        refs = read_refs(self.common_dir) if refs is None else refs
         stories, epic = f"refs/heads/story/{self.epic_id}/", f"refs/heads/epic/{self.epic_id}"
         return {
             name: ref
@@ -407,8 +408,8 @@ class Detector:
                 return EpicPaths(self.root, epic).lock.exists()
         return False
 
-    def _check_refs(self, since: float) -> None:
-        now = self._watched_refs()
+    def _check_refs(self, since: float, refs: dict[str, RefPrint]) -> None:
+        now = self._watched_refs(refs)
         checked_out = head_file(self.common_dir).decode(errors="replace").removeprefix("ref:").strip()
         for name in sorted(set(now) | set(self._refs)):
             before, after = self._refs.get(name), now.get(name)
@@ -427,11 +428,11 @@ class Detector:
                 else:
                     self._refs[name] = after
 
-    def _check_story_refs(self, since: float) -> None:
+    def _check_story_refs(self, since: float, refs: dict[str, RefPrint]) -> None:
         """This epic's story branches share one directory every lane may write (docs/sandbox.md):
         a story's branch moved with no reflog entry was written past git, by another lane."""
         prefix = f"refs/heads/story/{self.epic_id}/"
-        for name in sorted(n for n in read_refs(self.common_dir) if n.startswith(prefix)):
+        for name in sorted(n for n in refs if n.startswith(prefix)):
             logged = unlogged_move(self.common_dir, name)
             if logged is None:
                 continue
@@ -666,7 +667,7 @@ class Detector:
 
     def _check_epic_ref(self) -> None:
         name = f"refs/heads/epic/{self.epic_id}"
-        now, before = read_refs(self.common_dir).get(name), self.epic_head
+        now, before = read_ref(self.common_dir, name), self.epic_head
         if before is None or now is None or now.sha == before.sha:
             return
         if descends(self.common_dir, now.sha, before.sha):
