@@ -61,6 +61,8 @@ PROBES: list[tuple[str, str, str | None, str]] = [
     ("  train: gates", "flowd.engine.train", "TrainShell", "_gates_here"),
     ("  train: land", "flowd.engine.train", "TrainShell", "_land"),
     ("detect: checkout scan", "flowd.engine.detect", "Detector", "check_checkout"),
+    ("leave lane (after merge)", "flowd.roster.pool", "RosterPool", "leave_lane"),
+    ("clean up (after merge)", "flowd.engine.story", None, "clean_up_at"),
     ("commit", "flowd.vcs.gitops", "Repo", "commit_all"),
     ("diff", "flowd.vcs.gitops", "Repo", "diff"),
     ("head", "flowd.vcs.gitops", "Repo", "head_of"),
@@ -69,7 +71,7 @@ PROBES: list[tuple[str, str, str | None, str]] = [
 # Rows whose union is "covered": the outermost probes of a lane's steps.
 TOP = ("lease (incl. wait)", "turn", "gates (step)", "take-in", "detect: git dir", "detect: worktree",
        "detect: strays", "detect: shared+secrets", "worktree", "check out", "catch-up", "perimeter",
-       "repair perimeter", "merge (incl. train)", "commit", "diff", "head", "status")  # fmt: skip
+       "repair perimeter", "merge (incl. train)", "leave lane (after merge)", "clean up (after merge)", "commit", "diff", "head", "status")  # fmt: skip
 
 _STORY = re.compile(r"/(s\d\d+)(?:[/@.]|$)")
 

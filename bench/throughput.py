@@ -154,7 +154,8 @@ def run_start(events: list[Any]) -> None:
 
 def between_turns(events: list[Any]) -> dict[str, list[tuple[float, float]]]:
     """Per story, its time outside its coder turn (epoch seconds): active → its coder turn, and the
-    turn's end → merged (the launch before `active` is the scheduler's, not the lane's)."""
+    turn's end → done (merged, and what the story does after its merge before its dependents can
+    launch; the launch before `active` is the scheduler's, not the lane's)."""
     marks: dict[str, dict[str, float]] = {}
     for envelope in events:
         event, at = envelope.event, parse_iso(envelope.at).timestamp()
@@ -164,12 +165,12 @@ def between_turns(events: list[Any]) -> dict[str, list[tuple[float, float]]]:
             marks.setdefault(event.lane, {}).setdefault("task", at)
         elif isinstance(event, TokensUsed) and event.agent == "coder" and event.lane:
             marks.setdefault(event.lane, {})["coded"] = at
-        elif isinstance(event, StoryMerged):
-            marks.setdefault(event.lane, {})["merged"] = at
+        elif isinstance(event, StoryStatusChanged) and event.status == "done":
+            marks.setdefault(event.story, {})["done"] = at
     return {
-        sid: [(m["active"], m["task"]), (m["coded"], m["merged"])]
+        sid: [(m["active"], m["task"]), (m["coded"], m["done"])]
         for sid, m in marks.items()
-        if {"active", "task", "coded", "merged"} <= m.keys()
+        if {"active", "task", "coded", "done"} <= m.keys()
     }
 
 

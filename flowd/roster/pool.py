@@ -241,14 +241,17 @@ class RosterPool:
 
     async def leave_lane(self, worktree: Path) -> None:
         """Stop every idle agent process confined to the lane worktree `worktree`, which another
-        lane takes next (docs/repositories.md "Worktree reuse"); a held clone is left alone."""
+        lane takes next (docs/repositories.md "Worktree reuse"); a held clone is left alone. The
+        processes (a story's coder and its helper) stop side by side: the story's dependents
+        launch after this (docs/performance.md "Between the turns")."""
+        leaving = []
         for (executor_id, clone), executor in list(self._executors.items()):
             state = self._states.get(executor_id)
             leave = getattr(executor, "leave_lane", None)
             if leave is None or (state is not None and clone in state.held):
                 continue
-            with contextlib.suppress(Exception):
-                await leave(worktree)
+            leaving.append(leave(worktree))
+        await asyncio.gather(*leaving, return_exceptions=True)  # a failed stop: gone either way
 
     def prestart(self, needs: dict[str, int], cwd: Path) -> None:
         """Start, in the background, the agent processes of the clones that the first leases of
