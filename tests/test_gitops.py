@@ -377,10 +377,13 @@ def test_diff_shows_new_files_and_leaves_the_index_alone(repo: Repo) -> None:
     (wt / "fresh.txt").write_text("brand new\n")
     (wt / "src" / "app.py").write_text("x = 2\n")
     before = porcelain(wt)
+    index = Path(git(wt, "rev-parse", "--path-format=absolute", "--git-path", "index").strip())
+    index_bytes = index.read_bytes()
     patch = repo.diff(wt, "epic/ep")
     assert "+brand new" in patch
     assert "-x = 1" in patch and "+x = 2" in patch
     assert porcelain(wt) == before
+    assert index.read_bytes() == index_bytes  # the lane's own index, byte for byte
 
 
 def test_merge_success_creates_a_merge_commit(repo: Repo) -> None:

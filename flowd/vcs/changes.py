@@ -12,7 +12,7 @@ from pathlib import Path
 
 from flowd.base.errors import InputError
 from flowd.vcs.bootstrapped import bootstrapped, stage_all, write_bootstrapped
-from flowd.vcs.gitcli import GitError, git_reason, not_flow, run_git, split_z
+from flowd.vcs.gitcli import GitError, git_reason, not_flow, private_git_dir, run_git, split_z
 from flowd.vcs.repo import RepoBase
 from flowd.vcs.submodules import scrub
 
@@ -135,9 +135,16 @@ class WorktreeChanges(RepoBase):
         """
         wt = Path(wt)
         what = f"could not diff the worktree {wt} against {base!r}"
-        index = Path(
-            run_git(wt, ["rev-parse", "--path-format=absolute", "--git-path", "index"], what).stdout.strip()
-        )
+        # The worktree's index where flowd pins its git dir (no `git rev-parse` process for it).
+        admin = private_git_dir(wt)
+        if admin is not None and admin.is_dir():
+            index = admin / "index"
+        else:
+            index = Path(
+                run_git(
+                    wt, ["rev-parse", "--path-format=absolute", "--git-path", "index"], what
+                ).stdout.strip()
+            )
         with tempfile.TemporaryDirectory(prefix="flowd-index-") as tmp:
             tmp_index = Path(tmp) / "index"
             if index.exists():
