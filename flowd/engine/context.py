@@ -32,6 +32,7 @@ from flowd.events.model import (
     BudgetExceeded,
     Event,
     GateWhere,
+    Info,
     TokensUsed,
     ToolUse,
     Usage,
@@ -123,6 +124,11 @@ class RunContext:
     # Finished lanes' worktrees for the next lane to take (docs/repositories.md "Worktree
     # reuse"); None: every lane adds its own and removes it (a cluster node's lanes).
     spares: Spares | None = None
+    # Sparse story worktrees chosen by the run for a big checkout, not set by the user: a red gate
+    # in one makes it whole and runs again, and later stories start whole (docs/repositories.md
+    # "Big repositories").
+    auto_sparse: bool = False
+    whole_for_gates: bool = False
     # Running lanes' port ranges (docs/worktree-bootstrap.md), keyed by story id or `<story>#t<n>`.
     ports: PortSlots = field(init=False)
 
@@ -182,7 +188,7 @@ class RunContext:
         tree (docs/repositories.md "Sparse worktrees")."""
         settings = self.settings.worktree
         story = self.plan.story(story_id)
-        if not settings.sparse or story is None:
+        if not settings.sparse or self.whole_for_gates or story is None:
             return None
         entries = [e for e in cone_entries(story, settings.sparse_dirs) if e not in ("", ".")]
         return sparse_cone(story, settings.sparse_dirs, sparse.kinds_at(self.repo, start, entries))
@@ -276,19 +282,43 @@ class RunContext:
     ) -> CommandRun | None:
         """The run's gates in `cwd`, with its timeout, retries and trace (engine/gates.py), in the
         lane's environment (`env`, else the lane's ports: docs/worktree-bootstrap.md); the first
-        red one."""
-        async with self.step(lane, cwd, own_home=where != "epic"):
-            return await run_gates(
-                self.settings.gates,
-                cwd,
-                where=where,
-                lane=lane,
-                emit=self.emit,
-                log_dir=log_dir,
-                timeout_s=self.settings.gate_timeout_s,
-                env=env if env is not None else self.lane_env(lane),
-                retries=self.settings.gate_retries,
+        red one. Red in a sparse worktree the run chose by itself: the worktree is made whole and
+        the gates run again (`widen_for_gates`)."""
+        for _ in range(2):
+            async with self.step(lane, cwd, own_home=where != "epic"):
+                red = await run_gates(
+                    self.settings.gates,
+                    cwd,
+                    where=where,
+                    lane=lane,
+                    emit=self.emit,
+                    log_dir=log_dir,
+                    timeout_s=self.settings.gate_timeout_s,
+                    env=env if env is not None else self.lane_env(lane),
+                    retries=self.settings.gate_retries,
+                )
+            if red is None or not await asyncio.to_thread(self.widen_for_gates, cwd, lane):
+                return red
+        return red
+
+    def widen_for_gates(self, wt: Path, lane: str) -> bool:
+        """A gate was red in `wt`: when the run made it sparse by itself, check the whole tree out
+        there (the gate may need a folder outside the story's perimeter), and have every story
+        that starts later start whole; said once. False when `wt` was not such a worktree."""
+        if not self.auto_sparse or not sparse.is_sparse(wt):
+            return False
+        sparse.apply_cone(wt, None)
+        if not self.whole_for_gates:
+            self.whole_for_gates = True
+            self.emit(
+                Info(
+                    lane=lane,
+                    message="a gate was red in a sparse story worktree: checked the whole tree out "
+                    "there and ran the gates again; the run's next stories start whole (set "
+                    "[worktree] sparse, and sparseDirs, to choose: docs/repositories.md)",
+                )
             )
+        return True
 
     # -- turns ---------------------------------------------------------------------------------
     def observer(self, lane: str | None, executor: str | None) -> Callable[[ToolCall | str], None]:

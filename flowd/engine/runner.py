@@ -23,9 +23,11 @@ from flowd.base.errors import EXIT_CANCELLED, EXIT_FAILED, EXIT_HALTED, EXIT_OK,
 from flowd.base.timeutil import iso
 from flowd.cost.prices import pricer
 from flowd.engine import epic_worktree
+from flowd.engine.big_repo import with_choice, worktree_choice
 from flowd.engine.bootstrap import bootstrap_epic, preflight
 from flowd.engine.confinement import announcement, run_confinement
 from flowd.engine.context import RunContext
+from flowd.engine.core.bigrepo import Chosen
 from flowd.engine.detect import Detector
 from flowd.engine.lanes import Placement, open_placement
 from flowd.engine.pause_desk import earlier_pauses
@@ -116,6 +118,9 @@ class _Setup:
     wt_root: Path
     epic_wt: Path
     run_id: str
+    chosen: Chosen = field(
+        default_factory=lambda: Chosen(0, False)
+    )  # docs/repositories.md "Big repositories"
 
 
 async def run_epic(options: RunOptions) -> RunResult:
@@ -151,6 +156,10 @@ def _validate(options: RunOptions) -> _Setup:
         raise InputError("--concurrency must be at least 1")
     preflight(repo, settings, concurrency)
     wt_root = worktree_root(repo, settings.worktree_root)
+    # A big checkout: spares kept and sparse story worktrees unless the user chose (docs/repositories.md
+    # "Big repositories"); what the run then works with is in its settings.
+    chosen = worktree_choice(repo, settings, concurrency)
+    settings = with_choice(settings, chosen)
     return _Setup(
         repo=repo,
         plan_path=plan_path,
@@ -164,6 +173,7 @@ def _validate(options: RunOptions) -> _Setup:
         wt_root=wt_root,
         epic_wt=layout.epic_worktree(wt_root, plan.epic_id),
         run_id=options.run_id or new_run_id(plan.epic_id),
+        chosen=chosen,
     )
 
 
@@ -299,6 +309,8 @@ class _Session:
                 depends_on={s.id: list(s.depends_on) for s in plan.stories},
             )
         )
+        if setup.chosen.said is not None:  # said once, in the run's first lines
+            writer.emit(Info(message=setup.chosen.said))
         for event in self.recovered:
             writer.emit(event)
         writer.emit(StageStarted(stage="epic branch"))
@@ -397,6 +409,7 @@ class _Session:
             pause_on=frozenset(self.pause_on),
             detect=self.detector,
             spares=self.spares,
+            auto_sparse=setup.chosen.auto_sparse,
         )
         self.ctx = ctx
         train = self.train = TrainShell(ctx)

@@ -77,6 +77,7 @@ class Spares:
         self.emit = emit
         self._lock = threading.Lock()
         self._free: list[Path] = []
+        self._sparse: dict[str, bool] = {}  # whether a free spare is a sparse checkout (by its path)
 
     def info(self, message: str, lane: str | None = None) -> None:
         if self.emit is not None:
@@ -150,7 +151,7 @@ class Spares:
             to_trash(self.lanes, path)
             with contextlib.suppress(FlowdError):
                 self.repo.worktree_prune()
-        while (spare := self._pop()) is not None:
+        while (spare := self._pop(sparse=cone is not None)) is not None:
             if self._move_and_reset(spare, path, branch, start, include, cone):
                 return "reused"
         fresh = None if start == branch else start
@@ -165,7 +166,7 @@ class Spares:
         are free: the run's first lanes come first (a lane waits for its worktree, while the
         train's is made beside the lanes' work)."""
         with self._lock:
-            return self._free.pop() if len(self._free) > leave else None
+            return self._pop_locked(sparse=False) if len(self._free) > leave else None
 
     def take_detached(self, spare: Path, path: Path, commit: str) -> bool:
         """The `reserve`d `spare` moved to `path` and reset to `commit`, detached and whole (the
@@ -196,9 +197,30 @@ class Spares:
             self.repo.worktree_prune()
         return False
 
-    def _pop(self) -> Path | None:
+    def _pop(self, *, sparse: bool) -> Path | None:
         with self._lock:
-            return self._free.pop() if self._free else None
+            return self._pop_locked(sparse=sparse)
+
+    def _pop_locked(self, *, sparse: bool) -> Path | None:
+        """A free spare for a sparse lane (`sparse`: only a sparse spare, whose cone is changed; a
+        whole one would delete most of its files on the lane's path, where a new sparse worktree
+        writes only its cone) or for a whole one (a whole spare first, else a sparse one made whole:
+        the files written are those a new worktree would write)."""
+        for spare in reversed(self._free):
+            if self._is_sparse(spare) == sparse:
+                self._free.remove(spare)
+                self._sparse.pop(str(spare), None)
+                return spare
+        return None if sparse or not self._free else self._free.pop()
+
+    def _is_sparse(self, spare: Path) -> bool:
+        key = str(spare)
+        if key not in self._sparse:
+            try:
+                self._sparse[key] = sparse.is_sparse(spare)
+            except FlowdError:
+                self._sparse[key] = False
+        return self._sparse[key]
 
     def _reset(
         self, path: Path, branch: str | None, start: str, include: Path | None, cone: Sequence[str] | None

@@ -44,12 +44,17 @@ class WorktreeSettings(StrictWireModel):
     port_base: int = Field(default=41000, ge=1, le=65535)
     ports_per_lane: int = Field(default=10, ge=1, le=1000)
     # docs/repositories.md "Sparse worktrees": a story's worktree checks out only the folders its
-    # perimeter names, plus `sparseDirs` (what every story's gates and agents also need).
+    # perimeter names, plus `sparseDirs` (what every story's gates and agents also need). Unset on
+    # a big checkout: on (docs/repositories.md "Big repositories").
     sparse: bool = False
     sparse_dirs: list[str] = Field(default_factory=list)
     # docs/repositories.md "Worktree reuse": spare worktrees left for the next run (of any epic)
     # when a run ends, so its lanes write only what differs instead of whole checkouts.
+    # Unset on a big checkout: as many as the lanes use, within `spareDiskBudgetMb` (docs/repositories.md
+    # "Big repositories"); 0 keeps none.
     keep_spares: int = Field(default=0, ge=0, le=64)
+    # Megabytes the spares a run keeps by itself may take on disk (one whole checkout each).
+    spare_disk_budget_mb: int = Field(default=2048, ge=0)
 
     @field_validator("sparse_dirs")
     @classmethod
