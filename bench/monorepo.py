@@ -49,6 +49,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from flowd.events.model import Envelope  # noqa: E402
 from flowd.vcs.gitops import Repo  # noqa: E402
 
 ENV = {
@@ -185,15 +186,17 @@ def one_line_epic(repo: Path, epic: str, count: int, rules: list[dict[str, objec
     return plan
 
 
-def _epic_repo(repo: Path, sparse: bool = False, epic: str = "bench", keep: int = 0) -> Path:
+def _epic_repo(repo: Path, sparse: bool | None = False, epic: str = "bench", keep: int | None = 0) -> Path:
     """A 4-story epic (one-line stories, gates `true`) and a scripted roster in `repo`; `sparse`:
     the stories' worktrees check out only their perimeter; `keep`: spares left for the next run
-    (docs/repositories.md)."""
+    (docs/repositories.md); None: not set, as flowd chooses by default ("Big repositories")."""
     rules: list[dict[str, object]] = [
         {"when": {"role": "coder", "story": f"s{n}"}, "writes": {f"story{n}.txt": "x\n"}, "reply": "done"}
         for n in range(STORIES)
     ]
-    worktree = ("sparse = true\n" if sparse else "") + (f"keepSpares = {keep}\n" if keep else "")
+    worktree = (f"sparse = {str(sparse).lower()}\n" if sparse is not None else "") + (
+        f"keepSpares = {keep}\n" if keep is not None else ""
+    )
     return one_line_epic(
         repo,
         epic,
@@ -222,7 +225,12 @@ def git_profile(trace: Path, top: int = 8) -> None:
 
 
 def epic_seconds(
-    repo: Path, sparse: bool = False, trace: Path | None = None, epic: str = "bench", keep: int = 0
+    repo: Path,
+    sparse: bool | None = False,
+    trace: Path | None = None,
+    epic: str = "bench",
+    keep: int | None = 0,
+    said: list[str] | None = None,
 ) -> tuple[float, float]:
     """Seconds until the run returned (as `flowd run` does: its leftover worktrees removed by a
     process of their own), and until that removal had finished too."""
@@ -232,8 +240,21 @@ def epic_seconds(
     if trace is not None:
         os.environ["GIT_TRACE2_EVENT"] = str(trace)
     started = time.perf_counter()
-    options = RunOptions(plan=plan, cwd=repo, handle_signals=False, reap_in_background=True)
+    told: list[str] = []
+
+    def heard(envelope: Envelope) -> None:
+        message = getattr(envelope.event, "message", None)
+        if (
+            type(envelope.event).__name__ == "Info"
+            and isinstance(message, str)
+            and "big repository" in message
+        ):
+            told.append(message)
+
+    options = RunOptions(plan=plan, cwd=repo, handle_signals=False, reap_in_background=True, on_event=heard)
     result = asyncio.run(run_epic(options))
+    if said is not None:
+        said.extend(told)
     took = time.perf_counter() - started
     if result.outcome != "done":
         raise SystemExit(f"the bench epic on {repo} ended {result.outcome}; see {repo}/.flow/runs/")
@@ -304,9 +325,10 @@ def _fresh_copy(repo: Path, tmp: Path, kind: str) -> Path:
     return copy
 
 
-def epic_round(repo: Path, tmp: Path, n: int, profile: bool) -> dict[str, float]:
-    """One reading of each epic: the small repository's, one bare add, then the monorepo's with
-    whole and with sparse story worktrees, each on a fresh clone after the file system settled."""
+def epic_round(repo: Path, tmp: Path, n: int, profile: bool, kinds: list[str]) -> dict[str, float]:
+    """One reading of each epic of `kinds`: the small repository's, one bare add, then the
+    monorepo's, each on a fresh clone after the file system settled ("first" and "next" share
+    theirs: two epics one after the other with nothing set in `[worktree]`)."""
     settle()
     one_add = timed(lambda: git(repo, "worktree", "add", "-q", "--detach", str(tmp / f"one{n}"), "main"))
     small = tmp / f"small{n}"
@@ -315,24 +337,29 @@ def epic_round(repo: Path, tmp: Path, n: int, profile: bool) -> dict[str, float]
     git(small, "init", "-q", "-b", "main")
     git(small, "add", "-A")
     git(small, "commit", "-q", "-m", "init")
-    e_small, _ = epic_seconds(small)
+    e_small, _ = epic_seconds(small, sparse=None, keep=None)
     got = {"small": e_small, "add": one_add}
     goal = e_small + one_add
     print(f"4-story epic: small repo {e_small:.1f} s, one bare worktree add {one_add:.1f} s")
-    for kind in KINDS:
+    clone: Path | None = None
+    for kind in kinds:
         settle()
-        sparse, keep = kind == "sparse", STORIES + 1 if kind == "kept" else 0  # the lanes and the train
-        clone = _fresh_copy(repo, tmp / f"r{n}", kind)
-        if keep:  # an earlier epic's run leaves its spares (not timed)
+        sparse, keep = SETTINGS[kind]
+        if kind != "next" or clone is None:
+            clone = _fresh_copy(repo, tmp / f"r{n}", kind)
+        if kind == "kept":  # an earlier epic's run leaves its spares (not timed)
             epic_seconds(clone, epic="earlier", keep=keep)
             settle()
         trace = tmp / f"trace2-{kind}{n}.json" if profile else None
-        e_mono, e_all = epic_seconds(clone, sparse, trace, keep=keep)
+        said: list[str] = []
+        e_mono, e_all = epic_seconds(clone, sparse, trace, epic=kind, keep=keep, said=said)
         got[kind] = e_mono
         print(
             f"  monorepo, {KINDS[kind]}: {e_mono:.1f} s, / (small + one add) = {e_mono / goal:.2f}x; "
             f"until the leftovers' removal ended too: {e_all:.1f} s ({e_all / goal:.2f}x)"
         )
+        for line in said:
+            print(f"    flowd said: {line}")
         if trace is not None:
             git_profile(trace)
     return got
@@ -342,21 +369,33 @@ KINDS = {
     "whole": "whole story worktrees",
     "sparse": "sparse story worktrees",
     "kept": "whole, spares kept from an earlier epic",
+    "first": "default settings, first run",
+    "next": "default settings, the next run (another epic, same checkout)",
 }
+# Each kind's `[worktree] sparse` and `keepSpares` (None: not set).
+SETTINGS: dict[str, tuple[bool | None, int | None]] = {
+    "whole": (False, 0),
+    "sparse": (True, 0),
+    "kept": (False, STORIES + 1),  # the lanes and the train
+    "first": (None, None),
+    "next": (None, None),
+}
+GOALS = {"first": 2.0, "next": 1.2}
 
 
-def print_epics(epics: list[dict[str, float]]) -> None:
+def print_epics(epics: list[dict[str, float]], kinds: list[str]) -> None:
     """Medians over the readings; each ratio is the median of the per-round ratios (a round's
     epics and its baseline met the same machine)."""
     med = {k: statistics.median(e[k] for e in epics) for k in epics[0]}
+    listed = ", ".join(f"{kind} {med[kind]:.1f} s" for kind in kinds)
     print(
-        f"medians of {len(epics)}: small repo {med['small']:.1f} s, one bare add {med['add']:.1f} s, "
-        f"whole {med['whole']:.1f} s, sparse {med['sparse']:.1f} s, kept spares {med['kept']:.1f} s"
+        f"medians of {len(epics)}: small repo {med['small']:.1f} s, one bare add {med['add']:.1f} s, {listed}"
     )
-    for kind in KINDS:
+    for kind in kinds:
         ratios = sorted(e[kind] / (e["small"] + e["add"]) for e in epics)
-        listed = ", ".join(f"{r:.2f}x" for r in ratios)
-        print(f"  {kind}: / (small + one add) median {statistics.median(ratios):.2f}x ({listed}; goal 1.5x)")
+        each = ", ".join(f"{r:.2f}x" for r in ratios)
+        goal = GOALS.get(kind, 1.5)
+        print(f"  {kind}: / (small + one add) median {statistics.median(ratios):.2f}x ({each}; goal {goal}x)")
 
 
 def main() -> int:
@@ -369,6 +408,11 @@ def main() -> int:
         "--epic", action="store_true", help="also run a 4-story epic on it and on a small repo"
     )
     parser.add_argument("--epics", type=int, default=1, help="with --epic: readings of each epic")
+    parser.add_argument(
+        "--kinds",
+        default="whole,sparse,kept,first,next",
+        help="with --epic: which monorepo epics, of " + ", ".join(KINDS),
+    )
     parser.add_argument(
         "--git-profile",
         action="store_true",
@@ -392,9 +436,12 @@ def main() -> int:
             _removed()
             print_rounds(rounds, repo, tmp)
         if args.epic:
-            epics = [epic_round(repo, tmp, n, args.git_profile) for n in range(args.epics)]
+            kinds = [k for k in args.kinds.split(",") if k]
+            if unknown := [k for k in kinds if k not in KINDS]:
+                raise SystemExit(f"--kinds: {', '.join(unknown)} not among {', '.join(KINDS)}")
+            epics = [epic_round(repo, tmp, n, args.git_profile, kinds) for n in range(args.epics)]
             if len(epics) > 1:
-                print_epics(epics)
+                print_epics(epics, kinds)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return 0

@@ -116,14 +116,24 @@ def test_worktree_settings(tmp_path: Path) -> None:
         "sparse": False,
         "sparse_dirs": [],
         "keep_spares": 0,
+        "spare_disk_budget_mb": 2048,
     }
     write(
         tmp_path / ".flow/config.toml",
-        '[worktree]\ninclude = ".copyme"\nportBase = 5000\nportsPerLane = 4\nkeepSpares = 6\n',
+        '[worktree]\ninclude = ".copyme"\nportBase = 5000\nportsPerLane = 4\nkeepSpares = 6\n'
+        "spareDiskBudgetMb = 100\n",
     )
     worktree = load_settings(tmp_path).worktree
     got = (worktree.include, worktree.port_base, worktree.ports_per_lane, worktree.keep_spares)
-    assert got == (".copyme", 5000, 4, 6)
+    assert got == (".copyme", 5000, 4, 6) and worktree.spare_disk_budget_mb == 100
+    # What the user wrote is known from what a big repository's run chooses (docs/repositories.md).
+    assert worktree.model_fields_set == {
+        "include",
+        "port_base",
+        "ports_per_lane",
+        "keep_spares",
+        "spare_disk_budget_mb",
+    }
 
 
 def test_bad_worktree_settings_name_each_field(tmp_path: Path) -> None:

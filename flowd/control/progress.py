@@ -13,6 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from flowd.base.timeutil import parse_iso
+from flowd.engine.core.bigrepo import SAID_PREFIX
 from flowd.events.model import (
     BudgetExceeded,
     Envelope,
@@ -20,6 +21,7 @@ from flowd.events.model import (
     ExecutorResumed,
     GateFlaky,
     GateResult,
+    Info,
     LaneEscape,
     LanePlaced,
     MergeBatchResult,
@@ -274,7 +276,16 @@ def _run_line(view: RunView, event: object) -> str | None:
         return f"{event.executor} excluded{until}: {_one_line(event.reason)}"
     if isinstance(event, ExecutorResumed):
         return f"{event.executor} resumed: {_one_line(event.reason)}"
+    if said_at_start(event):
+        assert isinstance(event, Info)
+        return event.message
     return None
+
+
+def said_at_start(event: object) -> bool:
+    """The run's one sentence on what it chose for a big repository (docs/repositories.md "Big
+    repositories"): printed among its first lines, live or plain."""
+    return isinstance(event, Info) and event.lane is None and event.message.startswith(SAID_PREFIX)
 
 
 def _pause_line(view: RunView, event: object) -> str | None:

@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.live import Live
 
 from flowd.base.errors import FlowdError, InputError
-from flowd.control.progress import PlainProgress, render_run
+from flowd.control.progress import PlainProgress, render_run, said_at_start
 from flowd.cost.prices import pricer
 from flowd.engine.core.pause import AnswerRefused, parse_pause_on
 from flowd.engine.perimeter_now import perimeter_now
@@ -58,6 +58,8 @@ def execute(options: RunOptions, *, json_lines: bool, out: TextIO | None = None)
                     view.append(_view(envelope.run_id, options))
                     live.console.print(f"run {envelope.run_id}", markup=False, highlight=False)
                 view[0].apply(envelope)
+                if said_at_start(envelope.event):
+                    live.console.print(envelope.event.message, markup=False, highlight=False)  # type: ignore[union-attr]
                 live.update(render_run(view[0]))
 
             options.on_event = show

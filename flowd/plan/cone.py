@@ -1,5 +1,5 @@
 """The folders a story's sparse worktree checks out (docs/repositories.md "Sparse worktrees"): what
-its perimeter names (owned and shared read-only entries) and the project's `sparseDirs`, as git's
+its perimeter names (owned, shared read-only and read-first entries) and the project's `sparseDirs`, as git's
 cone mode takes them (whole folders, and always the files at the root). Pure: what exists at the
 story's start commit comes in as `kinds`.
 """
@@ -14,7 +14,8 @@ from flowd.plan.model import Story
 
 def cone_entries(story: Story, also: Sequence[str]) -> list[str]:
     """The perimeter entries (as prefixes) the cone is made of, for one `git ls-tree` of them."""
-    return sorted({paths.as_prefix(e) for e in (*story.owned, *story.shared_read_only, *also)})
+    named = (*story.owned, *story.shared_read_only, *story.read_first, *also)
+    return sorted({paths.as_prefix(e) for e in named})
 
 
 def sparse_cone(story: Story, also: Sequence[str], kinds: Mapping[str, bool]) -> list[str] | None:

@@ -12,10 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from flowd.control.progress import plain_lines
 from flowd.engine.big_repo import checkout_size, worktree_choice
 from flowd.engine.runner import RunResult
 from flowd.engine.spares import fill, kept_root, waiting
 from flowd.store.config import load_settings
+from flowd.trace.view import RunView
 from flowd.vcs import sparse
 from flowd.vcs.gitops import Repo
 from tests.engine.scenario import Scenario, coder, git, story
@@ -92,6 +94,13 @@ def test_by_default_a_big_checkout_gets_sparse_worktrees_and_kept_spares_said_on
     assert message.startswith(f"big repository ({FILES + 1:,} files, about 102 MB a checkout): ")
     assert "keeping up to 3 spare worktrees between runs (about 307 MB of disk" in message
     assert "spareDiskBudgetMb = 2048" in message and "([worktree] sparse)" in message
+    # `flowd run` prints it once, as its second line (after the epic's).
+    view = RunView(run_id=result.run_id)
+    printed: list[str] = []
+    for envelope in sc.events(result.run_id):
+        view.apply(envelope)
+        printed += plain_lines(view, envelope)
+    assert [n for n, line in enumerate(printed) if "big repository" in line] == [1], printed[:3]
     # Two lanes and the train's candidate, kept for the next run (the in-process run fills the
     # pool before it returns).
     assert len(waiting(kept_root(sc.worktree_root))) == 3

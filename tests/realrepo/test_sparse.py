@@ -51,6 +51,13 @@ def test_the_cone_is_the_perimeters_folders(
     assert sparse_cone(_story(owned, read), also, kinds) == cone
 
 
+def test_read_first_entries_come_too() -> None:
+    story = Story.model_validate(
+        {"id": "s", "title": "S", "owned": ["svc/a/x.py"], "readFirst": ["docs/api.md", "libs/common"]}
+    )
+    assert sparse_cone(story, [], {"libs/common": True}) == ["docs", "libs/common", "svc/a"]
+
+
 def test_a_root_glob_needs_the_whole_tree() -> None:
     assert sparse_cone(_story(["**"]), [], {}) is None
 

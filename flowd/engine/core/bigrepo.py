@@ -22,6 +22,8 @@ BIG_FILES = 10_000
 # `[worktree] spareDiskBudgetMb`'s default: disk the spares kept between runs may take.
 SPARE_DISK_BUDGET_MB = 2048
 MB = 1_000_000
+# How the run's sentence about its choice begins (`flowd run` prints it among its first lines).
+SAID_PREFIX = "big repository ("
 
 
 @dataclass(frozen=True)
@@ -101,7 +103,7 @@ def _said(size: CheckoutSize, asked: Asked, keep: int, sparse: bool) -> str:
             why = "its lanes run on a Ray cluster" if asked.cluster else "git is older than 2.32"
             parts.append(f"whole story worktrees ({why})")
     return (
-        f"big repository ({size.files:,} files, about {size.disk_bytes / MB:,.0f} MB a checkout): "
+        f"{SAID_PREFIX}{size.files:,} files, about {size.disk_bytes / MB:,.0f} MB a checkout): "
         + " and ".join(parts)
         + '; set these in .flow/config.toml to choose yourself (docs/repositories.md "Big repositories")'
     )
