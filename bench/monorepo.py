@@ -17,15 +17,17 @@ With `--epic`, also a real 4-story epic (the scripted agent, gates `true`) on th
 one-file repository, and the monorepo epic against the small one plus one bare `git worktree add`;
 the run is timed as `flowd run` takes it (until the outcome is written and the run returns, its
 leftover worktrees removed by a background process), then until that removal has finished too.
-The monorepo epic is read three ways, each on a fresh clone: whole story worktrees, sparse ones
-(`[worktree] sparse`), and whole ones with `[worktree] keepSpares = 5` after an earlier epic's run
-(not timed) left its 5 spares: the next epic's 4 lanes and its merge train's first candidate reset
-one each instead of checking out afresh.
+The monorepo epic is read up to five ways (`--kinds`), each on a fresh clone: whole story worktrees
+(`sparse = false`, `keepSpares = 0`), sparse ones (`sparse = true`), whole ones with `keepSpares =
+5` after an earlier epic's run (not timed) left its 5 spares, and with nothing set in `[worktree]`
+(flowd's own choice for a big repository, docs/repositories.md "Big repositories"): `first`, the
+first run on the clone, and `next`, another epic run right after it on the same clone (what the
+first left kept is what it finds); what flowd said about its choice is printed under each.
 
 Prints medians and ratios; nothing is asserted.
 
     .venv/bin/python bench/monorepo.py [--files 25000] [--commits 3] [--history-mb 300] [--rounds 2]
-        [--epic] [--epics 1] [--git-profile]
+        [--epic] [--epics 1] [--kinds whole,sparse,kept,first,next] [--git-profile]
 """
 
 from __future__ import annotations
