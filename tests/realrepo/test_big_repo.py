@@ -23,21 +23,31 @@ from flowd.vcs.gitops import Repo
 from tests.engine.scenario import Scenario, coder, git, story
 from tests.realrepo.bigrepo import FILES, clone, generate
 
+pytestmark = pytest.mark.slow  # a 25,000-file checkout each, an epic on most
+
 
 @pytest.fixture(scope="module")
-def origin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+def made(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Path]]:
+    """The folders this module's tests made, removed after the last test (bigrepo.py says why)."""
+    folders: list[Path] = []
+    yield folders
+    for folder in folders:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def origin(tmp_path_factory: pytest.TempPathFactory, made: list[Path]) -> Path:
     where = tmp_path_factory.mktemp("big-origin")
-    yield generate(where / "origin")
-    shutil.rmtree(where, ignore_errors=True)
+    made.append(where)
+    return generate(where / "origin", checkout=False)
 
 
 @pytest.fixture
-def checkout(origin: Path, tmp_path: Path) -> Iterator[Path]:
-    """A user's checkout of the big repository; it and every worktree a run made removed after."""
-    repo = clone(origin, tmp_path / "repo")
-    yield repo
-    for path in sorted(tmp_path.iterdir()):
-        shutil.rmtree(path, ignore_errors=True)
+def checkout(origin: Path, tmp_path: Path, made: list[Path]) -> Path:
+    """A user's checkout of the big repository; it and every worktree a run made beside it are
+    removed with the module's other folders."""
+    made.append(tmp_path)
+    return clone(origin, tmp_path / "repo")
 
 
 def _scenario(
