@@ -151,7 +151,7 @@ class Spares:
             to_trash(self.lanes, path)
             with contextlib.suppress(FlowdError):
                 self.repo.worktree_prune()
-        while (spare := self._pop(sparse=cone is not None)) is not None:
+        while (spare := self._pop(for_cone=cone is not None)) is not None:
             if self._move_and_reset(spare, path, branch, start, include, cone):
                 return "reused"
         fresh = None if start == branch else start
@@ -166,7 +166,7 @@ class Spares:
         are free: the run's first lanes come first (a lane waits for its worktree, while the
         train's is made beside the lanes' work)."""
         with self._lock:
-            return self._pop_locked(sparse=False) if len(self._free) > leave else None
+            return self._pop_locked(for_cone=False) if len(self._free) > leave else None
 
     def take_detached(self, spare: Path, path: Path, commit: str) -> bool:
         """The `reserve`d `spare` moved to `path` and reset to `commit`, detached and whole (the
@@ -197,21 +197,21 @@ class Spares:
             self.repo.worktree_prune()
         return False
 
-    def _pop(self, *, sparse: bool) -> Path | None:
+    def _pop(self, *, for_cone: bool) -> Path | None:
         with self._lock:
-            return self._pop_locked(sparse=sparse)
+            return self._pop_locked(for_cone=for_cone)
 
-    def _pop_locked(self, *, sparse: bool) -> Path | None:
-        """A free spare for a sparse lane (`sparse`: only a sparse spare, whose cone is changed; a
+    def _pop_locked(self, *, for_cone: bool) -> Path | None:
+        """A free spare for a sparse lane (`for_cone`: only a sparse spare, whose cone is changed; a
         whole one would delete most of its files on the lane's path, where a new sparse worktree
         writes only its cone) or for a whole one (a whole spare first, else a sparse one made whole:
         the files written are those a new worktree would write)."""
         for spare in reversed(self._free):
-            if self._is_sparse(spare) == sparse:
+            if self._is_sparse(spare) == for_cone:
                 self._free.remove(spare)
                 self._sparse.pop(str(spare), None)
                 return spare
-        return None if sparse or not self._free else self._free.pop()
+        return None if for_cone or not self._free else self._free.pop()
 
     def _is_sparse(self, spare: Path) -> bool:
         key = str(spare)

@@ -121,3 +121,25 @@ def test_a_spare_of_a_sparse_worktree_is_whole_again_for_a_whole_lane(tmp_path: 
     assert not sparse.is_sparse(b)
     assert (b / "big" / "deep" / "f1.txt").is_file() and (b / "svc" / "b" / "y.py").is_file()
     assert git(b, "status", "--porcelain") == ""
+
+
+def test_a_sparse_lane_takes_a_sparse_spare_and_the_train_a_whole_one(tmp_path: Path) -> None:
+    """docs/repositories.md "Worktree reuse": making a whole spare sparse would delete most of its
+    files on the lane's path, so a sparse lane adds its own; the train's candidate, whole, takes
+    the whole spare."""
+    sc = Scenario.create(tmp_path, [story("a", ["svc/a"])], [], files=FILES)
+    repo = Repo(sc.repo)
+    sparse.enable_worktree_config(repo)
+    lanes = tmp_path / "lanes"
+    spares = Spares(repo, lanes)
+    assert spares.take(lanes / "w", "story/ep/w", "main") == "added"  # whole
+    assert spares.take(lanes / "s", "story/ep/s", "main", cone=["svc/a"]) == "added"
+    assert spares.give(lanes / "w", "story/ep/w") is None
+    assert spares.take(lanes / "a", "story/ep/a", "main", cone=["svc/a"]) == "added"  # not the whole spare
+    assert spares.give(lanes / "s", "story/ep/s") is None
+    assert spares.take(lanes / "b", "story/ep/b", "main", cone=["svc/b"]) == "reused"  # the sparse one
+    assert sparse.is_sparse(lanes / "b") and (lanes / "b" / "svc" / "b" / "y.py").is_file()
+    assert not (lanes / "b" / "svc" / "a").exists()
+    candidate = spares.reserve(leave=0)
+    assert candidate is not None and not sparse.is_sparse(candidate)
+    assert (candidate / "big" / "deep" / "f1.txt").is_file()
