@@ -224,6 +224,16 @@ def git_profile(trace: Path, top: int = 8) -> None:
             slowest.append((event["t_abs"], at, " ".join(argv)))
     for took, at, argv in sorted(slowest, reverse=True)[:top]:
         print(f"    {took:6.2f} s from {at}: git {argv}")
+    # The parts: every git process the run started, by subcommand (after any `-c x=y`).
+    parts: dict[str, list[float]] = {}
+    for took, _, argv in slowest:
+        words = argv.split()
+        name = next((w for n, w in enumerate(words) if not w.startswith("-") and words[n - 1] != "-c"), "?")
+        parts.setdefault(name, []).append(took)
+    listed = ", ".join(
+        f"{k} {len(v)}x {sum(v):.1f} s" for k, v in sorted(parts.items(), key=lambda kv: -sum(kv[1]))
+    )
+    print(f"    all {len(slowest)} git processes: {sum(t for t, _, _ in slowest):.1f} s ({listed})")
 
 
 def epic_seconds(
