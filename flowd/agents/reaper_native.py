@@ -11,12 +11,9 @@ list a process's children in /proc, or a cache dir that cannot be written, use r
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import os
-import platform
-import tempfile
-from pathlib import Path
+
+from flowd.base.native import NativeProgram
 
 _X86_64 = (
     "f0VMRgIBAQAAAAAAAAAAAAIAPgABAAAAeABAAAAAAABAAAAAAAAAAGgEAAAAAAAAAAAAAEAAOAABAEAAAwACAAEAAAAFAAAA"
@@ -40,21 +37,13 @@ _X86_64 = (
     "AAAAAAAAAAABAAAAAAAAAAAAAAAAAAAA"
 )
 SHA256 = "2029e2ade8db7402e8f133eff7550c4e61e64a985b12119a433ea069167573f1"
-_decoded: dict[str, bytes | None] = {}
+_REAPER = NativeProgram("flowd-reaper", _X86_64, SHA256)
 _listed: dict[str, bool] = {}
 
 
 def blob() -> bytes | None:
     """The native reaper for this machine, or None (not x86-64)."""
-    return base64.b64decode("".join(_X86_64)) if platform.machine() == "x86_64" else None
-
-
-def _checked() -> bytes | None:
-    """The blob, once decoded and found to be what `SHA256` says."""
-    if "blob" not in _decoded:
-        data = blob()
-        _decoded["blob"] = data if data is not None and hashlib.sha256(data).hexdigest() == SHA256 else None
-    return _decoded["blob"]
+    return _REAPER.blob()
 
 
 def _children_listed() -> bool:
@@ -69,26 +58,9 @@ def _children_listed() -> bool:
 def native_reaper() -> str | None:
     """The native reaper's path (written on first use, then found with one `stat` per process
     start), or None where there is none: the caller runs reaper.py."""
-    data = _checked()
-    if data is None or not _children_listed():
+    if not _children_listed():
         return None
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "flowd"
-    target = cache / f"flowd-reaper-{SHA256[:12]}"
-    try:
-        if target.stat().st_size == len(data):
-            return str(target)
-    except OSError:
-        pass
-    try:
-        cache.mkdir(parents=True, exist_ok=True)
-        fd, temp = tempfile.mkstemp(dir=cache, prefix=".reaper-")
-        with os.fdopen(fd, "wb") as out:
-            out.write(data)
-        os.chmod(temp, 0o755)
-        os.replace(temp, target)
-    except OSError:
-        return None
-    return str(target)
+    return _REAPER.path()
 
 
 __all__ = ["SHA256", "blob", "native_reaper"]

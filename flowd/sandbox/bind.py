@@ -19,12 +19,7 @@ architectures bind in a `preexec_fn` instead (without the masks).
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import os
-import platform
-import tempfile
-from pathlib import Path
+from flowd.base.native import NativeProgram
 
 _X86_64 = (
     "f0VMRgIBAQAAAAAAAAAAAAIAPgABAAAAeABAAAAAAABAAAAAAAAAANgCAAAAAAAAAAAAAEAAOAABAEAAAwACAAEAAAAFAAAA"
@@ -42,41 +37,15 @@ _X86_64 = (
     "AAAAAAAAAAAAAAAAAAAAAMYCAAAAAAAAEQAAAAAAAAAAAAAAAAAAAAEAAAAAAAAAAAAAAAAAAAA="
 )
 SHA256 = "800b42fb3a988b9e3df92fad67411637fb4150c6dbe6c104adb3b968e98b577f"
-_decoded: dict[str, bytes | None] = {}
+_BINDER = NativeProgram("landlock-bind", _X86_64, SHA256)
 
 
 def blob() -> bytes | None:
     """The binder for this machine, or None (not x86-64)."""
-    return base64.b64decode("".join(_X86_64)) if platform.machine() == "x86_64" else None
+    return _BINDER.blob()
 
 
 def binder() -> str | None:
     """The binder's path, written once per user under the cache dir (a place no lane may write);
     None where there is none (the caller binds in a `preexec_fn`)."""
-    data = _blob_once()
-    if data is None:
-        return None
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "flowd"
-    target = cache / f"landlock-bind-{SHA256[:12]}"
-    try:
-        if target.stat().st_size == len(data):  # one stat per process start once it is there
-            return str(target)
-    except OSError:
-        pass
-    try:
-        cache.mkdir(parents=True, exist_ok=True)
-        fd, temp = tempfile.mkstemp(dir=cache, prefix=".bind-")
-        with os.fdopen(fd, "wb") as out:
-            out.write(data)
-        os.chmod(temp, 0o755)
-        os.replace(temp, target)
-    except OSError:
-        return None
-    return str(target)
-
-
-def _blob_once() -> bytes | None:
-    if "blob" not in _decoded:
-        data = blob()
-        _decoded["blob"] = data if data is not None and hashlib.sha256(data).hexdigest() == SHA256 else None
-    return _decoded["blob"]
+    return _BINDER.path()

@@ -14,18 +14,12 @@ import * as fs from "node:fs";
 import * as os from "node:os";
 import * as path from "node:path";
 import { after, before, describe, test } from "node:test";
-import { git, need, openVsCode, pick, runCommand, Session, shot, start, Started, statusText, STEP_MS, stop, toast, treeRow, until } from "./harness";
+import { git, makeLoginRepo, need, openVsCode, pick, runCommand, Session, shot, start, Started, statusText, STEP_MS, stop, toast, treeRow, until } from "./harness";
 
 const FLOWD_BIN = need("FLOWD_BIN");
 const FLOWD_NVIM = need("FLOWD_NVIM");
 const SHOTS = path.join(need("SHOTS"), "dual");
 const ROOT = path.resolve(__dirname, "..", "..", "..", "..");
-
-const PLAN = {
-  epicId: "login",
-  epic: "Password login",
-  stories: [{ id: "api", title: "Login API", description: "POST /login.", owned: ["src/api/"], acceptance: ["login() exists"] }],
-};
 
 const SCRIPT = {
   model: "scripted",
@@ -35,22 +29,6 @@ const SCRIPT = {
     { when: { role: "reviewer" }, reply: JSON.stringify({ issues: [], summary: "Looks right." }) },
   ],
 };
-
-function makeRepo(base: string): string {
-  const repo = path.join(base, "app");
-  fs.mkdirSync(path.join(repo, "src", "api"), { recursive: true });
-  fs.writeFileSync(path.join(repo, "README.md"), "# app\n");
-  fs.writeFileSync(path.join(repo, "src", "api", "__init__.py"), "");
-  fs.writeFileSync(path.join(repo, "login.epic.json"), JSON.stringify(PLAN, null, 2) + "\n");
-  git(repo, "init", "-q", "-b", "main");
-  git(repo, "add", "-A");
-  git(repo, "commit", "-q", "-m", "initial");
-  fs.mkdirSync(path.join(repo, ".flow"));
-  fs.writeFileSync(path.join(repo, ".flow", "roster.toml"), '[[executors]]\nid = "demo"\nkind = "script"\nscript = "demo.script.json"\nroles = ["planner", "coder", "reviewer", "judge"]\nslots = 2\n');
-  fs.writeFileSync(path.join(repo, ".flow", "demo.script.json"), JSON.stringify(SCRIPT, null, 2));
-  fs.writeFileSync(path.join(repo, ".flow", "config.toml"), "judgeRounds = 0\nmaxReviewRounds = 1\n");
-  return repo;
-}
 
 interface DaemonStatus {
   pid: number;
@@ -102,7 +80,7 @@ describe("VS Code and Neovim on one daemon (code-server + headless Neovim)", { t
     tmp = fs.realpathSync(fs.mkdtempSync(path.join(os.tmpdir(), "flowd-e2e-dual-")));
     fs.rmSync(SHOTS, { recursive: true, force: true });
     fs.mkdirSync(SHOTS, { recursive: true });
-    repo = makeRepo(tmp);
+    repo = makeLoginRepo(tmp, SCRIPT);
     const home = path.join(tmp, "home");
     fs.mkdirSync(home);
     env = { ...process.env, HOME: home, XDG_CONFIG_HOME: path.join(home, ".config"), XDG_DATA_HOME: path.join(home, ".local", "share"), FLOWD_SCRIPT_STATE: path.join(home, "script-state") };

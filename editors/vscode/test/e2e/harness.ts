@@ -214,3 +214,28 @@ export function treeRow(page: Page, name: RegExp): Locator {
 export function toast(page: Page, text: RegExp): Locator {
   return page.locator(".notification-toast", { hasText: text }).first();
 }
+
+// The one-story epic the approve and dual journeys run: `login`, its story `api` owning src/api/.
+export const LOGIN_PLAN = {
+  epicId: "login",
+  epic: "Password login",
+  stories: [{ id: "api", title: "Login API", description: "POST /login.", owned: ["src/api/"], acceptance: ["login() exists"] }],
+};
+
+// A repository for it: the plan file, flowd's scripted agent with `script` as its rules (every role),
+// no judge rounds and one review round.
+export function makeLoginRepo(base: string, script: object): string {
+  const repo = path.join(base, "app");
+  fs.mkdirSync(path.join(repo, "src", "api"), { recursive: true });
+  fs.writeFileSync(path.join(repo, "README.md"), "# app\n");
+  fs.writeFileSync(path.join(repo, "src", "api", "__init__.py"), "");
+  fs.writeFileSync(path.join(repo, "login.epic.json"), JSON.stringify(LOGIN_PLAN, null, 2) + "\n");
+  git(repo, "init", "-q", "-b", "main");
+  git(repo, "add", "-A");
+  git(repo, "commit", "-q", "-m", "initial");
+  fs.mkdirSync(path.join(repo, ".flow"));
+  fs.writeFileSync(path.join(repo, ".flow", "roster.toml"), '[[executors]]\nid = "demo"\nkind = "script"\nscript = "demo.script.json"\nroles = ["planner", "coder", "reviewer", "judge"]\nslots = 2\n');
+  fs.writeFileSync(path.join(repo, ".flow", "demo.script.json"), JSON.stringify(script, null, 2));
+  fs.writeFileSync(path.join(repo, ".flow", "config.toml"), "judgeRounds = 0\nmaxReviewRounds = 1\n");
+  return repo;
+}
