@@ -95,6 +95,31 @@ def test_a_worktree_no_admin_dir_names_runs_no_git(lane, tmp_path: Path) -> None
     assert [p.put_back for p in check_admin(repo.common_dir, other)] == [False]
 
 
+def test_an_admin_dir_name_git_gave_again_is_never_taken_back_from_its_worktree(tmp_path: Path) -> None:
+    """A merge-train slot made anew gets another admin dir, and git may give the name flowd knew
+    for it to another worktree. When the slot's new `gitdir` is rewritten, flowd must not take
+    that other worktree's admin dir for the slot's (writing its `gitdir` back would steal it): no
+    admin dir names the slot, its git runs nowhere, and the other worktree keeps its own."""
+    repo = Repo(make_repo(tmp_path / "repo"))
+    slot, other = tmp_path / "lanes" / "w1" / "_epic", tmp_path / "lanes" / "w2" / "_epic"
+    repo.worktree_add_detached(slot, "main")
+    first = pin_of(slot)
+    assert first is not None  # flowd has met the slot under its first admin dir
+    repo.worktree_remove(slot, force=True)
+    repo.worktree_add_detached(other, "main")
+    assert pin_of(other) is not None and pin_of(other).git_dir == first.git_dir  # the name, again
+    repo.worktree_add_detached(slot, "main")
+    again = pin_of(slot)
+    assert again is not None and again.git_dir != first.git_dir
+    (again.git_dir / "gitdir").write_text(f"{other.resolve() / '.git'}\n")  # a gate's rewrite
+    gitcli._ADMINS[str(slot.resolve())] = first.git_dir  # flowd met the slot before the re-add only
+    with pytest.raises(GitDirChanged, match="gitDir"):
+        run_git(slot, ["status"], "status")
+    assert [p.put_back for p in check_admin(repo.common_dir, slot)] == [False]
+    assert (first.git_dir / "gitdir").read_text() == f"{other.resolve() / '.git'}\n"
+    assert run_git(other, ["rev-parse", "--absolute-git-dir"], "git dir").stdout.strip() == str(first.git_dir)
+
+
 def test_head_naming_the_users_branch_is_put_back(lane) -> None:
     repo, wt, admin = lane
     (admin / "HEAD").write_text("ref: refs/heads/main\n")

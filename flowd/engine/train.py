@@ -48,6 +48,7 @@ from flowd.events.model import (
     StoryMerged,
 )
 from flowd.vcs.admin import AdminProblem, check_candidate
+from flowd.vcs.gitcli import GitDirChanged, admin_of
 from flowd.vcs.gitops import Repo
 
 
@@ -384,10 +385,7 @@ class TrainShell:
             # Made at `base` while the lanes worked, never used since: a `checkout -f` of the
             # same commit would only read every file's status again (0.3 s in a big checkout).
             pass
-        elif (worktree / ".git").exists():
-            # Its admin files as flowd left them first: a gate that ran there may have planted a
-            # filter in `config.worktree` or a link in `logs/` (docs/merging.md "Candidates").
-            self._check_slot(worktree, None, base)
+        elif (worktree / ".git").exists() and self._reusable(worktree, base):
             repo.check_out_detached(worktree, base)  # a slot used before: only what differs is written
             bootstrap_files(repo, ctx.settings, worktree)  # the ignored files the gates need
         else:
@@ -406,6 +404,18 @@ class TrainShell:
             built.commits[story] = result.commit or built.tip
             built.tip = result.commit or built.tip
         return built
+
+    def _reusable(self, worktree: Path, base: str) -> bool:
+        """A slot used before, its admin files as flowd left them first: a gate that ran there may
+        have planted a filter in `config.worktree` or a link in `logs/` (docs/merging.md
+        "Candidates"). False when they cannot be put back (its admin dir's `gitdir` made to name
+        another worktree, and no admin dir names this one): flowd's git refuses to run there, so
+        the slot is made anew rather than failing the stories of the next candidate built in it."""
+        self._check_slot(worktree, None, base)
+        try:
+            return admin_of(self.ctx.repo.common_dir, worktree) is not None
+        except GitDirChanged:
+            return False
 
     def _check_slot(
         self, worktree: Path, lane: str | None, at: str, elsewhere: Sequence[AdminProblem] = ()

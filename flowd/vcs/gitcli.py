@@ -173,9 +173,22 @@ def admin_of(common_dir: Path, wt: Path) -> Path | None:
         with _PIN_GUARD:
             _ADMINS[real] = found[0]
         return found[0]
-    if known is not None and known.is_dir() and not known.is_symlink():
+    if known is not None and known.is_dir() and not known.is_symlink() and not _claimed_back(known, dotgit):
         return known  # its `gitdir` was rewritten: flowd still knows which admin dir it is
     return None
+
+
+def _claimed_back(admin: Path, dotgit: str) -> bool:
+    """Whether the worktree `admin`'s `gitdir` names (another than `dotgit`) names `admin` back in
+    its `.git` file: then `admin` is that worktree's, git having given the name again after the
+    worktree flowd met under it was removed (a merge-train slot made anew), not an admin dir of
+    ours whose `gitdir` a lane rewrote. Putting it "back" would take it from that worktree."""
+    try:
+        with open(admin / "gitdir", encoding="utf-8", errors="surrogateescape") as handle:
+            other = os.path.normpath(os.path.join(admin, handle.read(65536).strip()))
+    except OSError:
+        return False
+    return other != dotgit and named_by_dotgit(os.path.dirname(other)) == admin
 
 
 def pin_of(cwd: Path) -> Pin | None:
