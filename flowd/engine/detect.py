@@ -127,6 +127,11 @@ class Detector:
     enabled: bool = True
     allow_write: tuple[str, ...] = ()
     trace_guard: Callable[[], str | None] | None = None
+    # The kernel refuses every lane process a write into the user's checkout (`enforce`, no
+    # `allowWrite` there: `Confinement.seals`): a change there can only be the user's, so it is
+    # never scanned, no story is blamed for it and no merge waits for a scan (docs/sandbox-detection.md
+    # "The user's checkout"; on a 25,000-file checkout each scan is a `git status` of 0.1-0.4 s).
+    checkout_sealed: bool = False
     # Refs flowd itself makes and drops mid-run (a Ray node's fetched story branches).
     own_refs: tuple[str, ...] = ()
     windows: list[Window] = field(default_factory=list)
@@ -170,7 +175,7 @@ class Detector:
         with self._lock:
             self._files = {key: print_file(Path(key)) for key in self._file_places()}
             self._refs = self._watched_refs()
-            self._checkout = status(self.root) or {}
+            self._checkout = {} if self.checkout_sealed else status(self.root) or {}
             self._checkout_head = head_file(self.common_dir)
             self._home_names = self._home_listing()
             self._checked = self._checkout_began = time.time()
@@ -293,6 +298,8 @@ class Detector:
         """A step ended at `ended`: a scan of the user's checkout that begins after it sees what it
         wrote there. One scan runs at a time, in a task of its own, and serves every step that
         ended before it began; no step waits for it (`seen` does)."""
+        if self.checkout_sealed:
+            return
         self._checkout_wanted = max(self._checkout_wanted, ended)
         if self._scanner is None or self._scanner.done():
             self._scanner = asyncio.get_running_loop().create_task(self._scan_checkout())
@@ -327,7 +334,7 @@ class Detector:
         the story if anything blamed it: a story never merges past an escape not yet seen."""
         if not self.enabled:
             return
-        ended = self._last_end.get(lane)
+        ended = None if self.checkout_sealed else self._last_end.get(lane)
         while ended is not None and self._checkout_began <= ended:
             scanned = self._scanned
             self._waiting += 1
@@ -344,6 +351,8 @@ class Detector:
     def check_checkout(self) -> None:
         """Scan the user's checkout (its `git status` outside the lock, so the shared check of a
         step that ends meanwhile does not wait for it) and judge what changed."""
+        if self.checkout_sealed:
+            return
         began = time.time()
         entries, head = status(self.root), head_file(self.common_dir)
         with self._lock:

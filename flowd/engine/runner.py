@@ -335,6 +335,7 @@ class _Session:
             self._bootstrap_epic()
         writer.emit(StageCompleted(stage="epic branch"))
         sandbox = setup.settings.sandbox
+        confined = current()
         if sandbox.mode != "off":  # detection is on whatever enforces (docs/sandbox-detection.md)
             self.detector = Detector(
                 root=repo.root,
@@ -345,6 +346,7 @@ class _Session:
                 emit=writer.emit,
                 allow_write=tuple(sandbox.allow_write),
                 trace_guard=writer.outside_writes,
+                checkout_sealed=confined is not None and confined.seals(repo.root),
             )
             self.detector.start()
 

@@ -156,6 +156,14 @@ class Confinement:
     def enforcing(self) -> bool:
         return self.mode == "enforce"
 
+    def seals(self, path: Path) -> bool:
+        """Whether no lane process can write anything under `path` but the lanes' own worktrees:
+        enforcing, and no `[sandbox] allowWrite` entry lies in, at or above it."""
+        real = Path(os.path.realpath(path))
+        return self.enforcing and not any(
+            entry == real or real in entry.parents or entry in real.parents for entry in self.allow_write
+        )
+
     # -- lanes --------------------------------------------------------------------------------
     def lane_top(self, cwd: Path) -> Path | None:
         """The lane worktree `cwd` lies in (`<lanes root>/<epic>/<name>`), or None."""

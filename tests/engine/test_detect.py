@@ -114,6 +114,30 @@ def test_a_write_into_the_users_checkout_fails_the_story_before_its_merge_and_is
     assert (repo / "stray.txt").read_text() == "x\n"  # the user's checkout is never touched
 
 
+def test_a_checkout_the_kernel_seals_is_never_scanned_and_what_changes_there_is_the_users(
+    tmp_path: Path,
+) -> None:
+    """Under `enforce` with no `allowWrite` in the checkout, no lane process can write there: a
+    file that changes in it while a step runs is the user's (here written by the test, as the user
+    saving in their editor). No story is blamed, no merge waits for a scan, and none is made
+    (on a big checkout, each is a `git status` of every file)."""
+    detector, events, wt = _detector(tmp_path)
+    detector.checkout_sealed = True
+    repo = tmp_path / "repo"
+
+    async def steps() -> None:
+        async with detector.step("a", wt):
+            (repo / "mine.txt").write_text("the user's\n")
+        await detector.seen("a")
+        assert detector._scanner is None  # no scan was asked for
+
+    asyncio.run(steps())
+    assert [e for e in events if isinstance(e, LaneEscape)] == []
+    detector.check_shared()  # the run's last check: the checkout is not scanned either
+    assert [e for e in events if isinstance(e, LaneEscape)] == []
+    assert (repo / "mine.txt").read_text() == "the user's\n"
+
+
 def test_two_lanes_running_at_once_are_neither_blamed_and_nothing_is_undone(tmp_path: Path) -> None:
     detector, events, wt = _detector(tmp_path)
     other = tmp_path / "repo.flowd" / "ep" / "b"

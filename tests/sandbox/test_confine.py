@@ -100,6 +100,22 @@ def test_allow_write_widens_the_policy(lane: Path) -> None:
     assert _sh(_confinement(lane, allow_write=[str(shared)]), lane, script) == "wrote\n"
 
 
+def test_a_checkout_said_sealed_is_one_no_lane_process_can_write(lane: Path) -> None:
+    """`seals` is what detection trusts to stop scanning the user's checkout: checked against the
+    kernel. Sealed: a confined write there is refused. An `allowWrite` inside it (or above it), or
+    a mode that does not enforce: not sealed, and the write lands."""
+    repo = lane.parents[2] / "repo"
+    (repo / "build").mkdir()
+    sealed = _confinement(lane)
+    assert sealed.seals(repo)
+    assert "Permission denied" in _sh(sealed, lane, f"echo x > {repo}/LANDED.txt")
+    assert not (repo / "LANDED.txt").exists()
+    inside = _confinement(lane, allow_write=["build"])
+    assert not inside.seals(repo) and not _confinement(lane, allow_write=[str(repo.parent)]).seals(repo)
+    assert _sh(inside, lane, f"echo x > {repo}/build/o && echo wrote") == "wrote\n"
+    assert not _confinement(lane, "detect").seals(repo)
+
+
 def test_an_agent_programs_own_state_stays_writable(lane: Path) -> None:
     config = lane.parents[2] / "claude-config"
     script = f"echo s > {config}/state.json && echo wrote"
