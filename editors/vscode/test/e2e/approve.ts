@@ -10,7 +10,7 @@ import * as fs from "node:fs";
 import * as os from "node:os";
 import * as path from "node:path";
 import { after, before, describe, test } from "node:test";
-import { git, makeLoginRepo, need, openVsCode, pick, runCommand, Session, shot, statusText, STEP_MS, toast, treeRow, until } from "./harness";
+import { git, launchEpic, makeLoginRepo, need, openVsCode, Session, shot, statusText, STEP_MS, toast, treeRow, until } from "./harness";
 
 const FLOWD_BIN = need("FLOWD_BIN");
 const SHOTS = path.join(need("SHOTS"), "approve");
@@ -63,12 +63,7 @@ describe("approve before merge in VS Code (code-server)", { timeout: 900_000 }, 
   test("review the diff, request changes, then approve: the story merges what was approved", async () => {
     const page = session!.page;
     try {
-      // The extension's server is up: its idle status item reads just "flowd".
-      await until(page, SHOTS, "the flowd status bar item", async () => (await statusText(page)) === "flowd");
-      await runCommand(page, "Flow: Launch Epic");
-      await pick(page, "login.epic.json");
-      await page.locator(".quick-input-widget input").waitFor({ state: "visible", timeout: STEP_MS });
-      await page.keyboard.press("Enter");
+      await launchEpic(page, SHOTS, "login.epic.json");
 
       // Ready: the notice offers the review; the lane reads `ready`.
       const first = toast(page, /Story api is ready to merge with 1 task/);

@@ -14,7 +14,7 @@ import * as fs from "node:fs";
 import * as os from "node:os";
 import * as path from "node:path";
 import { after, before, describe, test } from "node:test";
-import { git, makeLoginRepo, need, openVsCode, pick, runCommand, Session, shot, start, Started, statusText, STEP_MS, stop, toast, treeRow, until } from "./harness";
+import { git, launchEpic, makeLoginRepo, need, openVsCode, Session, shot, start, Started, statusText, STEP_MS, stop, toast, treeRow, until } from "./harness";
 
 const FLOWD_BIN = need("FLOWD_BIN");
 const FLOWD_NVIM = need("FLOWD_NVIM");
@@ -181,11 +181,7 @@ describe("VS Code and Neovim on one daemon (code-server + headless Neovim)", { t
     let page = session!.page;
     try {
       // VS Code starts the daemon and launches the run, which waits for its merge's approval.
-      await until(page, SHOTS, "the flowd status bar item", async () => (await statusText(page)) === "flowd");
-      await runCommand(page, "Flow: Launch Epic");
-      await pick(page, "login.epic.json");
-      await page.locator(".quick-input-widget input").waitFor({ state: "visible", timeout: STEP_MS });
-      await page.keyboard.press("Enter");
+      await launchEpic(page, SHOTS, "login.epic.json");
       await toast(page, /Story api is ready to merge with 1 task/).waitFor({ timeout: STEP_MS });
       await until(page, SHOTS, "the api lane to read ready in VS Code", () => apiReady(page));
       await shot(page, SHOTS, "01-vscode-ready");

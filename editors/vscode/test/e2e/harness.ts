@@ -239,3 +239,13 @@ export function makeLoginRepo(base: string, script: object): string {
   fs.writeFileSync(path.join(repo, ".flow", "config.toml"), "judgeRounds = 0\nmaxReviewRounds = 1\n");
   return repo;
 }
+
+/** Launch the epic in `file` from the command palette once the extension's server is up (its idle
+ * status item reads just "flowd"), taking the launch's default settings. */
+export async function launchEpic(page: Page, shots: string, file: string): Promise<void> {
+  await until(page, shots, "the flowd status bar item", async () => (await statusText(page)) === "flowd");
+  await runCommand(page, "Flow: Launch Epic");
+  await pick(page, file);
+  await page.locator(".quick-input-widget input").waitFor({ state: "visible", timeout: STEP_MS });
+  await page.keyboard.press("Enter");
+}
