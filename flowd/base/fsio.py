@@ -39,6 +39,25 @@ def write_text_atomic(path: Path, text: str) -> None:
         raise
 
 
+def put_back(path: Path, data: bytes) -> bool:
+    """Write `data` as the file `path` anew in a place a lane can write (its git admin files, a
+    reflog): a temp file beside it made with `O_EXCL | O_NOFOLLOW` (a link planted at that name is
+    not followed) renamed over it (a link at `path` is replaced, never written through). False
+    when it could not be done."""
+    tmp = path.with_name(f".{path.name}.flowd-put-back")
+    try:
+        tmp.unlink(missing_ok=True)
+        out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        with os.fdopen(out, "wb") as handle:
+            handle.write(data)
+        os.replace(tmp, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        return False
+    return True
+
+
 def write_json_atomic(path: Path, data: Any) -> None:
     write_text_atomic(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
 

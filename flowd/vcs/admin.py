@@ -16,6 +16,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+from flowd.base.fsio import put_back
 from flowd.vcs.gitcli import GitDirChanged, GitError, admin_of, run_git
 from flowd.vcs.quarantine import discard, drop_missing_entries, held, missing, quarantine
 from flowd.vcs.submodules import gitlinks
@@ -163,18 +164,7 @@ def _says(path: Path) -> str | None:
 def _write(path: Path, text: str) -> bool:
     """Put `text` at `path`: a new file renamed over whatever is there (a link is replaced, never
     followed); False when it could not be done."""
-    tmp = path.with_name(f".{path.name}.flowd-put-back")
-    try:
-        tmp.unlink(missing_ok=True)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    except OSError:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        return False
-    return True
+    return put_back(path, text.encode("utf-8"))
 
 
 def _check_head(admin: Path, head: str | None) -> list[AdminProblem]:

@@ -33,6 +33,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from flowd.base.fsio import put_back
 from flowd.vcs.gitcli import git_env
 
 QUARANTINE_DIR = "flowd-objects"
@@ -457,15 +458,4 @@ def drop_missing_entries(common_dir: Path, log: Path) -> bool:
     kept = [line for line in lines if not gone.intersection(line.split(b" ", 2)[:2])]
     if len(kept) == len(lines):
         return True
-    tmp = log.with_name(f".{log.name}.flowd-put-back")
-    try:
-        tmp.unlink(missing_ok=True)
-        out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-        with os.fdopen(out, "wb") as handle:
-            handle.write(b"".join(kept))
-        os.replace(tmp, log)
-    except OSError:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        return False
-    return True
+    return put_back(log, b"".join(kept))
