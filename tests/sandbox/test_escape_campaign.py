@@ -615,9 +615,9 @@ def test_a_copy_of_the_campaign_finds_and_kills_only_its_own_strays() -> None:
     ours = subprocess.Popen(["sleep", STAY["agent"]], start_new_session=True)
     theirs = subprocess.Popen(["sleep", other_copy], start_new_session=True)
     try:
-        for _ in range(100):  # until both have exec'd `sleep`
-            if _processes_sleeping(STAY["agent"]) and _processes_sleeping(other_copy):
-                break
+        deadline = time.monotonic() + 30  # until both have exec'd `sleep`, on a busy machine too
+        while not (_processes_sleeping(STAY["agent"]) and _processes_sleeping(other_copy)):
+            assert time.monotonic() < deadline, "the stand-ins never started"
             time.sleep(0.02)
         assert _processes_sleeping(STAY["agent"]) == [ours.pid]
         kill_strays(STAY.values())
