@@ -79,3 +79,24 @@ async def test_lanes_on_one_node_share_its_warm_agents_each_with_its_own_clone_a
     assert logs == ["demo-1.stderr.log", "demo-2.stderr.log"]
     for sid in ("a", "b", "c"):  # each lane pushed its branch, ready for the runner's merge
         assert git(bare, "ls-tree", "-r", "--name-only", f"story/ep/{sid}").split().count(f"{sid}/x.txt") == 1
+
+
+def test_a_half_made_node_clone_is_cloned_again_not_taken_for_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A host ended while cloning (its driver killed) left `.git` without its config; the next
+    run's host clones anew, whole, beside it and drops the dead partial one."""
+    monkeypatch.setenv("FLOWD_LANE_CACHE", str(tmp_path / "lanes"))
+    sc = Scenario.create(tmp_path, [story("a", ["a/"])], [coder("a", {"a/x.txt": "x\n"})])
+    bare = tmp_path / "remote.git"
+    git(tmp_path, "init", "-q", "--bare", str(bare))
+    git(sc.repo, "push", "-q", str(bare), "main:refs/heads/main")
+    spec = HostSpec(run_id="r1", epic="ep", remote=str(bare), roster=load_roster(sc.repo),
+                    scripts={}, settings=load_settings(sc.repo))  # fmt: skip
+    host = NodeHost(spec, "node0123456789abcdef")
+    (host.clone / ".git" / "objects").mkdir(parents=True)  # what `git clone` makes before its config
+    dead = host.clone.parent / "repo.partial-1"
+    (dead / ".git").mkdir(parents=True)
+    repo = host.ensure_clone()
+    assert git(repo.root, "rev-parse", "origin/main") == git(sc.repo, "rev-parse", "main")
+    assert sorted(p.name for p in host.clone.parent.iterdir() if p.name.startswith("repo")) == ["repo"]

@@ -11,8 +11,9 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from flowd.engine.lanes.node import lane_cache
 from flowd.sandbox import landlock
-from tests.engine.scenario import coder, git, story
+from tests.engine.scenario import Scenario, coder, git, story
 from tests.ray.cluster import Cluster
 from tests.ray.test_ray_lanes import gated_on_the_cluster, no_lane_actors_left, on_ray, run, trace
 from tests.sandbox.test_escape_campaign import Listener, _processes_sleeping, kill_strays, stay_name
@@ -28,8 +29,13 @@ ATTEMPTS = [
 ]
 
 
-def node_clones(cluster: Cluster) -> list[Path]:
-    return [p.parent for p in cluster.root.glob("*/lanes/*/*/repo/.git")]
+def node_clones(cluster: Cluster, sc: Scenario) -> list[Path]:
+    """The nodes' clones of this test's remote (the cluster is shared: other tests' clones, a
+    killed driver's among them, are not this test's to judge)."""
+    key = lane_cache("node", str(sc.repo.parent / "remote.git")).name
+    clones = [p.parent for p in cluster.root.glob(f"*/lanes/*/{key}/repo/.git")]
+    assert clones, f"no node cloned {sc.repo.parent / 'remote.git'} (looked for */lanes/*/{key}/repo)"
+    return clones
 
 
 def test_a_ray_lanes_escapes_are_refused_on_its_node_and_named_on_the_runner(
@@ -46,7 +52,7 @@ def test_a_ray_lanes_escapes_are_refused_on_its_node_and_named_on_the_runner(
     assert sc.merge_commits() == ["ep: merge story a"]
     # 0 land: on the runner's machine and in every node's clone.
     assert not (repo / "RAY-ABS.txt").exists()
-    clones = node_clones(cluster)
+    clones = node_clones(cluster, sc)
     assert clones, "no node clone found"
     for clone in clones:
         assert "ray-hooks" not in (clone / ".git" / "config").read_text(encoding="utf-8")
@@ -90,7 +96,7 @@ def test_on_a_node_that_does_not_enforce_a_lane_is_checked_after_each_step(
     status = {e["story"]: e for e in events if e["type"] == "StoryStatusChanged"}
     assert status["a"]["status"] == "failed" and "wrote past its lane" in status["a"]["reason"]
     assert status["b"]["status"] == "done"  # blame goes to the lane that did it, never another
-    for clone in node_clones(cluster):
+    for clone in node_clones(cluster, sc):
         assert "ray-evil-hooks" not in (clone / ".git" / "config").read_text(encoding="utf-8")
     assert no_lane_actors_left(cluster)
 
@@ -155,7 +161,7 @@ def test_a_ray_lanes_sealed_techniques_do_not_land_on_its_node(tmp_path: Path, c
         for name in ("bashrc", "reflog"):
             if (user / name).read_text(encoding="utf-8") != f"the user's {name}\n":
                 landed.append(f"{user / name} was written through a link")
-        for clone in node_clones(cluster):
+        for clone in node_clones(cluster, sc):
             if (clone / ".git" / "objects" / "info" / "alternates").exists():
                 landed.append(f"{clone}: objects/info/alternates was written")
             fsck = subprocess.run(
@@ -236,7 +242,7 @@ def test_what_a_candidates_gate_writes_in_its_node_slot_is_put_back_and_reported
     ], escapes  # fmt: skip
     assert not proof.exists(), "flowd's git on the node followed the candidate's commondir"
     commit = log.read_text(encoding="utf-8").split()[0]
-    for clone in node_clones(cluster):
+    for clone in node_clones(cluster, sc):
         fsck = subprocess.run(
             ["git", "fsck", "--full", "--no-dangling"], cwd=clone, capture_output=True, text=True
         )

@@ -66,6 +66,13 @@ def lane_cache(node_id: str, remote: str) -> Path:
     return Path(base) / node_id[:16] / key
 
 
+def _whole(clone: Path) -> bool:
+    """Whether a node clone was finished (a clone older than the rename into place can be half
+    made: `.git` without its config)."""
+    git_dir = clone / ".git"
+    return (git_dir / "config").is_file() and (git_dir / "HEAD").is_file()
+
+
 _THREAD_LOCKS: dict[str, threading.Lock] = {}
 _THREAD_LOCKS_GUARD = threading.Lock()
 
@@ -142,15 +149,25 @@ class NodeHost:
         """The node's clone of the remote (made on first use; lanes fetch what they need)."""
         if self._repo is None:
             with self.lock:
-                if not (self.clone / ".git").exists():
-                    shutil.rmtree(self.clone, ignore_errors=True)
-                    self.clone.parent.mkdir(parents=True, exist_ok=True)
-                    run_git(self.clone.parent, ["clone", "-q", "--no-checkout", self.spec.remote, str(self.clone)],
-                            f"cloning {self.spec.remote} on this node")  # fmt: skip
+                if not _whole(self.clone):
+                    self._clone()
             repo = NodeRepo(self.clone, self.lock)
             repo.ensure_flow_excluded()
             self._repo = repo
         return self._repo
+
+    def _clone(self) -> None:
+        """Clone beside the clone's place and rename it there when whole: a host ended while
+        cloning (its run's driver killed) leaves no half clone that later runs would take for one.
+        Partial clones are dropped first; the node's lock is held, so none of them is still growing."""
+        parent = self.clone.parent
+        parent.mkdir(parents=True, exist_ok=True)
+        for stale in [self.clone, *parent.glob(f"{self.clone.name}.partial-*")]:
+            shutil.rmtree(stale, ignore_errors=True)
+        partial = parent / f"{self.clone.name}.partial-{os.getpid()}"
+        run_git(parent, ["clone", "-q", "--no-checkout", self.spec.remote, str(partial)],
+                f"cloning {self.spec.remote} on this node")  # fmt: skip
+        os.rename(partial, self.clone)
 
     def pool(self) -> RosterPool:
         if self._pool is None:
