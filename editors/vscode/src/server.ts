@@ -34,6 +34,15 @@ export class ClientServer implements FlowServer {
 
 export type ServerState = "starting" | "running" | "stopped" | "missing";
 
+/** In a remote window (code-server, SSH, a container) VS Code applies a machine setting such as
+ * `flowd.path` only from the remote's settings, never from the user's (docs/editors.md, "VS Code"). */
+function remoteHint(setting: string): string {
+  const remote = vscode.env.remoteName;
+  return setting.trim() === "" && remote
+    ? ` This is a remote window (${remote}): set flowd.path under Remote in the Settings editor; it is a machine setting, and one in your user settings does not apply here.`
+    : "";
+}
+
 export class ServerManager implements vscode.Disposable {
   private client: LanguageClient | undefined;
   private flow: FlowServer | undefined;
@@ -70,11 +79,12 @@ export class ServerManager implements vscode.Disposable {
     const setting = vscode.workspace.getConfiguration("flowd").get<string>("path") ?? "";
     const result = findFlowd({ setting, workspaceFolders: folders });
     if ("found" in result) return result.found;
-    this.log.appendLine(`[error] ${result.missing}`);
-    this.setState("missing", result.missing);
+    const missing = result.missing + remoteHint(setting);
+    this.log.appendLine(`[error] ${missing}`);
+    this.setState("missing", missing);
     if (!this.toldMissing) {
       this.toldMissing = true;
-      void vscode.window.showErrorMessage(result.missing, "Open Settings", "Show Log").then((choice) => {
+      void vscode.window.showErrorMessage(missing, "Open Settings", "Show Log").then((choice) => {
         if (choice === "Open Settings") void vscode.commands.executeCommand("workbench.action.openSettings", "flowd.path");
         if (choice === "Show Log") this.log.show(true);
       });

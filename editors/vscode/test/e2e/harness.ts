@@ -104,7 +104,12 @@ export async function openVsCode(tmp: string, folder: string, settings: Record<s
     "git.enabled": false,
     "files.autoSave": "off",
   };
-  fs.writeFileSync(path.join(userData, "User", "settings.json"), JSON.stringify({ ...quiet, ...settings }));
+  fs.writeFileSync(path.join(userData, "User", "settings.json"), JSON.stringify(quiet));
+  // The journey's own settings go where a code-server user sets them: code-server's window is a
+  // remote one, which takes machine-scoped settings (`flowd.path`, `flowd.server.port`) only from
+  // the remote machine's settings, never from the user's (docs/editors.md, "VS Code").
+  fs.mkdirSync(path.join(userData, "Machine"), { recursive: true });
+  fs.writeFileSync(path.join(userData, "Machine", "settings.json"), JSON.stringify(settings));
   const common = ["--user-data-dir", userData, "--extensions-dir", extensions];
   execFileSync(process.execPath, [entry, ...common, "--install-extension", need("VSIX")], { env, encoding: "utf8", stdio: ["ignore", "pipe", "pipe"] });
   assert.ok(fs.readdirSync(extensions).some((d) => d.startsWith("flowd.flowd-")), `the .vsix did not install into ${extensions}`);
