@@ -276,16 +276,15 @@ def _run_line(view: RunView, event: object) -> str | None:
         return f"{event.executor} excluded{until}: {_one_line(event.reason)}"
     if isinstance(event, ExecutorResumed):
         return f"{event.executor} resumed: {_one_line(event.reason)}"
-    if said_at_start(event):
-        assert isinstance(event, Info)
+    return said_at_start(event)
+
+
+def said_at_start(event: object) -> str | None:
+    """The run's one sentence on what it chose for a big repository (docs/repositories.md "Big
+    repositories"), if `event` is it: printed among its first lines, live or plain."""
+    if isinstance(event, Info) and event.lane is None and event.message.startswith(SAID_PREFIX):
         return event.message
     return None
-
-
-def said_at_start(event: object) -> bool:
-    """The run's one sentence on what it chose for a big repository (docs/repositories.md "Big
-    repositories"): printed among its first lines, live or plain."""
-    return isinstance(event, Info) and event.lane is None and event.message.startswith(SAID_PREFIX)
 
 
 def _pause_line(view: RunView, event: object) -> str | None:

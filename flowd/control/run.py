@@ -58,8 +58,9 @@ def execute(options: RunOptions, *, json_lines: bool, out: TextIO | None = None)
                     view.append(_view(envelope.run_id, options))
                     live.console.print(f"run {envelope.run_id}", markup=False, highlight=False)
                 view[0].apply(envelope)
-                if said_at_start(envelope.event):
-                    live.console.print(envelope.event.message, markup=False, highlight=False)  # type: ignore[union-attr]
+                said = said_at_start(envelope.event)
+                if said is not None:
+                    live.console.print(said, markup=False, highlight=False)
                 live.update(render_run(view[0]))
 
             options.on_event = show
