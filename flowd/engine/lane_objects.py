@@ -27,6 +27,7 @@ from flowd.engine.core.stops import StoryFailed
 from flowd.engine.fingerprint import read_ref
 from flowd.engine.state import EpicPaths, append_findings
 from flowd.events.model import Event, LaneEscape
+from flowd.vcs import lane_repo
 from flowd.vcs.gitcli import GitDirChanged, admin_of, run_git
 from flowd.vcs.quarantine import Refused, discard, drop_missing_entries, missing, quarantine, take_in
 
@@ -79,6 +80,7 @@ class LaneObjects:
             already = frozenset(self._taken.get(admin, ()))
         if refused:
             discard(admin)  # refused earlier in this step: nothing more comes in
+            lane_repo.sync(self.common_dir, admin, home, force=True)
             self._put_all_back(admin, home)
             self._drop_refused_entries(admin)
             return
@@ -92,16 +94,24 @@ class LaneObjects:
         # The refs first: git writes a commit's objects before it moves a ref to it, so whatever
         # a ref named here is in the quarantine (or taken) when it is read just after.
         tips = self._tips(admin)
+        move = lane_repo.moved(self.common_dir, admin)
         try:
             taken = take_in(self.common_dir, admin, already, remove=not during)
             with self._lock:
                 have = taken.names | already
                 unsure = [sha for key, sha in tips if sha not in have and self.good.get(key) != sha]
+            if move is not None:
+                tips = [*tips, (move.ref or str(admin), move.new)]
+                unsure = [*unsure, move.new]
             lost = missing(self.common_dir, unsure)
             if lost:
                 raise Refused(
                     f"it points {_names(tips, lost)} at {lost[0]}, which no store of the repository holds"
                 )
+            if move is not None:
+                # Its objects are in: the branch in your repository follows the lane's own.
+                lane_repo.adopt(self.common_dir, admin, home, move)
+                tips = self._tips(admin)
             with self._lock:
                 self.good.update(tips)
                 if during:
@@ -137,6 +147,7 @@ class LaneObjects:
 
     def _refuse(self, lane: str, admin: Path, home: Path, tips: list[tuple[str, str]], reason: str) -> None:
         discard(admin)
+        lane_repo.sync(self.common_dir, admin, home, force=True)  # its branch back at yours
         restored = self._put_all_back(admin, home, tips)
         restored = self._drop_refused_entries(admin, tips) and restored
         self._tell(lane, admin, reason, restored)
@@ -210,6 +221,10 @@ class LaneObjects:
             with self._lock:
                 self.refused.discard(admin)  # a new step: refused before is history
         await asyncio.shield(asyncio.to_thread(self.take, lane, home))
+        if admin is not None:
+            # flowd's own git moved the lane since its last step (its commit, a merge, a reset):
+            # the lane repository follows before the lane's processes work again.
+            await asyncio.to_thread(lane_repo.sync, self.common_dir, admin, home)
         async with inner:
             failed: list[StoryFailed] = []
             stop = asyncio.Event()

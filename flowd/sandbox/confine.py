@@ -27,7 +27,7 @@ from flowd.programs.state_dirs import lane_caches, state_paths
 from flowd.sandbox import landlock, sockets
 from flowd.sandbox.bind import binder
 from flowd.sandbox.policy import LanePlaces, Protected, read_rules, secret_paths, what_is, write_rules
-from flowd.vcs import quarantine
+from flowd.vcs import lane_repo, quarantine
 from flowd.vcs.gitcli import GitDirChanged, admin_of
 
 Report = Callable[[str, str, str, str], None]  # (lane, path, what, by whom): a refusal the OS made
@@ -183,7 +183,6 @@ class Confinement:
     def lane(self, cwd: Path, program: str | None = None, env: dict[str, str] | None = None) -> Lane:
         top = self.lane_top(cwd)
         admin = self._admin_dir(top) if top is not None else None
-        ref_dir, reflog = self._own_ref(admin) if admin is not None else (None, None)
         name = story_of_worktree(top.name) if top is not None else ""
         temp = admin / "flowd-tmp" if admin is not None else self._spare()
         self._own_dir(temp, name)
@@ -197,16 +196,20 @@ class Confinement:
                 with contextlib.suppress(OSError):
                     path.mkdir(mode=0o700, parents=True, exist_ok=True)  # private, as the programs make them
             state.append(path)
-        if admin is not None:
-            # Objects go to the lane's own store, the shared one read-only (flowd/vcs/quarantine.py).
+        git_dirs: tuple[Path, ...] = ()
+        if admin is not None and top is not None:
+            # Objects go to the lane's own store, the shared one read-only (flowd/vcs/quarantine.py);
+            # its git works in a git dir of its own, its refs and index (flowd/vcs/lane_repo.py).
             self._own_dir(quarantine.quarantine(admin), name, 0o755)
             quarantine.prepare(admin)
+            lane_repo.make(self.common_dir, admin, top)
             pins = {**pins, **quarantine.lane_env(admin, self.common_dir)}
+            git_dirs = (quarantine.quarantine(admin), lane_repo.lane_git(admin))
+            if os.path.isdir(admin / "modules"):
+                git_dirs += (admin / "modules",)  # its submodules' git dirs
         places = LanePlaces(
             worktree=top,
-            admin_dir=admin,
-            ref_dir=ref_dir,
-            reflog=reflog,
+            git_dirs=git_dirs,
             temp=temp,
             state=tuple(state),
             extra=self.allow_write,
@@ -268,22 +271,6 @@ class Confinement:
             return admin_of(self.common_dir, top)
         except GitDirChanged:
             return None
-
-    def _own_ref(self, admin: Path) -> tuple[Path | None, Path | None]:
-        """The story branch's directory of refs (locks are made there) and its reflog."""
-        try:
-            head = (admin / "HEAD").read_text(encoding="utf-8").strip()
-        except OSError:
-            return None, None
-        prefix = f"ref: refs/heads/story/{self.epic}/"
-        leaf = head.removeprefix(prefix)
-        if not head.startswith(prefix) or not leaf or "/" in leaf or leaf.startswith("."):
-            return None, None
-        ref_dir = self.common_dir / "refs" / "heads" / "story" / self.epic
-        with contextlib.suppress(OSError):
-            ref_dir.mkdir(parents=True, exist_ok=True)  # packed away by gc: git takes it empty
-        reflog = self.common_dir / "logs" / "refs" / "heads" / "story" / self.epic / leaf
-        return ref_dir, reflog if reflog.is_file() else None
 
     def _spare(self) -> Path:
         # The private temp folder of a process started where no lane is (a story worktree the
@@ -349,7 +336,7 @@ class Confinement:
         if not sockets.available():
             return ("0", "-", "-")
         p = lane.places
-        keep = [path for path in (p.worktree, p.admin_dir, p.temp, cwd) if path is not None]
+        keep = [path for path in (p.worktree, *p.git_dirs, p.temp, cwd) if path is not None]
         keep += [*p.state, *p.extra, self.checkout, self.common_dir, self.lanes_root]
         found = sockets.masks(self.home, keep)
         return (str(len(found)), *sockets.id_maps(), *found)

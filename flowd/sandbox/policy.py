@@ -16,7 +16,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from flowd.sandbox.landlock import MAKE_REG, READ, READ_DIR, REMOVE_FILE, TRUNCATE, WRITE, WRITE_FILE, Rule
+from flowd.sandbox.landlock import READ, READ_DIR, WRITE, Rule
 
 # Relative to $HOME: what no lane reads unless `allowRead` names it.
 SECRETS: tuple[str, ...] = (
@@ -46,8 +46,6 @@ DEVICES: tuple[str, ...] = (
     "/dev/pts",
     "/dev/shm",
 )
-# A ref update is `<ref>.lock` made beside the ref, then renamed onto it.
-REF_DIR_RIGHTS = MAKE_REG | REMOVE_FILE | WRITE_FILE | TRUNCATE | READ
 
 
 def secret_paths(home: Path, allow_read: list[Path]) -> list[str]:
@@ -99,9 +97,9 @@ class LanePlaces:
     a version check): it may write only its temp dir and its program's state."""
 
     worktree: Path | None
-    admin_dir: Path | None  # <common>/worktrees/<id>, its object quarantine included
-    ref_dir: Path | None  # <common>/refs/heads/story/<epic>/
-    reflog: Path | None
+    # Its own git places in its admin dir `<common>/worktrees/<id>/` (the admin dir itself is
+    # flowd's): the lane repository `flowd-git/`, the quarantine `flowd-objects/`, `modules/`.
+    git_dirs: tuple[Path, ...]
     temp: Path
     state: tuple[Path, ...] = ()  # the program's own state dirs (a link of the user's is followed)
     extra: tuple[Path, ...] = ()  # `allowWrite`
@@ -114,13 +112,9 @@ def write_rules(places: LanePlaces) -> list[Rule]:
     write, and a link it put there must not widen what its next process may write. Devices, the
     program's state dirs and `allowWrite` are the user's to link where they like."""
     rules = [Rule(path, WRITE | READ) for path in DEVICES]
-    own = [places.worktree, places.admin_dir, places.temp, places.cache]
+    own = [places.worktree, *places.git_dirs, places.temp, places.cache]
     rules.extend(Rule(str(path), WRITE | READ, follow=False) for path in own if path is not None)
     rules.extend(Rule(str(path), WRITE | READ) for path in (*places.state, *places.extra))
-    if places.ref_dir is not None:
-        rules.append(Rule(str(places.ref_dir), REF_DIR_RIGHTS, follow=False))
-    if places.reflog is not None:
-        rules.append(Rule(str(places.reflog), WRITE_FILE | READ, follow=False))
     return rules
 
 

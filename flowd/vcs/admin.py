@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from flowd.base.fsio import put_back
+from flowd.vcs import lane_repo
 from flowd.vcs.gitcli import GitDirChanged, GitError, admin_of, run_git
 from flowd.vcs.quarantine import discard, drop_missing_entries, held, missing, quarantine
 from flowd.vcs.submodules import gitlinks
@@ -79,7 +80,7 @@ def check_admin(common_dir: Path, wt: Path, head: str | None = None) -> list[Adm
         return []
     found: list[AdminProblem] = []
     want = {
-        real / ".git": f"gitdir: {admin}\n",
+        real / ".git": lane_repo.dotgit_text(admin),
         admin / "gitdir": f"{real / '.git'}\n",
         admin / "commondir": "../..\n",
     }
@@ -112,6 +113,7 @@ def check_candidate(common_dir: Path, wt: Path, at: str) -> list[AdminProblem]:
         return found
     count = held(admin)
     discard(admin)
+    lane_repo.sync(common_dir, admin, real, force=True)  # nothing of the gates' commits either
     if count:
         why = f"held {count} object(s) the epic gates wrote; thrown away (a candidate keeps none)"
         found.append(AdminProblem(quarantine(admin), why, not os.path.lexists(quarantine(admin)), what=None))

@@ -20,6 +20,7 @@ from pathlib import Path
 from flowd.base.errors import EXIT_FAILED, FlowdError, InputError
 
 FLOW_DIR = ".flow/"
+LANE_GIT = "flowd-git"  # a lane repository, in its worktree's admin dir (flowd/vcs/lane_repo.py)
 
 # Variables that would point git at another repository, index or object store than the one we
 # name (a flowd started from a git hook, or from a lane's process, inherits them).
@@ -141,7 +142,13 @@ def named_by_dotgit(wt: str) -> Path | None:
     if not line.startswith("gitdir:"):
         return None
     named = Path(line.removeprefix("gitdir:").strip())
-    return Path(os.path.normpath(named if named.is_absolute() else Path(wt) / named))
+    return _admin_named(Path(os.path.normpath(named if named.is_absolute() else Path(wt) / named)))
+
+
+def _admin_named(gitdir: Path) -> Path:
+    """The admin dir a `.git` file's git dir stands for: a lane repository (flowd/vcs/lane_repo.py,
+    `<admin>/flowd-git`) stands for the admin dir it lies in."""
+    return gitdir.parent if gitdir.name == LANE_GIT else gitdir
 
 
 def admin_of(common_dir: Path, wt: Path) -> Path | None:
@@ -341,7 +348,7 @@ def private_git_dir(wt: Path) -> Path | None:
     if not line.startswith("gitdir:"):
         return None
     gitdir = Path(line.removeprefix("gitdir:").strip())
-    return gitdir if gitdir.is_absolute() else Path(wt) / gitdir
+    return _admin_named(gitdir if gitdir.is_absolute() else Path(wt) / gitdir)
 
 
 def unchecked_out(wt: Path) -> bool:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from flowd.base.errors import FlowdError
+from flowd.vcs import lane_repo
 from flowd.vcs.changes import WorktreeChanges
 from flowd.vcs.gitcli import GitError, git_reason, remove_tree, run_git, same_path, unchecked_out
 
@@ -175,6 +176,7 @@ class Worktrees(WorktreeChanges):
         path = Path(path).absolute()
         what = f"could not remove the worktree {path}"
         with self._lock:
+            lane_repo.before_worktree_command(path)
             args = ["worktree", "remove", *(["--force"] if force else []), str(path)]
             proc = run_git(self.root, args, what, ok_codes=range(256))
             if proc.returncode == 0:
@@ -232,11 +234,15 @@ class Worktrees(WorktreeChanges):
                 new.parent.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
                 raise GitError(f"could not create {new.parent} to move the worktree {old} there") from exc
-            run_git(
-                self.root,
-                ["worktree", "move", str(old), str(new)],
-                f"could not move the worktree {old} to {new}",
-            )
+            admin = lane_repo.before_worktree_command(old)
+            try:
+                run_git(
+                    self.root,
+                    ["worktree", "move", str(old), str(new)],
+                    f"could not move the worktree {old} to {new}",
+                )
+            finally:
+                lane_repo.after_worktree_command(admin, new if new.is_dir() else old)
         return new
 
     def worktree_repair(self, path: Path) -> None:
@@ -244,7 +250,9 @@ class Worktrees(WorktreeChanges):
         rename killed before git's own bookkeeping followed it)."""
         path = Path(path).absolute()
         with self._lock:
+            admin = lane_repo.before_worktree_command(path)
             self._run(["worktree", "repair", str(path)], f"could not repair the worktree {path}")
+            lane_repo.after_worktree_command(admin, path)
 
 
 def _later(beside: bool) -> list[str]:

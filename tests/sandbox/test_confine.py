@@ -14,6 +14,7 @@ import pytest
 from flowd.sandbox import landlock
 from flowd.sandbox.bind import binder
 from flowd.sandbox.confine import Confinement
+from flowd.vcs import lane_repo
 from flowd.vcs.gitcli import private_git_dir
 from flowd.vcs.quarantine import take_in
 
@@ -77,8 +78,12 @@ def test_git_works_on_the_lanes_own_branch(lane: Path) -> None:
                        "&& git commit -q -m own && git log --format=%s -1 && echo tmp > $TMPDIR/t && echo OK")  # fmt: skip
     assert out.splitlines()[0] == "?? new.txt" and out.rstrip().endswith("own\nOK"), out
     repo = lane.parents[2] / "repo"
-    # The commit is in the lane's own store until flowd takes it in (docs/sandbox.md "The quarantine").
-    assert take_in(repo / ".git", repo / ".git" / "worktrees" / "a")
+    # The commit is in the lane's own store and on its lane repository's branch until flowd takes
+    # it in (docs/sandbox.md "The quarantine", "The lane repository").
+    admin = repo / ".git" / "worktrees" / "a"
+    assert take_in(repo / ".git", admin)
+    move = lane_repo.moved(repo / ".git", admin)
+    assert move is not None and lane_repo.adopt(repo / ".git", admin, lane, move)
     log = subprocess.run(
         ["git", "log", "--format=%s", "story/ep/a"], cwd=repo, capture_output=True, text=True
     )
@@ -200,6 +205,7 @@ def test_a_worktree_made_again_at_its_path_is_a_new_lane(lane: Path) -> None:
             cwd=lane, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
             env={**os.environ, **confined.env}, pass_fds=confined.pass_fds, preexec_fn=confined.preexec_fn,
         )  # fmt: skip
+    lane_repo.before_worktree_command(lane)  # as flowd's own removal does: git checks `.git`
     subprocess.run(["git", "worktree", "remove", "--force", str(lane)], cwd=repo, check=True)
     subprocess.run(["git", "worktree", "add", "-q", str(lane), "story/ep/a"], cwd=repo, check=True)
     out, _ = old.communicate("go\n", timeout=30)
@@ -219,7 +225,9 @@ def test_a_refusal_told_in_an_agents_tool_output_is_named(lane: Path) -> None:
     c = _confinement(lane)
     c.report = lambda *told: reported.append(told)
     repo = lane.parents[2] / "repo"
-    printed = _sh(c, lane, f"echo x > {repo}/ESCAPED.txt; git config core.hooksPath /tmp/h")
+    printed = _sh(
+        c, lane, f"echo x > {repo}/ESCAPED.txt; git config -f {repo}/.git/config core.hooksPath /tmp/h"
+    )
     assert not (repo / "ESCAPED.txt").exists() and "denied" in printed.lower(), printed
     # As the agents send them on the wire: claude's `rawOutput`, gemini's text content.
     for wire in (
@@ -260,6 +268,8 @@ def test_a_reused_worktree_is_confined_to_its_new_lane_only(lane: Path) -> None:
     assert not (lane / "INTRUDER.txt").exists(), out
     admin = private_git_dir(b)
     assert admin is not None and take_in(repo.common_dir, admin)  # taken in, as flowd does after a step
+    move = lane_repo.moved(repo.common_dir, admin)
+    assert move is not None and lane_repo.adopt(repo.common_dir, admin, b, move)
     log = subprocess.run(["git", "log", "--format=%s", "-1", "story/ep/b"], cwd=repo.root, capture_output=True, text=True)  # fmt: skip
     assert log.stdout.strip() == "own"
 
@@ -278,23 +288,25 @@ def test_a_git_file_naming_another_lanes_admin_dir_widens_nothing(lane: Path) ->
     assert "OWN" in out and (repo / ".git" / "worktrees" / "a" / "flowd-tmp" / "own").exists()
 
 
-@pytest.mark.parametrize("place", ["flowd-tmp", "flowd-cache", "flowd-objects"])
-def test_a_folder_of_the_lanes_own_linked_outside_grants_nothing(lane: Path, place: str) -> None:
-    # The lane's own temp, cache and object folders lie in its admin dir, which it may write:
-    # one process replaces one with a link to the user's checkout, the next must not write there
-    # (docs/sandbox.md "Links a lane planted").
+@pytest.mark.parametrize("place", ["flowd-tmp", "flowd-cache", "flowd-objects", "flowd-git"])
+def test_a_folder_of_the_lanes_own_cannot_be_replaced_by_a_link(lane: Path, place: str) -> None:
+    # The lane's own temp, cache, object and git folders lie in its admin dir, which is flowd's:
+    # the lane may write in them, not replace one with a link to the user's checkout for its next
+    # process to write through (docs/sandbox.md "Links a lane planted").
     told: list[tuple[str, str, str, str]] = []
     c = _confinement(lane)
     c.report = lambda *args: told.append(args)
     repo = lane.parents[2] / "repo"
     admin = repo / ".git" / "worktrees" / "a"
     _sh(c, lane, "echo warm-up")
-    _sh(c, lane, f'rm -rf "{admin}/{place}"; ln -s {repo} "{admin}/{place}"')
-    assert (admin / place).is_symlink()
+    out = _sh(
+        c, lane, f'rm -rf "{admin}/{place}"; ln -s {repo} "{admin}/{place}"; mv "{admin}/{place}" "{admin}/x"'
+    )
+    assert "Permission denied" in out or "Operation not permitted" in out, out
+    assert not (admin / place).is_symlink() and (admin / place).is_dir() and not (admin / "x").exists()
     out = _sh(c, lane, f'echo x > "{admin}/{place}/LINKED.txt"; echo x > "$TMPDIR/T.txt"; echo "$TMPDIR"')
     assert not (repo / "LINKED.txt").exists() and not (repo / "T.txt").exists(), out
-    assert not (admin / place).is_symlink() and (admin / place).is_dir()
-    assert ("a", str(admin / place), "gitDir") in [t[:3] for t in told]
+    assert told == []
 
 
 def test_a_write_rule_is_not_granted_through_a_link(lane: Path, tmp_path: Path) -> None:

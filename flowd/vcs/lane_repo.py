@@ -1,0 +1,403 @@
+"""A confined lane's own git dir, the lane repository (docs/sandbox.md "The lane repository").
+
+The worktree stays registered in your repository: flowd's own git keeps naming its admin dir
+`<common>/worktrees/<id>` and its work tree (flowd/vcs/gitcli.py), and that admin dir, its
+`HEAD`, `index` and reflogs, is flowd's alone. The lane's own git (an agent's `git commit`) works
+in a small git dir beside it, `<admin>/flowd-git/`, which the worktree's `.git` file names: its own
+`HEAD`, its own copy of the lane's branch `refs/heads/…`, its own index, reflogs and config (the
+repository's config included by path), and for objects the lane's quarantine (flowd/vcs/quarantine.py,
+through the environment confinement gives every lane process). The lane may write that git dir
+and its quarantine, nothing of the repository's refs, reflogs or admin dir; so an agent's own
+commit moves only the lane repository's branch, and no ref or index of yours names an object
+the repository does not hold.
+
+flowd moves the two in step, never running git on the lane repository (a lane writes its
+config): `sync` writes it from the admin dir (its `HEAD`, the branch's value, the index bytes)
+whenever flowd's side changed since it last did; `moved` reads the lane's branch as data, and
+`adopt` takes a move in (after its objects are in the store, checked): flowd's git moves the
+branch in your repository, old value checked, and reads its index from the new commit. What flowd
+last wrote is recorded in the admin dir (`flowd-lane.json`), so a move is told from flowd's own
+change across a crash too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import stat
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from flowd.base.errors import FlowdError
+from flowd.base.fsio import put_back
+from flowd.vcs.gitcli import LANE_GIT, private_git_dir, run_git
+
+RECORD = "flowd-lane.json"
+STORY_REFS = "refs/heads/story/"  # the only branches a lane's own commits move (a story's, a task's)
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+_HEX = frozenset("0123456789abcdef")
+_LOCKS: dict[str, threading.Lock] = {}
+_GUARD = threading.Lock()
+_FORMAT: dict[str, str] = {}  # the repository-format lines of each common dir's config
+
+
+def lane_git(admin: Path) -> Path:
+    """The lane repository of the worktree whose admin dir is `admin`."""
+    return admin / LANE_GIT
+
+
+def active(admin: Path) -> bool:
+    """Whether the worktree's lane has a lane repository (flowd made it: the admin dir, where it
+    lies, is not the lane's to write)."""
+    try:
+        return stat.S_ISDIR(os.lstat(lane_git(admin)).st_mode)
+    except OSError:
+        return False
+
+
+def dotgit_text(admin: Path) -> str:
+    """What the worktree's `.git` file must say: the lane repository when there is one."""
+    return f"gitdir: {lane_git(admin) if active(admin) else admin}\n"
+
+
+@dataclass(frozen=True)
+class Move:
+    """The lane moved its branch (or its detached HEAD, `ref` None) from `old` to `new`."""
+
+    ref: str | None
+    old: str | None
+    new: str
+
+
+def _lock(admin: Path) -> threading.Lock:
+    with _GUARD:
+        return _LOCKS.setdefault(str(admin), threading.Lock())
+
+
+def _is_name(text: str | None) -> bool:
+    return text is not None and len(text) in (40, 64) and set(text) <= _HEX
+
+
+def _read_at(root: Path, rel: str, limit: int = 4096) -> str | None:
+    """The text of the file `rel` under `root`, every folder on the way opened without following
+    a link (a lane's planted link leads nowhere here); None when it is not a regular file."""
+    parts = rel.split("/")
+    try:
+        fd = os.open(root, _DIR_FLAGS)
+    except OSError:
+        return None
+    try:
+        for part in parts[:-1]:
+            nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+        leaf = os.open(parts[-1], _FILE_FLAGS, dir_fd=fd)
+    except OSError:
+        os.close(fd)
+        return None
+    os.close(fd)
+    with os.fdopen(leaf, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            return None
+        return handle.read(limit).decode("utf-8", "surrogateescape").strip()
+
+
+def _write_at(root: Path, rel: str, data: bytes) -> bool:
+    """Write `data` as the file `rel` under `root` anew: each folder on the way made or opened
+    without following a link (a link or file in a folder's place is removed, never followed), the
+    file a temp one renamed over (a link at its name is replaced, never written through)."""
+    parts = rel.split("/")
+    try:
+        fd = os.open(root, _DIR_FLAGS)
+    except OSError:
+        return False
+    try:
+        for part in parts[:-1]:
+            fd = _enter(fd, part)
+        tmp = f".{parts[-1]}.flowd-sync"
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp, dir_fd=fd)
+        out = os.open(
+            tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=fd
+        )
+        with os.fdopen(out, "wb") as handle:
+            handle.write(data)
+        os.replace(tmp, parts[-1], src_dir_fd=fd, dst_dir_fd=fd)
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    return True
+
+
+def _folders(root: Path, rel: str) -> bool:
+    """The folders `rel` under `root`, made or opened as `_write_at` does."""
+    try:
+        fd = os.open(root, _DIR_FLAGS)
+    except OSError:
+        return False
+    try:
+        for part in rel.split("/"):
+            fd = _enter(fd, part)
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    return True
+
+
+def _enter(fd: int, part: str) -> int:
+    """The folder `part` in the folder `fd` (closed), made anew when something else is there."""
+    try:
+        nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)
+    except FileNotFoundError:
+        os.mkdir(part, 0o755, dir_fd=fd)
+        nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)
+    except OSError:
+        os.unlink(part, dir_fd=fd)  # a link or a file: removed, never followed
+        os.mkdir(part, 0o755, dir_fd=fd)
+        nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)
+    os.close(fd)
+    return nxt
+
+
+def _ref_value(common: Path, name: str) -> str | None:
+    """The value of the branch `name` in your repository: its loose file, else packed-refs."""
+    loose = _read_at(common, name)
+    if _is_name(loose):
+        return loose
+    packed = _read_at(common, "packed-refs", 1 << 26) or ""
+    for line in packed.splitlines():
+        sha, _, ref = line.partition(" ")
+        if ref == name and _is_name(sha):
+            return sha
+    return None
+
+
+@dataclass(frozen=True)
+class _Side:
+    """flowd's side of the lane: its admin dir's HEAD, what it names, and its index file."""
+
+    head: str
+    ref: str | None
+    sha: str | None
+    index: list[int]
+
+
+def _side(common: Path, admin: Path) -> _Side | None:
+    head = _read_at(admin, "HEAD")
+    if head is None:
+        return None
+    ref = head.removeprefix("ref: ").strip() if head.startswith("ref: ") else None
+    if ref is not None and (not ref.startswith("refs/heads/") or ".." in ref.split("/")):
+        return None  # not a branch flowd gives a lane (detection puts it back)
+    sha = _ref_value(common, ref) if ref is not None else (head if _is_name(head) else None)
+    try:
+        st = os.lstat(admin / "index")
+        index = [st.st_mtime_ns, st.st_size, st.st_ino]
+    except OSError:
+        index = []
+    return _Side(head, ref, sha, index)
+
+
+def _record(admin: Path) -> dict[str, object]:
+    text = _read_at(admin, RECORD, 65536)
+    try:
+        said = json.loads(text or "{}")
+    except ValueError:
+        return {}
+    return said if isinstance(said, dict) else {}
+
+
+def _same(side: _Side, record: dict[str, object]) -> bool:
+    return (record.get("head"), record.get("sha"), record.get("index")) == (side.head, side.sha, side.index)
+
+
+def _config(common: Path, admin: Path) -> bytes:
+    """The lane repository's config: the repository's format (read from its own config file, which
+    git reads without includes) and the repository's config, and the worktree's sparse settings,
+    included by path (what the lane's git read before, through `commondir`)."""
+    key = str(common)
+    if key not in _FORMAT:
+        proc = run_git(
+            common,
+            [
+                "config",
+                "-f",
+                str(common / "config"),
+                "--get-regexp",
+                r"^(core\.repositoryformatversion|extensions\.)",
+            ],
+            "",
+            ok_codes=range(256),
+        )
+        lines = [line.split(" ", 1) for line in proc.stdout.splitlines() if " " in line]
+        _FORMAT[key] = "".join(
+            f"\t{k.split('.', 1)[1]} = {v}\n" for k, v in lines if k.startswith("extensions.")
+        )
+        version = next((v for k, v in lines if k == "core.repositoryformatversion"), "0")
+        _FORMAT[key] = f"{version}\n{_FORMAT[key]}"
+    version, _, extensions = _FORMAT[key].partition("\n")
+    text = f"[core]\n\trepositoryformatversion = {version}\n\tbare = false\n\tlogallrefupdates = true\n"
+    if extensions:
+        text += f"[extensions]\n{extensions}"
+    text += f"[include]\n\tpath = {common / 'config'}\n"
+    if os.path.lexists(admin / "config.worktree"):
+        text += f"\tpath = {admin / 'config.worktree'}\n"
+    return text.encode("utf-8")
+
+
+def make(common: Path, admin: Path, wt: Path) -> None:
+    """Give the worktree `wt` (admin dir `admin`) its lane repository, point its `.git` file at
+    it, and bring it up to flowd's side (`sync`). Idempotent; a link or file a lane put in the lane
+    repository's place is removed, never followed."""
+    home = lane_git(admin)
+    with _lock(admin):
+        try:
+            mode = os.lstat(home).st_mode
+            if not stat.S_ISDIR(mode):
+                os.unlink(home)
+                raise FileNotFoundError(home)
+        except FileNotFoundError:
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(home, 0o755)
+    point(admin, wt)
+    sync(common, admin, wt)
+
+
+def point(admin: Path, wt: Path) -> None:
+    """The worktree's `.git` file naming its lane repository (or its admin dir when it has none)."""
+    want = dotgit_text(admin)
+    if _read_at(wt, ".git") != want.strip():
+        put_back(wt / ".git", want.encode("utf-8"))
+
+
+def unpoint(admin: Path, wt: Path) -> None:
+    """The worktree's `.git` file naming its admin dir again, as git's own `worktree remove`,
+    `move` and `repair` want it (each checks the file names the admin dir back)."""
+    if active(admin) and _read_at(wt, ".git") != f"gitdir: {admin}":
+        put_back(wt / ".git", f"gitdir: {admin}\n".encode())
+
+
+def sync(common: Path, admin: Path, wt: Path, *, force: bool = False) -> None:
+    """Write the lane repository from flowd's side when that changed since flowd last wrote it
+    (or `force`: a refused step's, a thrown-away candidate's): its `HEAD` says what the admin dir's
+    says, the branch it names holds the branch's value in your repository, its index is the admin
+    dir's (stat data and sparse bits kept), and its config and sparse patterns follow the worktree's.
+    A move of the lane's not yet taken in (`adopt`) is overwritten: take in first."""
+    if not active(admin):
+        return
+    with _lock(admin):
+        side = _side(common, admin)
+        if side is None:
+            return
+        record = _record(admin)
+        if not force and _same(side, record) and _read_at(lane_git(admin), "HEAD") is not None:
+            return
+        home = lane_git(admin)
+        ok = _write_at(home, "config", _config(common, admin))
+        ok = _folders(home, "objects") and _folders(home, "refs/heads") and ok  # what git looks for
+        if side.ref is not None and side.sha is not None:
+            ok = _write_at(home, side.ref, f"{side.sha}\n".encode()) and ok
+        ok = _write_at(home, "HEAD", f"{side.head}\n".encode()) and ok
+        ok = _copy(admin, home, "index") and ok
+        sparse = _read_at(admin, "info/sparse-checkout", 1 << 26)
+        if sparse is not None:
+            ok = _write_at(home, "info/sparse-checkout", (sparse + "\n").encode()) and ok
+        for name in _shared_indexes(admin):
+            ok = _copy(admin, home, name) and ok
+        point(admin, wt)
+        if ok:
+            _write_record(admin, side, side.sha)
+
+
+def _copy(admin: Path, home: Path, name: str) -> bool:
+    try:
+        fd = os.open(admin / name, _FILE_FLAGS)
+    except FileNotFoundError:
+        with contextlib.suppress(OSError):
+            os.unlink(home / name)
+        return True
+    except OSError:
+        return False
+    with os.fdopen(fd, "rb") as handle:
+        return _write_at(home, name, handle.read())
+
+
+def _shared_indexes(admin: Path) -> list[str]:
+    """A split index's shared part (`sharedindex.<hash>`), which the index names in its folder."""
+    with contextlib.suppress(OSError):
+        return [n for n in os.listdir(admin) if n.startswith("sharedindex.")]
+    return []
+
+
+def _write_record(admin: Path, side: _Side, lane: str | None) -> None:
+    data = {"head": side.head, "sha": side.sha, "index": side.index, "lane": lane}
+    put_back(admin / RECORD, json.dumps(data).encode("utf-8"))
+
+
+def moved(common: Path, admin: Path) -> Move | None:
+    """The lane's move of its branch since flowd last wrote the lane repository, read as data:
+    the branch flowd's side names (or, detached, the lane repository's own `HEAD` when it is a
+    commit). None: no lane repository, no move, or flowd's side moved since (the lane's move is
+    then stale, and the next `sync` overwrites it)."""
+    if not active(admin):
+        return None
+    side = _side(common, admin)
+    record = _record(admin)
+    if side is None or not _same(side, record):
+        return None
+    now = _read_at(lane_git(admin), side.ref if side.ref is not None else "HEAD")
+    if not _is_name(now) or now == record.get("lane"):
+        return None
+    if side.ref is None or not side.ref.startswith(STORY_REFS):
+        return None  # a detached HEAD's commits (a candidate's gates) or the epic's: never taken
+    return Move(side.ref, side.sha, str(now))
+
+
+def adopt(common: Path, admin: Path, wt: Path, move: Move) -> bool:
+    """Take the lane's `move` in (its objects are in the repository's store, checked): flowd's
+    pinned git moves the worktree's `HEAD` (the branch it names) in your repository, its old value
+    checked, and reads the worktree's index from the new commit; the record says the lane
+    repository agrees. False when flowd's side moved meanwhile (nothing taken)."""
+    pinned = ["--git-dir", str(admin), "--work-tree", str(wt)]
+    env = {"GIT_COMMON_DIR": str(common)}
+    with _lock(admin):
+        side = _side(common, admin)
+        if side is None or not _same(side, _record(admin)) or side.sha != move.old:
+            return False
+        old = move.old or ""
+        try:
+            run_git(
+                common,
+                [*pinned, "update-ref", "-m", "flowd: the lane's own commit", "HEAD", move.new, old],
+                "",
+                env=env,
+            )
+            run_git(common, [*pinned, "reset", "-q", "--no-refresh", "HEAD"], "", env=env)
+        except FlowdError:
+            return False
+        after = _side(common, admin)
+        if after is not None:
+            _write_record(admin, after, move.new)
+    return True
+
+
+def before_worktree_command(wt: Path) -> Path | None:
+    """Before git's own `worktree remove`, `move` or `repair` of `wt`: its `.git` file names its
+    admin dir again (`unpoint`); the admin dir when it has a lane repository (`after_worktree_command`
+    points the moved worktree back at it), else None."""
+    admin = private_git_dir(wt)
+    if admin is None or not active(admin):
+        return None
+    unpoint(admin, wt)
+    return admin
+
+
+def after_worktree_command(admin: Path | None, wt: Path) -> None:
+    """After git's `worktree move` or `repair`: the worktree's `.git` names its lane repository again."""
+    if admin is not None and active(admin) and os.path.isdir(wt):
+        point(admin, wt)

@@ -1,0 +1,153 @@
+"""A confined lane's own git works in a lane repository of its own (docs/sandbox.md "The lane
+repository"): an agent's `git commit` moves only that repository's branch, so right after it,
+before flowd takes anything in, your repository's refs, worktree HEADs and indexes name only
+objects it holds (`git fsck`, `git gc`, a fetch's connectivity walk pass); no lane can write a
+ref of the shared refs directory; flowd's take-in moves the story branch, and flowd's own commit
+after the task reaches the lane's git before its next step."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from flowd.engine.lane_objects import LaneObjects
+from flowd.events.model import Event
+from flowd.sandbox import landlock
+from flowd.sandbox.confine import Confinement
+from flowd.vcs import lane_repo
+from flowd.vcs.admin import check_admin
+from flowd.vcs.gitcli import private_git_dir
+from flowd.vcs.gitops import Repo
+
+GIT_ID = {
+    "GIT_AUTHOR_NAME": "t",
+    "GIT_AUTHOR_EMAIL": "t@t",
+    "GIT_COMMITTER_NAME": "t",
+    "GIT_COMMITTER_EMAIL": "t@t",
+}
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Repo:
+    assert landlock.abi() >= 2, "these tests need the kernel's Landlock (Linux 5.19+)"
+    root = tmp_path / "repo"
+    root.mkdir()
+    (root / "README.md").write_text("# r\n", encoding="utf-8")
+    for args in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-q", "-m", "init"]):
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=root, check=True)
+    repo = Repo(root)
+    for story in ("a", "b"):
+        repo.worktree_add(tmp_path / "repo.flowd" / "ep" / story, f"story/ep/{story}", "main")
+    (tmp_path / "home").mkdir()
+    return repo
+
+
+def _confinement(repo: Repo) -> Confinement:
+    lanes = repo.root.parent / "repo.flowd"
+    return Confinement(
+        "enforce", checkout=repo.root, common_dir=repo.common_dir, lanes_root=lanes, epic="ep",
+        home=repo.root.parent / "home", allow_read=[], allow_write=[],
+    )  # fmt: skip
+
+
+def _sh(c: Confinement, wt: Path, script: str) -> subprocess.CompletedProcess[str]:
+    with c.spawn(wt) as confined:
+        return subprocess.run(
+            confined.argv(["/bin/sh", "-c", script]), cwd=wt, env={**os.environ, **GIT_ID, **confined.env},
+            pass_fds=confined.pass_fds, preexec_fn=confined.preexec_fn, capture_output=True, text=True,
+        )  # fmt: skip
+
+
+def _git(repo: Repo, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["git", *args], cwd=repo.root, capture_output=True, text=True)
+
+
+def _admin(wt: Path) -> Path:
+    admin = private_git_dir(wt)
+    assert admin is not None
+    return admin
+
+
+def _story_refs(repo: Repo) -> dict[str, bytes]:
+    folder = repo.common_dir / "refs" / "heads" / "story" / "ep"
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+
+
+def test_an_agents_own_commit_leaves_your_repository_whole_until_flowd_takes_it_in(repo: Repo) -> None:
+    a = repo.root.parent / "repo.flowd" / "ep" / "a"
+    c = _confinement(repo)
+    before = _git(repo, "rev-parse", "story/ep/a").stdout.strip()
+    done = _sh(
+        c,
+        a,
+        "echo x > new.txt && git add new.txt && git commit -q -m 'by its agent' && git log -1 --format=%s",
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "by its agent", done.stdout + done.stderr
+    made = _git(repo, "rev-parse", "story/ep/a").stdout.strip()
+    # Before any take-in: the commit is the lane repository's alone; yours names nothing missing.
+    assert made == before
+    for check in (
+        ["fsck", "--full", "--no-dangling"],
+        ["rev-list", "--all", "--indexed-objects"],
+        ["gc", "--auto"],
+    ):
+        proc = _git(repo, *check)
+        assert proc.returncode == 0, (check, proc.stdout + proc.stderr)
+    # The lane's git writes no file of the shared refs directory: the kernel refuses each.
+    refs = _story_refs(repo)
+    shared = repo.common_dir / "refs" / "heads" / "story" / "ep"
+    tries = (f"echo {made} > {shared}/a", f"echo {made} > {shared}/b", f"echo {made} > {shared}/new",
+             f"rm -f {shared}/b", f"GIT_DIR={repo.common_dir} git update-ref refs/heads/story/ep/a HEAD")  # fmt: skip
+    for attempt in tries:
+        out = _sh(c, a, attempt)
+        assert out.returncode != 0 and "denied" in (out.stdout + out.stderr).lower(), (attempt, out.stderr)
+    assert _story_refs(repo) == refs
+    # flowd's take-in: the objects checked and moved in, the story branch follows the lane's.
+    events: list[Event] = []
+    objects = LaneObjects(repo.common_dir, events.append, None)
+    objects.take("a", a)
+    taken = _git(repo, "log", "-1", "--format=%s", "story/ep/a").stdout.strip()
+    assert taken == "by its agent" and events == []
+    assert _git(repo, "fsck", "--full", "--no-dangling").returncode == 0
+    assert repo.status_paths(a) == []  # flowd's own index read from the new commit
+    # flowd's own commit after the task, then the lane's git sees it before its next step.
+    (a / "more.txt").write_text("more\n", encoding="utf-8")
+    flowd_commit = repo.commit_all(a, "flowd: the task")
+    assert flowd_commit is not None
+    lane_repo.sync(repo.common_dir, _admin(a), a)
+    again = _sh(
+        c, a, "git status --short && git log -1 --format=%s && echo y >> more.txt && git commit -qam again"
+    )
+    assert again.returncode == 0 and again.stdout.splitlines() == ["flowd: the task"], (
+        again.stdout + again.stderr
+    )
+    objects.take("a", a)
+    assert _git(repo, "log", "-2", "--format=%s", "story/ep/a").stdout.split("\n")[:2] == [
+        "again",
+        "flowd: the task",
+    ]
+    assert _git(repo, "fsck", "--full", "--no-dangling").returncode == 0
+
+
+def test_a_lane_repository_survives_flowds_worktree_commands(repo: Repo) -> None:
+    """git's `worktree move`/`repair`/`remove` check that a worktree's `.git` names its admin dir:
+    flowd points it back for them and at the lane repository again after; detection takes the
+    lane repository's `.git` as the right one and puts back one naming anything else."""
+    a = repo.root.parent / "repo.flowd" / "ep" / "a"
+    c = _confinement(repo)
+    assert _sh(c, a, "true").returncode == 0
+    admin = _admin(a)
+    assert (a / ".git").read_text(encoding="utf-8") == f"gitdir: {admin / 'flowd-git'}\n"
+    assert check_admin(repo.common_dir, a) == []
+    moved = repo.worktree_move(a, a.parent / "a2")
+    assert (moved / ".git").read_text(encoding="utf-8") == f"gitdir: {admin / 'flowd-git'}\n"
+    assert check_admin(repo.common_dir, moved) == []
+    # A lane pointing its `.git` at the admin dir (where flowd's git works) gets it put back.
+    (moved / ".git").write_text(f"gitdir: {admin}\n", encoding="utf-8")
+    assert [p.path.name for p in check_admin(repo.common_dir, moved)] == [".git"]
+    assert (moved / ".git").read_text(encoding="utf-8") == f"gitdir: {admin / 'flowd-git'}\n"
+    repo.worktree_remove(moved, force=True)
+    assert not moved.exists() and not admin.exists()
