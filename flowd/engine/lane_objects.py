@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import threading
@@ -224,7 +225,9 @@ class LaneObjects:
         if admin is not None:
             # flowd's own git moved the lane since its last step (its commit, a merge, a reset):
             # the lane repository follows before the lane's processes work again.
-            await asyncio.to_thread(lane_repo.sync, self.common_dir, admin, home)
+            await asyncio.to_thread(
+                functools.partial(lane_repo.sync, self.common_dir, admin, home, exact=True)
+            )
         async with inner:
             failed: list[StoryFailed] = []
             stop = asyncio.Event()

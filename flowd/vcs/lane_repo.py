@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import stat
 import threading
 from dataclasses import dataclass
@@ -179,12 +180,12 @@ def _ref_value(common: Path, name: str) -> str | None:
 
 @dataclass(frozen=True)
 class _Side:
-    """flowd's side of the lane: its admin dir's HEAD, what it names, and its index file."""
+    """flowd's side of the lane: its admin dir's HEAD and what it names. (Not its index: flowd's
+    own `git status` rewrites it; the lane's index, its staged changes, stays until HEAD moves.)"""
 
     head: str
     ref: str | None
     sha: str | None
-    index: list[int]
 
 
 def _side(common: Path, admin: Path) -> _Side | None:
@@ -195,12 +196,7 @@ def _side(common: Path, admin: Path) -> _Side | None:
     if ref is not None and (not ref.startswith("refs/heads/") or ".." in ref.split("/")):
         return None  # not a branch flowd gives a lane (detection puts it back)
     sha = _ref_value(common, ref) if ref is not None else (head if _is_name(head) else None)
-    try:
-        st = os.lstat(admin / "index")
-        index = [st.st_mtime_ns, st.st_size, st.st_ino]
-    except OSError:
-        index = []
-    return _Side(head, ref, sha, index)
+    return _Side(head, ref, sha)
 
 
 def _record(admin: Path) -> dict[str, object]:
@@ -213,7 +209,7 @@ def _record(admin: Path) -> dict[str, object]:
 
 
 def _same(side: _Side, record: dict[str, object]) -> bool:
-    return (record.get("head"), record.get("sha"), record.get("index")) == (side.head, side.sha, side.index)
+    return (record.get("head"), record.get("sha")) == (side.head, side.sha)
 
 
 def _config(common: Path, admin: Path) -> bytes:
@@ -282,12 +278,15 @@ def unpoint(admin: Path, wt: Path) -> None:
         put_back(wt / ".git", f"gitdir: {admin}\n".encode())
 
 
-def sync(common: Path, admin: Path, wt: Path, *, force: bool = False) -> None:
+def sync(common: Path, admin: Path, wt: Path, *, force: bool = False, exact: bool = False) -> None:
     """Write the lane repository from flowd's side when that changed since flowd last wrote it
-    (or `force`: a refused step's, a thrown-away candidate's): its `HEAD` says what the admin dir's
-    says, the branch it names holds the branch's value in your repository, its index is the admin
-    dir's (stat data and sparse bits kept), and its config and sparse patterns follow the worktree's.
-    A move of the lane's not yet taken in (`adopt`) is overwritten: take in first."""
+    (`exact`, a step's start after its take-in: or when the lane's branch is not where flowd left
+    it, a move never taken in; `force`: always, a refused step's, a thrown-away candidate's): its
+    `HEAD` says what the admin dir's says, the branch it names holds the branch's value in your
+    repository, its index is the admin dir's (stat data and sparse bits kept), and its config and
+    sparse patterns follow the worktree's. A move of the lane's not yet taken in (`adopt`) is
+    overwritten: take in first. When flowd's side names another branch than it did (a spare handed
+    to the next story) the lane repository is made anew: it keeps nothing the last lane wrote."""
     if not active(admin):
         return
     with _lock(admin):
@@ -295,15 +294,26 @@ def sync(common: Path, admin: Path, wt: Path, *, force: bool = False) -> None:
         if side is None:
             return
         record = _record(admin)
-        if not force and _same(side, record) and _read_at(lane_git(admin), "HEAD") is not None:
-            return
         home = lane_git(admin)
+        lane_head = _read_at(home, "HEAD")
+        if not force and _same(side, record) and lane_head is not None:
+            tip = _read_at(home, side.ref) if side.ref is not None else lane_head
+            if not exact:
+                return
+            if tip == record.get("lane"):
+                _write_at(home, "packed-refs", _refs_view(common, side.ref))  # the others moved on
+                return
+        if record.get("head") != side.head:
+            shutil.rmtree(home, ignore_errors=True)  # follows no link (fd-based on Linux)
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(home, 0o755)
         ok = _write_at(home, "config", _config(common, admin))
         ok = _folders(home, "objects") and _folders(home, "refs/heads") and ok  # what git looks for
         if side.ref is not None and side.sha is not None:
             ok = _write_at(home, side.ref, f"{side.sha}\n".encode()) and ok
         ok = _write_at(home, "HEAD", f"{side.head}\n".encode()) and ok
         ok = _copy(admin, home, "index") and ok
+        ok = _write_at(home, "packed-refs", _refs_view(common, side.ref)) and ok
         sparse = _read_at(admin, "info/sparse-checkout", 1 << 26)
         if sparse is not None:
             ok = _write_at(home, "info/sparse-checkout", (sparse + "\n").encode()) and ok
@@ -312,6 +322,29 @@ def sync(common: Path, admin: Path, wt: Path, *, force: bool = False) -> None:
         point(admin, wt)
         if ok:
             _write_record(admin, side, side.sha)
+
+
+def _refs_view(common: Path, own: str | None) -> bytes:
+    """Your repository's refs as a `packed-refs` of the lane repository (its own branch aside):
+    the lane's git still sees `main`, `epic/*`, tags (`git diff main`), as of the last `sync`;
+    what it does to them changes only its own copy. Read as data: packed-refs, then loose files."""
+    refs: dict[str, str] = {}
+    packed = _read_at(common, "packed-refs", 1 << 28) or ""
+    for line in packed.splitlines():
+        sha, _, name = line.partition(" ")
+        if _is_name(sha) and name.startswith("refs/"):
+            refs[name] = sha
+    for top, dirs, files in os.walk(common / "refs"):  # follows no link to a folder
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        for name in files:
+            rel = os.path.relpath(os.path.join(top, name), common)
+            if not name.endswith(".lock"):
+                sha = _read_at(common, rel)
+                if _is_name(sha):
+                    refs[rel] = str(sha)
+    refs.pop(own or "", None)
+    lines = "".join(f"{sha} {name}\n" for name, sha in sorted(refs.items()))
+    return f"# pack-refs with: sorted \n{lines}".encode()
 
 
 def _copy(admin: Path, home: Path, name: str) -> bool:
@@ -335,7 +368,7 @@ def _shared_indexes(admin: Path) -> list[str]:
 
 
 def _write_record(admin: Path, side: _Side, lane: str | None) -> None:
-    data = {"head": side.head, "sha": side.sha, "index": side.index, "lane": lane}
+    data = {"head": side.head, "sha": side.sha, "lane": lane}
     put_back(admin / RECORD, json.dumps(data).encode("utf-8"))
 
 
@@ -401,3 +434,9 @@ def after_worktree_command(admin: Path | None, wt: Path) -> None:
     """After git's `worktree move` or `repair`: the worktree's `.git` names its lane repository again."""
     if admin is not None and active(admin) and os.path.isdir(wt):
         point(admin, wt)
+
+
+def take_branch(common: Path, admin: Path, wt: Path) -> bool:
+    """`moved` and `adopt` in one (its objects taken in first): whether the branch followed."""
+    move = moved(common, admin)
+    return move is not None and adopt(common, admin, wt, move)

@@ -82,8 +82,7 @@ def test_git_works_on_the_lanes_own_branch(lane: Path) -> None:
     # it in (docs/sandbox.md "The quarantine", "The lane repository").
     admin = repo / ".git" / "worktrees" / "a"
     assert take_in(repo / ".git", admin)
-    move = lane_repo.moved(repo / ".git", admin)
-    assert move is not None and lane_repo.adopt(repo / ".git", admin, lane, move)
+    assert lane_repo.take_branch(repo / ".git", admin, lane)
     log = subprocess.run(
         ["git", "log", "--format=%s", "story/ep/a"], cwd=repo, capture_output=True, text=True
     )
@@ -268,8 +267,7 @@ def test_a_reused_worktree_is_confined_to_its_new_lane_only(lane: Path) -> None:
     assert not (lane / "INTRUDER.txt").exists(), out
     admin = private_git_dir(b)
     assert admin is not None and take_in(repo.common_dir, admin)  # taken in, as flowd does after a step
-    move = lane_repo.moved(repo.common_dir, admin)
-    assert move is not None and lane_repo.adopt(repo.common_dir, admin, b, move)
+    assert lane_repo.take_branch(repo.common_dir, admin, b)
     log = subprocess.run(["git", "log", "--format=%s", "-1", "story/ep/b"], cwd=repo.root, capture_output=True, text=True)  # fmt: skip
     assert log.stdout.strip() == "own"
 

@@ -21,6 +21,7 @@ from flowd.engine.state import EpicPaths
 from flowd.events.model import Event, LaneEscape
 from flowd.sandbox import landlock
 from flowd.sandbox.confine import Confinement
+from flowd.vcs import lane_repo
 from flowd.vcs.quarantine import Refused, quarantine, take_in
 
 GIT_ID = {
@@ -132,6 +133,7 @@ def test_a_lane_cannot_touch_the_shared_store_and_still_commits(lane: Path) -> N
     assert _store(repo) == before
     taken = take_in(repo / ".git", repo / ".git" / "worktrees" / "a")
     assert len(taken.names) == 3  # the blob, the tree, the commit
+    assert lane_repo.take_branch(repo / ".git", repo / ".git" / "worktrees" / "a", lane)
     assert git(repo, "log", "--format=%s", "-1", "story/ep/a").strip() == "own"
     assert not any((quarantine(repo / ".git" / "worktrees" / "a")).rglob("*"))  # emptied
     _fsck(repo)
@@ -295,6 +297,7 @@ def test_a_pack_and_many_objects_are_taken_in_through_index_pack(lane: Path) -> 
     assert "OK" in _sh(lane, many)
     taken = take_in(repo / ".git", admin)
     assert len(taken.packs) == 1 and len(taken.names) > 100
+    assert lane_repo.take_branch(repo / ".git", admin, lane)
     assert git(repo, "log", "--format=%s", "story/ep/a").split() == ["many", "packed", "later", "init"]
     left = [p.name for p in quarantine(admin).rglob("*") if p.is_file()]
     assert left == ["packs"]  # `info/packs`, repack's list: never read by flowd, nothing taken

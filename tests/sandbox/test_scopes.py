@@ -18,6 +18,7 @@ import pytest
 
 from flowd.sandbox import landlock, sockets
 from flowd.sandbox.confine import Confinement, Scanner
+from flowd.vcs import lane_repo
 from flowd.vcs.quarantine import take_in
 
 
@@ -160,6 +161,7 @@ def test_a_lane_still_commits_inside_its_namespace(repo: Path) -> None:
     assert done.stdout == "ok\n", done.stderr
     # The commit is in the lane's quarantine until flowd takes it in (docs/sandbox.md "The quarantine").
     assert take_in(repo / ".git", repo / ".git" / "worktrees" / "a")
+    assert lane_repo.take_branch(repo / ".git", repo / ".git" / "worktrees" / "a", lane)
     log = subprocess.run(
         ["git", "log", "-1", "--format=%s", "story/ep/a"], cwd=repo, capture_output=True, text=True
     )
@@ -320,7 +322,7 @@ def test_a_refused_tag_delete_names_packed_refs_and_nothing_outside(repo: Path) 
     packed = (repo / ".git" / "packed-refs").read_bytes()
     lane = repo.parent / "repo.flowd" / "ep" / "a"
     c = _confinement(repo)
-    done = _sh(c, lane, "git tag -d v1")
+    done = _sh(c, lane, f"git -C {repo} tag -d v1")  # the lane's own git sees a copy of the tags
     assert "refs/tags/v1" in done.stderr and "Permission denied" in done.stderr, done.stderr
     assert c.denials(done.stderr, lane) == [(str(repo / ".git" / "packed-refs"), "gitRef")]
     assert (repo / ".git" / "packed-refs").read_bytes() == packed
