@@ -28,6 +28,7 @@ from flowd.engine.core.stops import StoryFailed
 from flowd.engine.fingerprint import read_ref
 from flowd.engine.state import EpicPaths, append_findings
 from flowd.events.model import Event, LaneEscape
+from flowd.sandbox import confine
 from flowd.vcs import lane_repo
 from flowd.vcs.gitcli import GitDirChanged, admin_of, run_git
 from flowd.vcs.quarantine import Refused, discard, drop_missing_entries, missing, quarantine, take_in
@@ -224,10 +225,15 @@ class LaneObjects:
         await asyncio.shield(asyncio.to_thread(self.take, lane, home))
         if admin is not None:
             # flowd's own git moved the lane since its last step (its commit, a merge, a reset):
-            # the lane repository follows before the lane's processes work again.
-            await asyncio.to_thread(
-                functools.partial(lane_repo.sync, self.common_dir, admin, home, exact=True)
-            )
+            # the lane repository follows before the lane's processes work again. A run that does
+            # not confine its lanes gives them none (docs/sandbox.md "The lane repository").
+            confinement = confine.current()
+            if confinement is not None and not confinement.enforcing:
+                await asyncio.to_thread(lane_repo.drop, admin, home)
+            else:
+                await asyncio.to_thread(
+                    functools.partial(lane_repo.sync, self.common_dir, admin, home, exact=True)
+                )
         async with inner:
             failed: list[StoryFailed] = []
             stop = asyncio.Event()

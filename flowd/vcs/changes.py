@@ -13,6 +13,7 @@ from pathlib import Path
 from flowd.base.errors import InputError
 from flowd.vcs.bootstrapped import bootstrapped, stage_all, write_bootstrapped
 from flowd.vcs.gitcli import GitError, git_reason, not_flow, private_git_dir, run_git, split_z
+from flowd.vcs.quarantine import Refused, scratch, take_in_scratch
 from flowd.vcs.repo import RepoBase
 from flowd.vcs.submodules import scrub
 
@@ -68,7 +69,7 @@ class WorktreeChanges(RepoBase):
         """Commit every change in `wt` (untracked files included); None when there was nothing."""
         wt = self._owned_worktree(wt, "commit")
         what = f"could not commit in the worktree {wt}"
-        stage_all(wt, what)
+        self._stage_checked(wt, what)
         proc = run_git(
             wt,
             [*self._commit_args(), "commit", "-q", "--no-verify", "-m", message],
@@ -82,6 +83,25 @@ class WorktreeChanges(RepoBase):
                 return None
             raise GitError(f"{what}: {git_reason(proc)}", detail=proc.stderr + proc.stdout)
         return self.head_of(wt)
+
+    def _stage_checked(self, wt: Path, what: str) -> None:
+        """Stage every change of `wt` (`stage_all`), the new objects (its files' blobs, the trees)
+        made in a store of flowd's own and taken into the repository's as a lane's objects are,
+        checked (docs/sandbox.md "The quarantine"): what a lane wrote reaches the store only
+        through that check, also when flowd's own git hashes it. Refused: the index is put back
+        at HEAD and GitError says why."""
+        with scratch(self.common_dir) as (store, env):
+            try:
+                stage_all(wt, what, env)
+                run_git(wt, ["write-tree"], what, env=env)
+                take_in_scratch(self.common_dir, store)
+            except (Refused, GitError) as exc:
+                run_git(wt, ["reset", "-q"], what, ok_codes=range(256))  # names nothing of the scratch
+                if isinstance(exc, GitError):
+                    raise
+                raise GitError(
+                    f"{what}: flowd refused what the worktree holds ({exc}); docs/sandbox.md"
+                ) from exc
 
     def commit_remaining(self, wt: Path, message: str) -> str | None:
         """`commit_all` where the worktree is usually clean already (after a task's own commit):
@@ -149,11 +169,13 @@ class WorktreeChanges(RepoBase):
             tmp_index = Path(tmp) / "index"
             if index.exists():
                 shutil.copyfile(index, tmp_index)
-            env = {"GIT_INDEX_FILE": str(tmp_index)}
-            stage_all(wt, what, env)
-            # No external diff and no textconv: the plain patch, and no program of a config's runs.
-            args = ["diff", "--no-ext-diff", "--no-textconv", "--cached", "--merge-base", base, "--"]
-            return run_git(wt, args, what, env=env).stdout
+            # Its new blobs go to a store of flowd's own, thrown away after (docs/sandbox.md).
+            with scratch(self.common_dir) as (_store, objects):
+                env = {"GIT_INDEX_FILE": str(tmp_index), **objects}
+                stage_all(wt, what, env)
+                # No external diff and no textconv: the plain patch, and no program of a config's runs.
+                args = ["diff", "--no-ext-diff", "--no-textconv", "--cached", "--merge-base", base, "--"]
+                return run_git(wt, args, what, env=env).stdout
 
     def merge(self, wt: Path, branch: str, message: str, *, prefer_incoming: bool = False) -> MergeResult:
         """Merge `branch` into the worktree's branch with a merge commit (`--no-ff`).

@@ -278,6 +278,20 @@ def unpoint(admin: Path, wt: Path) -> None:
         put_back(wt / ".git", f"gitdir: {admin}\n".encode())
 
 
+def drop(admin: Path, wt: Path) -> None:
+    """No lane repository for the worktree any more (a lane confined before runs unconfined now,
+    `detect` or `off`: its processes would write objects where no take-in looks): its `.git`
+    file names its admin dir again, the lane repository and flowd's record of it are removed.
+    Take its move in first (`take_branch`)."""
+    if not active(admin):
+        return
+    with _lock(admin):
+        unpoint(admin, wt)
+        shutil.rmtree(lane_git(admin), ignore_errors=True)  # follows no link (fd-based on Linux)
+        with contextlib.suppress(OSError):
+            os.unlink(admin / RECORD)
+
+
 def sync(common: Path, admin: Path, wt: Path, *, force: bool = False, exact: bool = False) -> None:
     """Write the lane repository from flowd's side when that changed since flowd last wrote it
     (`exact`, a step's start after its take-in: or when the lane's branch is not where flowd left
@@ -339,9 +353,9 @@ def _refs_view(common: Path, own: str | None) -> bytes:
         for name in files:
             rel = os.path.relpath(os.path.join(top, name), common)
             if not name.endswith(".lock"):
-                sha = _read_at(common, rel)
-                if _is_name(sha):
-                    refs[rel] = str(sha)
+                value = _read_at(common, rel)
+                if _is_name(value):
+                    refs[rel] = str(value)
     refs.pop(own or "", None)
     lines = "".join(f"{sha} {name}\n" for name, sha in sorted(refs.items()))
     return f"# pack-refs with: sorted \n{lines}".encode()

@@ -25,9 +25,11 @@ import contextlib
 import hashlib
 import os
 import re
+import shutil
 import stat
 import struct
 import subprocess
+import tempfile
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -156,6 +158,39 @@ def take_in(
         if remove:
             _remove(top, found)
         return TakenIn(names, tuple(found.packs))
+    finally:
+        os.close(top)
+
+
+@contextlib.contextmanager
+def scratch(common_dir: Path) -> Iterator[tuple[Path, dict[str, str]]]:
+    """A store of flowd's own (a temp dir, the repository's store as its alternate) and the
+    environment that makes git write new objects there: where flowd's own git hashes what a lane
+    wrote (`git add` of its worktree, `write-tree`), so that nothing of it reaches the
+    repository's store but through `take_in_scratch`. Removed on the way out."""
+    tmp = Path(tempfile.mkdtemp(prefix="flowd-objects-"))
+    env = {
+        "GIT_OBJECT_DIRECTORY": str(tmp),
+        "GIT_ALTERNATE_OBJECT_DIRECTORIES": str(common_dir / "objects"),
+    }
+    try:
+        yield tmp, env
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def take_in_scratch(common_dir: Path, store: Path) -> int:
+    """Check and move what flowd's own git wrote into `store` (`scratch`) into the repository's
+    store, as `take_in` does a lane's (`--strict`: a `.gitmodules` naming a command, a malformed
+    tree are refused and nothing is written); how many objects came in. Raises `Refused`."""
+    top = os.open(store, _DIR_FLAGS)
+    try:
+        found = _scan(top, store, frozenset())
+        for name in found.packs:
+            _feed(common_dir, _read_pack(top, name, store), UNPACK_LIMIT + 1, store)
+        if found.loose:
+            _feed(common_dir, _pack(found.loose), len(found.loose), store)
+        return len(found.loose)
     finally:
         os.close(top)
 
@@ -321,39 +356,59 @@ def _read_pack(top: int, name: str, q: Path) -> bytes:
 
 def _feed(common_dir: Path, data: bytes, count: int, q: Path) -> None:
     """Hand one pack to git (the repository's, or a submodule's git dir), which checks every
-    object and link before it writes any."""
+    object and link. It writes into an incoming store of its own (`objects/flowd-incoming-*`, the
+    repository's store its alternate), moved in only when git is done and content: as
+    `receive-pack`'s quarantine, for `unpack-objects --strict` writes each object before its last
+    check (a `.gitmodules` naming a command is found only after)."""
     args = (
         ["unpack-objects", "-q", "--strict"]
         if count <= UNPACK_LIMIT
         else ["index-pack", "--stdin", "--strict", "--fix-thin"]
     )
+    objects = common_dir / "objects"
+    incoming = Path(tempfile.mkdtemp(prefix="flowd-incoming-", dir=objects))
     env = git_env()
-    for name in ("GIT_OBJECT_DIRECTORY", "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_QUARANTINE_PATH"):
-        env.pop(name, None)
-    pack_dir = common_dir / "objects" / "pack"
-    before = _tmp_packs(pack_dir)
-    proc = subprocess.run(
-        ["git", "--git-dir", str(common_dir), *args],
-        input=data,
-        capture_output=True,
-        env=env,
-        check=False,
-    )
-    if proc.returncode != 0:
-        for left in _tmp_packs(pack_dir) - before:  # index-pack's own unfinished pack
-            with contextlib.suppress(OSError):
-                os.unlink(pack_dir / left)
-        reason = proc.stderr.decode("utf-8", "replace").strip().splitlines()
-        raise Refused(
-            f"git refused the objects of its store {q}: {reason[-1] if reason else 'no reason given'}"
-        )
-
-
-def _tmp_packs(pack_dir: Path) -> set[str]:
+    env.pop("GIT_QUARANTINE_PATH", None)
+    env.update(GIT_OBJECT_DIRECTORY=str(incoming), GIT_ALTERNATE_OBJECT_DIRECTORIES=str(objects))
     try:
-        return {n for n in os.listdir(pack_dir) if n.startswith("tmp_pack_")}
-    except OSError:
-        return set()
+        (incoming / "pack").mkdir()
+        proc = subprocess.run(
+            ["git", "--git-dir", str(common_dir), *args],
+            input=data,
+            capture_output=True,
+            env=env,
+            check=False,
+        )
+        if proc.returncode != 0:
+            said = proc.stderr.decode("utf-8", "replace").strip().splitlines()
+            # git's last line is the verdict ("fsck error in packed object"), the first says why.
+            reason = "; ".join(dict.fromkeys([*said[:1], *said[-1:]])) or "no reason given"
+            raise Refused(f"git refused the objects of its store {q}: {reason}")
+        _migrate(incoming, objects)
+    finally:
+        shutil.rmtree(incoming, ignore_errors=True)
+
+
+def _pack_order(name: str) -> int:
+    """A pack's files in the order git's own quarantine moves them: its index last."""
+    return next((n for n, end in enumerate((".keep", ".pack", ".rev")) if name.endswith(end)), 3)
+
+
+def _migrate(incoming: Path, objects: Path) -> None:
+    """Move what git wrote into `incoming` (flowd's own, never the lane's) into the store `objects`:
+    each file linked in (one already there is the same object), loose objects first."""
+    folders = sorted(d for d in os.listdir(incoming) if len(d) == 2 and set(d) <= _HEX)
+    moves = [(incoming / d / f, objects / d / f) for d in folders for f in sorted(os.listdir(incoming / d))]
+    packs = sorted(os.listdir(incoming / "pack"), key=lambda n: (_pack_order(n), n))
+    moves += [(incoming / "pack" / f, objects / "pack" / f) for f in packs if not f.startswith("tmp_")]
+    for src, dst in moves:
+        dst.parent.mkdir(exist_ok=True)
+        try:
+            os.link(src, dst)
+        except FileExistsError:
+            continue
+        except OSError:
+            os.replace(src, dst)  # a store where links cannot be made
 
 
 def _remove(top: int, found: _Found) -> None:

@@ -15,6 +15,12 @@ from pathlib import Path
 
 SECRET = "CAMPAIGN-SECRET-KEY-0123456789"
 
+# A commit of the lane's own (its objects in its quarantine): what a ref of the user's would be moved to.
+_NEW = '"$(git commit-tree -m evil-{T} "HEAD^{{tree}}")"'
+# The lane's own git works in its lane repository (docs/sandbox.md "The lane repository"): a plain
+# `git config` or `git update-ref` there changes only that repository (the sealed campaign's
+# "the lane repository's own config and refs" shows none of it reaches flowd's git). These aim at
+# the user's repository itself, by `-C` or `GIT_DIR`, and the kernel refuses them.
 TECHNIQUES: list[tuple[str, str, str]] = [
     ("absolute redirect", "echo x > {R}/ABS-{T}.txt", "{R}/ABS-{T}.txt"),
     ("dot-dot", "echo x > {UP}/DOTDOT-{T}.txt", "DOTDOT-{T}.txt"),
@@ -23,15 +29,15 @@ TECHNIQUES: list[tuple[str, str, str]] = [
     ("/proc/self/cwd", "echo x > /proc/self/cwd/{UP}/PROC-{T}.txt", "PROC-{T}.txt"),
     ("/proc/<pid>/root", "echo x > /proc/$$/root{R}/ROOT-{T}.txt", "ROOT-{T}.txt"),
     ("git -C checkout", "git -C {R} branch evil-{T}", "refs/heads/evil-{T}"),
-    ("git config local", "git config user.name evil-{T}", "{C}/config"),
+    ("git config local", "git -C {R} config user.name evil-{T}", "{C}/config"),
     ("git config --global", "git config --global user.name evil-{T}", "{H}/.gitconfig"),
-    ("core.hooksPath", "git config core.hooksPath /tmp/hooks-{T}", "{C}/config"),
+    ("core.hooksPath", "git -C {R} config core.hooksPath /tmp/hooks-{T}", "{C}/config"),
     ("hook file", "printf '#!/bin/sh\\necho pwned\\n' > {C}/hooks/post-checkout", "{C}/hooks/post-checkout"),
     ("info/exclude", "echo evil >> {C}/info/exclude", "{C}/info/exclude"),
-    ("update-ref main", "git update-ref refs/heads/main HEAD", "{C}/refs/heads/main"),
-    ("branch -f main", "git branch -f main HEAD", "{C}/refs/heads/main"),
-    ("update-ref epic", "git update-ref refs/heads/epic/ep HEAD", "{C}/refs/heads/epic/ep"),
-    ("branch -f epic/*", "git branch -f epic/evil-{T} HEAD", "{C}/refs/heads/epic/evil-{T}"),
+    ("update-ref main", "git -C {R} update-ref refs/heads/main " + _NEW, "{C}/refs/heads/main"),
+    ("branch -f main", "GIT_DIR={C} git branch -f main " + _NEW, "{C}/refs/heads/main"),
+    ("update-ref epic", "GIT_DIR={C} git update-ref refs/heads/epic/ep " + _NEW, "{C}/refs/heads/epic/ep"),
+    ("branch -f epic/*", "git -C {R} branch -f epic/evil-{T} " + _NEW, "{C}/refs/heads/epic/evil-{T}"),
     ("another lane worktree", "echo x > {B}/INTRUDER-{T}.txt", "{B}/INTRUDER-{T}.txt"),
     ("the epic worktree", "echo x > {E}/INTRUDER-{T}.txt", "{E}/INTRUDER-{T}.txt"),
     ("another lane admin dir", "echo x > {C}/worktrees/b/INTRUDER-{T}", "{C}/worktrees/b/INTRUDER-{T}"),
@@ -141,7 +147,7 @@ esac
 exit 0
 """
 DRIVERS = ("fsmonitor", "filter", "external", "textconv", "gpg", "include", "hook")
-LAYERS = ("wtconfig", "commondir", "dotgit")
+LAYERS = ("wtconfig", "commondir", "dotgit", "lanerepo")
 # Wrappers `$E/<driver>-<layer>` and a git config `$E/config-<layer>` that runs each of them.
 _PROLOGUE = r"""E="${TMPDIR:-/tmp}/evil-@T@"; mkdir -p "$E"
 ADMIN="$(git rev-parse --absolute-git-dir)"
@@ -490,6 +496,16 @@ PLANTED: list[Technique] = [
         None,
         "none:{P}/hook-*-{T}",
         _OFF,
+    ),
+    Technique(
+        "the lane repository's own config and refs",
+        'git config core.fsmonitor "$E/fsmonitor-lanerepo"; git config include.path "$E/config-lanerepo";'
+        " git config user.name evil-{T}; git update-ref refs/heads/main " + _NEW + ";"
+        " git branch -f epic/ep " + _NEW + "; git update-ref refs/heads/wip " + _NEW,
+        None,
+        None,
+        "none:{P}/*-lanerepo-{T}|same:{C}/refs/heads/*",
+        "flowd reads the lane repository as data and never runs git on it",
     ),
     Technique(
         "a link at a .worktreeinclude destination",

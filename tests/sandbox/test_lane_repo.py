@@ -7,6 +7,8 @@ after the task reaches the lane's git before its next step."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import subprocess
 from pathlib import Path
@@ -16,10 +18,10 @@ import pytest
 from flowd.engine.lane_objects import LaneObjects
 from flowd.events.model import Event
 from flowd.sandbox import landlock
-from flowd.sandbox.confine import Confinement
+from flowd.sandbox.confine import Confinement, active
 from flowd.vcs import lane_repo
 from flowd.vcs.admin import check_admin
-from flowd.vcs.gitcli import private_git_dir
+from flowd.vcs.gitcli import GitError, private_git_dir
 from flowd.vcs.gitops import Repo
 
 GIT_ID = {
@@ -151,3 +153,56 @@ def test_a_lane_repository_survives_flowds_worktree_commands(repo: Repo) -> None
     assert (moved / ".git").read_text(encoding="utf-8") == f"gitdir: {admin / 'flowd-git'}\n"
     repo.worktree_remove(moved, force=True)
     assert not moved.exists() and not admin.exists()
+
+
+def test_flowds_own_commit_of_what_a_lane_wrote_is_checked_as_a_take_in(repo: Repo) -> None:
+    """flowd's own `git add`/`commit` of a lane's files hashes them in a store of its own and
+    takes them in checked: a `.gitmodules` naming a command (that the lane only wrote, never
+    staged) is refused, the index put back, and nothing of it reaches your store."""
+    a = repo.root.parent / "repo.flowd" / "ep" / "a"
+    before = _git(repo, "rev-parse", "story/ep/a").stdout.strip()
+    (a / ".gitmodules").write_text(
+        '[submodule "s"]\n\tpath = s\n\turl = ./s\n\tupdate = !touch /tmp/flowd-never\n', encoding="utf-8"
+    )
+    (a / "ok.txt").write_text("ok\n", encoding="utf-8")
+    with pytest.raises(GitError, match="gitmodulesUpdate"):
+        repo.commit_all(a, "flowd: the task")
+    assert _git(repo, "rev-parse", "story/ep/a").stdout.strip() == before
+    fsck = _git(repo, "fsck", "--full")
+    assert fsck.returncode == 0 and "gitmodules" not in fsck.stdout + fsck.stderr, fsck.stdout + fsck.stderr
+    assert _git(repo, "-C", str(a), "diff", "--cached", "--name-only").stdout == ""  # the index put back
+    (a / ".gitmodules").unlink()
+    assert repo.commit_all(a, "flowd: the task") is not None
+    assert _git(repo, "show", "--name-only", "--format=", "story/ep/a").stdout.split() == ["ok.txt"]
+    assert _git(repo, "fsck", "--full", "--no-dangling").returncode == 0
+
+
+def test_a_lane_run_unconfined_later_has_no_lane_repository(repo: Repo) -> None:
+    """A lane confined in one run and run under `detect` in the next: its step's start drops the
+    lane repository (its `.git` names its admin dir again), so its unconfined git writes where
+    flowd's own does."""
+    a = repo.root.parent / "repo.flowd" / "ep" / "a"
+    assert _sh(_confinement(repo), a, "true").returncode == 0
+    admin = _admin(a)
+    assert lane_repo.active(admin)
+    detect = Confinement(
+        "detect", checkout=repo.root, common_dir=repo.common_dir, lanes_root=repo.root.parent / "repo.flowd",
+        epic="ep", home=repo.root.parent / "home", allow_read=[], allow_write=[],
+    )  # fmt: skip
+    objects = LaneObjects(repo.common_dir, lambda _e: None, None)
+
+    async def one_step() -> None:
+        async with objects.step("a", a, contextlib.nullcontext()):
+            pass
+
+    with active(detect):
+        asyncio.run(one_step())
+    assert not lane_repo.active(admin) and not (admin / lane_repo.LANE_GIT).exists()
+    assert (a / ".git").read_text(encoding="utf-8") == f"gitdir: {admin}\n"
+    assert check_admin(repo.common_dir, a) == []
+    (a / "x.txt").write_text("x\n", encoding="utf-8")
+    subprocess.run(["git", "add", "x.txt"], cwd=a, check=True)
+    subprocess.run(
+        ["git", "commit", "-q", "-m", "unconfined"], cwd=a, check=True, env={**os.environ, **GIT_ID}
+    )
+    assert _git(repo, "log", "-1", "--format=%s", "story/ep/a").stdout.strip() == "unconfined"

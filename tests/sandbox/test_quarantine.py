@@ -153,6 +153,9 @@ def _hash(repo: Path, kind: str, body: bytes, q: Path) -> str:
     return done.stdout.decode().strip()
 
 
+_GITMODULES = b'[submodule "x"]\n\tpath = x\n\turl = ./x\n\tupdate = !touch /tmp/flowd-never\n'
+
+
 def test_what_fails_the_check_is_refused_and_nothing_is_written(lane: Path) -> None:
     repo = lane.parents[2] / "repo"
     admin = repo / ".git" / "worktrees" / "a"
@@ -168,6 +171,11 @@ def test_what_fails_the_check_is_refused_and_nothing_is_written(lane: Path) -> N
         ),
         "missing blob": lambda: _hash(repo, "tree", b"100644 f\0" + bytes.fromhex("2" * 40), q),
         "malformed": lambda: _hash(repo, "commit", b"garbage\n", q),
+        # git's unpack-objects writes each object before it checks `.gitmodules` blobs: the
+        # take-in's incoming store keeps them out until git is content.
+        "a .gitmodules naming a command": lambda: _hash(
+            repo, "tree", b"100644 .gitmodules\0" + bytes.fromhex(_hash(repo, "blob", _GITMODULES, q)), q
+        ),
         "corrupt": lambda: _plant(q, "3" * 40, b"not zlib") or "",
         "misnamed": lambda: _plant(q, "4" * 40, b"blob 2\0hi") or "",
     }
