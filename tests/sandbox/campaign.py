@@ -20,7 +20,7 @@ _NEW = '"$(git commit-tree -m evil-{T} "HEAD^{{tree}}")"'
 # The lane's own git works in its lane repository (docs/sandbox.md "The lane repository"): a plain
 # `git config` or `git update-ref` there changes only that repository (the sealed campaign's
 # "the lane repository's own config and refs" shows none of it reaches flowd's git). These aim at
-# the user's repository itself, by `-C` or `GIT_DIR`, and the kernel refuses them.
+# the user's repository itself, by `-C`, `GIT_DIR` or `--git-dir`, and the kernel refuses them.
 TECHNIQUES: list[tuple[str, str, str]] = [
     ("absolute redirect", "echo x > {R}/ABS-{T}.txt", "{R}/ABS-{T}.txt"),
     ("dot-dot", "echo x > {UP}/DOTDOT-{T}.txt", "DOTDOT-{T}.txt"),
@@ -29,9 +29,9 @@ TECHNIQUES: list[tuple[str, str, str]] = [
     ("/proc/self/cwd", "echo x > /proc/self/cwd/{UP}/PROC-{T}.txt", "PROC-{T}.txt"),
     ("/proc/<pid>/root", "echo x > /proc/$$/root{R}/ROOT-{T}.txt", "ROOT-{T}.txt"),
     ("git -C checkout", "git -C {R} branch evil-{T}", "refs/heads/evil-{T}"),
-    ("git config local", "git -C {R} config user.name evil-{T}", "{C}/config"),
+    ("git config local", "GIT_DIR={C} git config user.name evil-{T}", "{C}/config"),
     ("git config --global", "git config --global user.name evil-{T}", "{H}/.gitconfig"),
-    ("core.hooksPath", "git -C {R} config core.hooksPath /tmp/hooks-{T}", "{C}/config"),
+    ("core.hooksPath", "git --git-dir={C} config core.hooksPath /tmp/hooks-{T}", "{C}/config"),
     ("hook file", "printf '#!/bin/sh\\necho pwned\\n' > {C}/hooks/post-checkout", "{C}/hooks/post-checkout"),
     ("info/exclude", "echo evil >> {C}/info/exclude", "{C}/info/exclude"),
     ("update-ref main", "git -C {R} update-ref refs/heads/main " + _NEW, "{C}/refs/heads/main"),
