@@ -270,10 +270,15 @@ class LaneObjects:
 
     def sweep(self, worktrees: list[Path]) -> None:
         """Every lane worktree once more (the run ends): what a stray wrote last is taken in or
-        refused; a refusal here fails no story any more (it is in the trace and the findings)."""
+        refused; a refusal here fails no story any more (it is in the trace and the findings).
+        Then each lane repository is dropped (docs/sandbox.md "The lane repository"): git in a
+        worktree after the run, yours or git's own `worktree` commands, sees flowd's side."""
         for wt in worktrees:
             with contextlib.suppress(StoryFailed):
                 self.take(_lane_name(wt), wt)
+            admin = self.admin_of(wt)
+            if admin is not None:
+                lane_repo.drop(admin, wt)
 
 
 def _is_name(text: str) -> bool:
