@@ -30,6 +30,8 @@ from flowd.sandbox.policy import LanePlaces, Protected, read_rules, secret_paths
 from flowd.vcs import lane_repo, quarantine
 from flowd.vcs.gitcli import GitDirChanged, admin_of
 
+# A lane's own places inside its admin dir (besides its lane repository).
+OWN_IN_ADMIN = ("flowd-tmp", "flowd-cache", quarantine.QUARANTINE_DIR, "modules")
 Report = Callable[[str, str, str, str], None]  # (lane, path, what, by whom): a refusal the OS made
 
 
@@ -349,7 +351,10 @@ class Confinement:
         the lines the same output printed just before `text` (a Python traceback's source line
         may come in an earlier read than its exception's), context only."""
         lane = self.lane_top(cwd)
-        own = tuple(p for p in (lane, self._admin_dir(lane) if lane else None) if p is not None)
+        admin = self._admin_dir(lane) if lane else None
+        # Its own places in its admin dir; the admin dir itself is flowd's (a refusal there is `gitDir`).
+        mine = [*(admin / n for n in OWN_IN_ADMIN), lane_repo.lane_git(admin)] if admin is not None else []
+        own = tuple(p for p in (lane, *mine) if p is not None)
         found: list[tuple[str, str]] = []
         lines = [*before, *text.splitlines()]
         for number, line in enumerate(lines):

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from flowd.sandbox.landlock import READ, READ_DIR, WRITE, Rule
+from flowd.vcs.gitcli import LANE_GIT
 
 # Relative to $HOME: what no lane reads unless `allowRead` names it.
 SECRETS: tuple[str, ...] = (
@@ -148,6 +149,8 @@ def what_is(path: str, own: tuple[Path, ...], places: Protected) -> str | None:
         return "gitConfig"
     if _within(real, os.path.join(common, "refs")) or _within(real, os.path.join(common, "packed-refs")):
         return "gitRef"
+    if any(m.name == LANE_GIT and _within(real, str(m.parent)) for m in own):
+        return "gitDir"  # its own admin dir, flowd's (docs/sandbox.md "The lane repository")
     if _within(real, os.path.join(common, "worktrees")):
         return "otherLane"
     if _within(real, str(places.flow_dir)):

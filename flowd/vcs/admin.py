@@ -111,12 +111,22 @@ def check_candidate(common_dir: Path, wt: Path, at: str) -> list[AdminProblem]:
         return found  # said by `check_admin`; flowd's git refuses to run there
     if admin is None:
         return found
+    # The gates' own git moved the lane repository's detached HEAD (a commit in the candidate):
+    # said as the admin dir's would be, and put back with the rest (docs/merging.md).
+    own_head = lane_repo.lane_git(admin) / "HEAD"
+    said_own = _says(own_head) if lane_repo.active(admin) else None
+    moved_own = _is_sha(said_own) and said_own != at and bool(missing(common_dir, [str(said_own)]))
+    own_time = _mtime(own_head)
     count = held(admin)
     discard(admin)
     lane_repo.sync(common_dir, admin, real, force=True)  # nothing of the gates' commits either
     if count:
         why = f"held {count} object(s) the epic gates wrote; thrown away (a candidate keeps none)"
         found.append(AdminProblem(quarantine(admin), why, not os.path.lexists(quarantine(admin)), what=None))
+    if moved_own:
+        why = "names a commit the epic gates wrote, which the repository does not hold"
+        done = _says(own_head) != said_own
+        found.append(AdminProblem(own_head, why, done, own_time, what="gitObjects"))
     head = admin / "HEAD"
     said = _says(head)
     if _is_sha(said) and said != at and missing(common_dir, [str(said)]):

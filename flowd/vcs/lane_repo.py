@@ -323,6 +323,7 @@ def sync(common: Path, admin: Path, wt: Path, *, force: bool = False, exact: boo
                 os.mkdir(home, 0o755)
         ok = _write_at(home, "config", _config(common, admin))
         ok = _folders(home, "objects") and _folders(home, "refs/heads") and ok  # what git looks for
+        ok = _folders(home, "logs") and ok  # as in the admin dir (a lane's script may expect it)
         if side.ref is not None and side.sha is not None:
             ok = _write_at(home, side.ref, f"{side.sha}\n".encode()) and ok
         ok = _write_at(home, "HEAD", f"{side.head}\n".encode()) and ok

@@ -105,15 +105,26 @@ def test_a_deleted_worktree_is_repaired_and_a_stale_index_lock_cleared(tmp_path:
     assert sorted(sc.merge_commits()) == ["ep: merge story a", "ep: merge story b", "ep: merge story c"]
 
 
-def test_an_index_locked_mid_run_fails_the_story_clearly_and_loses_nothing(tmp_path: Path) -> None:
+@pytest.mark.parametrize("mode", ["detect", "enforce"])
+def test_an_index_locked_mid_run_fails_the_story_clearly_and_loses_nothing(tmp_path: Path, mode: str) -> None:
+    """Under `detect` the lane's git shares flowd's index: its `index.lock` fails the story in one
+    sentence. Under `enforce` the lane's git has an index of its own, in its lane repository
+    (docs/sandbox.md "The lane repository"): the lock stays there and the story finishes."""
     lock_it = 'touch "$(git rev-parse --path-format=absolute --git-path index.lock)"'
     rules = [coder("locky", {"l.txt": "work\n"}, run=[lock_it]), coder("fine", {"f.txt": "f\n"})]
     sc = Scenario.create(
-        tmp_path, [story("locky", ["l.txt"]), story("fine", ["f.txt"])], rules, settings=SETTINGS
+        tmp_path,
+        [story("locky", ["l.txt"]), story("fine", ["f.txt"])],
+        rules,
+        settings=SETTINGS + f'[sandbox]\nmode = "{mode}"\n',
     )
     result = sc.run()
     assert result.view.lanes["fine"].status == "done"
     reason = result.view.lanes["locky"].reason or ""
+    if mode == "enforce":
+        assert result.view.lanes["locky"].status == "done", reason
+        assert "l.txt" in git(sc.repo, "ls-tree", "-r", "--name-only", "epic/ep")
+        return
     assert result.view.lanes["locky"].status == "failed"
     assert "index.lock': File exists" in reason, reason
     assert (sc.worktree_root / "ep" / "locky" / "l.txt").read_text(encoding="utf-8") == "work\n"

@@ -1,9 +1,10 @@
 """A lane that rewrites its own git admin files (docs/sandbox.md "flowd's own git"): a real run
 under `enforce` on this machine's kernel, the attacker's coder turn a confined shell. Its
 `commondir` (or its worktree's `.git` file) is pointed at a copy of the repository's git dir
-whose config sets `core.fsmonitor` to a command: flowd's own git, unconfined, must never run it;
-detection reports `gitDir`, puts the file back, fails the attacker with one sentence and never
-blames the victim, which finishes."""
+whose config sets `core.fsmonitor` to a command: flowd's own git, unconfined, must never run it.
+The `.git` file: detection reports `gitDir`, puts the file back, fails the attacker with one
+sentence and never blames the victim, which finishes. `commondir`: the lane repository's is the
+lane's own and followed by nothing of flowd's; the admin dir's is refused by the kernel, named."""
 
 from __future__ import annotations
 
@@ -17,7 +18,10 @@ from tests.engine.scenario import Scenario, coder, git, story
 
 
 def _attack(repo: Path, kind: str, marker: Path) -> str:
-    common, admin = repo / ".git", "$(sed 's/^gitdir: //' .git)"  # a spare's admin dir has its own name
+    # What the `.git` file names is the lane repository (docs/sandbox.md "The lane repository");
+    # its admin dir, flowd's, is the folder it lies in (a spare's admin dir has its own name).
+    common, own = repo / ".git", "$(sed 's/^gitdir: //' .git)"
+    admin = f'$(dirname "{own}")'
     evil = "$TMPDIR/evil"
     copy = (
         f"mkdir -p {evil}/worktrees/x && cp -r {common}/objects {common}/refs {common}/HEAD "
@@ -26,7 +30,8 @@ def _attack(repo: Path, kind: str, marker: Path) -> str:
         f"git --git-dir={evil} config core.fsmonitor 'touch {marker}; false'"
     )
     if kind == "commondir":
-        return f'{copy} && echo {evil} > "{admin}/commondir"'
+        # The lane repository's (its own: flowd's git never reads it), then the admin dir's (refused).
+        return f'{copy} && echo {evil} > "{own}/commondir"; echo {evil} > "{admin}/commondir"'
     return f'{copy} && echo "gitdir: {evil}/worktrees/x" > .git'
 
 
@@ -53,9 +58,15 @@ def test_a_lanes_rewritten_git_dir_runs_nothing_and_is_put_back(tmp_path: Path, 
     wt = sc.worktree_root / "ep" / "x"
     name = "commondir" if kind == "commondir" else ".git"
     hits = [e for e in escapes if Path(e.path).name == name]
-    assert [(e.lane, e.what, e.action) for e in hits] == [("x", "gitDir", "undone")], escapes
     assert {e.lane for e in escapes} == {"x"}  # never the victim
     lanes = result.view.lanes
+    if kind == "commondir":
+        # The kernel refuses the admin dir's, and names it; the lane repository's changes nothing.
+        assert [(e.lane, e.what, e.action) for e in hits] == [("x", "gitDir", "denied")], escapes
+        assert lanes["x"].status == "done" and lanes["v"].status == "done"
+        git(repo, "fsck", "--full")
+        return
+    assert [(e.lane, e.what, e.action) for e in hits] == [("x", "gitDir", "undone")], escapes
     assert lanes["x"].status == "failed"
     reason = lanes["x"].reason or ""
     assert reason.startswith(
