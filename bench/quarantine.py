@@ -72,8 +72,8 @@ def commit(c: Confinement, wt: Path, n: int, files: int, today: bool) -> None:
     )
     with c.spawn(wt) as confined:
         env = {**os.environ, **ID, **confined.env}
-        if today:
-            env.pop("GIT_OBJECT_DIRECTORY", None)
+        if today:  # its git writes the shared store itself (the lane repository has no store)
+            env["GIT_OBJECT_DIRECTORY"] = str(c.common_dir / "objects")
             env.pop("GIT_ALTERNATE_OBJECT_DIRECTORIES", None)
         done = subprocess.run(
             confined.argv(["/bin/sh", "-c", script]),
