@@ -104,7 +104,8 @@ class LaneObjects:
                 unsure = [sha for key, sha in tips if sha not in have and self.good.get(key) != sha]
             if move is not None:
                 tips = [*tips, (move.ref or str(admin), move.new)]
-                unsure = [*unsure, move.new]
+                if move.new not in have:  # what was just taken in is there: no git process to ask
+                    unsure = [*unsure, move.new]
             lost = missing(self.common_dir, unsure)
             if lost:
                 raise Refused(
