@@ -4,6 +4,8 @@ changes the user's own checkout: `_owned_worktree` refuses it."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
 import tempfile
 from collections.abc import Sequence
@@ -88,20 +90,35 @@ class WorktreeChanges(RepoBase):
         """Stage every change of `wt` (`stage_all`), the new objects (its files' blobs, the trees)
         made in a store of flowd's own and taken into the repository's as a lane's objects are,
         checked (docs/sandbox.md "The quarantine"): what a lane wrote reaches the store only
-        through that check, also when flowd's own git hashes it. Refused: the index is put back
-        at HEAD and GitError says why."""
-        with scratch(self.common_dir) as (store, env):
+        through that check, also when flowd's own git hashes it. The staging is done in a copy of
+        the index, put in place (under git's own `index.lock`) only once its objects are in: a
+        refusal, or flowd killed half-way, leaves the index naming nothing the store lacks."""
+        index = self._index_of(wt, what)
+        with (
+            tempfile.TemporaryDirectory(prefix="flowd-index-") as tmp,
+            scratch(self.common_dir) as (store, env),
+        ):
+            staged = Path(tmp) / "index"
+            if index.exists():
+                shutil.copyfile(index, staged)
+            env = {**env, "GIT_INDEX_FILE": str(staged)}
+            stage_all(wt, what, env)
+            run_git(wt, ["write-tree"], what, env=env)
             try:
-                stage_all(wt, what, env)
-                run_git(wt, ["write-tree"], what, env=env)
                 take_in_scratch(self.common_dir, store)
-            except (Refused, GitError) as exc:
-                run_git(wt, ["reset", "-q"], what, ok_codes=range(256))  # names nothing of the scratch
-                if isinstance(exc, GitError):
-                    raise
+            except Refused as exc:
                 raise GitError(
                     f"{what}: flowd refused what the worktree holds ({exc}); docs/sandbox.md"
                 ) from exc
+            _install_index(staged, index, what)
+
+    def _index_of(self, wt: Path, what: str) -> Path:
+        """The worktree's index where flowd pins its git dir (no `git rev-parse` process for it)."""
+        admin = private_git_dir(wt)
+        if admin is not None and admin.is_dir():
+            return admin / "index"
+        out = run_git(wt, ["rev-parse", "--path-format=absolute", "--git-path", "index"], what)
+        return Path(out.stdout.strip())
 
     def commit_remaining(self, wt: Path, message: str) -> str | None:
         """`commit_all` where the worktree is usually clean already (after a task's own commit):
@@ -155,16 +172,7 @@ class WorktreeChanges(RepoBase):
         """
         wt = Path(wt)
         what = f"could not diff the worktree {wt} against {base!r}"
-        # The worktree's index where flowd pins its git dir (no `git rev-parse` process for it).
-        admin = private_git_dir(wt)
-        if admin is not None and admin.is_dir():
-            index = admin / "index"
-        else:
-            index = Path(
-                run_git(
-                    wt, ["rev-parse", "--path-format=absolute", "--git-path", "index"], what
-                ).stdout.strip()
-            )
+        index = self._index_of(wt, what)
         with tempfile.TemporaryDirectory(prefix="flowd-index-") as tmp:
             tmp_index = Path(tmp) / "index"
             if index.exists():
@@ -356,3 +364,25 @@ def merge_in_progress(worktree: Path) -> bool:
         return False
     gitdir = Path(first.removeprefix("gitdir:").strip())
     return (gitdir if gitdir.is_absolute() else worktree / gitdir).joinpath("MERGE_HEAD").exists()
+
+
+def _install_index(staged: Path, index: Path, what: str) -> None:
+    """`staged` as the worktree's index, as git writes one: through `index.lock`, made only when
+    no git holds it, renamed over the index (a link there is replaced, never written through)."""
+    lock = index.with_name(index.name + ".lock")
+    try:
+        fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except FileExistsError as exc:
+        raise GitError(f"{what}: Unable to create '{lock}': File exists.") from exc
+    except OSError as exc:
+        raise GitError(f"{what}: Unable to create '{lock}': {exc.strerror}") from exc
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(staged.read_bytes())
+        made = os.stat(staged)  # its time, as git's racy-clean check reads it against the files'
+        os.utime(lock, ns=(made.st_atime_ns, made.st_mtime_ns))
+        os.replace(lock, index)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(lock)
+        raise GitError(f"{what}: could not write the index {index} ({exc.strerror})") from exc

@@ -30,6 +30,7 @@ import stat
 import struct
 import subprocess
 import tempfile
+import time
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -39,6 +40,8 @@ from flowd.base.fsio import put_back
 from flowd.vcs.gitcli import git_env
 
 QUARANTINE_DIR = "flowd-objects"
+INCOMING = "flowd-incoming-"  # the take-in's git writes here, in the store, moved in when content
+STALE_INCOMING_S = 3600
 UNPACK_LIMIT = 100  # git's transfer.unpackLimit: fewer objects are written loose, more as a pack
 _TYPES = {b"commit": 1, b"tree": 2, b"blob": 3, b"tag": 4}
 _HEX = frozenset("0123456789abcdef")
@@ -366,7 +369,8 @@ def _feed(common_dir: Path, data: bytes, count: int, q: Path) -> None:
         else ["index-pack", "--stdin", "--strict", "--fix-thin"]
     )
     objects = common_dir / "objects"
-    incoming = Path(tempfile.mkdtemp(prefix="flowd-incoming-", dir=objects))
+    _drop_stale_incoming(objects)
+    incoming = Path(tempfile.mkdtemp(prefix=INCOMING, dir=objects))
     env = git_env()
     env.pop("GIT_QUARANTINE_PATH", None)
     env.update(GIT_OBJECT_DIRECTORY=str(incoming), GIT_ALTERNATE_OBJECT_DIRECTORIES=str(objects))
@@ -387,6 +391,16 @@ def _feed(common_dir: Path, data: bytes, count: int, q: Path) -> None:
         _migrate(incoming, objects)
     finally:
         shutil.rmtree(incoming, ignore_errors=True)
+
+
+def _drop_stale_incoming(objects: Path) -> None:
+    """Incoming stores a flowd killed mid take-in left (an hour old: none is still being written)."""
+    with contextlib.suppress(OSError):
+        for name in os.listdir(objects):
+            if name.startswith(INCOMING):
+                with contextlib.suppress(OSError):
+                    if os.lstat(objects / name).st_mtime < time.time() - STALE_INCOMING_S:
+                        shutil.rmtree(objects / name, ignore_errors=True)
 
 
 def _pack_order(name: str) -> int:
