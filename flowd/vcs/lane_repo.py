@@ -112,12 +112,10 @@ def _write_at(root: Path, rel: str, data: bytes) -> bool:
     file a temp one renamed over (a link at its name is replaced, never written through)."""
     parts = rel.split("/")
     try:
-        fd = os.open(root, _DIR_FLAGS)
+        fd = _open_folders(root, parts[:-1])
     except OSError:
         return False
     try:
-        for part in parts[:-1]:
-            fd = _enter(fd, part)
         tmp = f".{parts[-1]}.flowd-sync"
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp, dir_fd=fd)
@@ -137,17 +135,23 @@ def _write_at(root: Path, rel: str, data: bytes) -> bool:
 def _folders(root: Path, rel: str) -> bool:
     """The folders `rel` under `root`, made or opened as `_write_at` does."""
     try:
-        fd = os.open(root, _DIR_FLAGS)
+        os.close(_open_folders(root, rel.split("/")))
     except OSError:
         return False
+    return True
+
+
+def _open_folders(root: Path, parts: list[str]) -> int:
+    """The folder `parts` under `root`, open (the caller closes it), each on the way entered by
+    `_enter`: made where missing, never followed through a link."""
+    fd = os.open(root, _DIR_FLAGS)
     try:
-        for part in rel.split("/"):
+        for part in parts:
             fd = _enter(fd, part)
     except OSError:
-        return False
-    finally:
-        os.close(fd)
-    return True
+        os.close(fd)  # `_enter` closes its folder only once it has opened the next
+        raise
+    return fd
 
 
 def _enter(fd: int, part: str) -> int:
