@@ -69,20 +69,22 @@ function git(cwd: string, args: string[]): string {
   return execFileSync("git", ["-C", cwd, ...args], { encoding: "utf8", stdio: ["ignore", "pipe", "ignore"] });
 }
 
-/** Where the story forked from `epicBranch` (the left side of its diff), or undefined. */
-export function forkPoint(worktree: string, epicBranch: string): string | undefined {
+/** Where the story's `branch` forked from `epicBranch` (the left side of its diff), or undefined.
+ * Every git command here runs in your checkout `repo`, never in the story's worktree: the lane
+ * wrote the git dir its `.git` names (docs/sandbox.md "What it does not stop"). */
+export function forkPoint(repo: string, branch: string, epicBranch: string): string | undefined {
   try {
-    return git(worktree, ["merge-base", "HEAD", epicBranch]).trim() || undefined;
+    return git(repo, ["merge-base", branch, epicBranch]).trim() || undefined;
   } catch {
     return undefined;
   }
 }
 
-/** The story's changed files in its worktree against its fork point from the epic (what merges). */
-export function changedFiles(worktree: string, base: string): ChangedFile[] {
+/** The story's changed files on its `branch` against its fork point from the epic (what merges). */
+export function changedFiles(repo: string, base: string, branch: string): ChangedFile[] {
   let out: string;
   try {
-    out = git(worktree, ["diff", "--name-status", "-M", "-z", base]);
+    out = git(repo, ["diff", "--name-status", "-M", "-z", base, branch]);
   } catch {
     return [];
   }
@@ -103,9 +105,9 @@ export function changedFiles(worktree: string, base: string): ChangedFile[] {
 }
 
 /** A file's text at `base` (the epic side of the diff); "" when it did not exist there. */
-export function baseText(worktree: string, base: string, file: string): string {
+export function baseText(repo: string, base: string, file: string): string {
   try {
-    return git(worktree, ["show", `${base}:${file.split(path.sep).join("/")}`]);
+    return git(repo, ["show", `${base}:${file.split(path.sep).join("/")}`]);
   } catch {
     return "";
   }
@@ -114,18 +116,18 @@ export function baseText(worktree: string, base: string, file: string): string {
 export const BASE_SCHEME = "flowd-base";
 
 /** The epic side of one file of the diff, as a URI the extension's content provider reads. */
-export function baseUri(worktree: string, base: string, file: string): string {
-  const query = encodeURIComponent(JSON.stringify({ worktree, base, file }));
+export function baseUri(repo: string, base: string, file: string): string {
+  const query = encodeURIComponent(JSON.stringify({ repo, base, file }));
   return `${BASE_SCHEME}:/${file.split(path.sep).join("/")}?${query}`;
 }
 
 /** What `baseUri` encoded, from the URI's query (decoded or not); undefined for another URI. */
-export function readBaseUri(query: string): { worktree: string; base: string; file: string } | undefined {
+export function readBaseUri(query: string): { repo: string; base: string; file: string } | undefined {
   for (const text of [query, safeDecode(query)]) {
     try {
-      const value = JSON.parse(text) as { worktree?: unknown; base?: unknown; file?: unknown };
-      if (typeof value.worktree === "string" && typeof value.base === "string" && typeof value.file === "string") {
-        return { worktree: value.worktree, base: value.base, file: value.file };
+      const value = JSON.parse(text) as { repo?: unknown; base?: unknown; file?: unknown };
+      if (typeof value.repo === "string" && typeof value.base === "string" && typeof value.file === "string") {
+        return { repo: value.repo, base: value.base, file: value.file };
       }
     } catch {
       // not this form

@@ -35,12 +35,12 @@ interface Target {
   story: string;
 }
 
-/** The epic side of a story's diff: `git show <fork point>:<file>` in its worktree. */
+/** The epic side of a story's diff: `git show <fork point>:<file>` in your checkout. */
 export class BaseContent implements vscode.TextDocumentContentProvider {
   provideTextDocumentContent(uri: vscode.Uri): string {
     const query = (uri as { query?: string }).query ?? uri.toString().split("?").slice(1).join("?");
     const at = readBaseUri(query);
-    return at ? baseText(at.worktree, at.base, at.file) : "";
+    return at ? baseText(at.repo, at.base, at.file) : "";
   }
 }
 
@@ -73,16 +73,19 @@ export async function reviewStory(ctx: CommandContext, arg?: unknown): Promise<s
   const lane = target ? run?.lanes.get(target.story) : undefined;
   if (!target || !repo || !run || !lane) return [];
   const worktree = findWorktree(lane);
-  const base = worktree && run.epicBranch ? forkPoint(worktree, run.epicBranch) : undefined;
-  if (!worktree || !base) {
+  const branch = lane.branch;
+  const base = worktree && branch && run.epicBranch ? forkPoint(repo, branch, run.epicBranch) : undefined;
+  if (!worktree || !branch || !base) {
     void vscode.window.showWarningMessage(`flowd: story ${target.story} has no worktree to review now.`);
     return [];
   }
-  const files = changedFiles(worktree, base);
+  // What merges: the story's branch (flowd commits its lane's work after each step), read by git
+  // in your checkout; the story side is its worktree's files, where line comments go.
+  const files = changedFiles(repo, base, branch);
   // [label, epic side, story side]: an added file has no epic side, a deleted one no story side.
   const resources = files.map((f) => {
     const mine = vscode.Uri.file(path.join(worktree, f.path));
-    const theirs = f.status === "A" ? undefined : vscode.Uri.parse(baseUri(worktree, base, f.basePath));
+    const theirs = f.status === "A" ? undefined : vscode.Uri.parse(baseUri(repo, base, f.basePath));
     return [mine, theirs, f.status === "D" ? undefined : mine];
   });
   const title = `Story ${target.story} against ${run.epicBranch}`;

@@ -56,17 +56,17 @@ export function mergeCommit(repo: string, run: RunEntry, lane: LaneEntry): strin
 }
 
 /**
- * The git command showing a story's work against its epic branch. Merged (`merged` is its merge
- * commit): the change the merge brought into the epic (the merge against its first parent) —
- * `epic...story` is empty once the story is in. Not merged, in the worktree: its working tree
- * (uncommitted edits included) against where it forked from the epic; without a worktree, the
- * story branch's commits since the fork. Undefined when the server named no branches.
+ * The git command showing a story's work against its epic branch, run in your checkout `repo`.
+ * Merged (`merged` is its merge commit): the change the merge brought into the epic (the merge
+ * against its first parent) — `epic...story` is empty once the story is in. Not merged: the story
+ * branch's commits since it forked from the epic (flowd commits a lane's work after each of its
+ * steps). Never git in the story's worktree: the lane wrote the git dir its `.git` names, and a
+ * config there could run a command as you (docs/sandbox.md "What it does not stop"). Undefined
+ * when the server named no branches.
  */
-export function diffCommand(repo: string, run: RunEntry, lane: LaneEntry, worktree?: string, merged?: string): string[] | undefined {
+export function diffCommand(repo: string, run: RunEntry, lane: LaneEntry, merged?: string): string[] | undefined {
   if (merged) return ["git", "-C", repo, "diff", "--stat", "--patch", `${merged}^1`, merged];
-  if (!run.epicBranch) return undefined;
-  if (worktree) return ["git", "-C", worktree, "diff", "--stat", "--patch", "--merge-base", run.epicBranch];
-  if (!lane.branch) return undefined;
+  if (!run.epicBranch || !lane.branch) return undefined;
   return ["git", "-C", repo, "diff", "--stat", "--patch", `${run.epicBranch}...${lane.branch}`];
 }
 

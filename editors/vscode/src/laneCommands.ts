@@ -34,9 +34,8 @@ export function showLaneDiff(ctx: CommandContext, arg?: unknown): string[] | und
   const found = laneOf(ctx, arg);
   const repo = checkoutRoot();
   if (!found || !repo) return undefined;
-  const worktree = findWorktree(found.lane);
   const merged = mergeCommit(repo, found.run, found.lane);
-  const command = diffCommand(repo, found.run, found.lane, worktree, merged);
+  const command = diffCommand(repo, found.run, found.lane, merged);
   if (!command) {
     void vscode.window.showWarningMessage(`flowd: the server did not say story ${found.lane.lane}'s branches; restart it (Flow: Restart Server).`);
     return undefined;

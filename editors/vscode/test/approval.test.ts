@@ -114,7 +114,7 @@ if (!WIRE) {
       const provider = stub.contentProviders.get(BASE_SCHEME);
       assert.ok(provider && readBaseUri(theirs.toString().split("?")[1]));
       assert.equal(provider.provideTextDocumentContent(theirs), "before\n"); // the epic side
-      assert.deepEqual(changedFiles(worktree, forkPoint(worktree, "epic/ok") ?? ""), [{ status: "M", path: "a.txt", basePath: "a.txt" }]);
+      assert.deepEqual(changedFiles(repo, forkPoint(repo, "story/ok/a", "epic/ok") ?? "", "story/ok/a"), [{ status: "M", path: "a.txt", basePath: "a.txt" }]);
       assert.equal(stub.recorded.messages.at(-1)?.message.includes("ready to merge"), true);
       assert.deepEqual(stub.recorded.messages.at(-1)?.items, ["Approve", "Request Changes…"]);
 

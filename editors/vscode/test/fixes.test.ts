@@ -221,7 +221,7 @@ describe("Show Diff Against Epic Branch on a merged lane", () => {
     const api = named("api");
     const merged = mergeCommit(repo, api.run, api.lane);
     assert.equal(merged, git(repo, "rev-parse", "epic/auth"));
-    const command = diffCommand(repo, api.run, api.lane, undefined, merged);
+    const command = diffCommand(repo, api.run, api.lane, merged);
     assert.ok(command);
     const out = execFileSync(command[0], command.slice(1), { encoding: "utf8" });
     assert.match(out, /src\/login\.py \| 1 \+/);

@@ -94,7 +94,7 @@ describe("lane worktree and diff", () => {
   const git = (cwd: string, ...args: string[]): string =>
     execFileSync("git", ["-c", "user.name=t", "-c", "user.email=t@example.invalid", ...args], { cwd, encoding: "utf8" });
 
-  test("the diff against the epic branch shows the story's work, in the worktree the server named", () => {
+  test("the diff against the epic branch shows the story's work, from your checkout, never git in its worktree", () => {
     const repo = path.join(tmp, "myrepo");
     fs.mkdirSync(repo);
     git(repo, "init", "-q", "-b", "main");
@@ -127,18 +127,22 @@ describe("lane worktree and diff", () => {
     assert.ok(run && lane);
     assert.equal(findWorktree(lane), worktree);
 
-    const inTree = diffCommand(repo, run, lane, worktree);
-    assert.deepEqual(inTree, ["git", "-C", worktree, "diff", "--stat", "--patch", "--merge-base", "releases/auth"]);
-    const diff = execFileSync(inTree[0], inTree.slice(1), { encoding: "utf8" });
-    assert.match(diff, /src\/login\.py/);
-    assert.match(diff, /\+uncommitted/);
-    assert.doesNotMatch(diff, /OTHER\.md/);
+    // The lane's git config names a command (as a lane can write its git dir): git run in the
+    // worktree runs it; the diff, run in the checkout, never does.
+    const proof = path.join(tmp, "fsmonitor-ran");
+    const monitor = path.join(tmp, "monitor.sh");
+    fs.writeFileSync(monitor, `#!/bin/sh\ntouch ${proof}\nexit 1\n`, { mode: 0o755 });
+    git(repo, "config", "extensions.worktreeConfig", "true");
+    git(worktree, "config", "--worktree", "core.fsmonitor", monitor);
 
     const onBranch = diffCommand(repo, run, lane);
     assert.deepEqual(onBranch, ["git", "-C", repo, "diff", "--stat", "--patch", "releases/auth...work/auth-api"]);
     const branchDiff = execFileSync(onBranch[0], onBranch.slice(1), { encoding: "utf8" });
     assert.match(branchDiff, /src\/login\.py/);
     assert.doesNotMatch(branchDiff, /uncommitted|OTHER\.md/);
+    assert.equal(fs.existsSync(proof), false, "the diff ran git in the lane's worktree");
+    git(worktree, "status", "--short");
+    assert.equal(fs.existsSync(proof), true, "the planted fsmonitor is live in the worktree (else the check above proves nothing)");
     git(repo, "worktree", "remove", "--force", worktree);
     assert.equal(findWorktree(lane), undefined, "a worktree gone is gone: no other place is guessed");
   });

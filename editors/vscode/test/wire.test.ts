@@ -399,7 +399,7 @@ if (!WIRE) {
       assert.ok(apiLane);
       const merged = mergeCommit(repo, run, apiLane);
       assert.ok(merged, "no merge commit of story/auth/api on epic/auth");
-      const command = diffCommand(repo, run, apiLane, findWorktree(apiLane), merged);
+      const command = diffCommand(repo, run, apiLane, merged);
       assert.ok(command);
       const out = execFileSync(command[0], command.slice(1), { encoding: "utf8" });
       assert.match(out, /src\/api\/hashing\.py/);

@@ -77,9 +77,11 @@ function A.request_changes(flowd, arg)
   end)
 end
 
---- The lines of `git diff` of the story's worktree against where it forked from `epic_branch`.
-function A.diff_lines(worktree, epic_branch)
-  local out = vim.system({ "git", "-C", worktree, "diff", "--stat", "--patch", "--merge-base", epic_branch },
+--- The lines of `git diff` of the story's `branch` against where it forked from `epic_branch`,
+--- run in your checkout `root`: never git in the story's worktree, whose git dir the lane wrote
+--- (a config there could run a command as you; docs/sandbox.md "What it does not stop").
+function A.diff_lines(root, epic_branch, branch)
+  local out = vim.system({ "git", "-C", root, "diff", "--stat", "--patch", epic_branch .. "..." .. branch },
     { text = true }):wait()
   if out.code ~= 0 then return nil, vim.trim(out.stderr or "") end
   return vim.split(out.stdout, "\n", { trimempty = true })
@@ -92,12 +94,13 @@ function A.review(flowd, arg)
   pick(flowd, story, function(p)
     local client = flowd.client()
     local run = client and flowd.run_of(client.id, p.runId)
-    local worktree = client and require("flowd.revise").worktree_of(flowd.lane_of(client.id, p.runId, p.lane))
-    local epic_branch = run and run.epicBranch
-    if not (worktree and epic_branch) then
+    local lane = client and flowd.lane_of(client.id, p.runId, p.lane)
+    local worktree = require("flowd.revise").worktree_of(lane)
+    local epic_branch, branch = run and run.epicBranch, lane and lane.branch
+    if not (worktree and epic_branch and branch) then
       return flowd.say("the run of story " .. p.lane .. " is not known yet", vim.log.levels.WARN)
     end
-    local lines, err = A.diff_lines(worktree, epic_branch)
+    local lines, err = A.diff_lines(client.root_dir, epic_branch, branch)
     if not lines then return flowd.say(("no diff for story %s: %s"):format(p.lane, err), vim.log.levels.ERROR) end
     local name = ("flowd://review/%s/%s"):format(p.runId, p.lane)
     local buf = vim.fn.bufnr(name)
