@@ -21,6 +21,7 @@ SPARE_DIR = "_spare"
 TRASH_DIR = "_trash"
 TASK_WORKTREE = ".task-"  # `<story>.task-<n>`
 TASK_BRANCH = "--task-"  # `story/<epic>/<story>--task-<n>`
+LANE_GIT = "flowd-git"  # a lane repository, in its worktree's admin dir (flowd/vcs/lane_repo.py)
 
 
 def epic_branch(epic_id: str) -> str:
@@ -94,3 +95,16 @@ def report_markdown(epic_id: str) -> Path:
 
 def report_json(epic_id: str) -> Path:
     return epic_state(epic_id) / "report.json"
+
+
+def as_shared(git_dir: Path, common_dir: Path) -> tuple[Path, Path]:
+    """The git dir and common dir git reported in a worktree, as the repository's own: in a lane's
+    worktree git reports its lane repository (`<common>/worktrees/<id>/flowd-git`, its own common
+    dir), which stands for the admin dir it lies in and that admin dir's repository, so flowd (its
+    CLI, the server, the daemon) finds the same repository from a lane's worktree as from any
+    other worktree."""
+    if common_dir.name == LANE_GIT and common_dir.parent.parent.name == "worktrees":
+        shared = common_dir.parent.parent.parent
+        if (shared / "HEAD").is_file():
+            return common_dir.parent, shared
+    return git_dir, common_dir

@@ -22,6 +22,7 @@ from typing import Any, BinaryIO
 from urllib.parse import unquote, urlparse
 
 from flowd.base.errors import FlowdError
+from flowd.base.layout import as_shared
 from flowd.daemon import client
 
 REQUEST_FAILED = -32803
@@ -87,7 +88,7 @@ def main_checkout(where: Path) -> Path | None:
         ).stdout.strip()  # fmt: skip
     except (OSError, subprocess.SubprocessError):
         return None
-    common = Path(out)
+    _, common = as_shared(Path(out), Path(out))
     if common.name != ".git" or not common.is_dir():
         return None
     return common.parent.resolve()

@@ -16,8 +16,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from flowd.base.layout import LANE_GIT
 from flowd.sandbox.landlock import READ, READ_DIR, WRITE, Rule
-from flowd.vcs.gitcli import LANE_GIT
 
 # Relative to $HOME: what no lane reads unless `allowRead` names it.
 SECRETS: tuple[str, ...] = (

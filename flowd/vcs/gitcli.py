@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from flowd.base.errors import EXIT_FAILED, FlowdError, InputError
+from flowd.base.layout import LANE_GIT
 
 FLOW_DIR = ".flow/"
-LANE_GIT = "flowd-git"  # a lane repository, in its worktree's admin dir (flowd/vcs/lane_repo.py)
 
 # Variables that would point git at another repository, index or object store than the one we
 # name (a flowd started from a git hook, or from a lane's process, inherits them).

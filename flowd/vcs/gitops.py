@@ -21,6 +21,7 @@ from pathlib import Path
 
 from flowd.base import layout
 from flowd.base.errors import InputError
+from flowd.base.layout import as_shared
 from flowd.vcs.gitcli import run_git
 from flowd.vcs.worktrees import Worktrees
 
@@ -49,7 +50,8 @@ class Repo(Worktrees):
                     f"the git repository at {grepo.working_tree_dir} has no commits yet; "
                     "make a first commit and try again"
                 )
-            return cls(Path(grepo.working_tree_dir), Path(grepo.git_dir), Path(grepo.common_dir))
+            git_dir, common_dir = as_shared(Path(grepo.git_dir), Path(grepo.common_dir))
+            return cls(Path(grepo.working_tree_dir), git_dir, common_dir)
         finally:
             grepo.close()
 

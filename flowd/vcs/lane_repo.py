@@ -33,7 +33,9 @@ from pathlib import Path
 
 from flowd.base.errors import FlowdError
 from flowd.base.fsio import put_back
-from flowd.vcs.gitcli import LANE_GIT, private_git_dir, run_git
+from flowd.base.layout import LANE_GIT
+from flowd.vcs.gitcli import private_git_dir, run_git
+from flowd.vcs.quarantine import QUARANTINE_DIR
 
 RECORD = "flowd-lane.json"
 STORY_REFS = "refs/heads/story/"  # the only branches a lane's own commits move (a story's, a task's)
@@ -327,6 +329,7 @@ def sync(common: Path, admin: Path, wt: Path, *, force: bool = False, exact: boo
                 os.mkdir(home, 0o755)
         ok = _write_at(home, "config", _config(common, admin))
         ok = _folders(home, "objects") and _folders(home, "refs/heads") and ok  # what git looks for
+        ok = _write_at(home, "objects/info/alternates", _alternates(common, admin)) and ok
         ok = _folders(home, "logs") and ok  # as in the admin dir (a lane's script may expect it)
         if side.ref is not None and side.sha is not None:
             ok = _write_at(home, side.ref, f"{side.sha}\n".encode()) and ok
@@ -341,6 +344,14 @@ def sync(common: Path, admin: Path, wt: Path, *, force: bool = False, exact: boo
         point(admin, wt)
         if ok:
             _write_record(admin, side, side.sha)
+
+
+def _alternates(common: Path, admin: Path) -> bytes:
+    """Where the lane repository's objects are, for a git run in the worktree without the lane's
+    environment (yours, an editor's): your repository's store and the lane's quarantine. The lane's
+    own processes are given both by their environment, which makes git read no `objects/` here."""
+    stores = [common / "objects", admin / QUARANTINE_DIR]
+    return "".join(f"{store}\n" for store in stores if store.is_dir()).encode()
 
 
 def _refs_view(common: Path, own: str | None) -> bytes:

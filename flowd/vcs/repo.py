@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 
+from flowd.base.layout import as_shared
 from flowd.vcs.gitcli import (
     FLOW_DIR,
     GitError,
@@ -43,8 +44,9 @@ class RepoBase:
                 ["rev-parse", "--absolute-git-dir", "--git-common-dir"],
                 f"could not read the git directory of {self.root}",
             ).stdout.splitlines()
-            git_dir = Path(out[0])
-            common_dir = Path(out[1]) if Path(out[1]).is_absolute() else self.root / out[1]
+            git_dir, common_dir = as_shared(
+                Path(out[0]), Path(out[1]) if Path(out[1]).is_absolute() else self.root / out[1]
+            )
         self.git_dir = git_dir.resolve()
         self.common_dir = common_dir.resolve()
         register_repo(self.root, self.git_dir, self.common_dir)

@@ -206,3 +206,23 @@ def test_a_lane_run_unconfined_later_has_no_lane_repository(repo: Repo) -> None:
         ["git", "commit", "-q", "-m", "unconfined"], cwd=a, check=True, env={**os.environ, **GIT_ID}
     )
     assert _git(repo, "log", "-1", "--format=%s", "story/ep/a").stdout.strip() == "unconfined"
+
+
+def test_from_a_lanes_worktree_flowd_finds_your_repository(repo: Repo) -> None:
+    """While its lane runs, git in a story's worktree reports the lane repository as its common
+    dir; your own git works there, and flowd's CLI, server and forwarder still find your
+    repository and its main checkout."""
+    from flowd.daemon.forward import main_checkout as forwarded_root
+    from flowd.server.hub import main_checkout
+
+    a = repo.root.parent / "repo.flowd" / "ep" / "a"
+    done = _sh(_confinement(repo), a, "git rev-parse --path-format=absolute --git-common-dir")
+    assert done.stdout.strip().endswith("/worktrees/a/flowd-git"), done.stdout + done.stderr
+    # Your own git there, without the lane's environment, reads the same objects.
+    for args in (["log", "-1", "--format=%s"], ["status", "--short"]):
+        yours = subprocess.run(["git", *args], cwd=a, capture_output=True, text=True)
+        assert yours.returncode == 0, (args, yours.stderr)
+    found = Repo.discover(a / "README.md")
+    assert (found.root, found.git_dir, found.common_dir) == (a, _admin(a), repo.common_dir)
+    assert main_checkout(a).root == repo.root
+    assert forwarded_root(a) == repo.root

@@ -6,6 +6,8 @@ import { execFileSync } from "node:child_process";
 import * as fs from "node:fs";
 import * as path from "node:path";
 
+const LANE_GIT = "flowd-git";
+
 /**
  * The main checkout of the repository holding `folder`: the parent of git's common directory
  * (`<repo>/.git`), which a linked worktree shares with its main checkout. `folder` itself when
@@ -21,6 +23,12 @@ export function mainCheckout(folder: string): string {
     }).trim();
   } catch {
     return folder;
+  }
+  // A story's worktree while its lane runs: git reports the lane's own git dir, which lies in the
+  // worktree's admin dir of the repository's (`<repo>/.git/worktrees/<id>/flowd-git`; docs/sandbox.md
+  // "The lane repository").
+  if (path.basename(common) === LANE_GIT && path.basename(path.dirname(path.dirname(common))) === "worktrees") {
+    common = path.dirname(path.dirname(path.dirname(common)));
   }
   if (path.basename(common) !== ".git") return folder; // bare, or a separate git dir
   const main = path.dirname(common);

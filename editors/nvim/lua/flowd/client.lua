@@ -23,6 +23,12 @@ function K.root_of(dir)
   local root = false
   if out.code == 0 then
     local common = vim.trim(out.stdout)
+    -- A story's worktree while its lane runs: git reports the lane's own git dir, in the worktree's
+    -- admin dir of the repository's (<repo>/.git/worktrees/<id>/flowd-git; docs/sandbox.md).
+    local admins = vim.fs.dirname(vim.fs.dirname(common))
+    if vim.fs.basename(common) == "flowd-git" and vim.fs.basename(admins) == "worktrees" then
+      common = vim.fs.dirname(admins)
+    end
     if vim.fs.basename(common) == ".git" then
       root = vim.fs.dirname(common)
     else
