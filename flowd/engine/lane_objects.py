@@ -52,6 +52,7 @@ class LaneObjects:
     refused: set[Path] = field(default_factory=set)
     _taken: dict[Path, set[str]] = field(default_factory=dict)  # taken during the running step
     _serial: dict[Path, threading.Lock] = field(default_factory=dict)  # one take-in at a time
+    _steps: dict[Path, int] = field(default_factory=dict)  # steps running in each worktree
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def admin_of(self, home: Path) -> Path | None:
@@ -223,6 +224,20 @@ class LaneObjects:
         if admin is not None:
             with self._lock:
                 self.refused.discard(admin)  # a new step: refused before is history
+                self._steps[admin] = self._steps.get(admin, 0) + 1
+        try:
+            async with self._taken_in(lane, home, admin, inner):
+                yield
+        finally:
+            if admin is not None:
+                # The step's strays are killed (detection's step ended, inside): the lane repository
+                # is made anew once no step of the worktree runs (docs/sandbox.md "The lane repository").
+                await asyncio.shield(asyncio.to_thread(self._renew, admin, home))
+
+    @contextlib.asynccontextmanager
+    async def _taken_in(
+        self, lane: str, home: Path, admin: Path | None, inner: AbstractAsyncContextManager[None]
+    ) -> AsyncIterator[None]:
         await asyncio.shield(asyncio.to_thread(self.take, lane, home))
         if admin is not None:
             # flowd's own git moved the lane since its last step (its commit, a merge, a reset):
@@ -254,6 +269,20 @@ class LaneObjects:
                         await asyncio.shield(asyncio.to_thread(self.take, lane, home))
             if failed:
                 raise failed[0]
+
+    def _renew(self, admin: Path, home: Path) -> None:
+        """A step of the worktree `home` ended: when it was the last one running there, its lane
+        repository is made anew (`lane_repo.renew`), under its take-in's lock (no take-in reads it
+        half written; the lane's branch value stays for the next take-in)."""
+        with self._lock:
+            left = self._steps.get(admin, 1) - 1
+            if left > 0:
+                self._steps[admin] = left
+                return
+            self._steps.pop(admin, None)
+            serial = self._serial.setdefault(admin, threading.Lock())
+        with serial:
+            lane_repo.renew(self.common_dir, admin, home)
 
     async def _poll(self, lane: str, home: Path, failed: list[StoryFailed], stop: asyncio.Event) -> None:
         """While the step runs, what the lane's git wrote is taken in every `POLL_S`: a commit

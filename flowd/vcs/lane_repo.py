@@ -327,20 +327,7 @@ def sync(common: Path, admin: Path, wt: Path, *, force: bool = False, exact: boo
             shutil.rmtree(home, ignore_errors=True)  # follows no link (fd-based on Linux)
             with contextlib.suppress(FileExistsError):
                 os.mkdir(home, 0o755)
-        ok = _write_at(home, "config", _config(common, admin))
-        ok = _folders(home, "objects") and _folders(home, "refs/heads") and ok  # what git looks for
-        ok = _write_at(home, "objects/info/alternates", _alternates(common, admin)) and ok
-        ok = _folders(home, "logs") and ok  # as in the admin dir (a lane's script may expect it)
-        if side.ref is not None and side.sha is not None:
-            ok = _write_at(home, side.ref, f"{side.sha}\n".encode()) and ok
-        ok = _write_at(home, "HEAD", f"{side.head}\n".encode()) and ok
-        ok = _copy(admin, home, "index") and ok
-        ok = _write_at(home, "packed-refs", _refs_view(common, side.ref)) and ok
-        sparse = _read_at(admin, "info/sparse-checkout", 1 << 26)
-        if sparse is not None:
-            ok = _write_at(home, "info/sparse-checkout", (sparse + "\n").encode()) and ok
-        for name in _shared_indexes(admin):
-            ok = _copy(admin, home, name) and ok
+        ok = _fill(common, admin, home, side, side.sha)
         point(admin, wt)
         if ok:
             _write_record(admin, side, side.sha)
@@ -352,6 +339,109 @@ def _alternates(common: Path, admin: Path) -> bytes:
     own processes are given both by their environment, which makes git read no `objects/` here."""
     stores = [common / "objects", admin / QUARANTINE_DIR]
     return "".join(f"{store}\n" for store in stores if store.is_dir()).encode()
+
+
+def renew(common: Path, admin: Path, wt: Path) -> None:
+    """Make the lane repository anew from flowd's side (a lane step ended, its move taken in):
+    every entry the lane wrote in it is removed (hooks, `config`, `commondir`, `config.worktree`,
+    `info/`, `objects/info/alternates`, links, stray files), never followed, and flowd's written
+    again as `sync` writes them, in the same folder (a confined process's rule still holds it).
+    Other git processes (your shell prompt's, your editor's) read that git dir unconfined: nothing
+    the lane planted there outlives its step (docs/sandbox.md "The lane repository"). Only the
+    branch's value stays the lane's when it is a commit's name, and the record is left alone, so a
+    move a stray made after the take-in is still seen by the next one (`moved`)."""
+    if not active(admin):
+        return
+    with _lock(admin):
+        side = _side(common, admin)
+        if side is None:
+            return
+        home = lane_git(admin)
+        kept = _read_at(home, side.ref) if side.ref is not None else None
+        _empty(home, admin)
+        _fill(common, admin, home, side, kept if _is_name(kept) else side.sha)
+        point(admin, wt)
+
+
+def _empty(home: Path, admin: Path) -> None:
+    """Every entry of the folder `home` removed, the folder itself kept (its inode: a confined
+    process's Landlock rule names it). A link is removed, never followed; a folder the lane made
+    unwritable is made writable again (never through a link) and moved out into `admin` first."""
+    try:
+        os.chmod(home, 0o755)  # the lane may have taken its write bit away (`active`: not a link)
+        fd = os.open(home, _DIR_FLAGS)
+    except OSError:
+        return
+    try:
+        for name in os.listdir(fd):
+            try:
+                os.unlink(name, dir_fd=fd)
+                continue
+            except IsADirectoryError:
+                pass
+            except OSError:
+                continue
+            _remove_folder(fd, name, admin)
+    finally:
+        os.close(fd)
+
+
+def _remove_folder(parent: int, name: str, admin: Path) -> None:
+    with contextlib.suppress(OSError):
+        shutil.rmtree(name, dir_fd=parent)  # fd-based: follows no link
+    if not _writable(parent, name):
+        return  # gone (or not a folder)
+    aside = admin / f".{LANE_GIT}.gone.{os.getpid()}.{threading.get_ident()}"
+    shutil.rmtree(aside, ignore_errors=True)
+    try:
+        os.rename(name, aside, src_dir_fd=parent)  # out of the lane's reach
+    except OSError:
+        return
+    for top, dirs, _files in os.walk(aside):  # follows no link to a folder
+        for sub in dirs:
+            path = os.path.join(top, sub)
+            if not os.path.islink(path):
+                with contextlib.suppress(OSError):
+                    os.chmod(path, 0o700)
+    shutil.rmtree(aside, ignore_errors=True)
+
+
+def _writable(parent: int, name: str) -> bool:
+    """The folder `name` in `parent` made writable by its owner; False when it is not a folder
+    (a link is never followed: the mode is set through a handle of the folder itself)."""
+    try:
+        fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=parent)
+    except OSError:
+        return False
+    try:
+        os.chmod(f"/proc/self/fd/{fd}", 0o700)
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    return True
+
+
+def _fill(common: Path, admin: Path, home: Path, side: _Side, value: str | None) -> bool:
+    """flowd's entries of the lane repository written from flowd's side (`value` the branch's):
+    its config, `objects/` (its `info/alternates`: your store, the quarantine), `refs/heads/`,
+    `logs/`, the branch, `HEAD`, the index, the refs copy, the sparse patterns and a split index's
+    shared part. False when one could not be written."""
+    ok = _write_at(home, "config", _config(common, admin))
+    ok = _folders(home, "objects") and _folders(home, "refs/heads") and ok  # what git looks for
+    ok = _write_at(home, "objects/info/alternates", _alternates(common, admin)) and ok
+    ok = _folders(home, "logs") and ok  # as in the admin dir (a lane's script may expect it)
+    if side.ref is not None and value is not None:
+        ok = _write_at(home, side.ref, f"{value}\n".encode()) and ok
+    ok = _write_at(home, "HEAD", f"{side.head}\n".encode()) and ok
+    ok = _copy(admin, home, "index") and ok
+    ok = _write_at(home, "packed-refs", _refs_view(common, side.ref)) and ok
+    sparse = _read_at(admin, "info/sparse-checkout", 1 << 26)
+    if sparse is not None:
+        ok = _write_at(home, "info/sparse-checkout", (sparse + "\n").encode()) and ok
+    for name in _shared_indexes(admin):
+        ok = _copy(admin, home, name) and ok
+    return ok
 
 
 def _refs_view(common: Path, own: str | None) -> bytes:
