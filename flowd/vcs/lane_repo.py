@@ -45,6 +45,7 @@ _HEX = frozenset("0123456789abcdef")
 _LOCKS: dict[str, threading.Lock] = {}
 _GUARD = threading.Lock()
 _FORMAT: dict[str, str] = {}  # the repository-format lines of each common dir's config
+_VIEWS: dict[str, tuple[str | None, bytes]] = {}  # the refs copy last written in each lane repository
 
 
 def lane_git(admin: Path) -> Path:
@@ -296,6 +297,7 @@ def drop(admin: Path, wt: Path) -> None:
         shutil.rmtree(lane_git(admin), ignore_errors=True)  # follows no link (fd-based on Linux)
         with contextlib.suppress(OSError):
             os.unlink(admin / RECORD)
+        _VIEWS.pop(str(admin), None)
 
 
 def sync(common: Path, admin: Path, wt: Path, *, force: bool = False, exact: bool = False) -> None:
@@ -321,7 +323,7 @@ def sync(common: Path, admin: Path, wt: Path, *, force: bool = False, exact: boo
             if not exact:
                 return
             if tip == record.get("lane"):
-                _write_at(home, "packed-refs", _refs_view(common, side.ref))  # the others moved on
+                _write_at(home, "packed-refs", _view(common, admin, side.ref))  # the others moved on
                 return
         if record.get("head") != side.head:
             shutil.rmtree(home, ignore_errors=True)  # follows no link (fd-based on Linux)
@@ -359,7 +361,7 @@ def renew(common: Path, admin: Path, wt: Path) -> None:
         home = lane_git(admin)
         kept = _read_at(home, side.ref) if side.ref is not None else None
         _empty(home, admin)
-        _fill(common, admin, home, side, kept if _is_name(kept) else side.sha)
+        _fill(common, admin, home, side, kept if _is_name(kept) else side.sha, again=True)
         point(admin, wt)
 
 
@@ -422,11 +424,14 @@ def _writable(parent: int, name: str) -> bool:
     return True
 
 
-def _fill(common: Path, admin: Path, home: Path, side: _Side, value: str | None) -> bool:
+def _fill(
+    common: Path, admin: Path, home: Path, side: _Side, value: str | None, *, again: bool = False
+) -> bool:
     """flowd's entries of the lane repository written from flowd's side (`value` the branch's):
     its config, `objects/` (its `info/alternates`: your store, the quarantine), `refs/heads/`,
-    `logs/`, the branch, `HEAD`, the index, the refs copy, the sparse patterns and a split index's
-    shared part. False when one could not be written."""
+    `logs/`, the branch, `HEAD`, the index, the refs copy (`again`: the one flowd wrote last, as of
+    the step's start), the sparse patterns and a split index's shared part. False when one could
+    not be written."""
     ok = _write_at(home, "config", _config(common, admin))
     ok = _folders(home, "objects") and _folders(home, "refs/heads") and ok  # what git looks for
     ok = _write_at(home, "objects/info/alternates", _alternates(common, admin)) and ok
@@ -435,13 +440,22 @@ def _fill(common: Path, admin: Path, home: Path, side: _Side, value: str | None)
         ok = _write_at(home, side.ref, f"{value}\n".encode()) and ok
     ok = _write_at(home, "HEAD", f"{side.head}\n".encode()) and ok
     ok = _copy(admin, home, "index") and ok
-    ok = _write_at(home, "packed-refs", _refs_view(common, side.ref)) and ok
+    own, view = _VIEWS.get(str(admin), (None, b""))
+    fresh = view if again and view and own == side.ref else _view(common, admin, side.ref)
+    ok = _write_at(home, "packed-refs", fresh) and ok
     sparse = _read_at(admin, "info/sparse-checkout", 1 << 26)
     if sparse is not None:
         ok = _write_at(home, "info/sparse-checkout", (sparse + "\n").encode()) and ok
     for name in _shared_indexes(admin):
         ok = _copy(admin, home, name) and ok
     return ok
+
+
+def _view(common: Path, admin: Path, own: str | None) -> bytes:
+    """`_refs_view`, remembered as the one last written in the worktree's lane repository."""
+    view = _refs_view(common, own)
+    _VIEWS[str(admin)] = (own, view)
+    return view
 
 
 def _refs_view(common: Path, own: str | None) -> bytes:
