@@ -152,3 +152,41 @@ def test_a_commit_made_after_the_take_in_outlives_the_renewal(repo: Repo, tmp_pa
         ["git", "log", "-1", "--format=%s", "story/ep/a"], cwd=repo.root, capture_output=True, text=True
     )
     assert log.stdout.strip() == "late"
+
+
+def test_parallel_steps_in_one_worktree_renew_it_once_the_last_ends(repo: Repo, tmp_path: Path) -> None:
+    """Two steps of one worktree (parallel tasks): the first to end leaves the lane repository to
+    the other, still running (its git may be half way through a commit); the last renews it."""
+    a = tmp_path / "repo.flowd" / "ep" / "a"
+    c = Confinement(
+        "enforce", checkout=repo.root, common_dir=repo.common_dir, lanes_root=tmp_path / "repo.flowd",
+        epic="ep", home=tmp_path / "home", allow_read=[], allow_write=[],
+    )  # fmt: skip
+    with c.spawn(a):
+        pass  # the lane repository made, as a lane's first process makes it
+    admin = private_git_dir(a)
+    assert admin is not None
+    planted = lane_repo.lane_git(admin) / "hooks"
+    objects = LaneObjects(repo.common_dir, lambda _e: None, None)
+    seen: list[bool] = []
+
+    async def two_steps() -> None:
+        first_in, first_out = asyncio.Event(), asyncio.Event()
+
+        async def first() -> None:
+            async with objects.step("a", a, contextlib.nullcontext()):
+                planted.mkdir()
+                first_in.set()
+            first_out.set()
+
+        async def second() -> None:
+            await first_in.wait()
+            async with objects.step("a", a, contextlib.nullcontext()):
+                await first_out.wait()
+                seen.append(planted.exists())  # the first step ended: still there
+
+        await asyncio.gather(second(), first())
+
+    with active(c):
+        asyncio.run(two_steps())
+    assert seen == [True] and not planted.exists()
