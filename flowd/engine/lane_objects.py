@@ -3,6 +3,9 @@ step of a lane (a turn, a gate, a setup command: `RunContext.step`), and for eve
 when a run ends, what the lane's git wrote into its quarantine is checked and moved into the
 repository's store (flowd/vcs/quarantine.py), and the refs the lane moves (its worktree's
 `HEAD` and the branch it names) must then name objects the repository holds.
+After a step (its strays killed, its move taken in) the lane repository is made anew from flowd's
+side (docs/sandbox.md "The lane repository"): your own git in the worktree reads nothing the lane
+planted there.
 
 A lane whose objects fail: they are not taken, its branch is put back where flowd last found it
 whole, its quarantine is thrown away, and the story fails with one sentence, in its findings

@@ -17,7 +17,9 @@ whenever flowd's side changed since it last did; `moved` reads the lane's branch
 `adopt` takes a move in (after its objects are in the store, checked): flowd's git moves the
 branch in your repository, old value checked, and reads its index from the new commit. What flowd
 last wrote is recorded in the admin dir (`flowd-lane.json`), so a move is told from flowd's own
-change across a crash too.
+change across a crash too. After every step `renew` makes the lane repository anew (every entry
+the lane wrote removed, flowd's written again): git processes other than flowd's (your shell
+prompt's, your editor's) read it unconfined.
 """
 
 from __future__ import annotations
