@@ -114,13 +114,17 @@ def test_a_lane_repository_is_made_anew_after_each_step(repo: Repo, tmp_path: Pa
         for top, dirs, files in os.walk(home)
         for n in dirs + files
     )
-    assert listing == ["HEAD", "config", "index", "logs", "objects", "packed-refs", "refs", "refs/heads",
-                       "refs/heads/story", "refs/heads/story/ep", "refs/heads/story/ep/a"]  # fmt: skip
+    assert listing == ["HEAD", "config", "index", "logs", "objects", "objects/info", "objects/info/alternates",
+                       "packed-refs", "refs", "refs/heads", "refs/heads/story", "refs/heads/story/ep",
+                       "refs/heads/story/ep/a"]  # fmt: skip
+    assert (home / "objects" / "info" / "alternates").read_text(encoding="utf-8").split() == [
+        str(repo.common_dir / "objects"),
+        str(admin / "flowd-objects"),
+    ]
     assert (home / "config").read_bytes() == lane_repo._config(repo.common_dir, admin)
-    # You, unconfined, in the lane's worktree: a shell prompt's status, a commit (your store as an
-    # alternate, as the lane's alternates gave it, so your git gets as far as it did then).
+    # You, unconfined, in the lane's worktree: a shell prompt's status, a commit.
     plain = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    env = {**plain, **GIT_ID, "GIT_ALTERNATE_OBJECT_DIRECTORIES": str(repo.common_dir / "objects")}
+    env = {**plain, **GIT_ID}
     for args in (["status"], ["commit", "-q", "--allow-empty", "-m", "x"]):
         out = subprocess.run(["git", *args], cwd=a, env=env, capture_output=True, text=True)
         assert out.returncode == 0, (args, out.stdout + out.stderr)
