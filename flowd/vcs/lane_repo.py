@@ -529,24 +529,19 @@ def moved(common: Path, admin: Path) -> Move | None:
 
 def adopt(common: Path, admin: Path, wt: Path, move: Move) -> bool:
     """Take the lane's `move` in (its objects are in the repository's store, checked): flowd's
-    pinned git moves the worktree's `HEAD` (the branch it names) in your repository, its old value
-    checked, and reads the worktree's index from the new commit; the record says the lane
-    repository agrees. False when flowd's side moved meanwhile (nothing taken)."""
+    pinned git moves the worktree's `HEAD` (the branch it names) in your repository and reads the
+    worktree's index from the new commit, one `git reset` (its old value checked here, under the
+    worktree's lock: no lane can write your refs, and flowd's own commits to the branch come
+    between the lane's steps, when no take-in runs); the record says the lane repository agrees.
+    False when flowd's side moved meanwhile (nothing taken)."""
     pinned = ["--git-dir", str(admin), "--work-tree", str(wt)]
-    env = {"GIT_COMMON_DIR": str(common)}
+    env = {"GIT_COMMON_DIR": str(common), "GIT_REFLOG_ACTION": "flowd: the lane's own commit"}
     with _lock(admin):
         side = _side(common, admin)
         if side is None or not _same(side, _record(admin)) or side.sha != move.old:
             return False
-        old = move.old or ""
         try:
-            run_git(
-                common,
-                [*pinned, "update-ref", "-m", "flowd: the lane's own commit", "HEAD", move.new, old],
-                "",
-                env=env,
-            )
-            run_git(common, [*pinned, "reset", "-q", "--no-refresh", "HEAD"], "", env=env)
+            run_git(common, [*pinned, "reset", "-q", "--no-refresh", move.new], "", env=env)
         except FlowdError:
             return False
         after = _side(common, admin)
