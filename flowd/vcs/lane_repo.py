@@ -30,6 +30,7 @@ import os
 import shutil
 import stat
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -302,6 +303,17 @@ def drop(admin: Path, wt: Path) -> None:
         _VIEWS.pop(str(admin), None)
 
 
+@contextlib.contextmanager
+def _held(common: Path, admin: Path) -> Iterator[_Side | None]:
+    """The worktree's lock held, with flowd's side of it; None (nothing to write) when the worktree
+    has no lane repository or its admin dir tells no side."""
+    if not active(admin):
+        yield None
+        return
+    with _lock(admin):
+        yield _side(common, admin)
+
+
 def sync(common: Path, admin: Path, wt: Path, *, force: bool = False, exact: bool = False) -> None:
     """Write the lane repository from flowd's side when that changed since flowd last wrote it
     (`exact`, a step's start after its take-in: or when the lane's branch is not where flowd left
@@ -311,10 +323,7 @@ def sync(common: Path, admin: Path, wt: Path, *, force: bool = False, exact: boo
     sparse patterns follow the worktree's. A move of the lane's not yet taken in (`adopt`) is
     overwritten: take in first. When flowd's side names another branch than it did (a spare handed
     to the next story) the lane repository is made anew: it keeps nothing the last lane wrote."""
-    if not active(admin):
-        return
-    with _lock(admin):
-        side = _side(common, admin)
+    with _held(common, admin) as side:
         if side is None:
             return
         record = _record(admin)
@@ -354,10 +363,7 @@ def renew(common: Path, admin: Path, wt: Path) -> None:
     the lane planted there outlives its step (docs/sandbox.md "The lane repository"). Only the
     branch's value stays the lane's when it is a commit's name, and the record is left alone, so a
     move a stray made after the take-in is still seen by the next one (`moved`)."""
-    if not active(admin):
-        return
-    with _lock(admin):
-        side = _side(common, admin)
+    with _held(common, admin) as side:
         if side is None:
             return
         home = lane_git(admin)

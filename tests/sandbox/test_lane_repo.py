@@ -32,8 +32,8 @@ GIT_ID = {
 }
 
 
-@pytest.fixture
-def repo(tmp_path: Path) -> Repo:
+def make_repo(tmp_path: Path, stories: tuple[str, ...]) -> Repo:
+    """A repository with one commit and a worktree per story of epic `ep`, and a home folder."""
     assert landlock.abi() >= 2, "these tests need the kernel's Landlock (Linux 5.19+)"
     root = tmp_path / "repo"
     root.mkdir()
@@ -41,10 +41,15 @@ def repo(tmp_path: Path) -> Repo:
     for args in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-q", "-m", "init"]):
         subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=root, check=True)
     repo = Repo(root)
-    for story in ("a", "b"):
+    for story in stories:
         repo.worktree_add(tmp_path / "repo.flowd" / "ep" / story, f"story/ep/{story}", "main")
     (tmp_path / "home").mkdir()
     return repo
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Repo:
+    return make_repo(tmp_path, ("a", "b"))
 
 
 def _confinement(repo: Repo) -> Confinement:

@@ -15,33 +15,17 @@ from pathlib import Path
 import pytest
 
 from flowd.engine.lane_objects import LaneObjects
-from flowd.sandbox import landlock
 from flowd.sandbox.confine import Confinement, active
 from flowd.vcs import lane_repo
 from flowd.vcs.gitcli import private_git_dir
 from flowd.vcs.gitops import Repo
-
-GIT_ID = {
-    "GIT_AUTHOR_NAME": "t",
-    "GIT_AUTHOR_EMAIL": "t@t",
-    "GIT_COMMITTER_NAME": "t",
-    "GIT_COMMITTER_EMAIL": "t@t",
-}
+from tests.sandbox.test_lane_repo import GIT_ID, make_repo
 
 
 @pytest.fixture
 def repo(tmp_path: Path) -> Repo:
-    assert landlock.abi() >= 2, "these tests need the kernel's Landlock (Linux 5.19+)"
-    root = tmp_path / "repo"
-    root.mkdir()
-    (root / "README.md").write_text("# r\n", encoding="utf-8")
-    for args in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-q", "-m", "init"]):
-        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=root, check=True)
-    repo = Repo(root)
-    repo.worktree_add(tmp_path / "repo.flowd" / "ep" / "a", "story/ep/a", "main")
-    (tmp_path / "home").mkdir()
     (tmp_path / "proof").mkdir()
-    return repo
+    return make_repo(tmp_path, ("a",))
 
 
 def _plant(proof: Path, commondir: bool) -> str:
