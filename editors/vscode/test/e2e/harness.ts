@@ -227,22 +227,34 @@ export const LOGIN_PLAN = {
   stories: [{ id: "api", title: "Login API", description: "POST /login.", owned: ["src/api/"], acceptance: ["login() exists"] }],
 };
 
-// A repository for it: the plan file, flowd's scripted agent with `script` as its rules (every role),
-// no judge rounds and one review round.
-export function makeLoginRepo(base: string, script: object): string {
+/** A repository `<base>/app` whose first commit holds `files` (path -> text), with flowd's
+ * settings `flow` (file name under .flow/ -> text) written after it, untracked. */
+export function makeRepo(base: string, files: Record<string, string>, flow: Record<string, string>): string {
   const repo = path.join(base, "app");
-  fs.mkdirSync(path.join(repo, "src", "api"), { recursive: true });
-  fs.writeFileSync(path.join(repo, "README.md"), "# app\n");
-  fs.writeFileSync(path.join(repo, "src", "api", "__init__.py"), "");
-  fs.writeFileSync(path.join(repo, "login.epic.json"), JSON.stringify(LOGIN_PLAN, null, 2) + "\n");
+  for (const [file, text] of Object.entries(files)) {
+    fs.mkdirSync(path.dirname(path.join(repo, file)), { recursive: true });
+    fs.writeFileSync(path.join(repo, file), text);
+  }
   git(repo, "init", "-q", "-b", "main");
   git(repo, "add", "-A");
   git(repo, "commit", "-q", "-m", "initial");
   fs.mkdirSync(path.join(repo, ".flow"));
-  fs.writeFileSync(path.join(repo, ".flow", "roster.toml"), '[[executors]]\nid = "demo"\nkind = "script"\nscript = "demo.script.json"\nroles = ["planner", "coder", "reviewer", "judge"]\nslots = 2\n');
-  fs.writeFileSync(path.join(repo, ".flow", "demo.script.json"), JSON.stringify(script, null, 2));
-  fs.writeFileSync(path.join(repo, ".flow", "config.toml"), "judgeRounds = 0\nmaxReviewRounds = 1\n");
+  for (const [file, text] of Object.entries(flow)) fs.writeFileSync(path.join(repo, ".flow", file), text);
   return repo;
+}
+
+// A repository for it: the plan file, flowd's scripted agent with `script` as its rules (every role),
+// no judge rounds and one review round.
+export function makeLoginRepo(base: string, script: object): string {
+  return makeRepo(
+    base,
+    { "README.md": "# app\n", "src/api/__init__.py": "", "login.epic.json": JSON.stringify(LOGIN_PLAN, null, 2) + "\n" },
+    {
+      "roster.toml": '[[executors]]\nid = "demo"\nkind = "script"\nscript = "demo.script.json"\nroles = ["planner", "coder", "reviewer", "judge"]\nslots = 2\n',
+      "demo.script.json": JSON.stringify(script, null, 2),
+      "config.toml": "judgeRounds = 0\nmaxReviewRounds = 1\n",
+    },
+  );
 }
 
 /** Launch the epic in `file` from the command palette once the extension's server is up (its idle

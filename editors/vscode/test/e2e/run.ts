@@ -85,22 +85,13 @@ coderSlots = 2
 `;
 
 function makeRepo(base: string, release: string): string {
-  const repo = path.join(base, "app");
-  fs.mkdirSync(path.join(repo, "src", "api"), { recursive: true });
-  fs.mkdirSync(path.join(repo, "src", "ui"), { recursive: true });
-  fs.writeFileSync(path.join(repo, "README.md"), "# app\n");
-  fs.writeFileSync(path.join(repo, "src", "api", "__init__.py"), "");
-  fs.writeFileSync(path.join(repo, "src", "ui", "__init__.py"), "");
-  fs.writeFileSync(path.join(repo, "auth.epic.json"), JSON.stringify(PLAN, null, 2) + "\n");
-  git(repo, "init", "-q", "-b", "main");
-  git(repo, "add", "-A");
-  git(repo, "commit", "-q", "-m", "initial");
-  fs.mkdirSync(path.join(repo, ".flow"));
-  fs.writeFileSync(path.join(repo, ".flow", "roster.toml"), ROSTER);
-  fs.writeFileSync(path.join(repo, ".flow", "demo.script.json"), JSON.stringify(script(release, 600_000), null, 2));
-  // A JSON string is a TOML basic string.
-  fs.writeFileSync(path.join(repo, ".flow", "config.toml"), `concurrency = 2\njudgeRounds = 1\nmaxReviewRounds = 1\ngates = [${JSON.stringify(EPIC_GATE)}]\n`);
-  return repo;
+  const files = { "README.md": "# app\n", "src/api/__init__.py": "", "src/ui/__init__.py": "", "auth.epic.json": JSON.stringify(PLAN, null, 2) + "\n" };
+  return h.makeRepo(base, files, {
+    "roster.toml": ROSTER,
+    "demo.script.json": JSON.stringify(script(release, 600_000), null, 2),
+    // A JSON string is a TOML basic string.
+    "config.toml": `concurrency = 2\njudgeRounds = 1\nmaxReviewRounds = 1\ngates = [${JSON.stringify(EPIC_GATE)}]\n`,
+  });
 }
 
 // ------------------------------------------------------------------------------ driving ---
