@@ -50,7 +50,14 @@ def lane(root: Path, name: str) -> tuple[Path, Path]:
     repo = root / "repo"
     if not repo.exists():
         repo.mkdir()
-        for args in (["init", "-q", "-b", "main"], ["commit", "-q", "--allow-empty", "-m", "init"]):
+        # No `gc --auto` in the middle (the designs' transfers below add a pack each): it would
+        # repack in the background while the figures are read.
+        steps = (
+            ["init", "-q", "-b", "main"],
+            ["config", "gc.auto", "0"],
+            ["commit", "-q", "--allow-empty", "-m", "init"],
+        )
+        for args in steps:
             subprocess.run(["git", "-c", "user.name=b", "-c", "user.email=b@b", *args], cwd=repo, check=True)
     wt = root / "repo.flowd" / "ep" / name
     subprocess.run(["git", "worktree", "add", "-q", "-b", f"story/ep/{name}", str(wt)], cwd=repo, check=True)
@@ -87,11 +94,14 @@ def commit(c: Confinement, wt: Path, n: int, files: int, today: bool) -> None:
     assert done.returncode == 0, done.stderr
 
 
-def lane_repo(root: Path, repo: Path) -> Path:
-    """Design (c): a repository of the lane's own, the user's store its alternate."""
-    own = root / "lane-repo"
-    subprocess.run(["git", "clone", "-q", "--shared", str(repo), str(own)], check=True)
-    return own
+def lane_repo(root: Path, repo: Path) -> tuple[Path, Path]:
+    """Design (c): a repository of the lane's own, the user's store its alternate; the designs
+    bring their commits into a copy of the repository (their packs would slow the git of the
+    figures above)."""
+    target, own = root / "designs", root / "lane-repo"
+    subprocess.run(["git", "clone", "-q", "--bare", str(repo), str(target)], check=True)
+    subprocess.run(["git", "clone", "-q", "--shared", str(target), str(own)], check=True)
+    return own, target
 
 
 def transfer(own: Path, repo: Path, n: int, files: int, how: str) -> float:
@@ -147,7 +157,7 @@ def main() -> None:
         new, old = confinement(repo, today=False), confinement(repo, today=True)
         objects = LaneObjects(repo / ".git", lambda _e: None, None)
         objects.take("new", wt_new)
-        own = lane_repo(root, repo)
+        own, designs = lane_repo(root, repo)
         today, quarantined, take, empty, story_today, story_new = [], [], [], [], [], []
         fetched: list[float] = []
         pushed: list[float] = []
@@ -171,8 +181,8 @@ def main() -> None:
                 take.append(ended - committed)
                 quarantined.append(ended - looked)
                 per_story_new += ended - started
-                fetched.append(transfer(own, repo, n, args.files, "fetch"))
-                pushed.append(transfer(own, repo, n, args.files, "push"))
+                fetched.append(transfer(own, designs, n, args.files, "fetch"))
+                pushed.append(transfer(own, designs, n, args.files, "push"))
             story_today.append(per_story_old)
             story_new.append(per_story_new)
         check = subprocess.run(

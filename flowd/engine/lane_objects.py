@@ -34,7 +34,8 @@ from flowd.events.model import Event, LaneEscape
 from flowd.sandbox import confine
 from flowd.vcs import lane_repo
 from flowd.vcs.gitcli import GitDirChanged, admin_of, run_git
-from flowd.vcs.quarantine import Refused, discard, drop_missing_entries, missing, quarantine, take_in
+from flowd.vcs.incoming import Refused
+from flowd.vcs.quarantine import discard, drop_missing_entries, missing, quarantine, take_in
 
 log = logging.getLogger("flowd.engine.lane_objects")
 

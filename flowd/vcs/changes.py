@@ -15,7 +15,8 @@ from pathlib import Path
 from flowd.base.errors import InputError
 from flowd.vcs.bootstrapped import bootstrapped, stage_all, write_bootstrapped
 from flowd.vcs.gitcli import GitError, git_reason, not_flow, private_git_dir, run_git, split_z
-from flowd.vcs.quarantine import Refused, scratch, take_in_scratch
+from flowd.vcs.incoming import Refused
+from flowd.vcs.quarantine import scratch, take_in_scratch
 from flowd.vcs.repo import RepoBase
 from flowd.vcs.submodules import scrub
 

@@ -37,17 +37,19 @@ from pathlib import Path
 from flowd.base.errors import FlowdError
 from flowd.base.fsio import put_back
 from flowd.base.layout import LANE_GIT
+from flowd.vcs import ref_move
 from flowd.vcs.gitcli import private_git_dir, run_git
 from flowd.vcs.quarantine import QUARANTINE_DIR
 
 RECORD = "flowd-lane.json"
+REFLOG_ACTION = "flowd: the lane's own commit"
 STORY_REFS = "refs/heads/story/"  # the only branches a lane's own commits move (a story's, a task's)
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 _HEX = frozenset("0123456789abcdef")
 _LOCKS: dict[str, threading.Lock] = {}
 _GUARD = threading.Lock()
-_FORMAT: dict[str, str] = {}  # the repository-format lines of each common dir's config
+_FORMAT: dict[str, tuple[str, str]] = {}  # each common dir's format version and extensions
 _VIEWS: dict[str, tuple[str | None, bytes]] = {}  # the refs copy last written in each lane repository
 
 
@@ -222,10 +224,9 @@ def _same(side: _Side, record: dict[str, object]) -> bool:
     return (record.get("head"), record.get("sha")) == (side.head, side.sha)
 
 
-def _config(common: Path, admin: Path) -> bytes:
-    """The lane repository's config: the repository's format (read from its own config file, which
-    git reads without includes) and the repository's config, and the worktree's sparse settings,
-    included by path (what the lane's git read before, through `commondir`)."""
+def _format(common: Path) -> tuple[str, str]:
+    """The repository's format version and its `extensions.*` lines, read once from its own
+    config file (which git reads without includes)."""
     key = str(common)
     if key not in _FORMAT:
         proc = run_git(
@@ -241,12 +242,19 @@ def _config(common: Path, admin: Path) -> bytes:
             ok_codes=range(256),
         )
         lines = [line.split(" ", 1) for line in proc.stdout.splitlines() if " " in line]
-        _FORMAT[key] = "".join(
+        extensions = "".join(
             f"\t{k.split('.', 1)[1]} = {v}\n" for k, v in lines if k.startswith("extensions.")
         )
         version = next((v for k, v in lines if k == "core.repositoryformatversion"), "0")
-        _FORMAT[key] = f"{version}\n{_FORMAT[key]}"
-    version, _, extensions = _FORMAT[key].partition("\n")
+        _FORMAT[key] = (version, extensions)
+    return _FORMAT[key]
+
+
+def _config(common: Path, admin: Path) -> bytes:
+    """The lane repository's config: the repository's format and the repository's config, and
+    the worktree's sparse settings, included by path (what the lane's git read before, through
+    `commondir`)."""
+    version, extensions = _format(common)
     text = f"[core]\n\trepositoryformatversion = {version}\n\tbare = false\n\tlogallrefupdates = true\n"
     if extensions:
         text += f"[extensions]\n{extensions}"
@@ -510,8 +518,25 @@ def _shared_indexes(admin: Path) -> list[str]:
 
 
 def _write_record(admin: Path, side: _Side, lane: str | None) -> None:
-    data = {"head": side.head, "sha": side.sha, "lane": lane}
-    put_back(admin / RECORD, json.dumps(data).encode("utf-8"))
+    """The record, written over in place when it is a file of its own (the admin dir is flowd's:
+    no lane makes a link there; a new file costs more than the take-in's own work), else anew. A
+    record cut short by a crash reads as disagreeing: the next `sync` writes the lane repository
+    from your branch, which already holds what was taken."""
+    data = json.dumps({"head": side.head, "sha": side.sha, "lane": lane}).encode("utf-8")
+    try:
+        fd = os.open(admin / RECORD, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        put_back(admin / RECORD, data)
+        return
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISREG(st.st_mode) and st.st_nlink == 1:
+            os.ftruncate(fd, 0)
+            os.write(fd, data)
+            return
+    finally:
+        os.close(fd)
+    put_back(admin / RECORD, data)
 
 
 def moved(common: Path, admin: Path) -> Move | None:
@@ -534,20 +559,28 @@ def moved(common: Path, admin: Path) -> Move | None:
 
 
 def adopt(common: Path, admin: Path, wt: Path, move: Move) -> bool:
-    """Take the lane's `move` in (its objects are in the repository's store, checked): flowd's
-    pinned git moves the worktree's `HEAD` (the branch it names) in your repository and reads the
-    worktree's index from the new commit, one `git reset` (its old value checked here, under the
-    worktree's lock: no lane can write your refs, and flowd's own commits to the branch come
-    between the lane's steps, when no take-in runs); the record says the lane repository agrees.
+    """Take the lane's `move` in (its objects are in the repository's store, checked): your story
+    branch follows the lane's own, its old value checked under the worktree's lock and the ref's
+    (no lane can write your refs; flowd's own commits to the branch come between the lane's steps,
+    when no take-in runs), and the worktree's index is read from the new commit, keeping the
+    stat of what did not change (what `git reset --no-refresh` does, in one `read-tree` and no
+    ref-moving process: flowd/vcs/ref_move.py); the record says the lane repository agrees.
     False when flowd's side moved meanwhile (nothing taken)."""
     pinned = ["--git-dir", str(admin), "--work-tree", str(wt)]
-    env = {"GIT_COMMON_DIR": str(common), "GIT_REFLOG_ACTION": "flowd: the lane's own commit"}
+    env = {"GIT_COMMON_DIR": str(common), "GIT_REFLOG_ACTION": REFLOG_ACTION}
     with _lock(admin):
         side = _side(common, admin)
-        if side is None or not _same(side, _record(admin)) or side.sha != move.old:
+        if side is None or side.ref is None or not _same(side, _record(admin)) or side.sha != move.old:
             return False
         try:
-            run_git(common, [*pinned, "reset", "-q", "--no-refresh", move.new], "", env=env)
+            if move.old is None or not ref_move.files_backend(_format(common)[1]):
+                run_git(common, [*pinned, "reset", "-q", "--no-refresh", move.new], "", env=env)
+            else:
+                with ref_move.locked(common, side.ref, move.old) as move_ref:
+                    if move_ref is None:
+                        return False
+                    run_git(common, [*pinned, "read-tree", "--reset", move.new], "", env=env)
+                    move_ref(move.new, REFLOG_ACTION, [admin / "logs" / "HEAD"])
         except FlowdError:
             return False
         after = _side(common, admin)

@@ -10,11 +10,11 @@ into the shared store when it takes the lane's work:
   opened without following links (`O_NOFOLLOW`): nothing a lane wrote there is a pointer flowd
   follows (an `info/alternates` in it is never read, a link planted in it is refused);
 - every loose object must hash to its name (the name's length says SHA-1 or SHA-256) and be of
-  a known type; the objects go to git as one pack, `git unpack-objects --strict` (or
-  `index-pack --strict` past git's own `transfer.unpackLimit`, 100), which checks each object is
-  well formed and every object it names exists (in the pack or the repository): a disconnected
-  commit, a tree naming a missing blob, a malformed commit are refused and nothing is written;
-  a pack a lane left in its store (a `git gc` there) goes through `index-pack --strict` the same;
+  a known type; the objects go to git as one pack, `git index-pack --strict`, which checks each
+  object is well formed and every object it names exists (in the pack or the repository): a
+  disconnected commit, a tree naming a missing blob, a malformed commit are refused and nothing
+  is written (flowd/vcs/incoming.py); a pack a lane left in its store (a `git gc` there) goes
+  through the same;
 - what was taken in is then removed from the quarantine, the same way (relative to directories
   opened without following links), so the next take-in reads only what is new.
 """
@@ -30,7 +30,6 @@ import stat
 import struct
 import subprocess
 import tempfile
-import time
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -38,19 +37,13 @@ from pathlib import Path
 
 from flowd.base.fsio import put_back
 from flowd.vcs.gitcli import git_env
+from flowd.vcs.incoming import Refused, feed
 
 QUARANTINE_DIR = "flowd-objects"
-INCOMING = "flowd-incoming-"  # the take-in's git writes here, in the store, moved in when content
-STALE_INCOMING_S = 3600
-UNPACK_LIMIT = 100  # git's transfer.unpackLimit: fewer objects are written loose, more as a pack
 _TYPES = {b"commit": 1, b"tree": 2, b"blob": 3, b"tag": 4}
 _HEX = frozenset("0123456789abcdef")
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
-
-
-class Refused(Exception):
-    """What a lane wrote into its store cannot be taken in: one sentence saying why."""
 
 
 def quarantine(admin: Path) -> Path:
@@ -151,13 +144,13 @@ def take_in(
         names = frozenset(f"{d}{f}" for d, f, _, _ in found.loose)
         # Packs first: a lane's `git repack` packs its older objects, which newer loose ones name.
         for name in found.packs:
-            _feed(common_dir, _read_pack(top, name, q), UNPACK_LIMIT + 1, q)
+            feed(common_dir, _read_pack(top, name, q), q)
         routes = _routes(found.loose, admin)
         ours = [o for o in found.loose if not any(o in r for r in routes.values())]
         if ours:
-            _feed(common_dir, _pack(ours), len(ours), q)
+            feed(common_dir, _pack(ours), q)
         for git_dir, theirs in routes.items():
-            _feed(git_dir, _pack(theirs), len(theirs), q)
+            feed(git_dir, _pack(theirs), q)
         if remove:
             _remove(top, found)
         return TakenIn(names, tuple(found.packs))
@@ -190,9 +183,9 @@ def take_in_scratch(common_dir: Path, store: Path) -> int:
     try:
         found = _scan(top, store, frozenset())
         for name in found.packs:
-            _feed(common_dir, _read_pack(top, name, store), UNPACK_LIMIT + 1, store)
+            feed(common_dir, _read_pack(top, name, store), store)
         if found.loose:
-            _feed(common_dir, _pack(found.loose), len(found.loose), store)
+            feed(common_dir, _pack(found.loose), store)
         return len(found.loose)
     finally:
         os.close(top)
@@ -355,74 +348,6 @@ def _packs(top: int, q: Path) -> list[str]:
 def _read_pack(top: int, name: str, q: Path) -> bytes:
     with _sub(top, "pack", q) as fd:
         return _read(fd, name, q / "pack" / name)
-
-
-def _feed(common_dir: Path, data: bytes, count: int, q: Path) -> None:
-    """Hand one pack to git (the repository's, or a submodule's git dir), which checks every
-    object and link. It writes into an incoming store of its own (`objects/flowd-incoming-*`, the
-    repository's store its alternate), moved in only when git is done and content: as
-    `receive-pack`'s quarantine, for `unpack-objects --strict` writes each object before its last
-    check (a `.gitmodules` naming a command is found only after)."""
-    args = (
-        ["unpack-objects", "-q", "--strict"]
-        if count <= UNPACK_LIMIT
-        else ["index-pack", "--stdin", "--strict", "--fix-thin"]
-    )
-    objects = common_dir / "objects"
-    _drop_stale_incoming(objects)
-    incoming = Path(tempfile.mkdtemp(prefix=INCOMING, dir=objects))
-    env = git_env()
-    env.pop("GIT_QUARANTINE_PATH", None)
-    env.update(GIT_OBJECT_DIRECTORY=str(incoming), GIT_ALTERNATE_OBJECT_DIRECTORIES=str(objects))
-    try:
-        (incoming / "pack").mkdir()
-        proc = subprocess.run(
-            ["git", "--git-dir", str(common_dir), *args],
-            input=data,
-            capture_output=True,
-            env=env,
-            check=False,
-        )
-        if proc.returncode != 0:
-            said = proc.stderr.decode("utf-8", "replace").strip().splitlines()
-            # git's last line is the verdict ("fsck error in packed object"), the first says why.
-            reason = "; ".join(dict.fromkeys([*said[:1], *said[-1:]])) or "no reason given"
-            raise Refused(f"git refused the objects of its store {q}: {reason}")
-        _migrate(incoming, objects)
-    finally:
-        shutil.rmtree(incoming, ignore_errors=True)
-
-
-def _drop_stale_incoming(objects: Path) -> None:
-    """Incoming stores a flowd killed mid take-in left (an hour old: none is still being written)."""
-    with contextlib.suppress(OSError):
-        for name in os.listdir(objects):
-            if name.startswith(INCOMING):
-                with contextlib.suppress(OSError):
-                    if os.lstat(objects / name).st_mtime < time.time() - STALE_INCOMING_S:
-                        shutil.rmtree(objects / name, ignore_errors=True)
-
-
-def _pack_order(name: str) -> int:
-    """A pack's files in the order git's own quarantine moves them: its index last."""
-    return next((n for n, end in enumerate((".keep", ".pack", ".rev")) if name.endswith(end)), 3)
-
-
-def _migrate(incoming: Path, objects: Path) -> None:
-    """Move what git wrote into `incoming` (flowd's own, never the lane's) into the store `objects`:
-    each file linked in (one already there is the same object), loose objects first."""
-    folders = sorted(d for d in os.listdir(incoming) if len(d) == 2 and set(d) <= _HEX)
-    moves = [(incoming / d / f, objects / d / f) for d in folders for f in sorted(os.listdir(incoming / d))]
-    packs = sorted(os.listdir(incoming / "pack"), key=lambda n: (_pack_order(n), n))
-    moves += [(incoming / "pack" / f, objects / "pack" / f) for f in packs if not f.startswith("tmp_")]
-    for src, dst in moves:
-        dst.parent.mkdir(exist_ok=True)
-        try:
-            os.link(src, dst)
-        except FileExistsError:
-            continue
-        except OSError:
-            os.replace(src, dst)  # a store where links cannot be made
 
 
 def _remove(top: int, found: _Found) -> None:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from flowd.engine.fingerprint import unlogged_move
 from flowd.engine.lane_objects import LaneObjects
 from flowd.events.model import Event
 from flowd.sandbox import landlock
@@ -120,6 +121,14 @@ def test_an_agents_own_commit_leaves_your_repository_whole_until_flowd_takes_it_
     assert taken == "by its agent" and events == []
     assert _git(repo, "fsck", "--full", "--no-dangling").returncode == 0
     assert repo.status_paths(a) == []  # flowd's own index read from the new commit
+    # Moved as git moves a branch: its reflog and the worktree's HEAD log name the lane's commit,
+    # no lock is left, detection sees a logged move.
+    now = _git(repo, "rev-parse", "story/ep/a").stdout.strip()
+    said = _git(repo, "reflog", "-1", "--format=%H %gs", "story/ep/a").stdout.strip()
+    assert now != made and said == f"{now} {lane_repo.REFLOG_ACTION}"
+    assert (_admin(a) / "logs" / "HEAD").read_text().splitlines()[-1].split()[:2] == [made, now]
+    assert unlogged_move(repo.common_dir, "refs/heads/story/ep/a") is None
+    assert not (repo.common_dir / "refs" / "heads" / "story" / "ep" / "a.lock").exists()
     # flowd's own commit after the task, then the lane's git sees it before its next step.
     (a / "more.txt").write_text("more\n", encoding="utf-8")
     flowd_commit = repo.commit_all(a, "flowd: the task")

@@ -22,7 +22,8 @@ from flowd.events.model import Event, LaneEscape
 from flowd.sandbox import landlock
 from flowd.sandbox.confine import Confinement
 from flowd.vcs import lane_repo
-from flowd.vcs.quarantine import Refused, quarantine, take_in
+from flowd.vcs.incoming import Refused
+from flowd.vcs.quarantine import quarantine, take_in
 
 GIT_ID = {
     "GIT_AUTHOR_NAME": "t",

@@ -1,0 +1,190 @@
+"""How checked objects enter a repository's store (docs/sandbox.md "How objects come in"): the
+objects a take-in hands over, as one pack, go through `git index-pack --strict`, which writes
+into an incoming store of flowd's own inside the store (the store its alternate, as
+`receive-pack`'s quarantine); the pack is renamed in only when git is content. Every take-in
+makes a pack, so flowd rolls its own small packs up as they gather (`git pack-objects
+--stdin-packs`), sixteen at a time, and a repository never holds more than a few dozen of them.
+
+Why packs and not loose objects: a commit of a few files is five or six objects, each a file
+and most a new fan-out folder in the incoming store and in the store; a pack is two files in
+folders that exist. Measured in `bench/quarantine.py`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from flowd.vcs.gitcli import git_env
+
+log = logging.getLogger("flowd.vcs.incoming")
+
+INCOMING = "flowd-incoming-"  # `<store>/flowd-incoming-<pid>-*`: git writes there, flowd moves in
+STALE_INCOMING_S = 3600
+ROLL_UP = 16  # packs of one level rolled into one of the next
+
+
+class Refused(Exception):
+    """What a lane (or flowd's own git) wrote cannot be taken in: one sentence saying why."""
+
+
+def feed(git_dir: Path, data: bytes, source: Path) -> None:
+    """Hand the pack `data` to git (the repository's git dir, or a submodule's), which checks
+    every object and link (`--strict`: well formed, hashes right, connected, no `.gitmodules`
+    naming a command), and move it into the store when git is content. `Refused` (naming
+    `source`, the store the objects came from) when git is not: nothing reaches the store."""
+    objects = git_dir / "objects"
+    with _incoming(objects) as incoming:
+        env = git_env()
+        env.pop("GIT_QUARANTINE_PATH", None)
+        env.update(GIT_OBJECT_DIRECTORY=str(incoming), GIT_ALTERNATE_OBJECT_DIRECTORIES=str(objects))
+        proc = subprocess.run(
+            ["git", "--git-dir", str(git_dir), "index-pack", "--stdin", "--strict", "--fix-thin"],
+            input=data,
+            capture_output=True,
+            env=env,
+            check=False,
+        )
+        if proc.returncode != 0:
+            said = proc.stderr.decode("utf-8", "replace").strip().splitlines()
+            # git's last line is the verdict ("fsck error in packed object"), the first says why.
+            reason = "; ".join(dict.fromkeys([*said[:1], *said[-1:]])) or "no reason given"
+            raise Refused(f"git refused the objects of its store {source}: {reason}")
+        name = "pack-" + proc.stdout.decode("ascii", "replace").split()[-1]
+        _move_in(incoming / "pack", objects / "pack", name)
+    _packs(objects).add(git_dir, name)
+
+
+def _move_in(src: Path, dst: Path, name: str) -> None:
+    """The pack `name` from `src` into `dst`, its index last (git finds a pack by its index).
+    A pack already there is the same pack (the name is its hash)."""
+    for suffix in (".pack", ".rev", ".idx"):
+        with contextlib.suppress(FileNotFoundError):
+            os.rename(src / (name + suffix), dst / (name + suffix))
+
+
+# -- incoming stores ------------------------------------------------------------------------------
+# This process's empty incoming stores, by (pid, store): kept between take-ins (a new folder
+# costs more than git's writing of a small pack); the pid keeps a forked child off its parent's.
+_IDLE: dict[tuple[int, Path], list[Path]] = {}
+_IDLE_GUARD = threading.Lock()
+
+
+@contextlib.contextmanager
+def _incoming(objects: Path) -> Iterator[Path]:
+    """An empty incoming store of this process in the store `objects`, flowd's alone (no lane
+    can write the store); given back for the next take-in when the body ends well, removed when
+    it raises (git refused, or stopped half way: what it wrote is never moved in)."""
+    key = (os.getpid(), objects)
+    with _IDLE_GUARD:
+        first = key not in _IDLE
+        idle = _IDLE.setdefault(key, [])
+        store = idle.pop() if idle else None
+    if first:
+        _drop_stale(objects)
+    if store is None:
+        store = Path(tempfile.mkdtemp(prefix=f"{INCOMING}{os.getpid()}-", dir=objects))
+        (store / "pack").mkdir()
+    try:
+        yield store
+    except BaseException:
+        shutil.rmtree(store, ignore_errors=True)
+        raise
+    with _IDLE_GUARD:
+        _IDLE[key].append(store)
+
+
+def _drop_stale(objects: Path) -> None:
+    """Incoming stores a flowd that ended or was killed left behind (the first take-in of a
+    process into a store looks): a gone process's, and an hour-old one whose owner is unknown."""
+    with contextlib.suppress(OSError):
+        for name in os.listdir(objects):
+            if name.startswith(INCOMING) and _stale(name, objects / name):
+                shutil.rmtree(objects / name, ignore_errors=True)
+
+
+def _stale(name: str, where: Path) -> bool:
+    owner = name.removeprefix(INCOMING).partition("-")[0]
+    if owner.isdigit() and int(owner) > 0:
+        if int(owner) == os.getpid():
+            return True  # an earlier process's with this pid: this one has none there yet
+        try:
+            os.kill(int(owner), 0)
+        except ProcessLookupError:
+            return True
+        except OSError:
+            return False  # alive, another user's
+        return False
+    try:
+        return os.lstat(where).st_mtime < time.time() - STALE_INCOMING_S
+    except OSError:
+        return False
+
+
+# -- rolling flowd's packs up ---------------------------------------------------------------------
+@dataclass
+class _Packs:
+    """The packs this process moved into one store, by level: level 0 from take-ins, level n+1
+    rolled up from `ROLL_UP` of level n. Only these are ever rolled up and removed: a pack of
+    yours, or another process's, is never touched."""
+
+    levels: list[list[str]] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add(self, git_dir: Path, name: str, level: int = 0) -> None:
+        with self.lock:
+            while len(self.levels) <= level:
+                self.levels.append([])
+            if name in self.levels[level]:
+                return
+            self.levels[level].append(name)
+            if len(self.levels[level]) < ROLL_UP:
+                return
+            batch, self.levels[level] = self.levels[level], []
+        rolled = _roll_up(git_dir, batch)
+        if rolled is not None:
+            self.add(git_dir, rolled, level + 1)
+
+
+_PACKS: dict[tuple[int, Path], _Packs] = {}
+_PACKS_GUARD = threading.Lock()
+
+
+def _packs(objects: Path) -> _Packs:
+    with _PACKS_GUARD:
+        return _PACKS.setdefault((os.getpid(), objects), _Packs())
+
+
+def _roll_up(git_dir: Path, batch: list[str]) -> str | None:
+    """One pack of every object of `batch` (packs of the store, all checked when they came in),
+    the batch removed after; None, the batch left as it is, when git could not (a `git gc` of
+    yours packed them meanwhile: nothing is lost either way)."""
+    pack_dir = git_dir / "objects" / "pack"
+    proc = subprocess.run(
+        ["git", "--git-dir", str(git_dir), "pack-objects", "-q", "--stdin-packs", str(pack_dir / "pack")],
+        input="".join(f"{name}.pack\n" for name in batch).encode(),
+        capture_output=True,
+        env=git_env(),
+        check=False,
+    )
+    if proc.returncode != 0:
+        log.debug(
+            "%s: flowd's packs not rolled up: %s", git_dir, proc.stderr.decode("utf-8", "replace").strip()
+        )
+        return None
+    rolled = "pack-" + proc.stdout.decode("ascii", "replace").strip()
+    for name in batch:
+        if name != rolled:
+            for suffix in (".idx", ".rev", ".pack"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(pack_dir / (name + suffix))
+    return rolled

@@ -1,0 +1,152 @@
+"""How checked objects enter your store (flowd/vcs/incoming.py) and how flowd moves your story
+branch after a take-in (flowd/vcs/ref_move.py), on real repositories: flowd's small packs are
+rolled up and yours never touched, a refusal leaves no incoming store behind, incoming stores of
+a process that is gone are removed, and a branch moves as git would move it (the lock, the old
+value, both reflogs) or not at all."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from flowd.engine.fingerprint import unlogged_move
+from flowd.vcs import incoming, ref_move
+from flowd.vcs.incoming import INCOMING, ROLL_UP, Refused, feed
+from flowd.vcs.quarantine import _pack
+
+ID = {
+    "GIT_AUTHOR_NAME": "t",
+    "GIT_AUTHOR_EMAIL": "t@t",
+    "GIT_COMMITTER_NAME": "t",
+    "GIT_COMMITTER_EMAIL": "t@t",
+}
+
+
+def git(repo: Path, *args: str, data: bytes | None = None) -> str:
+    done = subprocess.run(["git", *args], cwd=repo, input=data, capture_output=True, env={**os.environ, **ID})
+    assert done.returncode == 0, done.stderr.decode()
+    return done.stdout.decode()
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    repo = tmp_path / "repo"
+    git(tmp_path, "init", "-q", "-b", "main", str(repo))
+    (repo / "a.txt").write_text("a\n", encoding="utf-8")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "init")
+    git(repo, "repack", "-q", "-d")  # your own pack
+    return repo
+
+
+def _packs(repo: Path) -> set[str]:
+    return {n for n in os.listdir(repo / ".git" / "objects" / "pack") if n.endswith(".pack")}
+
+
+def _blob(text: str) -> tuple[str, tuple[str, str, bytes, bytes]]:
+    body = text.encode()
+    name = hashlib.sha1(b"blob %d\0" % len(body) + body).hexdigest()
+    return name, (name[:2], name[2:], b"blob", body)
+
+
+def test_flowds_packs_are_rolled_up_and_yours_never_touched(repo: Path) -> None:
+    yours = _packs(repo)
+    names = []
+    for n in range(ROLL_UP * 2 + 3):
+        name, loose = _blob(f"take-in {n}\n")
+        feed(repo / ".git", _pack([loose]), repo / "q")
+        names.append(name)
+    now = _packs(repo)
+    assert yours <= now, "a pack of yours was removed"
+    # 35 take-ins: two rolled-up packs and the three since, not 35.
+    assert len(now - yours) == 2 + 3, sorted(now)
+    listed = git(repo, "cat-file", "--batch-check", data="".join(f"{n}\n" for n in names).encode())
+    assert "missing" not in listed and listed.count(" blob ") == len(names)
+    git(repo, "fsck", "--full", "--no-dangling")
+    # The incoming store is kept for the next take-in, and empty.
+    stores = [n for n in os.listdir(repo / ".git" / "objects") if n.startswith(INCOMING)]
+    assert len(stores) == 1 and os.listdir(repo / ".git" / "objects" / stores[0] / "pack") == []
+
+
+def test_a_refusal_leaves_neither_objects_nor_an_incoming_store(repo: Path) -> None:
+    before = _packs(repo)
+    tree = b"100644 f\0" + bytes.fromhex("2" * 40)  # names a blob nobody has
+    name = hashlib.sha1(b"tree %d\0" % len(tree) + tree).hexdigest()
+    with pytest.raises(Refused, match="git refused the objects of its store"):
+        feed(repo / ".git", _pack([(name[:2], name[2:], b"tree", tree)]), repo / "q")
+    assert _packs(repo) == before
+    assert not (repo / ".git" / "objects" / name[:2] / name[2:]).exists()
+    objects = repo / ".git" / "objects"
+    assert [n for n in os.listdir(objects) if n.startswith(INCOMING)] == []
+
+
+def test_incoming_stores_of_a_gone_process_are_removed_a_live_ones_kept(repo: Path) -> None:
+    objects = repo / ".git" / "objects"
+    dead = subprocess.Popen(["true"])  # a pid that has ended
+    dead.wait()
+    (objects / f"{INCOMING}{dead.pid}-x" / "ab").mkdir(parents=True)
+    (objects / f"{INCOMING}{os.getppid()}-y" / "pack").mkdir(parents=True)
+    incoming._IDLE.pop((os.getpid(), objects), None)  # this process's first take-in into the store
+    _, loose = _blob("after\n")
+    feed(repo / ".git", _pack([loose]), repo / "q")
+    left = sorted(n for n in os.listdir(objects) if n.startswith(INCOMING))
+    assert f"{INCOMING}{dead.pid}-x" not in left and f"{INCOMING}{os.getppid()}-y" in left
+
+
+def _commit(repo: Path, text: str) -> str:
+    (repo / "a.txt").write_text(text, encoding="utf-8")
+    git(repo, "add", "a.txt")
+    head = git(repo, "rev-parse", "HEAD").strip()
+    return git(repo, "commit-tree", git(repo, "write-tree").strip(), "-p", head, "-m", text).strip()
+
+
+def test_a_branch_moves_as_git_moves_it_or_not_at_all(repo: Path) -> None:
+    common = repo / ".git"
+    git(repo, "branch", "story/ep/a")
+    old = git(repo, "rev-parse", "story/ep/a").strip()
+    new = _commit(repo, "moved\n")
+    ref = "refs/heads/story/ep/a"
+    # The old value checked under the lock: a branch that moved meanwhile is left as it is.
+    with ref_move.locked(common, ref, new) as move:
+        assert move is None
+    # Another writer holds the lock (git itself, mid-update): nothing moves, its lock stays.
+    (common / f"{ref}.lock").write_text("x\n", encoding="utf-8")
+    with ref_move.locked(common, ref, old) as move:
+        assert move is None
+    assert (common / f"{ref}.lock").exists()
+    (common / f"{ref}.lock").unlink()
+    # A body that fails leaves the branch and no lock.
+    with pytest.raises(RuntimeError), ref_move.locked(common, ref, old) as move:
+        assert move is not None
+        raise RuntimeError("read-tree failed")
+    assert git(repo, "rev-parse", "story/ep/a").strip() == old and not (common / f"{ref}.lock").exists()
+    # Moved: the value, the branch's reflog and the other log named, as git would write them.
+    head_log = common / "logs" / "HEAD"
+    before = head_log.read_bytes()
+    with ref_move.locked(common, ref, old) as move:
+        assert move is not None
+        move(new, "flowd: the lane's own commit", [head_log])
+    assert git(repo, "rev-parse", "story/ep/a").strip() == new
+    said = git(repo, "reflog", "-1", "--format=%H %gs", "story/ep/a").strip()
+    assert said == f"{new} flowd: the lane's own commit"
+    assert head_log.read_bytes().startswith(before)
+    assert head_log.read_text().splitlines()[-1].startswith(f"{old} {new} ")
+    assert unlogged_move(common, ref) is None  # detection sees a logged move, never blames
+    git(repo, "fsck", "--full", "--no-dangling")
+
+
+def test_a_branch_only_in_packed_refs_moves_too(repo: Path) -> None:
+    common = repo / ".git"
+    git(repo, "branch", "story/ep/b")
+    git(repo, "pack-refs", "--all")
+    old = git(repo, "rev-parse", "story/ep/b").strip()
+    assert not (common / "refs" / "heads" / "story" / "ep" / "b").exists()
+    new = _commit(repo, "packed\n")
+    with ref_move.locked(common, "refs/heads/story/ep/b", old) as move:
+        assert move is not None
+        move(new, "flowd: the lane's own commit", [])
+    assert git(repo, "rev-parse", "story/ep/b").strip() == new
