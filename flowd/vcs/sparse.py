@@ -12,8 +12,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from flowd.vcs.gitcli import run_git, split_z
+from flowd.vcs.gitcli import GitDirChanged, pin_of, run_git, split_z
 from flowd.vcs.gitops import Repo
+from flowd.vcs.index_size import index_entries
+
+SPARSE_INDEX_FROM = 200_000  # files: where a sparse index starts to pay (`_index_kind`)
 
 
 def enable_worktree_config(repo: Repo) -> bool:
@@ -62,13 +65,27 @@ def apply_cone(wt: Path, dirs: Sequence[str] | None) -> None:
         if is_sparse(wt):
             run_git(wt, ["sparse-checkout", "disable"], f"could not check the whole tree out in {wt}")
         return
-    # A sparse index too: the folders outside the cone are one index entry each, so every git
-    # command in the worktree (status, add, commit, reset) reads a small index, not 25,000 entries.
     run_git(
         wt,
-        ["sparse-checkout", "set", "--cone", "--sparse-index", "--", *dirs],
+        ["sparse-checkout", "set", "--cone", _index_kind(wt), "--", *dirs],
         f"could not make {wt} a sparse checkout of {', '.join(dirs) or 'the root files'}",
     )
+
+
+def _index_kind(wt: Path) -> str:
+    """A sparse index (each folder outside the cone one entry) only for a repository of
+    `SPARSE_INDEX_FROM` files or more: below that the whole index, the files outside the cone
+    marked skip-worktree, is the quicker one. git's `status`, `diff` and `write-tree` on a
+    sparse index read the tree of every folder outside the cone, each through its delta chain;
+    on the 25,000-file benchmark repository 40-55 ms a command against 4-6 ms with the whole
+    index (docs/repositories.md "Sparse worktrees"), about 0.2 µs an entry: the two meet near
+    200,000 files."""
+    try:
+        pin = pin_of(wt)
+    except GitDirChanged:
+        pin = None
+    files = index_entries(pin.common_dir) if pin is not None else None
+    return "--no-sparse-index" if files is not None and files < SPARSE_INDEX_FROM else "--sparse-index"
 
 
 def add_sparse(repo: Repo, path: Path, branch: str, start: str | None, dirs: Sequence[str]) -> Path:

@@ -143,3 +143,25 @@ def test_a_sparse_lane_takes_a_sparse_spare_and_the_train_a_whole_one(tmp_path: 
     candidate = spares.reserve(leave=0)
     assert candidate is not None and not sparse.is_sparse(candidate)
     assert (candidate / "big" / "deep" / "f1.txt").is_file()
+
+
+def test_a_sparse_worktree_keeps_the_whole_index_below_the_size_where_a_sparse_one_pays(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/repositories.md "Sparse worktrees": below `SPARSE_INDEX_FROM` files the index keeps
+    every entry (those outside the cone skip-worktree); from it on, a folder outside the cone is
+    one entry. Either way only the cone's files are written and `git status` is clean."""
+    sc = Scenario.create(tmp_path, [story("a", ["svc/a"])], [], files=FILES)
+    repo = Repo(sc.repo)
+    sparse.enable_worktree_config(repo)
+    tracked = len(git(sc.repo, "ls-files").splitlines())
+    spares = Spares(repo, tmp_path / "lanes")
+    for name, threshold, sparse_index in (("small", tracked + 1, "false"), ("big", tracked, "true")):
+        monkeypatch.setattr(sparse, "SPARSE_INDEX_FROM", threshold)
+        wt = tmp_path / "lanes" / name
+        assert spares.take(wt, f"story/ep/{name}", "main", cone=["svc/a"]) == "added"
+        assert git(wt, "config", "--worktree", "--bool", "index.sparse").strip() == sparse_index, name
+        listed = git(wt, "ls-files", "--sparse").splitlines()
+        assert ("big/" in listed) == (sparse_index == "true"), (name, listed)
+        assert (wt / "svc" / "a" / "x.py").is_file() and not (wt / "big").exists()
+        assert git(wt, "status", "--porcelain") == ""
