@@ -31,6 +31,10 @@ log = logging.getLogger("flowd.vcs.incoming")
 INCOMING = "flowd-incoming-"  # `<store>/flowd-incoming-<pid>-*`: git writes there, flowd moves in
 STALE_INCOMING_S = 3600
 ROLL_UP = 16  # packs of one level rolled into one of the next
+# The take-in's pack is as durable as the loose objects it replaces: git flushes a pack to disk
+# by default but not a loose object (`core.fsyncObjectFiles` is off), and the lane's own git
+# wrote these loose, unflushed, into its quarantine. About 0.6 ms a take-in here.
+_NO_FSYNC = ("-c", "core.fsync=-pack,-pack-metadata")
 
 
 class Refused(Exception):
@@ -48,7 +52,7 @@ def feed(git_dir: Path, data: bytes, source: Path) -> None:
         env.pop("GIT_QUARANTINE_PATH", None)
         env.update(GIT_OBJECT_DIRECTORY=str(incoming), GIT_ALTERNATE_OBJECT_DIRECTORIES=str(objects))
         proc = subprocess.run(
-            ["git", "--git-dir", str(git_dir), "index-pack", "--stdin", "--strict", "--fix-thin"],
+            ["git", *_NO_FSYNC, "--git-dir", str(git_dir), "index-pack", "--stdin", "--strict", "--fix-thin"],
             input=data,
             capture_output=True,
             env=env,
