@@ -172,8 +172,8 @@ def test_what_fails_the_check_is_refused_and_nothing_is_written(lane: Path) -> N
         ),
         "missing blob": lambda: _hash(repo, "tree", b"100644 f\0" + bytes.fromhex("2" * 40), q),
         "malformed": lambda: _hash(repo, "commit", b"garbage\n", q),
-        # git's unpack-objects writes each object before it checks `.gitmodules` blobs: the
-        # take-in's incoming store keeps them out until git is content.
+        # git checks `.gitmodules` blobs last, after it wrote what it received: the take-in's
+        # incoming store keeps that out of the store until git is content.
         "a .gitmodules naming a command": lambda: _hash(
             repo, "tree", b"100644 .gitmodules\0" + bytes.fromhex(_hash(repo, "blob", _GITMODULES, q)), q
         ),
