@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -44,14 +45,15 @@ def locked(common: Path, ref: str, old: str) -> Iterator[Callable[[str, str, lis
         return
     moved = False
     try:
-        os.close(fd)
         if _value(common, ref) != old:
             yield None
             return
 
         def move(new: str, message: str, logs: list[Path]) -> None:
             nonlocal moved
-            lock.write_bytes(f"{new}\n".encode("ascii"))
+            with contextlib.suppress(OSError):  # the branch keeps its file's mode (a shared repository's)
+                os.fchmod(fd, stat.S_IMODE(os.stat(path).st_mode))
+            os.write(fd, f"{new}\n".encode("ascii"))
             line = f"{old} {new} {_ident(common)} {_now()}\t{message}\n".encode("utf-8", "replace")
             for log in [common / "logs" / ref, *logs]:
                 _append(log, line)
@@ -60,6 +62,7 @@ def locked(common: Path, ref: str, old: str) -> Iterator[Callable[[str, str, lis
 
         yield move
     finally:
+        os.close(fd)
         if not moved:
             with contextlib.suppress(OSError):
                 os.unlink(lock)
@@ -70,10 +73,10 @@ def _create(lock: Path) -> int:
     have none left)."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
-        return os.open(lock, flags, 0o644)
+        return os.open(lock, flags, 0o666)  # the umask's mode, as git's own lock
     except FileNotFoundError:
         lock.parent.mkdir(parents=True, exist_ok=True)
-        return os.open(lock, flags, 0o644)
+        return os.open(lock, flags, 0o666)
 
 
 def _value(common: Path, ref: str) -> str | None:

@@ -127,10 +127,12 @@ def test_a_branch_moves_as_git_moves_it_or_not_at_all(repo: Path) -> None:
     # Moved: the value, the branch's reflog and the other log named, as git would write them.
     head_log = common / "logs" / "HEAD"
     before = head_log.read_bytes()
+    (common / ref).chmod(0o664)  # a shared repository's group-writable branch stays so
     with ref_move.locked(common, ref, old) as move:
         assert move is not None
         move(new, "flowd: the lane's own commit", [head_log])
     assert git(repo, "rev-parse", "story/ep/a").strip() == new
+    assert (common / ref).stat().st_mode & 0o777 == 0o664
     said = git(repo, "reflog", "-1", "--format=%H %gs", "story/ep/a").strip()
     assert said == f"{new} flowd: the lane's own commit"
     assert head_log.read_bytes().startswith(before)
