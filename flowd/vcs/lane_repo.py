@@ -580,8 +580,13 @@ def adopt(common: Path, admin: Path, wt: Path, move: Move) -> bool:
                     if move_ref is None:
                         return False
                     run_git(common, [*pinned, "read-tree", "--reset", move.new], "", env=env)
-                    move_ref(move.new, REFLOG_ACTION, [admin / "logs" / "HEAD"])
-        except FlowdError:
+                    try:
+                        move_ref(move.new, REFLOG_ACTION, [admin / "logs" / "HEAD"])
+                    except OSError:
+                        # The branch did not move: the index goes back to where it stays.
+                        run_git(common, [*pinned, "read-tree", "--reset", move.old], "", env=env)
+                        return False
+        except (FlowdError, OSError):
             return False
         after = _side(common, admin)
         if after is not None:

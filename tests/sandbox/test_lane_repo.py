@@ -161,8 +161,16 @@ def test_a_lane_repository_survives_flowds_worktree_commands(repo: Repo) -> None
     moved = repo.worktree_move(a, a.parent / "a2")
     assert (moved / ".git").read_text(encoding="utf-8") == f"gitdir: {admin / 'flowd-git'}\n"
     assert check_admin(repo.common_dir, moved) == []
-    # A lane pointing its `.git` at the admin dir (where flowd's git works) gets it put back.
+    # A `.git` naming its own admin dir is flowd's passing state (between making the lane
+    # repository and naming it, or named away for git's `worktree move`): detection, which may
+    # look at that moment from another lane's step, blames no one; the next step names the lane
+    # repository again. (Written by a lane, it only keeps the lane's git out of a dir it cannot
+    # write.) Anything else there is put back and said.
     (moved / ".git").write_text(f"gitdir: {admin}\n", encoding="utf-8")
+    assert check_admin(repo.common_dir, moved) == []
+    assert _sh(c, moved, "true").returncode == 0
+    assert (moved / ".git").read_text(encoding="utf-8") == f"gitdir: {admin / 'flowd-git'}\n"
+    (moved / ".git").write_text(f"gitdir: {moved.parent}\n", encoding="utf-8")
     assert [p.path.name for p in check_admin(repo.common_dir, moved)] == [".git"]
     assert (moved / ".git").read_text(encoding="utf-8") == f"gitdir: {admin / 'flowd-git'}\n"
     repo.worktree_remove(moved, force=True)
