@@ -86,11 +86,7 @@ def check_admin(common_dir: Path, wt: Path, head: str | None = None) -> list[Adm
     }
     for path, text in want.items():
         if _says(path) != text.strip() and not _same_place(path, text):
-            if path.name == ".git" and _same_place(path, f"gitdir: {admin}\n"):
-                # Its own admin dir: flowd's own passing state (the lane repository made but not
-                # yet named, or named away for git's `worktree move`); a lane that wrote it only
-                # keeps its own git out of the admin dir it cannot write. The next step names the
-                # lane repository again (`lane_repo.point`).
+            if path.name == ".git" and _flowds_own(path, admin):
                 continue
             at = _mtime(path)
             found.append(AdminProblem(path, "names another git dir", _write(path, text), at))
@@ -145,6 +141,19 @@ def check_candidate(common_dir: Path, wt: Path, at: str) -> list[AdminProblem]:
         # The index may name a blob that was thrown away (`git add` in a gate): read from HEAD.
         run_git(real, ["read-tree", "HEAD"], "", ok_codes=range(256))
     return found
+
+
+def _flowds_own(dotgit: Path, admin: Path) -> bool:
+    """Whether the worktree's `.git` names its admin dir or its lane repository while `want`
+    named the other: flowd's own passing state, never a lane's escape. flowd makes the lane
+    repository, then names it (`lane_repo.make`, `point`), and names the admin dir again around
+    git's `worktree move` (`unpoint`); a check from another thread reads `active` and the file at
+    two moments and may fall between. Both are this worktree's own git dirs, made by flowd: a
+    lane naming one reaches nothing of another lane's or of yours (the admin dir it cannot write
+    keeps only its own git out), and the next step names the lane repository again."""
+    return _same_place(dotgit, f"gitdir: {admin}\n") or _same_place(
+        dotgit, f"gitdir: {lane_repo.lane_git(admin)}\n"
+    )
 
 
 def _same_place(path: Path, text: str) -> bool:

@@ -169,6 +169,10 @@ def test_a_lane_repository_survives_flowds_worktree_commands(repo: Repo) -> None
     (moved / ".git").write_text(f"gitdir: {admin}\n", encoding="utf-8")
     assert check_admin(repo.common_dir, moved) == []
     assert _sh(c, moved, "true").returncode == 0
+    # The other way round: the lane repository named while no lane repository is there yet.
+    (admin / "flowd-git").rename(admin / "flowd-git.aside")
+    assert check_admin(repo.common_dir, moved) == []
+    (admin / "flowd-git.aside").rename(admin / "flowd-git")
     assert (moved / ".git").read_text(encoding="utf-8") == f"gitdir: {admin / 'flowd-git'}\n"
     (moved / ".git").write_text(f"gitdir: {moved.parent}\n", encoding="utf-8")
     assert [p.path.name for p in check_admin(repo.common_dir, moved)] == [".git"]
