@@ -31,6 +31,7 @@ log = logging.getLogger("flowd.vcs.incoming")
 INCOMING = "flowd-incoming-"  # `<store>/flowd-incoming-<pid>-*`: git writes there, flowd moves in
 STALE_INCOMING_S = 3600
 ROLL_UP = 16  # packs of one level rolled into one of the next
+_PID_MAX = 1 << 22  # Linux's largest pid: a longer number in a store's name is no pid of ours
 # The take-in's pack is as durable as the loose objects it replaces: git flushes a pack to disk
 # by default but not a loose object (`core.fsyncObjectFiles` is off), and the lane's own git
 # wrote these loose, unflushed, into its quarantine. About 0.6 ms a take-in here.
@@ -118,7 +119,7 @@ def _drop_stale(objects: Path) -> None:
 
 def _stale(name: str, where: Path) -> bool:
     owner = name.removeprefix(INCOMING).partition("-")[0]
-    if owner.isdigit() and int(owner) > 0:
+    if owner.isdigit() and 0 < int(owner) <= _PID_MAX:
         if int(owner) == os.getpid():
             return True  # an earlier process's with this pid: this one has none there yet
         try:

@@ -177,7 +177,7 @@ def _enter(fd: int, part: str) -> int:
     return nxt
 
 
-def _ref_value(common: Path, name: str) -> str | None:
+def ref_value(common: Path, name: str) -> str | None:
     """The value of the branch `name` in your repository: its loose file, else packed-refs."""
     loose = _read_at(common, name)
     if _is_name(loose):
@@ -207,7 +207,7 @@ def _side(common: Path, admin: Path) -> _Side | None:
     ref = head.removeprefix("ref: ").strip() if head.startswith("ref: ") else None
     if ref is not None and (not ref.startswith("refs/heads/") or ".." in ref.split("/")):
         return None  # not a branch flowd gives a lane (detection puts it back)
-    sha = _ref_value(common, ref) if ref is not None else (head if _is_name(head) else None)
+    sha = ref_value(common, ref) if ref is not None else (head if _is_name(head) else None)
     return _Side(head, ref, sha)
 
 
@@ -576,7 +576,8 @@ def adopt(common: Path, admin: Path, wt: Path, move: Move) -> bool:
             if move.old is None or not ref_move.files_backend(_format(common)[1]):
                 run_git(common, [*pinned, "reset", "-q", "--no-refresh", move.new], "", env=env)
             else:
-                with ref_move.locked(common, side.ref, move.old) as move_ref:
+                ref = side.ref
+                with ref_move.locked(common, ref, move.old, lambda: ref_value(common, ref)) as move_ref:
                     if move_ref is None:
                         return False
                     run_git(common, [*pinned, "read-tree", "--reset", move.new], "", env=env)

@@ -31,9 +31,12 @@ def files_backend(extensions: str) -> bool:
 
 
 @contextlib.contextmanager
-def locked(common: Path, ref: str, old: str) -> Iterator[Callable[[str, str, list[Path]], None] | None]:
+def locked(
+    common: Path, ref: str, old: str, read: Callable[[], str | None]
+) -> Iterator[Callable[[str, str, list[Path]], None] | None]:
     """Hold `<ref>.lock` while the body works; yields None (nothing held) when another writer
-    holds it or the ref no longer names `old`. The body calls what it is given with the new
+    holds it or the ref no longer names `old` (`read`: its value now, loose or packed, as the
+    caller reads refs). The body calls what it is given with the new
     value, the reflog message and the other reflogs to append to (the worktree `HEAD` that names
     the branch), which moves the ref; a body that raises, or never calls it, leaves the ref as it was."""
     path = common / ref
@@ -45,7 +48,7 @@ def locked(common: Path, ref: str, old: str) -> Iterator[Callable[[str, str, lis
         return
     moved = False
     try:
-        if _value(common, ref) != old:
+        if read() != old:
             yield None
             return
 
@@ -77,21 +80,6 @@ def _create(lock: Path) -> int:
     except FileNotFoundError:
         lock.parent.mkdir(parents=True, exist_ok=True)
         return os.open(lock, flags, 0o666)
-
-
-def _value(common: Path, ref: str) -> str | None:
-    """The ref's loose value, else its line in `packed-refs` (git's order)."""
-    try:
-        return (common / ref).read_text(encoding="ascii").strip()
-    except FileNotFoundError:
-        pass
-    except (OSError, ValueError):
-        return None
-    with contextlib.suppress(OSError, ValueError):
-        for line in (common / "packed-refs").read_text(encoding="ascii").splitlines():
-            if line.endswith(f" {ref}") and line[0] not in "#^":
-                return line.partition(" ")[0]
-    return None
 
 
 def _append(log: Path, line: bytes) -> None:

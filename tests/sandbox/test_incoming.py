@@ -9,12 +9,13 @@ from __future__ import annotations
 import hashlib
 import os
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from flowd.engine.fingerprint import unlogged_move
-from flowd.vcs import incoming, ref_move
+from flowd.vcs import incoming, lane_repo, ref_move
 from flowd.vcs.incoming import INCOMING, ROLL_UP, Refused, feed
 from flowd.vcs.quarantine import _pack
 
@@ -90,11 +91,17 @@ def test_incoming_stores_of_a_gone_process_are_removed_a_live_ones_kept(repo: Pa
     dead.wait()
     (objects / f"{INCOMING}{dead.pid}-x" / "ab").mkdir(parents=True)
     (objects / f"{INCOMING}{os.getppid()}-y" / "pack").mkdir(parents=True)
+    (objects / f"{INCOMING}{'9' * 30}-z").mkdir()  # no pid at all: kept until an hour old
     incoming._IDLE.pop((os.getpid(), objects), None)  # this process's first take-in into the store
     _, loose = _blob("after\n")
     feed(repo / ".git", _pack([loose]), repo / "q")
     left = sorted(n for n in os.listdir(objects) if n.startswith(INCOMING))
     assert f"{INCOMING}{dead.pid}-x" not in left and f"{INCOMING}{os.getppid()}-y" in left
+    assert f"{INCOMING}{'9' * 30}-z" in left
+
+
+def _reader(common: Path, ref: str) -> Callable[[], str | None]:
+    return lambda: lane_repo.ref_value(common, ref)
 
 
 def _commit(repo: Path, text: str) -> str:
@@ -111,16 +118,16 @@ def test_a_branch_moves_as_git_moves_it_or_not_at_all(repo: Path) -> None:
     new = _commit(repo, "moved\n")
     ref = "refs/heads/story/ep/a"
     # The old value checked under the lock: a branch that moved meanwhile is left as it is.
-    with ref_move.locked(common, ref, new) as move:
+    with ref_move.locked(common, ref, new, _reader(common, ref)) as move:
         assert move is None
     # Another writer holds the lock (git itself, mid-update): nothing moves, its lock stays.
     (common / f"{ref}.lock").write_text("x\n", encoding="utf-8")
-    with ref_move.locked(common, ref, old) as move:
+    with ref_move.locked(common, ref, old, _reader(common, ref)) as move:
         assert move is None
     assert (common / f"{ref}.lock").exists()
     (common / f"{ref}.lock").unlink()
     # A body that fails leaves the branch and no lock.
-    with pytest.raises(RuntimeError), ref_move.locked(common, ref, old) as move:
+    with pytest.raises(RuntimeError), ref_move.locked(common, ref, old, _reader(common, ref)) as move:
         assert move is not None
         raise RuntimeError("read-tree failed")
     assert git(repo, "rev-parse", "story/ep/a").strip() == old and not (common / f"{ref}.lock").exists()
@@ -128,7 +135,7 @@ def test_a_branch_moves_as_git_moves_it_or_not_at_all(repo: Path) -> None:
     head_log = common / "logs" / "HEAD"
     before = head_log.read_bytes()
     (common / ref).chmod(0o664)  # a shared repository's group-writable branch stays so
-    with ref_move.locked(common, ref, old) as move:
+    with ref_move.locked(common, ref, old, _reader(common, ref)) as move:
         assert move is not None
         move(new, "flowd: the lane's own commit", [head_log])
     assert git(repo, "rev-parse", "story/ep/a").strip() == new
@@ -148,7 +155,9 @@ def test_a_branch_only_in_packed_refs_moves_too(repo: Path) -> None:
     old = git(repo, "rev-parse", "story/ep/b").strip()
     assert not (common / "refs" / "heads" / "story" / "ep" / "b").exists()
     new = _commit(repo, "packed\n")
-    with ref_move.locked(common, "refs/heads/story/ep/b", old) as move:
+    with ref_move.locked(
+        common, "refs/heads/story/ep/b", old, _reader(common, "refs/heads/story/ep/b")
+    ) as move:
         assert move is not None
         move(new, "flowd: the lane's own commit", [])
     assert git(repo, "rev-parse", "story/ep/b").strip() == new
