@@ -5,6 +5,8 @@ policy (a confined lane writing the shared store), in one run, rounds interleave
   quarantine, flowd taking the commit in (`LaneObjects.take`, as after every lane step); today's
   variant is the same commit with the shared `objects/` writable and no take-in;
 - take-in alone: the same take-in, timed by itself (the part flowd adds per step with a commit);
+  and the same again in a third lane with the worktree's index read by `git read-tree` (the
+  take-in before flowd/vcs/index_reset.py), the baseline of that part;
 - empty take-in: a step that wrote no object (flowd looks at the quarantine before and after
   every step);
 - per story: a normal story, `--commits` steps of one commit each (plus the empty look before
@@ -37,6 +39,7 @@ if str(ROOT) not in sys.path:
 from flowd.engine.lane_objects import LaneObjects  # noqa: E402
 from flowd.sandbox import landlock  # noqa: E402
 from flowd.sandbox.confine import Confinement  # noqa: E402
+from flowd.vcs import index_reset  # noqa: E402
 
 ID = {
     "GIT_AUTHOR_NAME": "b",
@@ -73,8 +76,10 @@ def confinement(repo: Path, today: bool) -> Confinement:
 
 
 def commit(c: Confinement, wt: Path, n: int, files: int, today: bool) -> None:
+    """A confined commit of `files` files in `wt`: contents of this lane's own (the same bytes in
+    two lanes would be one object, already in the store, and nothing would come in)."""
     script = (
-        " && ".join(f"echo {n}-{i} > f{i}.txt" for i in range(files))
+        " && ".join(f"echo {wt.name}{n}-{i} > f{i}.txt" for i in range(files))
         + f" && git add -A && git commit -q -m c{n}"
     )
     with c.spawn(wt) as confined:
@@ -92,6 +97,20 @@ def commit(c: Confinement, wt: Path, n: int, files: int, today: bool) -> None:
             text=True,
         )
     assert done.returncode == 0, done.stderr
+
+
+def take_by_git(objects: LaneObjects, c: Confinement, wt: Path, n: int, files: int) -> float:
+    """A commit in the third lane, then its take-in timed with the index read by `git read-tree`
+    (index_reset declining, as it does for an index it leaves to git)."""
+    commit(c, wt, n, files, today=False)
+    flowd_reset = index_reset.reset
+    index_reset.reset = lambda *_: None
+    try:
+        started = time.perf_counter()
+        objects.take("git", wt)
+        return time.perf_counter() - started
+    finally:
+        index_reset.reset = flowd_reset
 
 
 def lane_repo(root: Path, repo: Path) -> tuple[Path, Path]:
@@ -154,11 +173,14 @@ def main() -> None:
         root = Path(tmp)
         repo, wt_new = lane(root, "new")
         _, wt_old = lane(root, "old")
+        _, wt_git = lane(root, "git")
         new, old = confinement(repo, today=False), confinement(repo, today=True)
         objects = LaneObjects(repo / ".git", lambda _e: None, None)
         objects.take("new", wt_new)
+        objects.take("git", wt_git)
         own, designs = lane_repo(root, repo)
         today, quarantined, take, empty, story_today, story_new = [], [], [], [], [], []
+        take_git: list[float] = []
         fetched: list[float] = []
         pushed: list[float] = []
         n = 0
@@ -181,6 +203,7 @@ def main() -> None:
                 take.append(ended - committed)
                 quarantined.append(ended - looked)
                 per_story_new += ended - started
+                take_git.append(take_by_git(objects, new, wt_git, n, args.files))
                 fetched.append(transfer(own, designs, n, args.files, "fetch"))
                 pushed.append(transfer(own, designs, n, args.files, "push"))
             story_today.append(per_story_old)
@@ -196,6 +219,7 @@ def main() -> None:
     print(f"  per commit, today (shared store writable): {ms(today)}")
     print(f"  per commit, quarantined + taken in:        {ms(quarantined)}")
     print(f"  take-in alone (after a step with a commit): {ms(take)}")
+    print(f"  take-in, the index by git's read-tree:      {ms(take_git)}")
     print(f"  empty take-in (a step with no object):      {ms(empty)}")
     print(f"  per commit, added:                          {ms(extra)}")
     print(f"  design (c), fetch from a lane repository:   {ms(fetched)}")

@@ -118,7 +118,7 @@ class LaneObjects:
                 )
             if move is not None:
                 # Its objects are in: the branch in your repository follows the lane's own.
-                lane_repo.adopt(self.common_dir, admin, home, move)
+                lane_repo.adopt(self.common_dir, admin, home, move, taken.held)
                 tips = self._tips(admin)
             with self._lock:
                 self.good.update(tips)

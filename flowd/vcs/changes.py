@@ -4,7 +4,6 @@ changes the user's own checkout: `_owned_worktree` refuses it."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import tempfile
@@ -13,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from flowd.base.errors import InputError
+from flowd.vcs import index_reset
 from flowd.vcs.bootstrapped import bootstrapped, stage_all, write_bootstrapped
 from flowd.vcs.gitcli import GitError, git_reason, not_flow, private_git_dir, run_git, split_z
 from flowd.vcs.incoming import Refused
@@ -368,22 +368,13 @@ def merge_in_progress(worktree: Path) -> bool:
 
 
 def _install_index(staged: Path, index: Path, what: str) -> None:
-    """`staged` as the worktree's index, as git writes one: through `index.lock`, made only when
-    no git holds it, renamed over the index (a link there is replaced, never written through)."""
+    """`staged` as the worktree's index, as git writes one (flowd/vcs/index_reset.py `Lock`),
+    with the time it was made (git's racy-clean check reads it against the files')."""
     lock = index.with_name(index.name + ".lock")
     try:
-        fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        with index_reset.Lock(index) as held:
+            held.install(staged.read_bytes(), os.stat(staged).st_mtime_ns)
     except FileExistsError as exc:
         raise GitError(f"{what}: Unable to create '{lock}': File exists.") from exc
     except OSError as exc:
-        raise GitError(f"{what}: Unable to create '{lock}': {exc.strerror}") from exc
-    try:
-        with os.fdopen(fd, "wb") as out:
-            out.write(staged.read_bytes())
-        made = os.stat(staged)  # its time, as git's racy-clean check reads it against the files'
-        os.utime(lock, ns=(made.st_atime_ns, made.st_mtime_ns))
-        os.replace(lock, index)
-    except OSError as exc:
-        with contextlib.suppress(OSError):
-            os.unlink(lock)
         raise GitError(f"{what}: could not write the index {index} ({exc.strerror})") from exc

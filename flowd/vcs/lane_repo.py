@@ -30,14 +30,14 @@ import os
 import shutil
 import stat
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from flowd.base.errors import FlowdError
 from flowd.base.fsio import put_back
 from flowd.base.layout import LANE_GIT
-from flowd.vcs import ref_move
+from flowd.vcs import index_reset, ref_move
 from flowd.vcs.gitcli import private_git_dir, run_git
 from flowd.vcs.quarantine import QUARANTINE_DIR
 
@@ -558,13 +558,14 @@ def moved(common: Path, admin: Path) -> Move | None:
     return Move(side.ref, side.sha, str(now))
 
 
-def adopt(common: Path, admin: Path, wt: Path, move: Move) -> bool:
+def adopt(common: Path, admin: Path, wt: Path, move: Move, held: Mapping[str, bytes] | None = None) -> bool:
     """Take the lane's `move` in (its objects are in the repository's store, checked): your story
     branch follows the lane's own, its old value checked under the worktree's lock and the ref's
     (no lane can write your refs; flowd's own commits to the branch come between the lane's steps,
     when no take-in runs), and the worktree's index is read from the new commit, keeping the
-    stat of what did not change (what `git reset --no-refresh` does, in one `read-tree` and no
-    ref-moving process: flowd/vcs/ref_move.py); the record says the lane repository agrees.
+    stat of what did not change (what `git reset --no-refresh` does, with no git process where
+    `held`, the commits and trees the take-in read, has what changed: flowd/vcs/index_reset.py,
+    flowd/vcs/ref_move.py); the record says the lane repository agrees.
     False when flowd's side moved meanwhile (nothing taken)."""
     pinned = ["--git-dir", str(admin), "--work-tree", str(wt)]
     env = {"GIT_COMMON_DIR": str(common), "GIT_REFLOG_ACTION": REFLOG_ACTION}
@@ -580,12 +581,13 @@ def adopt(common: Path, admin: Path, wt: Path, move: Move) -> bool:
                 with ref_move.locked(common, ref, move.old, lambda: ref_value(common, ref)) as move_ref:
                     if move_ref is None:
                         return False
-                    run_git(common, [*pinned, "read-tree", "--reset", move.new], "", env=env)
+                    put_back = _index_to(
+                        common, admin, move, held or {}, [*pinned, "read-tree", "--reset"], env
+                    )
                     try:
                         move_ref(move.new, REFLOG_ACTION, [admin / "logs" / "HEAD"])
                     except OSError:
-                        # The branch did not move: the index goes back to where it stays.
-                        run_git(common, [*pinned, "read-tree", "--reset", move.old], "", env=env)
+                        put_back()  # the branch did not move: the index goes back to where it stays
                         return False
         except (FlowdError, OSError):
             return False
@@ -593,6 +595,37 @@ def adopt(common: Path, admin: Path, wt: Path, move: Move) -> bool:
         if after is not None:
             _write_record(admin, after, move.new)
     return True
+
+
+def _index_to(
+    common: Path,
+    admin: Path,
+    move: Move,
+    held: Mapping[str, bytes],
+    read_tree: list[str],
+    env: dict[str, str],
+) -> Callable[[], None]:
+    """The worktree's index read from `move.new`, in-process where `held` allows
+    (flowd/vcs/index_reset.py), else by `git read-tree --reset`; what puts it back as it was."""
+    index = admin / "index"
+    with contextlib.suppress(OSError), index_reset.Lock(index) as lock:
+        old = index_reset.read(index)
+        new = index_reset.reset(old, move.new, held) if old is not None else None
+        if old is not None and new is not None:
+            lock.install(new)
+            was = old
+
+            def back() -> None:
+                with index_reset.Lock(index) as again:
+                    again.install(was.data, was.mtime_ns)
+
+            return back
+    run_git(common, [*read_tree, move.new], "", env=env)
+
+    def reread() -> None:
+        run_git(common, [*read_tree, str(move.old)], "", env=env)
+
+    return reread
 
 
 def before_worktree_command(wt: Path) -> Path | None:

@@ -31,7 +31,7 @@ import struct
 import subprocess
 import tempfile
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -114,6 +114,9 @@ class _Found:
 class TakenIn:
     names: frozenset[str]  # the loose objects taken in (a pack's objects are not listed)
     packs: tuple[str, ...] = ()  # the packs taken in, by file name
+    # The repository's commits and trees among them, by name: what flowd/vcs/index_reset.py
+    # reads a worktree's index from (read here, hashed; checked by `index-pack` since).
+    held: Mapping[str, bytes] = field(default_factory=dict)
 
     def __bool__(self) -> bool:
         return bool(self.names or self.packs)
@@ -153,7 +156,8 @@ def take_in(
             feed(git_dir, _pack(theirs), q)
         if remove:
             _remove(top, found)
-        return TakenIn(names, tuple(found.packs))
+        held = {d + f: body for d, f, kind, body in ours if kind in (b"commit", b"tree")}
+        return TakenIn(names, tuple(found.packs), held)
     finally:
         os.close(top)
 
