@@ -106,32 +106,38 @@ def named_sockets(environ: dict[str, str]) -> list[str]:
 def masks(home: Path, keep: list[Path], environ: dict[str, str] | None = None) -> list[str]:
     """The binder's masks for one process: `d<dir>` for each runtime dir, `f<file>` for each
     socket file found (module docstring). Nothing that is, holds or lies in a `keep` place (the
-    lane's own places, the repository), so the lane's work and its program's state stay."""
+    lane's own places, the repository), so the lane's work and its program's state stay.
+    Every confined process start asks (a busy `/tmp` holds hundreds of entries): the places are
+    scanned from their real paths without following a link, so what is found is a real path
+    already and only the variables' sockets are resolved."""
     kept = [os.path.realpath(path) for path in keep]
+    inside = tuple(place.rstrip("/") + "/" for place in kept)
     chosen: list[str] = []
     seen: set[str] = set()
 
-    def add(kind: str, path: str) -> None:
-        real = os.path.realpath(path)
-        if real in seen or any(_near(real, place) for place in kept):
+    def add(kind: str, real: str) -> None:
+        if real in seen or real in kept or real.startswith(inside):
             return
+        if kind == "d" and any(_within(place, real) for place in kept):
+            return  # a runtime dir holding a place of the lane's (a socket file holds none)
         seen.add(real)
         chosen.append(kind + real)
 
-    dirs = runtime_dirs()
+    dirs = [str(d) for d in runtime_dirs()]
     for directory in dirs:
-        add("d", str(directory))
-    files = [*named_sockets(dict(os.environ) if environ is None else environ)]
+        add("d", directory)
+    hidden = tuple(d.rstrip("/") + "/" for d in dirs)
+    files = [os.path.realpath(p) for p in named_sockets(dict(os.environ) if environ is None else environ)]
     looked: set[str] = set()
     for root, depth in _ROOTS:
         real = os.path.realpath(root)  # /var/run is /run on most systems: looked at once
         if real not in looked:
             looked.add(real)
-            files += _sockets_in(real, depth, frozenset(str(d) for d in dirs))  # hidden whole
+            files += _sockets_in(real, depth, frozenset(dirs))  # hidden whole
     for sub in _HOME:
-        files += _sockets_in(str(home / sub), 1)
+        files += _sockets_in(os.path.realpath(home / sub), 1)
     for path in files:
-        if not any(_within(os.path.realpath(path), str(d)) for d in dirs):
+        if path not in dirs and not path.startswith(hidden):
             add("f", path)
     return chosen
 
@@ -149,11 +155,6 @@ def blanked(environ: dict[str, str]) -> dict[str, str]:
 
 def _within(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
-
-
-def _near(path: str, place: str) -> bool:
-    """`path` is `place`, inside it, or holds it."""
-    return _within(path, place) or _within(place, path)
 
 
 def id_maps() -> tuple[str, str]:
