@@ -11,6 +11,7 @@ import contextlib
 import os
 import subprocess
 import zlib
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,7 @@ from flowd.engine.state import EpicPaths
 from flowd.events.model import Event, LaneEscape
 from flowd.sandbox import landlock
 from flowd.sandbox.confine import Confinement
-from flowd.vcs import lane_repo
+from flowd.vcs import index_reset, lane_repo
 from flowd.vcs.incoming import Refused
 from flowd.vcs.quarantine import quarantine, take_in
 
@@ -325,4 +326,48 @@ def test_a_new_run_takes_in_what_a_killed_run_left(lane: Path) -> None:
             assert git(repo, "log", "--format=%s", "-1", "story/ep/a").strip() == "left"
 
     asyncio.run(step())
+    _fsck(repo)
+
+
+def test_the_index_after_a_take_in_is_read_without_git_as_git_reads_it(
+    lane: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An agent's own commit (a file changed deep down, one added, one removed), taken in: flowd's
+    index of the worktree is read from it in-process (flowd/vcs/index_reset.py), entry for entry
+    what `git read-tree --reset` makes of the index before, and flowd's git finds it clean."""
+    repo = lane.parents[2] / "repo"
+    admin = repo / ".git" / "worktrees" / "a"
+    objects = LaneObjects(repo / ".git", lambda _e: None, None)
+    assert "OK" in _sh(lane, "mkdir -p src/deep && echo 1 > src/deep/x.py && echo 2 > src/y.py && git add -A "
+                       "&& git commit -q -m first && echo OK")  # fmt: skip
+    objects.take("a", lane)
+    before = admin / "before"
+    before.write_bytes((admin / "index").read_bytes())
+    script = "echo changed > src/deep/x.py && echo new > src/z.py && git rm -q README.md && git add -A"
+    assert "OK" in _sh(lane, f"{script} && git commit -q -m second && echo OK")
+    answers: list[bool] = []
+    reset = index_reset.reset
+
+    def spied(old: index_reset.Index, commit: str, held: Mapping[str, bytes]) -> bytes | None:
+        answer = reset(old, commit, held)
+        answers.append(answer is not None)
+        return answer
+
+    monkeypatch.setattr(index_reset, "reset", spied)
+
+    objects.take("a", lane)
+
+    assert answers == [True]  # read without git
+    pinned = ["--git-dir", str(admin), "--work-tree", str(lane)]
+    new = git(repo, "rev-parse", "story/ep/a").strip()
+    env = {"GIT_COMMON_DIR": str(repo / ".git"), "GIT_INDEX_FILE": str(before)}
+    git(repo, *pinned, "read-tree", "--reset", new, env=env)
+    assert git(repo, *pinned, "ls-files", "-s", env={"GIT_COMMON_DIR": str(repo / ".git")}) == git(
+        repo, *pinned, "ls-files", "-s", env=env
+    )
+    assert (
+        git(repo, *pinned, "write-tree", env={"GIT_COMMON_DIR": str(repo / ".git")}).strip()
+        == git(repo, "rev-parse", f"{new}^{{tree}}").strip()
+    )
+    assert git(lane, "status", "--porcelain") == ""
     _fsck(repo)
