@@ -35,6 +35,15 @@ def green_log_in(tmp_path: Path) -> Path:
     return folder / "green.log"
 
 
+def until_in_train(repo: Path, story: str) -> str:
+    """A command a coder runs last (a minute at most): until `story` has entered the merge train,
+    its `story X: merge` stage in the run's trace. Its story then enters the train after `story`
+    however slow the machine (a delay alone orders them only on an idle one)."""
+    stages = f"{repo}/.flow/runs/*/trace.jsonl"
+    seen = f'grep -q "\\"stage\\": *\\"story {story}: merge\\"" {stages} 2>/dev/null'
+    return f"i=0; until {seen} || [ $i -ge 1200 ]; do sleep 0.05; i=$((i+1)); done"
+
+
 def queued(repo: Path, count: int) -> str:
     """An epic gate step that waits (a minute at most) until `count` stories have entered the
     merge train, their `story X: merge` stage in the run's trace: the gate run of the first
@@ -45,10 +54,10 @@ def queued(repo: Path, count: int) -> str:
     return f'i=0; until [ "$({found})" -ge {count} ] || [ $i -ge 1200 ]; do sleep 0.05; i=$((i+1)); done;'
 
 
-def settings(green_log: Path, *more: str, sleep: float = 0.0, hold: str = "") -> str:
+def settings(green_log: Path, *more: str, sleep: float = 0.0, hold: str = "", lanes: int = 4) -> str:
     lines = [
         f"gates = [{json.dumps(gate(green_log, sleep, hold))}]",
-        "concurrency = 4",
+        f"concurrency = {lanes}",
         "judgeRounds = 0",
         "maxReviewRounds = 0",
         "gateRetries = 0",
@@ -69,10 +78,11 @@ def test_a_red_story_in_a_batch_is_found_by_bisection_and_every_story_merges_onc
     ids = ["a", "b", "c", "d"]
     fix = coder("c", {"src/c.py": "C = 3\n"})
     fix["when"]["prompt"] = "epic check: BROKEN"  # the merge revision's prompt carries the red output
-    # `a` is quick, the others take a while: they queue behind a's candidate (its gate run holds
-    # until they have) and are gated together.
+    # `a` comes first (the others end their coder turns once it is in the train): they queue
+    # behind a's candidate (its gate run holds until they have) and are gated together.
     broken = {s: f"{s.upper()} = 1{'  # BROKEN' if s == 'c' else ''}\n" for s in ids}
-    work = [coder(s, {f"src/{s}.py": broken[s]}, delayMs=0 if s == "a" else 800) for s in ids]
+    after_a = {"run": [until_in_train(tmp_path / "repo", "a")]}
+    work = [coder(s, {f"src/{s}.py": broken[s]}, **({} if s == "a" else after_a)) for s in ids]
     rules = [fix, *work]
     sc = Scenario.create(
         tmp_path,
@@ -108,15 +118,19 @@ def test_the_story_whose_file_the_red_output_names_is_bisected_alone_first(tmp_p
     fix = coder("c", {"src/c.py": "C = 3\n"})
     fix["when"]["prompt"] = "epic check: BROKEN"
     broken = {s: f"{s.upper()} = 1{'  # BROKEN' if s == 'c' else ''}\n" for s in ids}
-    # `a` is quick: the others queue behind its candidate (one gate slot; its gate run holds until
-    # they have) and are gated together; the red gate prints `src/c.py` (grep -l), the file only
-    # c's merge brought.
-    work = [coder(s, {f"src/{s}.py": broken[s]}, delayMs=0 if s == "a" else 800) for s in ids]
+    # `a` comes first: the others end their coder turns only once it is in the train, and queue
+    # behind its candidate (one gate slot; its gate run holds until they have), gated together;
+    # the red gate prints `src/c.py` (grep -l), the file only c's merge brought.
+    after_a = {"run": [until_in_train(tmp_path / "repo", "a")]}
+    work = [coder(s, {f"src/{s}.py": broken[s]}, **({} if s == "a" else after_a)) for s in ids]
     sc = Scenario.create(
         tmp_path,
         [story(s, [f"src/{s}.py"]) for s in ids],
         [fix, *work],
-        settings=settings(green, "mergeConcurrency = 1", hold=queued(tmp_path / "repo", len(ids))),
+        # A lane for each (the others' coders wait for `a`, which must not wait for a lane).
+        settings=settings(
+            green, "mergeConcurrency = 1", hold=queued(tmp_path / "repo", len(ids)), lanes=len(ids)
+        ),
     )
     result = sc.run()
     assert result.outcome == "done", result.view.reason
