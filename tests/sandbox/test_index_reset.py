@@ -74,10 +74,10 @@ def ours(repo: Path, index: Path, commit: str, objects: dict[str, bytes]) -> byt
     return new
 
 
-@pytest.fixture
-def repo(tmp_path: Path) -> Path:
+@pytest.fixture(params=["sha1", "sha256"])
+def repo(tmp_path: Path, request: pytest.FixtureRequest) -> Path:
     repo = tmp_path / "repo"
-    git(tmp_path, "init", "-q", "-b", "main", str(repo))
+    git(tmp_path, "init", "-q", "-b", "main", f"--object-format={request.param}", str(repo))
     for rel in ("a.txt", "src/b.py", "src/deep/c.py", "src/deep/d.py", "docs/e.md", "z/f", "x.c"):
         write(repo, rel, rel + "\n")
     os.symlink("a.txt", repo / "link")
@@ -87,7 +87,8 @@ def repo(tmp_path: Path) -> Path:
     os.utime(repo / "src" / "run.sh", (PAST, PAST))
     commit(repo, "init")
     (repo / "vendor" / "lib").mkdir(parents=True)  # a submodule not checked out
-    git(repo, "update-index", "--add", "--cacheinfo", f"160000,{'1' * 40},vendor/lib")
+    width = len(git(repo, "rev-parse", "HEAD").strip())
+    git(repo, "update-index", "--add", "--cacheinfo", f"160000,{'1' * width},vendor/lib")
     git(repo, "commit", "-q", "-m", "a submodule link")
     git(repo, "read-tree", "--reset", "HEAD")  # the index as flowd's adopt leaves it (a full cache tree)
     return repo
@@ -191,7 +192,10 @@ def test_a_tree_neither_held_nor_in_the_cache_tree_is_left_to_git(repo: Path) ->
     assert got is not None
     assert index_reset.reset(got, new, {k: v for k, v in objects.items() if k != deep}) is None
     assert index_reset.reset(got, new, objects) is not None
-    git(repo, "update-index", "--add", "--cacheinfo", f"100644,{'0' * 39}1,src/deep/zz")  # src/deep invalid
+    width = len(old)
+    git(
+        repo, "update-index", "--add", "--cacheinfo", f"100644,{'0' * (width - 1)}1,src/deep/zz"
+    )  # src/deep invalid
     got = index_reset.read(repo / ".git" / "index")
     assert got is not None
     objects.pop(git(repo, "rev-parse", f"{new}:src").strip())
