@@ -24,6 +24,9 @@ import os
 import re
 import stat
 import subprocess
+import threading
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from flowd.sandbox import landlock
@@ -73,24 +76,70 @@ def _is_socket(path: str) -> bool:
         return False
 
 
+@dataclass(frozen=True)
+class _Listing:
+    """What one folder held when flowd last listed it: its socket files and its folders."""
+
+    mtime_ns: int
+    sockets: tuple[str, ...]
+    folders: tuple[str, ...]
+
+
+# Each folder's listing, kept while the folder's time is unchanged: a socket made, removed or
+# renamed in a folder changes its time, so only folders that changed are listed again (a busy
+# `/tmp` is hundreds of folders, listed at every confined process start). A listing is kept only
+# for a folder unchanged for `_SETTLED_NS` (a change within the file system's timestamp grain
+# after the listing would leave its time as it was).
+_LISTINGS: dict[str, _Listing] = {}
+_LISTINGS_GUARD = threading.Lock()
+_SETTLED_NS = 2_000_000_000
+
+
 def _sockets_in(directory: str, depth: int, skip: frozenset[str] = frozenset()) -> list[str]:
-    found: list[str] = []
+    listing = _listing(directory)
+    if listing is None:
+        return []
+    found = list(listing.sockets)
+    if depth > 1:
+        for folder in listing.folders:
+            if folder not in skip:
+                found += _sockets_in(folder, depth - 1, skip)
+    return found
+
+
+def _listing(directory: str) -> _Listing | None:
+    try:
+        mtime_ns = os.stat(directory).st_mtime_ns
+    except OSError:
+        mtime_ns = None
+    with _LISTINGS_GUARD:
+        kept = _LISTINGS.get(directory)
+    if mtime_ns is not None and kept is not None and kept.mtime_ns == mtime_ns:
+        return kept
     try:
         entries = list(os.scandir(directory))
     except OSError:
-        return found
+        with _LISTINGS_GUARD:
+            _LISTINGS.pop(directory, None)
+        return None
+    sockets, folders = [], []
     for entry in entries:
         try:
             if entry.is_dir(follow_symlinks=False):
-                if depth > 1 and entry.path not in skip:
-                    found += _sockets_in(entry.path, depth - 1, skip)
+                folders.append(entry.path)
             elif (
                 not entry.is_file(follow_symlinks=False) and not entry.is_symlink() and _is_socket(entry.path)
             ):
-                found.append(entry.path)
+                sockets.append(entry.path)
         except OSError:
             continue
-    return found
+    listing = _Listing(mtime_ns or 0, tuple(sockets), tuple(folders))
+    with _LISTINGS_GUARD:
+        if mtime_ns is not None and time.time_ns() - mtime_ns > _SETTLED_NS:
+            _LISTINGS[directory] = listing
+        else:
+            _LISTINGS.pop(directory, None)
+    return listing
 
 
 def named_sockets(environ: dict[str, str]) -> list[str]:

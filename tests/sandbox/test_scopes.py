@@ -152,6 +152,27 @@ def test_a_lane_reaches_no_socket_file_of_the_users(repo: Path, monkeypatch: pyt
             directory.rmdir()
 
 
+def test_a_socket_made_or_removed_in_a_folder_listed_before_is_seen_at_the_next_start() -> None:
+    """flowd keeps each scanned folder's listing while the folder's time is unchanged
+    (docs/sandbox.md "Socket files"): a socket made in a folder listed and unchanged for long is
+    hidden from the next process all the same, and one removed is no longer masked."""
+    folder = Path(tempfile.mkdtemp(prefix="tmux-"))  # where tmux keeps its server socket: /tmp/tmux-<uid>/
+    try:
+        long_ago = 1_600_000_000
+        os.utime(folder, (long_ago, long_ago))
+        real = os.path.realpath(folder)
+        assert not [m for m in sockets.masks(Path.home(), []) if m.startswith(f"f{real}/")]  # listed, kept
+        with socket.socket(socket.AF_UNIX) as server:
+            server.bind(str(folder / "default"))
+            assert f"f{real}/default" in sockets.masks(Path.home(), [])
+        (folder / "default").unlink()
+        assert f"f{real}/default" not in sockets.masks(Path.home(), [])
+    finally:
+        for entry in folder.iterdir():
+            entry.unlink()
+        folder.rmdir()
+
+
 def test_a_lane_still_commits_inside_its_namespace(repo: Path) -> None:
     lane = repo.parent / "repo.flowd" / "ep" / "a"
     script = (
