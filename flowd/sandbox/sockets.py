@@ -78,18 +78,21 @@ def _is_socket(path: str) -> bool:
 
 @dataclass(frozen=True)
 class _Listing:
-    """What one folder held when flowd last listed it: its socket files and its folders."""
+    """What one folder held when flowd last listed it: its socket files and its folders; whether
+    it may stand for the folder while the folder's time stays `mtime_ns` (`settled`)."""
 
     mtime_ns: int
     sockets: tuple[str, ...]
     folders: tuple[str, ...]
+    settled: bool
 
 
-# Each folder's listing, kept while the folder's time is unchanged: a socket made, removed or
-# renamed in a folder changes its time, so only folders that changed are listed again (a busy
-# `/tmp` is hundreds of folders, listed at every confined process start). A listing is kept only
-# for a folder unchanged for `_SETTLED_NS` (a change within the file system's timestamp grain
-# after the listing would leave its time as it was).
+# Each folder's last listing, used again while the folder's time is unchanged: a socket made,
+# removed or renamed in a folder changes its time, so only folders that changed are listed again
+# (a busy `/tmp` is hundreds of folders, listed at every confined process start). Only a listing
+# of a folder then unchanged for `_SETTLED_NS` is used again (a change within the file system's
+# timestamp grain after the listing would leave its time as it was); a folder gone from its
+# parent's listing takes its own along, so the listings do not grow over a long run.
 _LISTINGS: dict[str, _Listing] = {}
 _LISTINGS_GUARD = threading.Lock()
 _SETTLED_NS = 2_000_000_000
@@ -109,18 +112,31 @@ def _sockets_in(directory: str, depth: int, skip: frozenset[str] = frozenset()) 
 
 def _listing(directory: str) -> _Listing | None:
     try:
-        mtime_ns = os.stat(directory).st_mtime_ns
+        mtime_ns: int | None = os.stat(directory).st_mtime_ns
     except OSError:
         mtime_ns = None
     with _LISTINGS_GUARD:
-        kept = _LISTINGS.get(directory)
-    if mtime_ns is not None and kept is not None and kept.mtime_ns == mtime_ns:
-        return kept
+        last = _LISTINGS.get(directory)
+    if last is not None and last.settled and last.mtime_ns == mtime_ns:
+        return last
+    listing = _list(directory, mtime_ns)
+    with _LISTINGS_GUARD:
+        if listing is None:
+            _LISTINGS.pop(directory, None)
+        else:
+            _LISTINGS[directory] = listing
+        if last is not None:
+            for gone in set(last.folders) - set(listing.folders if listing else ()):
+                below = gone + "/"
+                for name in [n for n in _LISTINGS if n == gone or n.startswith(below)]:
+                    del _LISTINGS[name]
+    return listing
+
+
+def _list(directory: str, mtime_ns: int | None) -> _Listing | None:
     try:
         entries = list(os.scandir(directory))
     except OSError:
-        with _LISTINGS_GUARD:
-            _LISTINGS.pop(directory, None)
         return None
     sockets, folders = [], []
     for entry in entries:
@@ -133,13 +149,8 @@ def _listing(directory: str) -> _Listing | None:
                 sockets.append(entry.path)
         except OSError:
             continue
-    listing = _Listing(mtime_ns or 0, tuple(sockets), tuple(folders))
-    with _LISTINGS_GUARD:
-        if mtime_ns is not None and time.time_ns() - mtime_ns > _SETTLED_NS:
-            _LISTINGS[directory] = listing
-        else:
-            _LISTINGS.pop(directory, None)
-    return listing
+    settled = mtime_ns is not None and time.time_ns() - mtime_ns > _SETTLED_NS
+    return _Listing(mtime_ns or 0, tuple(sockets), tuple(folders), settled)
 
 
 def named_sockets(environ: dict[str, str]) -> list[str]:

@@ -167,10 +167,15 @@ def test_a_socket_made_or_removed_in_a_folder_listed_before_is_seen_at_the_next_
             assert f"f{real}/default" in sockets.masks(Path.home(), [])
         (folder / "default").unlink()
         assert f"f{real}/default" not in sockets.masks(Path.home(), [])
+        os.utime(folder, (long_ago, long_ago))
+        sockets.masks(Path.home(), [])
+        assert real in sockets._LISTINGS
     finally:
         for entry in folder.iterdir():
             entry.unlink()
         folder.rmdir()
+    sockets.masks(Path.home(), [])
+    assert real not in sockets._LISTINGS  # a folder gone takes its listing along
 
 
 def test_a_lane_still_commits_inside_its_namespace(repo: Path) -> None:
