@@ -37,6 +37,9 @@ class Chromium:
             [CHROMIUM, "--headless=new", "--no-sandbox", "--disable-gpu", f"--remote-debugging-port={self.port}",
              f"--user-data-dir={self.profile}", "--window-size=1280,1000", "about:blank"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            # Its singleton socket's folder goes to TMPDIR and outlives a terminated browser:
+            # inside the profile, it is removed with it (not left in /tmp).
+            env={**os.environ, "TMPDIR": self.profile},
         )  # fmt: skip
         try:
             self.ws = self._attach()
