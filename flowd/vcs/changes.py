@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from flowd.base import leftovers
 from flowd.base.errors import InputError
 from flowd.vcs import index_reset
 from flowd.vcs.bootstrapped import bootstrapped, stage_all, write_bootstrapped
@@ -96,7 +96,7 @@ class WorktreeChanges(RepoBase):
         refusal, or flowd killed half-way, leaves the index naming nothing the store lacks."""
         index = self._index_of(wt, what)
         with (
-            tempfile.TemporaryDirectory(prefix="flowd-index-") as tmp,
+            leftovers.folder("flowd-index-") as tmp,
             scratch(self.common_dir) as (store, env),
         ):
             staged = Path(tmp) / "index"
@@ -174,7 +174,7 @@ class WorktreeChanges(RepoBase):
         wt = Path(wt)
         what = f"could not diff the worktree {wt} against {base!r}"
         index = self._index_of(wt, what)
-        with tempfile.TemporaryDirectory(prefix="flowd-index-") as tmp:
+        with leftovers.folder("flowd-index-") as tmp:
             tmp_index = Path(tmp) / "index"
             if index.exists():
                 shutil.copyfile(index, tmp_index)

@@ -17,21 +17,18 @@ import logging
 import os
 import shutil
 import subprocess
-import tempfile
 import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from flowd.base import leftovers
 from flowd.vcs.gitcli import git_env
 
 log = logging.getLogger("flowd.vcs.incoming")
 
 INCOMING = "flowd-incoming-"  # `<store>/flowd-incoming-<pid>-*`: git writes there, flowd moves in
-STALE_INCOMING_S = 3600
 ROLL_UP = 16  # packs of one level rolled into one of the next
-_PID_MAX = 1 << 22  # Linux's largest pid: a longer number in a store's name is no pid of ours
 # The take-in's pack is as durable as the loose objects it replaces: git flushes a pack to disk
 # by default but not a loose object (`core.fsyncObjectFiles` is off), and the lane's own git
 # wrote these loose, unflushed, into its quarantine. About 0.6 ms a take-in here.
@@ -91,13 +88,11 @@ def _incoming(objects: Path) -> Iterator[Path]:
     it raises (git refused, or stopped half way: what it wrote is never moved in)."""
     key = (os.getpid(), objects)
     with _IDLE_GUARD:
-        first = key not in _IDLE
         idle = _IDLE.setdefault(key, [])
         store = idle.pop() if idle else None
-    if first:
-        _drop_stale(objects)
     if store is None:
-        store = Path(tempfile.mkdtemp(prefix=f"{INCOMING}{os.getpid()}-", dir=objects))
+        # The first of this process in the store removes what a gone flowd left (base/leftovers.py).
+        store = leftovers.made(INCOMING, objects)
         (store / "pack").mkdir()
     try:
         yield store
@@ -106,33 +101,6 @@ def _incoming(objects: Path) -> Iterator[Path]:
         raise
     with _IDLE_GUARD:
         _IDLE[key].append(store)
-
-
-def _drop_stale(objects: Path) -> None:
-    """Incoming stores a flowd that ended or was killed left behind (the first take-in of a
-    process into a store looks): a gone process's, and an hour-old one whose owner is unknown."""
-    with contextlib.suppress(OSError):
-        for name in os.listdir(objects):
-            if name.startswith(INCOMING) and _stale(name, objects / name):
-                shutil.rmtree(objects / name, ignore_errors=True)
-
-
-def _stale(name: str, where: Path) -> bool:
-    owner = name.removeprefix(INCOMING).partition("-")[0]
-    if owner.isdigit() and 0 < int(owner) <= _PID_MAX:
-        if int(owner) == os.getpid():
-            return True  # an earlier process's with this pid: this one has none there yet
-        try:
-            os.kill(int(owner), 0)
-        except ProcessLookupError:
-            return True
-        except OSError:
-            return False  # alive, another user's
-        return False
-    try:
-        return os.lstat(where).st_mtime < time.time() - STALE_INCOMING_S
-    except OSError:
-        return False
 
 
 # -- rolling flowd's packs up ---------------------------------------------------------------------

@@ -29,12 +29,12 @@ import shutil
 import stat
 import struct
 import subprocess
-import tempfile
 import zlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from flowd.base import leftovers
 from flowd.base.fsio import put_back
 from flowd.vcs.gitcli import git_env
 from flowd.vcs.incoming import Refused, feed
@@ -168,7 +168,7 @@ def scratch(common_dir: Path) -> Iterator[tuple[Path, dict[str, str]]]:
     environment that makes git write new objects there: where flowd's own git hashes what a lane
     wrote (`git add` of its worktree, `write-tree`), so that nothing of it reaches the
     repository's store but through `take_in_scratch`. Removed on the way out."""
-    tmp = Path(tempfile.mkdtemp(prefix="flowd-objects-"))
+    tmp = leftovers.made("flowd-objects-")
     env = {
         "GIT_OBJECT_DIRECTORY": str(tmp),
         "GIT_ALTERNATE_OBJECT_DIRECTORIES": str(common_dir / "objects"),

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from flowd.engine.fingerprint import unlogged_move
-from flowd.vcs import incoming, lane_repo, ref_move
+from flowd.vcs import lane_repo, ref_move
 from flowd.vcs.incoming import INCOMING, ROLL_UP, Refused, feed
 from flowd.vcs.quarantine import _pack
 
@@ -92,7 +92,6 @@ def test_incoming_stores_of_a_gone_process_are_removed_a_live_ones_kept(repo: Pa
     (objects / f"{INCOMING}{dead.pid}-x" / "ab").mkdir(parents=True)
     (objects / f"{INCOMING}{os.getppid()}-y" / "pack").mkdir(parents=True)
     (objects / f"{INCOMING}{'9' * 30}-z").mkdir()  # no pid at all: kept until an hour old
-    incoming._IDLE.pop((os.getpid(), objects), None)  # this process's first take-in into the store
     _, loose = _blob("after\n")
     feed(repo / ".git", _pack([loose]), repo / "q")
     left = sorted(n for n in os.listdir(objects) if n.startswith(INCOMING))
