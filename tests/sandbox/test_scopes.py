@@ -156,7 +156,9 @@ def test_a_socket_made_or_removed_in_a_folder_listed_before_is_seen_at_the_next_
     """flowd keeps each scanned folder's listing while the folder's time is unchanged
     (docs/sandbox.md "Socket files"): a socket made in a folder listed and unchanged for long is
     hidden from the next process all the same, and one removed is no longer masked."""
-    folder = Path(tempfile.mkdtemp(prefix="tmux-"))  # where tmux keeps its server socket: /tmp/tmux-<uid>/
+    # Where tmux keeps its server socket, /tmp/tmux-<uid>/: in /tmp itself, which flowd scans,
+    # whatever TMPDIR the test run has.
+    folder = Path(tempfile.mkdtemp(prefix="tmux-", dir="/tmp"))
     try:
         long_ago = 1_600_000_000
         os.utime(folder, (long_ago, long_ago))
