@@ -21,6 +21,7 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 from flowd.base import leftovers
 from flowd.vcs.gitcli import git_env
@@ -39,8 +40,8 @@ class Refused(Exception):
     """What a lane (or flowd's own git) wrote cannot be taken in: one sentence saying why."""
 
 
-def feed(git_dir: Path, data: bytes, source: Path) -> None:
-    """Hand the pack `data` to git (the repository's git dir, or a submodule's), which checks
+def feed(git_dir: Path, data: bytes | BinaryIO, source: Path) -> None:
+    """Hand the pack `data` (bytes, or a file open at its start) to git (the repository's git dir, or a submodule's), which checks
     every object and link (`--strict`: well formed, hashes right, connected, no `.gitmodules`
     naming a command), and move it into the store when git is content. `Refused` (naming
     `source`, the store the objects came from) when git is not: nothing reaches the store."""
@@ -51,7 +52,8 @@ def feed(git_dir: Path, data: bytes, source: Path) -> None:
         env.update(GIT_OBJECT_DIRECTORY=str(incoming), GIT_ALTERNATE_OBJECT_DIRECTORIES=str(objects))
         proc = subprocess.run(
             ["git", *_NO_FSYNC, "--git-dir", str(git_dir), "index-pack", "--stdin", "--strict", "--fix-thin"],
-            input=data,
+            input=data if isinstance(data, bytes) else None,
+            stdin=None if isinstance(data, bytes) else data,
             capture_output=True,
             env=env,
             check=False,

@@ -10,7 +10,8 @@ into the shared store when it takes the lane's work:
   opened without following links (`O_NOFOLLOW`): nothing a lane wrote there is a pointer flowd
   follows (an `info/alternates` in it is never read, a link planted in it is refused);
 - every loose object must hash to its name (the name's length says SHA-1 or SHA-256) and be of
-  a known type; the objects go to git as one pack, `git index-pack --strict`, which checks each
+  a known type, read in chunks and never whole on the lane's word (flowd/vcs/loose_objects.py:
+  a big blob goes from its file to the pack); the objects go to git as one pack, `git index-pack --strict`, which checks each
   object is well formed and every object it names exists (in the pack or the repository): a
   disconnected commit, a tree naming a missing blob, a malformed commit are refused and nothing
   is written (flowd/vcs/incoming.py); a pack a lane left in its store (a `git gc` there) goes
@@ -22,28 +23,25 @@ into the shared store when it takes the lane's work:
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import re
 import shutil
 import stat
-import struct
 import subprocess
-import zlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 from flowd.base import leftovers
 from flowd.base.fsio import put_back
 from flowd.vcs.gitcli import git_env
 from flowd.vcs.incoming import Refused, feed
+from flowd.vcs.loose_objects import Held, Loose, blob_at, opened, packed, read
 
 QUARANTINE_DIR = "flowd-objects"
-_TYPES = {b"commit": 1, b"tree": 2, b"blob": 3, b"tag": 4}
 _HEX = frozenset("0123456789abcdef")
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 
 
 def quarantine(admin: Path) -> Path:
@@ -96,9 +94,6 @@ def reader_env(admin: Path) -> dict[str, str]:
     return {"GIT_ALTERNATE_OBJECT_DIRECTORIES": str(q)}
 
 
-Loose = tuple[str, str, bytes, bytes]  # (fan-out dir, file, type, body) of a loose object
-
-
 @dataclass
 class _Found:
     loose: list[Loose] = field(default_factory=list)  # new: to check and take in
@@ -147,16 +142,17 @@ def take_in(
         names = frozenset(f"{d}{f}" for d, f, _, _ in found.loose)
         # Packs first: a lane's `git repack` packs its older objects, which newer loose ones name.
         for name in found.packs:
-            feed(common_dir, _read_pack(top, name, q), q)
+            with _lane_pack(top, name, q) as handle:
+                feed(common_dir, handle, q)
         routes = _routes(found.loose, admin)
         ours = [o for o in found.loose if not any(o in r for r in routes.values())]
         if ours:
-            feed(common_dir, _pack(ours), q)
+            _feed_loose(common_dir, ours, top, q)
         for git_dir, theirs in routes.items():
-            feed(git_dir, _pack(theirs), q)
+            _feed_loose(git_dir, theirs, top, q)
         if remove:
             _remove(top, found)
-        held = {d + f: body for d, f, kind, body in ours if kind in (b"commit", b"tree")}
+        held = {d + f: body for d, f, kind, body in ours if kind in (b"commit", b"tree") and body is not None}
         return TakenIn(names, tuple(found.packs), held)
     finally:
         os.close(top)
@@ -187,27 +183,43 @@ def take_in_scratch(common_dir: Path, store: Path) -> int:
     try:
         found = _scan(top, store, frozenset())
         for name in found.packs:
-            feed(common_dir, _read_pack(top, name, store), store)
+            with _lane_pack(top, name, store) as handle:
+                feed(common_dir, handle, store)
         if found.loose:
-            feed(common_dir, _pack(found.loose), store)
+            _feed_loose(common_dir, found.loose, top, store)
         return len(found.loose)
     finally:
         os.close(top)
 
 
+def _feed_loose(git_dir: Path, loose: list[Loose], top: int, q: Path) -> None:
+    """The loose objects `loose` of the store `q` (open as `top`) to git as one pack, in memory or
+    spooled beside `git_dir`'s store (flowd/vcs/loose_objects.py)."""
+
+    @contextlib.contextmanager
+    def blob(item: Loose) -> Iterator[tuple[int, Iterator[bytes]]]:
+        d, f = item[0], item[1]
+        with _sub(top, d, q) as fd, blob_at(fd, f, d + f, q / d / f) as size_and_body:
+            yield size_and_body
+
+    with packed(loose, blob, git_dir / "objects") as data:
+        feed(git_dir, data, q)
+
+
 def _scan(top: int, q: Path, already: frozenset[str]) -> _Found:
     found = _Found()
+    held = Held()  # what this take-in holds in memory (flowd/vcs/loose_objects.py)
     for entry in sorted(os.listdir(top)):
         if entry == "pack":
             packs = _packs(top, q)
             found.packs = [p for p in packs if p not in already]
             found.taken_packs = [p for p in packs if p in already]
         elif len(entry) == 2 and set(entry) <= _HEX:
-            for name, read in _loose_dir(top, entry, q, already):
-                if read is None:
+            for name, got in _loose_dir(top, entry, q, already, held):
+                if got is None:
                     found.taken.append((entry, name))
                 else:
-                    found.loose.append((entry, name, *read))
+                    found.loose.append((entry, name, *got))
     return found
 
 
@@ -224,9 +236,10 @@ def _sub(top: int, name: str, q: Path) -> Iterator[int]:
 
 
 def _loose_dir(
-    top: int, entry: str, q: Path, already: frozenset[str]
-) -> Iterator[tuple[str, tuple[bytes, bytes] | None]]:
-    """(file name, (type, body)) of each loose object in `entry`; None for one taken before."""
+    top: int, entry: str, q: Path, already: frozenset[str], held: Held
+) -> Iterator[tuple[str, tuple[bytes, bytes | None] | None]]:
+    """(file name, (type, body)) of each loose object in `entry` (body None: a blob not held);
+    None for one taken before."""
     with _sub(top, entry, q) as fd:
         for name in sorted(os.listdir(fd)):
             if name.startswith("tmp_obj_"):
@@ -237,37 +250,7 @@ def _loose_dir(
             if full in already:
                 yield name, None
             else:
-                yield name, _object(_read(fd, name, q / entry / name), full, q / entry / name)
-
-
-def _read(dir_fd: int, name: str, where: Path) -> bytes:
-    try:
-        fd = os.open(name, _FILE_FLAGS, dir_fd=dir_fd)
-    except OSError as exc:
-        raise Refused(f"{where} in its object store cannot be read ({exc.strerror})") from exc
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise Refused(f"{where} in its object store is not a file")
-        with os.fdopen(os.dup(fd), "rb") as handle:
-            return handle.read()
-    finally:
-        os.close(fd)
-
-
-def _object(raw: bytes, name: str, where: Path) -> tuple[bytes, bytes]:
-    """(type, body) of a loose object that hashes to its name; `Refused` otherwise."""
-    try:
-        data = zlib.decompress(raw)
-    except zlib.error as exc:
-        raise Refused(f"the object {name} in its object store is corrupt ({exc})") from exc
-    head, nul, body = data.partition(b"\0")
-    kind, _, size = head.partition(b" ")
-    if not nul or kind not in _TYPES or not size.isdigit() or int(size) != len(body):
-        raise Refused(f"the object {name} in its object store is malformed ({where})")
-    digest = (hashlib.sha1 if len(name) == 40 else hashlib.sha256)(data).hexdigest()
-    if digest != name:
-        raise Refused(f"the object {name} in its object store does not hash to its name ({where})")
-    return kind, body
+                yield name, read(fd, name, full, q / entry / name, held)
 
 
 def _routes(loose: list[Loose], admin: Path) -> dict[Path, list[Loose]]:
@@ -310,7 +293,9 @@ def _reach(tips: list[str], by_name: dict[str, Loose]) -> set[str]:
     return seen
 
 
-def _links(kind: bytes, body: bytes, width: int) -> list[str]:
+def _links(kind: bytes, body: bytes | None, width: int) -> list[str]:
+    if body is None:
+        return []  # a blob not held (blobs name nothing)
     if kind == b"tree":
         out, at = [], 0
         while at < len(body):
@@ -327,31 +312,16 @@ def _links(kind: bytes, body: bytes, width: int) -> list[str]:
     return []
 
 
-def _pack(loose: list[Loose]) -> bytes:
-    """A version 2 pack of whole (undeltified) objects: git recomputes every name from it."""
-    parts = [b"PACK", struct.pack(">II", 2, len(loose))]
-    for _, _, kind, body in loose:
-        size, code = len(body), _TYPES[kind]
-        byte = (code << 4) | (size & 0x0F)
-        size >>= 4
-        head = bytearray()
-        while size:
-            head.append(byte | 0x80)
-            byte, size = size & 0x7F, size >> 7
-        head.append(byte)
-        parts += [bytes(head), zlib.compress(body, 1)]
-    data = b"".join(parts)
-    return data + hashlib.sha1(data).digest()
-
-
 def _packs(top: int, q: Path) -> list[str]:
     with _sub(top, "pack", q) as fd:
         return sorted(n for n in os.listdir(fd) if n.startswith("pack-") and n.endswith(".pack"))
 
 
-def _read_pack(top: int, name: str, q: Path) -> bytes:
-    with _sub(top, "pack", q) as fd:
-        return _read(fd, name, q / "pack" / name)
+@contextlib.contextmanager
+def _lane_pack(top: int, name: str, q: Path) -> Iterator[BinaryIO]:
+    """A pack the lane's git left in its store, open for git to read (never read whole here)."""
+    with _sub(top, "pack", q) as fd, opened(fd, name, q / "pack" / name) as handle:
+        yield handle
 
 
 def _remove(top: int, found: _Found) -> None:

@@ -17,7 +17,7 @@ import pytest
 from flowd.engine.fingerprint import unlogged_move
 from flowd.vcs import lane_repo, ref_move
 from flowd.vcs.incoming import INCOMING, ROLL_UP, Refused, feed
-from flowd.vcs.quarantine import _pack
+from flowd.vcs.loose_objects import pack as _pack
 
 ID = {
     "GIT_AUTHOR_NAME": "t",
