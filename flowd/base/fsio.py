@@ -1,4 +1,5 @@
-"""Durable file writes: every state file is written to a temp file and renamed into place."""
+"""Durable file writes: every state file is written to a temp file and renamed into place; and
+reads, by flowd unconfined, of places a lane can write, which no link of the lane's leads out of."""
 
 from __future__ import annotations
 
@@ -6,9 +7,11 @@ import contextlib
 import hashlib
 import json
 import os
+import stat
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from pydantic import BaseModel
 
@@ -78,3 +81,23 @@ def read_user_text(path: Path) -> str:
         raise FileProblems(str(path), ["is not UTF-8 text; save it as UTF-8"]) from None
     except OSError as exc:
         raise FileProblems(str(path), [f"cannot be read ({exc.strerror or exc})"]) from None
+
+
+@contextlib.contextmanager
+def open_inside(path: Path, root: str) -> Iterator[BinaryIO | None]:
+    """The regular file `path`, open for reading, when it lies inside the real directory `root`:
+    its last component is not a link and its real path (the links before it followed) is below
+    `root`; None otherwise. For flowd reading, unconfined, what a lane wrote (docs/sandbox.md
+    "flowd's own git"): a link the lane planted, in the file's place or a folder's, leads nowhere."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        yield None
+        return
+    with os.fdopen(fd, "rb") as handle:
+        try:
+            real = os.readlink(f"/proc/self/fd/{fd}")
+            inside = stat.S_ISREG(os.fstat(fd).st_mode) and real.startswith(root.rstrip("/") + "/")
+        except OSError:
+            inside = False
+        yield handle if inside else None

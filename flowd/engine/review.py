@@ -13,10 +13,12 @@ starts on a trace with recorded comments that never became tasks queues them aga
 from __future__ import annotations
 
 import contextlib
+import os
 import secrets
 from pathlib import Path, PurePosixPath
 
 from flowd.base.errors import FlowdError
+from flowd.base.fsio import open_inside
 from flowd.engine.context import RunContext
 from flowd.engine.core.review_comments import Refusal, Requested, RevisionFacts, admit, marker, owed
 from flowd.engine.core.revision import REVIEW_COMMENT, with_task
@@ -27,6 +29,7 @@ from flowd.tasks.model import TaskPlan
 from flowd.trace.log import list_runs, trace_path
 
 QUOTE_CHARS = 300
+READ_BYTES = 16 << 20  # of a file a review comment names: its lines are counted in this much
 
 REVISION_TASK = """A reviewer commented on line {line} of `{path}` in this story's change.
 {quote}
@@ -126,17 +129,18 @@ def _lines_now(ctx: RunContext, story: str, path: str) -> list[str] | None:
 
 
 def _read_lines(root: Path, path: str) -> list[str] | None:
-    """The file's lines; None when it is not a regular file inside `root` (a symlink out of the
-    worktree, or git's own files, name no line of the story's change)."""
-    file = root / path
-    try:
-        if ".git" in PurePosixPath(path).parts or not file.resolve().is_relative_to(root.resolve()):
-            return None
-        if not file.is_file():
-            return None
-        return file.read_text(encoding="utf-8", errors="replace").splitlines()
-    except OSError:
+    """The file's lines (of its first `READ_BYTES`); None when it is not a regular file inside
+    `root` (a symlink out of the worktree, or git's own files, name no line of the story's
+    change). Read by flowd, unconfined, where a lane writes: opened so that no link swapped in
+    after the look leads out (`open_inside`)."""
+    if ".git" in PurePosixPath(path).parts:
         return None
+    real_root = os.path.realpath(root)
+    with open_inside(Path(os.path.realpath(root / path)), real_root) as handle:
+        if handle is None:
+            return None
+        data = handle.read(READ_BYTES)
+    return data.decode("utf-8", errors="replace").splitlines()
 
 
 def _merged(ctx: RunContext, story: str) -> bool:

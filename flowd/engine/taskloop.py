@@ -8,9 +8,10 @@ beside the held coder (`flowd.engine.aside`). The work of one task is `flowd.eng
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 
-from flowd.base.fsio import write_text_atomic
+from flowd.base.fsio import open_inside, write_text_atomic
 from flowd.engine import prompts
 from flowd.engine.aside import TaskGraph
 from flowd.engine.context import RunContext
@@ -274,26 +275,37 @@ class TaskLoop:
         )
 
     def _owned_code(self, limit: int = OWNED_CODE_CHARS) -> str:
+        """The story's owned files as they stand, up to `limit` characters. Read by flowd,
+        unconfined, from the lane's worktree: a file or folder that is a link leading out of the
+        worktree (an ignored one a lane planted is not committed) is not read (`open_inside`)."""
         parts: list[str] = []
         size = 0
+        real_root = os.path.realpath(self.worktree)
         for prefix in self.story.owned:
             root = self.worktree / prefix.rstrip("/*")
-            if root.is_file():
+            if not (os.path.realpath(root) + "/").startswith(real_root + "/"):
+                files = []  # the owned folder itself leads out of the worktree
+            elif root.is_file():
                 files = [root]
             elif root.is_dir():
                 files = sorted(p for p in root.rglob("*") if p.is_file())
             else:
                 files = []
             for file in files:
-                if ".git" in file.relative_to(self.worktree).parts:
-                    continue
-                try:
-                    text = file.read_text(encoding="utf-8")
-                except (OSError, UnicodeDecodeError):
-                    continue
                 rel = file.relative_to(self.worktree)
+                if ".git" in rel.parts:
+                    continue
+                with open_inside(file, real_root) as handle:
+                    if handle is None:
+                        continue
+                    cap = max(limit - size - len(f"--- {rel}\n"), 0) * 4  # UTF-8: 4 bytes a character at most
+                    data = handle.read(cap + 1)
+                try:
+                    text = data.decode("utf-8") if len(data) <= cap else None
+                except UnicodeDecodeError:
+                    continue
                 chunk = f"--- {rel}\n{text}"
-                if size + len(chunk) > limit:
+                if text is None or size + len(chunk) > limit:
                     parts.append(f"--- {rel} (not shown: over the size limit)")
                     continue
                 parts.append(chunk)

@@ -128,6 +128,34 @@ def test_a_story_with_an_empty_diff_is_judged_on_its_owned_code(tmp_path: Path) 
     assert report["stories"][0]["note"] == "verified already in place (round 1)"
 
 
+def test_the_owned_code_the_judge_reads_follows_no_link_out_of_the_worktree(tmp_path: Path) -> None:
+    """flowd, unconfined, reads the owned files for the judge: a link there to a file or folder
+    outside the worktree (here committed; an ignored one a lane planted is not committed at all)
+    is not read, so what it names never reaches a model's prompt."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.txt").write_text("TOP-SECRET 7731\n", encoding="utf-8")
+    rules = [
+        {"when": {"role": "judge", "prompt": "TOP-SECRET"}, "reply": verdict(("critical", "read outside"))},
+        {
+            "when": {"role": "judge", "story": "s", "prompt": "owned code as it stands(.|\n)*x = 41"},
+            "reply": verdict(),
+        },
+        {"when": {"role": "judge"}, "reply": verdict(("critical", "judged the wrong thing"))},
+    ]
+    sc = Scenario.create(
+        tmp_path, [story("s", ["src/"])], rules, settings="judgeRounds = 1\n", files={"src/a.py": "x = 41\n"}
+    )
+    (sc.repo / "src" / "secret.txt").symlink_to(outside / "secret.txt")
+    (sc.repo / "src" / "ext").symlink_to(outside)
+    git(sc.repo, "add", "src")
+    git(sc.repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "links")
+    result = sc.run()
+    assert result.outcome == "done", result.view.lanes["s"].reason
+    report = json.loads((sc.repo / ".flow/epics/ep/report.json").read_text(encoding="utf-8"))
+    assert report["stories"][0]["note"] == "verified already in place (round 1)"
+
+
 def test_a_genuine_blocked_on_stops_the_story_as_waiting_with_its_need(tmp_path: Path) -> None:
     stories = [story("s", ["src/"]), story("other", ["lib/"])]
     rules = [
