@@ -34,6 +34,8 @@ from flowd.vcs.worktreeinclude import describe, escapes
 if TYPE_CHECKING:
     from flowd.engine.context import RunContext
 
+_COMPARE_CHUNK = 1 << 20  # a copy compared with its source this much at a time
+
 
 @dataclass
 class Copied:
@@ -287,9 +289,28 @@ def clone_support(src_dir: Path, dest_dir: Path) -> bool:
 
 
 def _same_content(a: Path, b: Path) -> bool:
-    if a.stat().st_size != b.stat().st_size:
+    """Whether the lane's copy `b` holds `a`'s bytes: `b` opened without following a link (a lane
+    may have put one there since it was looked at), both compared a chunk at a time (a copied
+    file can be gigabytes)."""
+    try:
+        first = os.open(a, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
         return False
-    return a.read_bytes() == b.read_bytes()
+    with os.fdopen(first, "rb") as ours:
+        try:
+            second = os.open(b, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:
+            return False
+        with os.fdopen(second, "rb") as theirs:
+            there = os.fstat(second)
+            if not stat.S_ISREG(there.st_mode) or os.fstat(first).st_size != there.st_size:
+                return False
+            while True:
+                chunk = ours.read(_COMPARE_CHUNK)
+                if chunk != theirs.read(_COMPARE_CHUNK):
+                    return False
+                if not chunk:
+                    return True
 
 
 def _remove(path: Path) -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from flowd.engine import bootstrap
 from flowd.engine.bootstrap import _Copier, bootstrap_files, clone_support
 from flowd.store.config import Settings
 from flowd.vcs.gitops import Repo
@@ -132,3 +133,22 @@ def test_a_link_planted_in_the_worktree_is_never_written_through(tmp_path: Path,
     else:
         assert not (wt / ".env").is_symlink() and (wt / ".env").read_text() == "TOKEN=1\n"
         assert not os.path.lexists(wt / "..env.flowd-copy")
+
+
+def test_a_copy_is_rewritten_only_where_its_bytes_differ(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Prepared again, a copy equal to the user's file is kept (compared a chunk at a time, the
+    chunk lowered here); one that differs anywhere, the same size or not, is written anew."""
+    monkeypatch.setattr(bootstrap, "_COMPARE_CHUNK", 4096)
+    repo, wt = _repo(tmp_path)
+    bootstrap_files(repo, Settings(), wt)
+    index = wt / "node_modules/pkg/lib/index.js"
+    kept = index.stat().st_ino
+    bootstrap_files(repo, Settings(), wt)
+    assert index.stat().st_ino == kept  # equal: left as it is
+    changed = bytearray(b"x" * 70_000)
+    changed[65_000] = ord("y")  # the same size, differing in a late chunk
+    index.write_bytes(bytes(changed))
+    bootstrap_files(repo, Settings(), wt)
+    assert index.read_bytes() == b"x" * 70_000
