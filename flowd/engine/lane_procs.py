@@ -5,7 +5,6 @@ calls this when a step ends; `engine/core/strays.py` is another thing (stray tas
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import time
@@ -27,17 +26,20 @@ def lane_processes(lane: str, since: float, roots: tuple[Path, ...]) -> list[tup
     """Processes a lane left behind: this user's, carrying `FLOWD_LANE=<lane>`, started since
     `since`, working under one of `roots` (this run's worktrees: another run's lane of the same
     name is not ours), and no longer flowd's descendants (an agent's own children are)."""
-    return _scan(lane, since, roots)[0]
+    return [(pid, cmd) for pid, cmd, _ in _scan(lane, since, roots)[0]]
 
 
-def _scan(lane: str, since: float, roots: tuple[Path, ...]) -> tuple[list[tuple[int, str]], int]:
+def _scan(lane: str, since: float, roots: tuple[Path, ...]) -> tuple[list[tuple[int, str, bytes]], int]:
     """`lane_processes`, and how many candidates could not be told yet: a process in the middle
     of an `exec` shows no environment and no command line until the kernel has set them up, and
-    a stray caught there (a double fork's child, on a busy machine) would be missed."""
+    a stray caught there (a double fork's child, on a busy machine) would be missed. Each found
+    is (pid, command line, start time in clock ticks: what tells it from a later process that
+    got its pid)."""
     mark = f"FLOWD_LANE={lane}".encode()
     me, tick = os.getpid(), os.sysconf("SC_CLK_TCK")
     boot = _boot_time()
-    found, unsure = [], 0
+    found: list[tuple[int, str, bytes]] = []
+    unsure = 0
     try:
         pids = [int(n) for n in os.listdir("/proc") if n.isdigit()]
     except OSError:
@@ -61,7 +63,7 @@ def _scan(lane: str, since: float, roots: tuple[Path, ...]) -> tuple[list[tuple[
         if _descends_from(int(fields[1]), me):
             continue
         if marked:
-            found.append((pid, cmd))
+            found.append((pid, cmd, fields[19]))
         else:
             unsure += 1
     return found, unsure
@@ -98,11 +100,32 @@ def kill_lane_processes(
     killed: dict[int, str] = {}
     for _ in range(rounds):
         strays, unsure = _scan(lane, since, roots)
-        for pid, cmd in strays:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
-            killed.setdefault(pid, cmd)
+        for pid, cmd, started in strays:
+            if kill_if_same(pid, started):
+                killed.setdefault(pid, cmd)
         if not strays and not unsure:
             break
         time.sleep(0.01)
     return list(killed.items())
+
+
+def kill_if_same(pid: int, started: bytes) -> bool:
+    """SIGKILL the process `pid` only if it is still the one that started at `started` (clock
+    ticks after boot, `/proc/<pid>/stat`): the process is pinned by a pidfd first and its start
+    time read after, so a stray that exited between the look and the kill never costs a process
+    that got its pid since (one of yours) its life. False when it was not killed."""
+    try:
+        pidfd = os.pidfd_open(pid)
+    except OSError:
+        return False  # gone already
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            now = handle.read().rsplit(b")", 1)[1].split()[19]
+        if now != started:
+            return False
+        signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+        return True
+    except (OSError, IndexError):
+        return False
+    finally:
+        os.close(pidfd)

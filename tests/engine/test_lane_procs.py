@@ -9,7 +9,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from flowd.engine.lane_procs import kill_lane_processes, lane_processes
+from flowd.engine.lane_procs import kill_if_same, kill_lane_processes, lane_processes
 
 # Each child detaches (a new session) and execs twice (setsid, then sh) before it sleeps: a look
 # taken while the parent exits catches some of them in the middle of an exec, on a busy machine
@@ -80,3 +80,19 @@ def test_another_lane_and_flowds_own_children_are_left_alone(tmp_path: Path) -> 
         own.kill()
         own.wait()
         kill_lane_processes("s2", 0.0, (tmp_path,))
+
+
+def test_a_process_that_got_a_strays_pid_since_is_not_killed(tmp_path: Path) -> None:
+    """The kill pins the process by a pidfd and checks its start time first: a look's pid that
+    names another process by now (a stray gone, its pid given again) is spared."""
+    victim = subprocess.Popen(["sleep", "30"], cwd=tmp_path)
+    try:
+        with open(f"/proc/{victim.pid}/stat", "rb") as handle:
+            started = handle.read().rsplit(b")", 1)[1].split()[19]
+        assert not kill_if_same(victim.pid, started + b"0")  # a start time the pid no longer has
+        assert victim.poll() is None
+        assert kill_if_same(victim.pid, started)
+        assert victim.wait(timeout=5) == -signal.SIGKILL
+    finally:
+        victim.kill()
+        victim.wait()
