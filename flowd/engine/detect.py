@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import stat
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -587,7 +588,11 @@ class Detector:
             if entry.size is None or entry.code[1] == "D":
                 continue
             try:
-                with open(wt / rel, "rb") as handle:
+                # Without blocking: a FIFO swapped in for the file would hold detection forever.
+                fd = os.open(wt / rel, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+                with os.fdopen(fd, "rb") as handle:
+                    if not stat.S_ISREG(os.fstat(fd).st_mode):
+                        continue
                     head = handle.read(SECRET_HEAD)
             except OSError:
                 continue

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -363,3 +364,22 @@ def test_what_flowds_own_git_writes_in_a_lanes_worktree_is_blamed_on_no_lane(tmp
     detector.raise_pending("a")  # nothing: flowd wrote it
     assert [e for e in events if isinstance(e, LaneEscape)] == []
     assert (victim / "README.md").read_text() == "# newer\n"
+
+
+def test_the_secret_look_never_waits_on_a_fifo_swapped_in_for_a_file(tmp_path: Path) -> None:
+    """Between git's status and flowd's look a file can become a FIFO: the look opens it without
+    blocking, sees no regular file, and goes on (it used to wait for a writer, forever)."""
+    detector, events, wt = _detector(tmp_path)
+    (wt / "notes.txt").write_text("plain\n")
+    entries = detect.status(wt)
+    assert entries is not None and "notes.txt" in entries
+    (wt / "notes.txt").unlink()
+    os.mkfifo(wt / "notes.txt")
+    look = threading.Thread(target=detector._check_secrets, args=("a", wt, entries), daemon=True)
+    look.start()
+    look.join(10)
+    stuck = look.is_alive()
+    if stuck:  # let it go before failing: a writer opens the FIFO
+        os.close(os.open(wt / "notes.txt", os.O_WRONLY | os.O_NONBLOCK))
+        look.join(10)
+    assert not stuck and events == []
