@@ -44,6 +44,11 @@ OWN_BRANCHES = ("refs/heads/story/", "refs/heads/epic/")
 _NOT_ADMIN = ("flowd-tmp", "modules")
 
 
+# An admin file as data: no link read through, and a FIFO a lane (or a candidate's gates) put in
+# its place opened without waiting for a writer (then not read: it is no regular file).
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
 @dataclass(frozen=True)
 class AdminProblem:
     """One admin file of a lane that says what it must not, and whether flowd put it back."""
@@ -179,7 +184,7 @@ def _mtime(path: Path) -> float | None:
 def _says(path: Path) -> str | None:
     """The text of the regular file `path` (a link is never read through), stripped."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        fd = os.open(path, _READ_FLAGS)
     except OSError:
         return None
     with os.fdopen(fd, "rb") as handle:
@@ -256,10 +261,12 @@ def _unshare(path: Path) -> bool:
 
 def _read_nofollow(path: Path) -> str | None:
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        fd = os.open(path, _READ_FLAGS)
     except OSError:
         return None
     with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            return None
         return handle.read().decode("utf-8", "surrogateescape")
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import subprocess
 import threading
 import time
@@ -126,20 +127,30 @@ def _claims(admin: Path, dotgit: str) -> bool:
     try:
         if not os.path.isdir(admin) or os.path.islink(admin):
             return False
-        with open(admin / "gitdir", encoding="utf-8", errors="surrogateescape") as handle:
-            return os.path.normpath(os.path.join(admin, handle.read(65536).strip())) == dotgit
     except OSError:
         return False
+    said = _small_file(admin / "gitdir")
+    return said is not None and os.path.normpath(os.path.join(admin, said)) == dotgit
+
+
+def _small_file(path: str | Path) -> str | None:
+    """The text of a small git file a lane may have replaced (a `.git` file, an admin dir's
+    `gitdir`), stripped: read as data from a regular file only, no link read through, no FIFO
+    waited on (opened without blocking), at most 64 KiB."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        return handle.read(65536).decode("utf-8", "surrogateescape").strip()
 
 
 def named_by_dotgit(wt: str) -> Path | None:
     """Where the worktree's `.git` file points: a hint and a tiebreak only, never the answer."""
-    try:
-        with open(os.path.join(wt, ".git"), encoding="utf-8", errors="surrogateescape") as handle:
-            line = handle.read(65536).strip()
-    except OSError:
-        return None
-    if not line.startswith("gitdir:"):
+    line = _small_file(os.path.join(wt, ".git"))
+    if line is None or not line.startswith("gitdir:"):
         return None
     named = Path(line.removeprefix("gitdir:").strip())
     return _admin_named(Path(os.path.normpath(named if named.is_absolute() else Path(wt) / named)))
@@ -190,11 +201,10 @@ def _claimed_back(admin: Path, dotgit: str) -> bool:
     its `.git` file: then `admin` is that worktree's, git having given the name again after the
     worktree flowd met under it was removed (a merge-train slot made anew), not an admin dir of
     ours whose `gitdir` a lane rewrote. Putting it "back" would take it from that worktree."""
-    try:
-        with open(admin / "gitdir", encoding="utf-8", errors="surrogateescape") as handle:
-            other = os.path.normpath(os.path.join(admin, handle.read(65536).strip()))
-    except OSError:
+    said = _small_file(admin / "gitdir")
+    if said is None:
         return False
+    other = os.path.normpath(os.path.join(admin, said))
     return other != dotgit and named_by_dotgit(os.path.dirname(other)) == admin
 
 
@@ -341,11 +351,8 @@ def private_git_dir(wt: Path) -> Path | None:
     dotgit = Path(wt) / ".git"
     if dotgit.is_dir():
         return dotgit
-    try:
-        line = dotgit.read_text(encoding="utf-8").strip()
-    except OSError:
-        return None
-    if not line.startswith("gitdir:"):
+    line = _small_file(dotgit)
+    if line is None or not line.startswith("gitdir:"):
         return None
     gitdir = Path(line.removeprefix("gitdir:").strip())
     return _admin_named(gitdir if gitdir.is_absolute() else Path(wt) / gitdir)
