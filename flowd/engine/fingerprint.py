@@ -52,7 +52,11 @@ def print_file(path: Path, before: FilePrint | None = None) -> FilePrint:
     data = None
     if st.st_size <= KEEP_BYTES:
         try:
-            data = path.read_bytes()
+            # The file the stat saw: no link or FIFO swapped in since is read through or waited on.
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+            with os.fdopen(fd, "rb") as handle:
+                if os.fstat(fd).st_ino == st.st_ino:
+                    data = handle.read(KEEP_BYTES + 1)
         except OSError:
             data = None
     return FilePrint(st.st_ino, st.st_size, st.st_mtime_ns, st.st_mode, data)
