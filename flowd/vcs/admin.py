@@ -18,7 +18,7 @@ from pathlib import Path
 
 from flowd.base.fsio import put_back
 from flowd.vcs import lane_repo
-from flowd.vcs.gitcli import GitDirChanged, GitError, admin_of, run_git
+from flowd.vcs.gitcli import GitDirChanged, GitError, admin_of, run_git, small_file
 from flowd.vcs.quarantine import discard, drop_missing_entries, held, missing, quarantine
 from flowd.vcs.submodules import gitlinks
 
@@ -90,7 +90,7 @@ def check_admin(common_dir: Path, wt: Path, head: str | None = None) -> list[Adm
         admin / "commondir": "../..\n",
     }
     for path, text in want.items():
-        if _says(path) != text.strip() and not _same_place(path, text):
+        if small_file(path) != text.strip() and not _same_place(path, text):
             if path.name == ".git" and _flowds_own(path, admin):
                 continue
             at = _mtime(path)
@@ -121,7 +121,7 @@ def check_candidate(common_dir: Path, wt: Path, at: str) -> list[AdminProblem]:
     # The gates' own git moved the lane repository's detached HEAD (a commit in the candidate):
     # said as the admin dir's would be, and put back with the rest (docs/merging.md).
     own_head = lane_repo.lane_git(admin) / "HEAD"
-    said_own = _says(own_head) if lane_repo.active(admin) else None
+    said_own = small_file(own_head) if lane_repo.active(admin) else None
     moved_own = _is_sha(said_own) and said_own != at and bool(missing(common_dir, [str(said_own)]))
     own_time = _mtime(own_head)
     count = held(admin)
@@ -132,10 +132,10 @@ def check_candidate(common_dir: Path, wt: Path, at: str) -> list[AdminProblem]:
         found.append(AdminProblem(quarantine(admin), why, not os.path.lexists(quarantine(admin)), what=None))
     if moved_own:
         why = "names a commit the epic gates wrote, which the repository does not hold"
-        done = _says(own_head) != said_own
+        done = small_file(own_head) != said_own
         found.append(AdminProblem(own_head, why, done, own_time, what="gitObjects"))
     head = admin / "HEAD"
-    said = _says(head)
+    said = small_file(head)
     if _is_sha(said) and said != at and missing(common_dir, [str(said)]):
         at_time = _mtime(head)
         done = _write(head, at + "\n")
@@ -164,7 +164,7 @@ def _flowds_own(dotgit: Path, admin: Path) -> bool:
 def _same_place(path: Path, text: str) -> bool:
     """Whether the pointer file `path` names the same place as `text` does, one of them relative
     to the file's folder (git's `worktree.useRelativePaths` writes them so)."""
-    said, meant = _says(path), text.strip()
+    said, meant = small_file(path), text.strip()
     if said is None:
         return False
     prefix = "gitdir: " if meant.startswith("gitdir: ") else ""
@@ -181,18 +181,6 @@ def _mtime(path: Path) -> float | None:
         return None
 
 
-def _says(path: Path) -> str | None:
-    """The text of the regular file `path` (a link is never read through), stripped."""
-    try:
-        fd = os.open(path, _READ_FLAGS)
-    except OSError:
-        return None
-    with os.fdopen(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-            return None
-        return handle.read(65536).decode("utf-8", "surrogateescape").strip()
-
-
 def _write(path: Path, text: str) -> bool:
     """Put `text` at `path`: a new file renamed over whatever is there (a link is replaced, never
     followed); False when it could not be done."""
@@ -201,7 +189,7 @@ def _write(path: Path, text: str) -> bool:
 
 def _check_head(admin: Path, head: str | None) -> list[AdminProblem]:
     path = admin / "HEAD"
-    now = _says(path)
+    now = small_file(path)
     if now is None and not os.path.lexists(path):
         return []
     detached = _is_sha(now)
@@ -273,7 +261,7 @@ def _read_nofollow(path: Path) -> str | None:
 def _rebuild_index(admin: Path) -> bool:
     """The index a lane replaced with a link, made again from the worktree's HEAD (its files stay
     as they are: its changes show as unstaged)."""
-    real = Path(_says(admin / "gitdir") or "").parent
+    real = Path(small_file(admin / "gitdir") or "").parent
     proc = run_git(real, ["read-tree", "HEAD"], "", ok_codes=range(256))
     return proc.returncode == 0
 
@@ -355,7 +343,7 @@ def _check_modules(admin: Path, wt: Path) -> list[AdminProblem]:
         want = modules / name
         if not os.path.lexists(dotgit) or dotgit.is_dir() or not want.is_dir():
             continue
-        named = _says(dotgit) or ""
+        named = small_file(dotgit) or ""
         target = os.path.realpath(os.path.join(dotgit.parent, named.removeprefix("gitdir:").strip()))
         if target != os.path.realpath(want):
             at = _mtime(dotgit)

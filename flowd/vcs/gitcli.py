@@ -129,11 +129,11 @@ def _claims(admin: Path, dotgit: str) -> bool:
             return False
     except OSError:
         return False
-    said = _small_file(admin / "gitdir")
+    said = small_file(admin / "gitdir")
     return said is not None and os.path.normpath(os.path.join(admin, said)) == dotgit
 
 
-def _small_file(path: str | Path) -> str | None:
+def small_file(path: str | Path) -> str | None:
     """The text of a small git file a lane may have replaced (a `.git` file, an admin dir's
     `gitdir`), stripped: read as data from a regular file only, no link read through, no FIFO
     waited on (opened without blocking), at most 64 KiB."""
@@ -149,7 +149,7 @@ def _small_file(path: str | Path) -> str | None:
 
 def named_by_dotgit(wt: str) -> Path | None:
     """Where the worktree's `.git` file points: a hint and a tiebreak only, never the answer."""
-    line = _small_file(os.path.join(wt, ".git"))
+    line = small_file(os.path.join(wt, ".git"))
     if line is None or not line.startswith("gitdir:"):
         return None
     named = Path(line.removeprefix("gitdir:").strip())
@@ -201,7 +201,7 @@ def _claimed_back(admin: Path, dotgit: str) -> bool:
     its `.git` file: then `admin` is that worktree's, git having given the name again after the
     worktree flowd met under it was removed (a merge-train slot made anew), not an admin dir of
     ours whose `gitdir` a lane rewrote. Putting it "back" would take it from that worktree."""
-    said = _small_file(admin / "gitdir")
+    said = small_file(admin / "gitdir")
     if said is None:
         return False
     other = os.path.normpath(os.path.join(admin, said))
@@ -351,7 +351,7 @@ def private_git_dir(wt: Path) -> Path | None:
     dotgit = Path(wt) / ".git"
     if dotgit.is_dir():
         return dotgit
-    line = _small_file(dotgit)
+    line = small_file(dotgit)
     if line is None or not line.startswith("gitdir:"):
         return None
     gitdir = Path(line.removeprefix("gitdir:").strip())

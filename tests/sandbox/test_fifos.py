@@ -10,7 +10,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from flowd.vcs import admin, gitcli
+from flowd.vcs import gitcli
 
 
 def _returns(call: Callable[[], object], fifos: list[Path]) -> tuple[bool, object]:
@@ -45,4 +45,4 @@ def test_a_fifo_in_a_git_files_place_is_never_waited_on(tmp_path: Path) -> None:
     assert _returns(lambda: gitcli.named_by_dotgit(str(wt)), fifos) == (True, None)
     assert _returns(lambda: gitcli.private_git_dir(wt), fifos) == (True, None)
     assert _returns(lambda: gitcli.admin_of(tmp_path / "common", wt), fifos) == (True, None)
-    assert _returns(lambda: admin._says(head), fifos) == (True, None)
+    assert _returns(lambda: gitcli.small_file(head), fifos) == (True, None)
