@@ -35,7 +35,7 @@ from typing import BinaryIO
 
 from flowd.base import leftovers
 from flowd.base.fsio import put_back
-from flowd.vcs.gitcli import git_env
+from flowd.vcs.gitcli import git_env, small_file
 from flowd.vcs.incoming import Refused, feed
 from flowd.vcs.loose_objects import Held, Loose, blob_at, opened, packed, read
 
@@ -269,13 +269,13 @@ def _routes(loose: list[Loose], admin: Path) -> dict[Path, list[Loose]]:
 
 
 def _head_of(git_dir: Path) -> str | None:
-    try:
-        head = (git_dir / "HEAD").read_text(encoding="utf-8").strip()
-        if head.startswith("ref: refs/"):
-            head = (git_dir / head.removeprefix("ref: ")).read_text(encoding="utf-8").strip()
-    except (OSError, ValueError):
-        return None
-    return head if len(head) in (40, 64) and set(head) <= _HEX else None
+    """The commit a submodule's git dir's HEAD names (the lane's git writes there): its files read
+    as data (`small_file`: no link, no FIFO, 64 KiB), a branch only below its `refs/`."""
+    head = small_file(git_dir / "HEAD")
+    if head is not None and head.startswith("ref: refs/"):
+        ref = head.removeprefix("ref: ")
+        head = None if ".." in ref.split("/") else small_file(git_dir / ref)
+    return head if head is not None and len(head) in (40, 64) and set(head) <= _HEX else None
 
 
 def _reach(tips: list[str], by_name: dict[str, Loose]) -> set[str]:

@@ -10,7 +10,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from flowd.vcs import gitcli
+from flowd.vcs import gitcli, quarantine
 
 
 def _returns(call: Callable[[], object], fifos: list[Path]) -> tuple[bool, object]:
@@ -46,3 +46,21 @@ def test_a_fifo_in_a_git_files_place_is_never_waited_on(tmp_path: Path) -> None:
     assert _returns(lambda: gitcli.private_git_dir(wt), fifos) == (True, None)
     assert _returns(lambda: gitcli.admin_of(tmp_path / "common", wt), fifos) == (True, None)
     assert _returns(lambda: gitcli.small_file(head), fifos) == (True, None)
+
+
+def test_a_submodules_head_is_read_as_data(tmp_path: Path) -> None:
+    """The take-in routes a submodule's objects by the HEAD of its git dir in the admin dir,
+    which the lane's git writes: a FIFO there, or a branch named out of its `refs/`, gives no
+    commit (and no wait)."""
+    module = tmp_path / "modules" / "sub"
+    module.mkdir(parents=True)
+    os.mkfifo(module / "HEAD")
+    assert _returns(lambda: quarantine._head_of(module), [module / "HEAD"]) == (True, None)
+    (module / "HEAD").unlink()
+    (tmp_path / "outside").write_text("a" * 40 + "\n")
+    (module / "HEAD").write_text("ref: refs/../../../outside\n")
+    assert quarantine._head_of(module) is None
+    (module / "refs" / "heads").mkdir(parents=True)
+    (module / "refs" / "heads" / "main").write_text("b" * 40 + "\n")
+    (module / "HEAD").write_text("ref: refs/heads/main\n")
+    assert quarantine._head_of(module) == "b" * 40
