@@ -101,3 +101,32 @@ def open_inside(path: Path, root: str) -> Iterator[BinaryIO | None]:
         except OSError:
             inside = False
         yield handle if inside else None
+
+
+def unlink_inside(root: Path, rel: str) -> bool:
+    """Remove the file or link `rel` below `root`, every folder on the way opened without
+    following a link (a folder a lane swapped for a link after it was listed leads nowhere):
+    True when nothing is there any more, False for a folder or a way that is not one."""
+    parts = [part for part in rel.split("/") if part not in ("", ".")]
+    if not parts or ".." in parts:
+        return False
+    *folders, name = parts
+    try:
+        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        for folder in folders:
+            step = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+            os.close(fd)
+            fd = step
+        if stat.S_ISDIR(os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode):
+            return False
+        os.unlink(name, dir_fd=fd)
+        return True
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)

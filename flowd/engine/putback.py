@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from flowd.base.errors import FlowdError
+from flowd.base.fsio import unlink_inside
 from flowd.engine.fingerprint import Entry, FilePrint, RefPrint
 from flowd.vcs.gitcli import git_env, pin_of
 
@@ -68,11 +69,7 @@ def descends(common_dir: Path, new: str, old: str) -> bool:
 
 def put_worktree_path_back(wt: Path, rel: str, entry: Entry) -> bool:
     if entry.code == "??":
-        path = wt / rel
-        if path.is_dir() and not path.is_symlink():
-            return False
-        path.unlink(missing_ok=True)
-        return True
+        return unlink_inside(wt, rel)
     proc = subprocess.run(
         ["git", "restore", "--source=HEAD", "--staged", "--worktree", "--", rel],
         cwd=wt,
