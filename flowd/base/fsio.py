@@ -83,6 +83,23 @@ def read_user_text(path: Path) -> str:
         raise FileProblems(str(path), [f"cannot be read ({exc.strerror or exc})"]) from None
 
 
+_DATA_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+def read_regular(path: str | Path, limit: int | None) -> bytes | None:
+    """The bytes of the regular file `path` (the first `limit` of them; None: all), read as data
+    where a lane may have replaced it: no link read through, no FIFO waited on (opened without
+    blocking, then not read); None when it is not a regular file."""
+    try:
+        fd = os.open(path, _DATA_FLAGS)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        return handle.read() if limit is None else handle.read(limit)
+
+
 @contextlib.contextmanager
 def open_inside(path: Path, root: str) -> Iterator[BinaryIO | None]:
     """The regular file `path`, open for reading, when it lies inside the real directory `root`:
@@ -90,7 +107,7 @@ def open_inside(path: Path, root: str) -> Iterator[BinaryIO | None]:
     `root`; None otherwise. For flowd reading, unconfined, what a lane wrote (docs/sandbox.md
     "flowd's own git"): a link the lane planted, in the file's place or a folder's, leads nowhere."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = os.open(path, _DATA_FLAGS)
     except OSError:
         yield None
         return

@@ -16,7 +16,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from flowd.base.fsio import put_back
+from flowd.base.fsio import put_back, read_regular
 from flowd.vcs import lane_repo
 from flowd.vcs.gitcli import GitDirChanged, GitError, admin_of, run_git, small_file
 from flowd.vcs.quarantine import discard, drop_missing_entries, held, missing, quarantine
@@ -42,11 +42,6 @@ OWN_BRANCHES = ("refs/heads/story/", "refs/heads/epic/")
 # The lane's own temp dir (its TMPDIR, engine/sandbox) and its submodules' git dirs are not
 # admin files: links there are the lane's business (flowd's git never writes through them).
 _NOT_ADMIN = ("flowd-tmp", "modules")
-
-
-# An admin file as data: no link read through, and a FIFO a lane (or a candidate's gates) put in
-# its place opened without waiting for a writer (then not read: it is no regular file).
-_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
 @dataclass(frozen=True)
@@ -242,20 +237,10 @@ def _admin_files(admin: Path) -> list[Path]:
 
 
 def _unshare(path: Path) -> bool:
-    """Give `path` a file of its own with the same bytes (the other name keeps the old file)."""
-    data = _read_nofollow(path)
-    return data is not None and _write(path, data)
-
-
-def _read_nofollow(path: Path) -> str | None:
-    try:
-        fd = os.open(path, _READ_FLAGS)
-    except OSError:
-        return None
-    with os.fdopen(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-            return None
-        return handle.read().decode("utf-8", "surrogateescape")
+    """Give `path` a file of its own with the same bytes (the other name keeps the old file);
+    bytes as they are: a hard-linked `index` is no text."""
+    data = read_regular(path, None)
+    return data is not None and put_back(path, data)
 
 
 def _rebuild_index(admin: Path) -> bool:

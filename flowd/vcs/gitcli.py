@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import stat
 import subprocess
 import threading
 import time
@@ -19,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from flowd.base.errors import EXIT_FAILED, FlowdError, InputError
+from flowd.base.fsio import read_regular
 from flowd.base.layout import LANE_GIT
 
 FLOW_DIR = ".flow/"
@@ -136,15 +136,9 @@ def _claims(admin: Path, dotgit: str) -> bool:
 def small_file(path: str | Path) -> str | None:
     """The text of a small git file a lane may have replaced (a `.git` file, an admin dir's
     `gitdir`), stripped: read as data from a regular file only, no link read through, no FIFO
-    waited on (opened without blocking), at most 64 KiB."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return None
-    with os.fdopen(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        return handle.read(65536).decode("utf-8", "surrogateescape").strip()
+    waited on (`read_regular`), at most 64 KiB."""
+    data = read_regular(path, 65536)
+    return None if data is None else data.decode("utf-8", "surrogateescape").strip()
 
 
 def named_by_dotgit(wt: str) -> Path | None:

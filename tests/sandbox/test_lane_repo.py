@@ -252,3 +252,22 @@ def test_from_a_lanes_worktree_flowd_finds_your_repository(repo: Repo) -> None:
     assert (found.root, found.git_dir, found.common_dir) == (a, _admin(a), repo.common_dir)
     assert main_checkout(a).root == repo.root
     assert forwarded_root(a) == repo.root
+
+
+def test_a_hard_linked_index_is_given_a_file_of_its_own_byte_for_byte(repo: Repo) -> None:
+    """A hard link among the admin files is unshared (detection, docs/sandbox.md "flowd's own
+    git"): the worktree's `index` is binary, and its copy keeps every byte (it was decoded as text
+    and encoded again, which a byte no UTF-8 holds made a crash)."""
+    a = repo.root.parent / "repo.flowd" / "ep" / "a"
+    index = _admin(a) / "index"
+    data = index.read_bytes()
+    assert any(b >= 0x80 for b in data)  # the index's hash and stat data are binary
+    other = repo.root.parent / "linked"
+    os.link(index, other)
+
+    found = check_admin(repo.common_dir, a)
+
+    assert [(p.path.name, p.why, p.put_back) for p in found] == [
+        ("index", "is a hard link to another file", True)
+    ]
+    assert index.stat().st_nlink == 1 and index.read_bytes() == data == other.read_bytes()
