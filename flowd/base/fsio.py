@@ -83,21 +83,36 @@ def read_user_text(path: Path) -> str:
         raise FileProblems(str(path), [f"cannot be read ({exc.strerror or exc})"]) from None
 
 
-_DATA_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+def open_regular(path: str | Path, *, dir_fd: int | None = None, follow: bool = False) -> BinaryIO | None:
+    """The regular file `path` (relative to `dir_fd`), open for reading as data where a lane may
+    have replaced it: opened without blocking (a FIFO is never waited on) and, unless `follow`,
+    without reading a link in its place through; None, closed again, when it is no regular file
+    (a folder, a FIFO, a device: `os.fdopen` would raise for a folder and keep its descriptor).
+    OSError when it cannot be opened."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
+    fd = os.open(path, flags, dir_fd=dir_fd)
+    try:
+        regular = stat.S_ISREG(os.fstat(fd).st_mode)
+    except OSError:
+        os.close(fd)
+        raise
+    if not regular:
+        os.close(fd)
+        return None
+    return os.fdopen(fd, "rb")
 
 
 def read_regular(path: str | Path, limit: int | None) -> bytes | None:
     """The bytes of the regular file `path` (the first `limit` of them; None: all), read as data
-    where a lane may have replaced it: no link read through, no FIFO waited on (opened without
-    blocking, then not read); None when it is not a regular file."""
+    (`open_regular`); None when it is no regular file or cannot be read."""
     try:
-        fd = os.open(path, _DATA_FLAGS)
+        handle = open_regular(path)
+        if handle is None:
+            return None
+        with handle:
+            return handle.read() if limit is None else handle.read(limit)
     except OSError:
         return None
-    with os.fdopen(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        return handle.read() if limit is None else handle.read(limit)
 
 
 @contextlib.contextmanager
@@ -107,17 +122,18 @@ def open_inside(path: Path, root: str) -> Iterator[BinaryIO | None]:
     `root`; None otherwise. For flowd reading, unconfined, what a lane wrote (docs/sandbox.md
     "flowd's own git"): a link the lane planted, in the file's place or a folder's, leads nowhere."""
     try:
-        fd = os.open(path, _DATA_FLAGS)
+        handle = open_regular(path)
     except OSError:
+        handle = None
+    if handle is None:
         yield None
         return
-    with os.fdopen(fd, "rb") as handle:
+    with handle:
         try:
-            real = os.readlink(f"/proc/self/fd/{fd}")
-            inside = stat.S_ISREG(os.fstat(fd).st_mode) and real.startswith(root.rstrip("/") + "/")
+            real = os.readlink(f"/proc/self/fd/{handle.fileno()}")
         except OSError:
-            inside = False
-        yield handle if inside else None
+            real = ""
+        yield handle if real.startswith(root.rstrip("/") + "/") else None
 
 
 def unlink_inside(root: Path, rel: str) -> bool:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from flowd.base.errors import InputError
+from flowd.base.fsio import open_regular
 from flowd.engine.core.ports import SlotPorts, ceiling_problem
 from flowd.store.config import Settings
 from flowd.vcs.bootstrapped import mark_bootstrapped
@@ -292,25 +293,26 @@ def _same_content(a: Path, b: Path) -> bool:
     """Whether the lane's copy `b` holds `a`'s bytes: `b` opened without following a link (a lane
     may have put one there since it was looked at), both compared a chunk at a time (a copied
     file can be gigabytes)."""
-    try:
-        first = os.open(a, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return False
-    with os.fdopen(first, "rb") as ours:
+    with contextlib.ExitStack() as close:
         try:
-            second = os.open(b, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+            ours = open_regular(a, follow=True)
+            if ours is None:
+                return False
+            close.enter_context(ours)
+            theirs = open_regular(b)
+            if theirs is None:
+                return False
+            close.enter_context(theirs)
         except OSError:
             return False
-        with os.fdopen(second, "rb") as theirs:
-            there = os.fstat(second)
-            if not stat.S_ISREG(there.st_mode) or os.fstat(first).st_size != there.st_size:
+        if os.fstat(ours.fileno()).st_size != os.fstat(theirs.fileno()).st_size:
+            return False
+        while True:
+            chunk = ours.read(_COMPARE_CHUNK)
+            if chunk != theirs.read(_COMPARE_CHUNK):
                 return False
-            while True:
-                chunk = ours.read(_COMPARE_CHUNK)
-                if chunk != theirs.read(_COMPARE_CHUNK):
-                    return False
-                if not chunk:
-                    return True
+            if not chunk:
+                return True
 
 
 def _remove(path: Path) -> None:

@@ -18,7 +18,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import stat
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -27,7 +26,7 @@ from functools import partial
 from pathlib import Path
 
 from flowd.base import layout
-from flowd.base.fsio import written_by_us
+from flowd.base.fsio import open_regular, written_by_us
 from flowd.engine import epic_worktree
 from flowd.engine.core.escape import (
     Blame,
@@ -588,11 +587,11 @@ class Detector:
             if entry.size is None or entry.code[1] == "D":
                 continue
             try:
-                # Without blocking: a FIFO swapped in for the file would hold detection forever.
-                fd = os.open(wt / rel, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-                with os.fdopen(fd, "rb") as handle:
-                    if not stat.S_ISREG(os.fstat(fd).st_mode):
-                        continue
+                # A link followed (one to your key is a key), a FIFO never waited on.
+                handle = open_regular(wt / rel, follow=True)
+                if handle is None:
+                    continue
+                with handle:
                     head = handle.read(SECRET_HEAD)
             except OSError:
                 continue

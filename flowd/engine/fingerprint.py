@@ -12,6 +12,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from flowd.base.fsio import open_regular
 from flowd.vcs.gitcli import GitDirChanged, git_env, pin_of
 
 KEEP_BYTES = 1 << 20  # files up to this size are kept whole, so they can be put back
@@ -53,10 +54,11 @@ def print_file(path: Path, before: FilePrint | None = None) -> FilePrint:
     if st.st_size <= KEEP_BYTES:
         try:
             # The file the stat saw: no link or FIFO swapped in since is read through or waited on.
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-            with os.fdopen(fd, "rb") as handle:
-                if os.fstat(fd).st_ino == st.st_ino:
-                    data = handle.read(KEEP_BYTES + 1)
+            handle = open_regular(path)
+            if handle is not None:
+                with handle:
+                    if os.fstat(handle.fileno()).st_ino == st.st_ino:
+                        data = handle.read(KEEP_BYTES + 1)
         except OSError:
             data = None
     return FilePrint(st.st_ino, st.st_size, st.st_mtime_ns, st.st_mode, data)

@@ -298,7 +298,8 @@ class TaskLoop:
                 with open_inside(file, real_root) as handle:
                     if handle is None:
                         continue
-                    cap = max(limit - size - len(f"--- {rel}\n"), 0) * 4  # UTF-8: 4 bytes a character at most
+                    # The characters left, in bytes: UTF-8 takes 4 a character at most.
+                    cap = max(limit - size - len(f"--- {rel}\n"), 0) * 4
                     data = handle.read(cap + 1)
                 try:
                     text = data.decode("utf-8") if len(data) <= cap else None

@@ -28,9 +28,10 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from flowd.base.fsio import open_regular
+
 MAX_ENTRIES = 20_000
 _LOCK_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
 _EXTENDED, _STAGE, _NAME = 0x4000, 0x3000, 0x0FFF
 _DIR, _MODES = 0o40000, frozenset({0o100644, 0o100755, 0o120000, 0o160000})
 
@@ -61,11 +62,13 @@ class Index:
 def read(index: Path) -> Index | None:
     """The index at `index` (not followed if a link), None when there is none."""
     try:
-        fd = os.open(index, _READ_FLAGS)
+        handle = open_regular(index)
+        if handle is None:
+            return None
+        with handle:
+            return Index(handle.read(), os.fstat(handle.fileno()).st_mtime_ns)
     except OSError:
         return None
-    with os.fdopen(fd, "rb") as handle:
-        return Index(handle.read(), os.fstat(handle.fileno()).st_mtime_ns)
 
 
 class Lock:

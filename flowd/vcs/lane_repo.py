@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from flowd.base.errors import FlowdError
-from flowd.base.fsio import put_back
+from flowd.base.fsio import open_regular, put_back
 from flowd.base.layout import LANE_GIT
 from flowd.vcs import index_reset, ref_move
 from flowd.vcs.gitcli import private_git_dir, run_git
@@ -45,7 +45,6 @@ RECORD = "flowd-lane.json"
 REFLOG_ACTION = "flowd: the lane's own commit"
 STORY_REFS = "refs/heads/story/"  # the only branches a lane's own commits move (a story's, a task's)
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 _HEX = frozenset("0123456789abcdef")
 _LOCKS: dict[str, threading.Lock] = {}
 _GUARD = threading.Lock()
@@ -103,15 +102,15 @@ def _read_at(root: Path, rel: str, limit: int = 4096) -> str | None:
             nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)
             os.close(fd)
             fd = nxt
-        leaf = os.open(parts[-1], _FILE_FLAGS, dir_fd=fd)
+        leaf = open_regular(parts[-1], dir_fd=fd)
     except OSError:
-        os.close(fd)
         return None
-    os.close(fd)
-    with os.fdopen(leaf, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-            return None
-        return handle.read(limit).decode("utf-8", "surrogateescape").strip()
+    finally:
+        os.close(fd)
+    if leaf is None:
+        return None
+    with leaf:
+        return leaf.read(limit).decode("utf-8", "surrogateescape").strip()
 
 
 def _write_at(root: Path, rel: str, data: bytes) -> bool:
@@ -499,14 +498,16 @@ def _refs_view(common: Path, own: str | None) -> bytes:
 
 def _copy(admin: Path, home: Path, name: str) -> bool:
     try:
-        fd = os.open(admin / name, _FILE_FLAGS)
+        handle = open_regular(admin / name)
     except FileNotFoundError:
         with contextlib.suppress(OSError):
             os.unlink(home / name)
         return True
     except OSError:
         return False
-    with os.fdopen(fd, "rb") as handle:
+    if handle is None:
+        return False
+    with handle:
         return _write_at(home, name, handle.read())
 
 

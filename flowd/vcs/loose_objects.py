@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import os
-import stat
 import struct
 import tempfile
 import zlib
@@ -24,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from flowd.base.fsio import open_regular
 from flowd.vcs.incoming import Refused
 
 HELD_BLOB = 1 << 20  # a bigger blob goes from its file to the pack, never whole in memory
@@ -32,7 +31,6 @@ HELD_OTHER = 64 << 20  # a bigger commit, tree or tag is refused (git's own are 
 TYPES = {b"commit": 1, b"tree": 2, b"blob": 3, b"tag": 4}
 _CHUNK = 1 << 16
 _HEADER_MAX = 64  # "commit 18446744073709551615\0" and room to spare
-_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 
 Loose = tuple[str, str, bytes, bytes | None]  # (fan-out dir, file, type, body or None: not held)
 
@@ -48,12 +46,12 @@ class Held:
 def opened(dir_fd: int, name: str, where: Path) -> Iterator[BinaryIO]:
     """The regular file `name` in the directory `dir_fd`, opened without following a link."""
     try:
-        fd = os.open(name, _FILE_FLAGS, dir_fd=dir_fd)
+        handle = open_regular(name, dir_fd=dir_fd)
     except OSError as exc:
         raise Refused(f"{where} in its object store cannot be read ({exc.strerror})") from exc
-    with os.fdopen(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise Refused(f"{where} in its object store is not a file")
+    if handle is None:
+        raise Refused(f"{where} in its object store is not a file")
+    with handle:
         yield handle
 
 

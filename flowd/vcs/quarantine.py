@@ -11,8 +11,9 @@ into the shared store when it takes the lane's work:
   follows (an `info/alternates` in it is never read, a link planted in it is refused);
 - every loose object must hash to its name (the name's length says SHA-1 or SHA-256) and be of
   a known type, read in chunks and never whole on the lane's word (flowd/vcs/loose_objects.py:
-  a big blob goes from its file to the pack); the objects go to git as one pack, `git index-pack --strict`, which checks each
-  object is well formed and every object it names exists (in the pack or the repository): a
+  a big blob goes from its file to the pack); the objects go to git as one pack, `git
+  index-pack --strict`, which checks each object is well formed and every object it names
+  exists (in the pack or the repository): a
   disconnected commit, a tree naming a missing blob, a malformed commit are refused and nothing
   is written (flowd/vcs/incoming.py); a pack a lane left in its store (a `git gc` there) goes
   through the same;
@@ -34,7 +35,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from flowd.base import leftovers
-from flowd.base.fsio import put_back
+from flowd.base.fsio import open_regular, put_back
 from flowd.vcs.gitcli import git_env, small_file
 from flowd.vcs.incoming import Refused, feed
 from flowd.vcs.loose_objects import Held, Loose, blob_at, opened, packed, read
@@ -410,14 +411,14 @@ def drop_missing_entries(common_dir: Path, log: Path) -> bool:
     if os.path.realpath(log.parent) != os.path.normpath(log.parent):
         return False
     try:
-        fd = os.open(log, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+        handle = open_regular(log)
     except FileNotFoundError:
         return True
     except OSError:
         return False
-    with os.fdopen(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-            return False
+    if handle is None:
+        return False
+    with handle:
         lines = handle.read().splitlines(keepends=True)
     named = {
         n for line in lines for n in line.split(b" ", 2)[:2] if _OBJECT_NAME.fullmatch(n) and n.strip(b"0")

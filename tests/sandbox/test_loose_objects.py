@@ -160,3 +160,17 @@ def test_a_blob_read_again_must_still_be_a_blob(lane: tuple[Path, Path, Path]) -
             pass
     finally:
         os.close(fd)
+
+
+def test_a_folder_named_as_an_object_is_refused_not_raised(lane: tuple[Path, Path, Path]) -> None:
+    """A lane makes a folder where an object's file goes: a refusal in one sentence (os.fdopen
+    of a folder raises IsADirectoryError, which no caller of the take-in expects)."""
+    repo, _, q = lane
+    name = "5" * 40
+    (q / name[:2] / name[2:]).mkdir(parents=True)
+    before = _store(repo)
+
+    with pytest.raises(Refused, match="is not a file"):
+        take_in(repo / ".git", repo / ".git" / "worktrees" / "wt")
+
+    assert _store(repo) == before
