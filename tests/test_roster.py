@@ -311,6 +311,38 @@ async def test_a_waiting_lease_takes_the_slot_a_release_frees(tmp_path: Path) ->
     assert lease.name == "solo#1" and lease.role == "planner"
 
 
+async def test_a_wait_gives_up_once_a_coder_takes_the_last_slot(tmp_path: Path) -> None:
+    """A planner waiting while a reviewer holds the last slot, which a story's coder takes as
+    soon as it is released: from then on only coders hold the slots, and the planner gives up
+    (its caller borrows its own story's coder clone) rather than waiting for that whole story."""
+    h = make_pool(tmp_path, entry("duo", slots=2))
+    await h.pool.lease("coder", label="s1")
+    reviewer = await h.pool.lease("reviewer", label="s0")
+    waiting = asyncio.create_task(h.pool.lease_unless_coders_hold("planner", label="s1"))
+    await settle()
+    assert not waiting.done()  # a reviewer's turn ends soon: worth waiting for
+    h.pool.release(reviewer)
+    second = h.pool.try_lease("coder", label="s2")  # before the waiting task runs again
+    assert second is not None
+    assert await asyncio.wait_for(waiting, 5) is None
+    assert h.pool.coders_hold_all("planner")
+    h.pool.release(second)
+    assert not h.pool.coders_hold_all("planner")
+    lease = await h.pool.lease_unless_coders_hold("planner", label="s1")
+    assert lease is not None and lease.name == "duo#2"
+
+
+async def test_a_wait_that_may_give_up_still_takes_a_slot_freed_for_it(tmp_path: Path) -> None:
+    h = make_pool(tmp_path, entry("solo"))
+    judge = await h.pool.lease("judge", label="s0")
+    waiting = asyncio.create_task(h.pool.lease_unless_coders_hold("reviewer", label="s1"))
+    await settle()
+    assert not waiting.done()
+    h.pool.release(judge)
+    lease = await asyncio.wait_for(waiting, 5)
+    assert lease is not None and lease.role == "reviewer"
+
+
 async def test_cancelling_a_waiting_lease_leaves_no_held_slot(tmp_path: Path) -> None:
     h = make_pool(tmp_path, entry("solo"))
     held = await h.pool.lease("coder")

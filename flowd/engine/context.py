@@ -372,30 +372,33 @@ class RunContext:
         for other in result.more_usage:  # the turn's requests on other models (side requests)
             used(other.model or model, wire_usage(other))
 
-    def _only_coders_hold(self, role: str) -> bool:
-        """No slot for `role` is free, and only stories' coders hold them (nothing brief will end)."""
-        if self.pool.free_slots(role) > 0:
-            return False
-        able = [e for e in self.pool.snapshot().executors if role in e.roles and e.excluded is None]
-        return all(h.role == "coder" for e in able for h in e.held)
-
     async def ask(self, role: str, request: TurnRequest, *, lane: str | None) -> TurnResult:
         """One turn on any executor serving `role` (leased for the turn only).
 
-        When no slot for the role is free and the lane's held coder can serve it, the turn borrows
-        that clone: otherwise stories holding every slot as coders would wait on each other forever.
+        When no slot for the role is free and only stories' coders hold them, a turn whose lane's
+        held coder can serve the role borrows that clone (at once, or as soon as that is so while
+        it waits): otherwise stories holding every slot as coders would wait on each other, a
+        planner for a whole story of another lane's coder.
         """
         holder = self.holders.get(lane) if lane is not None else None
-        if holder is not None and role in holder.lease.spec.roles and self._only_coders_hold(role):
-            async with self.step(lane, request.cwd):
-                return await holder.borrowed_turn(request)
         # A reviewer or judge other than the story's own coder is preferred (never waited for).
         independent = (
             frozenset({holder.lease.executor_id}) if holder is not None and role != "planner" else frozenset()
         )
         async with self.step(lane, request.cwd):
+            if holder is not None and role in holder.lease.spec.roles:
+                lease = await self.pool.lease_unless_coders_hold(role, label=lane, prefer_not=independent)
+                if lease is None:
+                    return await holder.borrowed_turn(request)
+            else:
+                lease = None
             result, info = await self.pool.run(
-                role, request, label=lane, observe=self.observer(lane, None), prefer_not=independent
+                role,
+                request,
+                label=lane,
+                observe=self.observer(lane, None),
+                prefer_not=independent,
+                leased=lease,
             )
         self.record_turn(request, result, info, lane=lane, coder_clone=False)
         return result

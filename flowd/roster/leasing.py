@@ -148,6 +148,15 @@ def pick_clone(
     return min(free, key=rank)
 
 
+def coders_hold_all(states: Iterable[ExecutorState], role: str) -> bool:
+    """No slot for `role` is free on an executor not excluded, and every slot of the executors
+    that could serve it is held by a story's coder (none will be freed by a brief turn)."""
+    able = [s for s in states if role in s.spec.roles and s.exclusion is None]
+    if any(s.free_for(role) > 0 for s in able):
+        return False
+    return all(lease.role == "coder" for s in able for lease in s.held.values())
+
+
 def can_ever_serve(states: Iterable[ExecutorState], role: str, avoid: frozenset[str]) -> bool:
     """Some executor outside `avoid` serves the role and is not excluded for the run."""
     return any(

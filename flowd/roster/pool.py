@@ -87,6 +87,32 @@ class RosterPool:
         `avoid` is strict (those executors are never taken); `prefer_not` only ranks them last
         among the free ones (independence when it is available, never a wait for it).
         """
+        lease = await self._lease(role, label, prefer, avoid, prefer_not, give_up=None)
+        assert lease is not None  # only a `give_up` ends the wait without one
+        return lease
+
+    async def lease_unless_coders_hold(
+        self, role: str, *, label: str | None = None, prefer_not: frozenset[str] = frozenset()
+    ) -> Lease | None:
+        """A slot for `role`, or None once none is free and only stories' coders hold the slots
+        that serve it: nothing brief will end, and the caller borrows its story's own coder clone
+        instead (engine/held_coder.py). Checked at every change while it waits, not only at the
+        start: a coder that takes the last slot while this waits must not leave it waiting for
+        that coder's whole story."""
+        return await self._lease(
+            role, label, None, frozenset(), prefer_not, give_up=lambda: self.coders_hold_all(role)
+        )
+
+    async def _lease(
+        self,
+        role: str,
+        label: str | None,
+        prefer: str | None,
+        avoid: frozenset[str],
+        prefer_not: frozenset[str],
+        *,
+        give_up: Callable[[], bool] | None,
+    ) -> Lease | None:
         while True:
             self._book.expire()
             state = leasing.pick(self._states.values(), role, prefer, avoid, prefer_not)
@@ -94,9 +120,15 @@ class RosterPool:
                 return self._take(state, role, label)
             if not self.can_ever_serve(role, avoid=avoid):
                 raise NoExecutor(role, self._hopeless(role, avoid))
+            if give_up is not None and give_up():
+                return None
             changed = self._book.changed
             self._book.arm_timer()
             await changed.wait()
+
+    def coders_hold_all(self, role: str) -> bool:
+        """No slot for `role` is free, and only stories' coders hold the slots that serve it."""
+        return leasing.coders_hold_all(self._states.values(), role)
 
     async def wait_back(self, executor_id: str, role: str) -> None:
         """Wait until `executor_id` is no longer excluded (a borrowed turn's executor is the only
@@ -327,9 +359,13 @@ class RosterPool:
         observe: TurnObserver | None = None,
         avoid: frozenset[str] = frozenset(),
         prefer_not: frozenset[str] = frozenset(),
+        leased: Lease | None = None,
     ) -> tuple[TurnResult, LeaseInfo]:
-        """Lease, run one turn, release. A failure that excluded the executor moves the call once."""
-        lease = await self.lease(role, label=label, prefer=prefer, avoid=avoid, prefer_not=prefer_not)
+        """Lease (unless `leased` is one taken already), run one turn, release. A failure that
+        excluded the executor moves the call once."""
+        lease = leased or await self.lease(
+            role, label=label, prefer=prefer, avoid=avoid, prefer_not=prefer_not
+        )
         moved = False
         while True:
             try:
