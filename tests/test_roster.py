@@ -300,15 +300,23 @@ async def test_coder_slots_are_respected_while_other_roles_still_lease(tmp_path:
     assert second.name == "claude#1" and second.label == "s2"
 
 
-async def test_a_waiting_lease_takes_the_slot_a_release_frees(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("held_role", "unless_coders_hold"),
+    [("coder", False), ("judge", True)],  # a wait that may give up still takes a slot freed for it
+)
+async def test_a_waiting_lease_takes_the_slot_a_release_frees(
+    tmp_path: Path, held_role: str, unless_coders_hold: bool
+) -> None:
     h = make_pool(tmp_path, entry("solo"))
-    held = await h.pool.lease("coder", label="s1")
-    waiting = asyncio.create_task(h.pool.lease("planner", label="s2"))
+    held = await h.pool.lease(held_role, label="s1")
+    pool = h.pool
+    wait = pool.lease_unless_coders_hold if unless_coders_hold else pool.lease
+    waiting = asyncio.create_task(wait("planner", label="s2"))
     await settle()
     assert not waiting.done()
     h.pool.release(held)
-    lease = await waiting
-    assert lease.name == "solo#1" and lease.role == "planner"
+    lease = await asyncio.wait_for(waiting, 5)
+    assert lease is not None and lease.name == "solo#1" and lease.role == "planner"
 
 
 async def test_a_wait_gives_up_once_a_coder_takes_the_last_slot(tmp_path: Path) -> None:
@@ -330,17 +338,6 @@ async def test_a_wait_gives_up_once_a_coder_takes_the_last_slot(tmp_path: Path) 
     assert not h.pool.coders_hold_all("planner")
     lease = await h.pool.lease_unless_coders_hold("planner", label="s1")
     assert lease is not None and lease.name == "duo#2"
-
-
-async def test_a_wait_that_may_give_up_still_takes_a_slot_freed_for_it(tmp_path: Path) -> None:
-    h = make_pool(tmp_path, entry("solo"))
-    judge = await h.pool.lease("judge", label="s0")
-    waiting = asyncio.create_task(h.pool.lease_unless_coders_hold("reviewer", label="s1"))
-    await settle()
-    assert not waiting.done()
-    h.pool.release(judge)
-    lease = await asyncio.wait_for(waiting, 5)
-    assert lease is not None and lease.role == "reviewer"
 
 
 async def test_cancelling_a_waiting_lease_leaves_no_held_slot(tmp_path: Path) -> None:
