@@ -64,6 +64,7 @@ class FakeExecutor:
     plans: dict[str, list[AgentError | str]]
     closed: bool = False
     turns: list[str] = field(default_factory=list)
+    warmed: list[Path] = field(default_factory=list)  # the folders `warm` started it for
 
     async def run_turn(self, request: TurnRequest, observe: TurnObserver | None = None) -> TurnResult:
         plan = self.plans.get(self.spec.id, [])
@@ -75,6 +76,9 @@ class FakeExecutor:
 
     async def cancel(self) -> None:
         pass
+
+    async def warm(self, cwd: Path) -> None:
+        self.warmed.append(cwd)
 
     async def close(self) -> None:
         self.closed = True
@@ -241,6 +245,35 @@ async def test_a_lane_bound_pool_keeps_each_lane_on_its_own_clone(tmp_path: Path
         taken.append((label, lease.clone))
         h.pool.release(lease)
     assert taken == [("a", 1), ("b", 2), ("a", 1), ("c", 3), ("b", 2), ("a", 1)]
+
+
+async def test_a_lanes_planner_is_warmed_ahead_on_the_clone_its_lease_then_takes(tmp_path: Path) -> None:
+    """`warm_ahead` starts the agent of the clone a lane's next planner lease takes, without
+    leasing it; the clone is the lane's from then on (another lane starting meanwhile takes a
+    different one), and a clone whose process serves another running lane is never warmed."""
+    h = make_pool(tmp_path, entry("helpers", slots=3), lane_bound=True)
+    a_coder = await h.pool.lease("coder", label="a")
+    h.pool.warm_ahead("planner", label="a", cwd=tmp_path / "a")
+    await h.pool.warmed()
+    warmed = {(m.clone, cwd.name) for m in h.made for cwd in m.warmed}
+    assert warmed == {(2, "a")} and h.pool.free_slots("planner") == 2
+    b_planner = await h.pool.lease("planner", label="b")
+    a_planner = await h.pool.lease("planner", label="a")
+    assert (a_coder.clone, a_planner.clone, b_planner.clone) == (1, 2, 3)
+    for lease in (a_planner, b_planner):
+        h.pool.release(lease)
+    # a ends; c and d take clones 1 and 2 as coders: the only free clone, 3, is b's (b runs).
+    h.pool.lane_ended("a")
+    h.pool.release(a_coder)
+    c_coder, d_coder = [await h.pool.lease("coder", label=lane) for lane in ("c", "d")]
+    assert (c_coder.clone, d_coder.clone) == (1, 2)
+    h.pool.warm_ahead("planner", label="c", cwd=tmp_path / "c")
+    await h.pool.warmed()
+    assert {(m.clone, cwd.name) for m in h.made for cwd in m.warmed} == {(2, "a")}
+    h.pool.lane_ended("b")
+    h.pool.warm_ahead("planner", label="c", cwd=tmp_path / "c")
+    await h.pool.warmed()
+    assert {(m.clone, cwd.name) for m in h.made for cwd in m.warmed} == {(2, "a"), (3, "c")}
 
 
 async def test_priority_first_then_least_recently_leased_then_roster_order(tmp_path: Path) -> None:

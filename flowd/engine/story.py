@@ -113,6 +113,8 @@ class StoryRun:
         await asyncio.to_thread(check_out, self)
         # Leased once its worktree exists: a lane the editors show with its coder has one.
         coder = await self._lease_coder()
+        if not ctx.paths.checkpoint(story).exists():  # it plans first: its planner's agent starts now
+            ctx.pool.warm_ahead("planner", label=story, cwd=self.worktree)
         await bootstrap(self)
         await setup(self)
         loop = TaskLoop(ctx, self.story, self.worktree, coder)

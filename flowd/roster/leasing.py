@@ -142,10 +142,16 @@ def pick_clone(
     def rank(n: int) -> tuple[int, int, int]:
         if n not in state.served:
             return (0, -1, n)
-        served_label, tick = state.served[n]
-        return (1 if served_label is None or served_label in ended else 2, tick, n)
+        return (2 if serves_running_lane(state, n, ended) else 1, state.served[n][1], n)
 
     return min(free, key=rank)
+
+
+def serves_running_lane(state: ExecutorState, clone: int, ended: Collection[str]) -> bool:
+    """The clone last served a lane that still runs (`ended`: the labels of lanes that ended): where
+    a process serves one lane for life, its process is that lane's."""
+    served = state.served.get(clone)
+    return served is not None and served[0] is not None and served[0] not in ended
 
 
 def coders_hold_all(states: Iterable[ExecutorState], role: str) -> bool:

@@ -314,6 +314,30 @@ class RosterPool:
             return  # the turn reports it
         self._warmup.start([executor], cwd)
 
+    def warm_ahead(self, role: str, *, label: str, cwd: Path) -> None:
+        """Start, in the background, the agent process of the clone the next lease of `role` for
+        the lane `label` would take, so that turn (a story's planner, asked once its worktree is
+        bootstrapped) does not wait for an agent to start (docs/performance.md "Between the
+        turns"). Nothing is leased. Where a process serves one lane for life, the clone counts as
+        the lane's from now on (`pick_clone`: the lane's next lease takes it, other lanes take it
+        last), and a clone another running lane's process holds is left alone."""
+        self._book.expire()
+        state = leasing.pick(self._states.values(), role, None, frozenset(), frozenset())
+        if state is None:
+            return
+        clone = leasing.pick_clone(state, label, lane_bound=self._lane_bound, ended=self._ended)
+        if self._lane_bound:
+            if state.served.get(clone, (label, 0))[0] != label and leasing.serves_running_lane(
+                state, clone, self._ended
+            ):
+                return
+            state.served[clone] = (label, self._counter)
+        try:
+            executor = self._executor_for_clone(state.spec, clone)
+        except FlowdError:
+            return  # the lease reports it
+        self._warmup.start([executor], cwd)
+
     async def warmed(self) -> None:
         """Wait until every clone `prestart` began is started (or has failed to)."""
         await self._warmup.wait()
