@@ -276,6 +276,30 @@ async def test_a_lanes_planner_is_warmed_ahead_on_the_clone_its_lease_then_takes
     assert {(m.clone, cwd.name) for m in h.made for cwd in m.warmed} == {(2, "a"), (3, "c")}
 
 
+async def test_the_turn_warmed_ahead_leases_the_executor_that_was_warmed(tmp_path: Path) -> None:
+    """Between the warm start and the planner's lease another lane's turn moves the round robin
+    on: the planner still takes the executor its agent was started on."""
+    helpers = '"planner", "reviewer"'
+    body = (
+        entry("coders", roles='"coder"')
+        + entry("h1", roles=helpers, slots=2)
+        + entry("h2", roles=helpers, slots=2)
+    )
+    h = make_pool(tmp_path, body, lane_bound=True)
+    await h.pool.lease("coder", label="a")
+    h.pool.warm_ahead("planner", label="a", cwd=tmp_path / "a")
+    await h.pool.warmed()
+    assert [(m.spec.id, cwd.name) for m in h.made for cwd in m.warmed] == [("h1", "a")]
+    reviewer = await h.pool.lease("reviewer", label="b")  # h1 is now the last leased
+    assert reviewer.name == "h1#2"  # not a's clone: it is a's from its warm start
+    h.pool.release(reviewer)
+    planner = await h.pool.lease_unless_coders_hold("planner", label="a")
+    assert planner is not None and planner.name == "h1#1"
+    h.pool.release(planner)
+    again = await h.pool.lease_unless_coders_hold("planner", label="a")  # the preference is spent
+    assert again is not None and again.name == "h2#1"
+
+
 async def test_priority_first_then_least_recently_leased_then_roster_order(tmp_path: Path) -> None:
     body = (
         entry("local", roles='"planner", "reviewer"')

@@ -64,6 +64,7 @@ class RosterPool:
         self._states = {spec.id: ExecutorState(spec, i) for i, spec in enumerate(roster.executors)}
         self._counter = 0
         self._ended: set[str] = set()  # labels of lanes that ended (`lane_ended`)
+        self._ahead: dict[tuple[str, str], str] = {}  # (lane, role) → the executor warmed for it
         self._executors: dict[tuple[str, int], Executor] = {}
         self._closing: set[asyncio.Task[None]] = set()
         self._warmup = Warmup()
@@ -99,8 +100,10 @@ class RosterPool:
         instead (engine/held_coder.py). Checked at every change while it waits, not only at the
         start: a coder that takes the last slot while this waits must not leave it waiting for
         that coder's whole story."""
+        # The executor `warm_ahead` started an agent on for this turn, where priorities allow.
+        prefer = self._ahead.pop((label, role), None) if label is not None else None
         return await self._lease(
-            role, label, None, frozenset(), prefer_not, give_up=lambda: self.coders_hold_all(role)
+            role, label, prefer, frozenset(), prefer_not, give_up=lambda: self.coders_hold_all(role)
         )
 
     async def _lease(
@@ -206,8 +209,10 @@ class RosterPool:
 
     def lane_ended(self, label: str) -> None:
         """The lane `label` ended (merged, failed, paused): its clones are the first a new lane
-        takes, before a running lane's (`pick_clone`)."""
+        takes, before a running lane's (`pick_clone`), and a warm start it never used is forgotten."""
         self._ended.add(label)
+        for key in [key for key in self._ahead if key[0] == label]:
+            del self._ahead[key]
 
     def can_ever_serve(self, role: str, *, avoid: frozenset[str] = frozenset()) -> bool:
         """Some executor outside `avoid` serves the role and is not excluded for the run."""
@@ -318,9 +323,11 @@ class RosterPool:
         """Start, in the background, the agent process of the clone the next lease of `role` for
         the lane `label` would take, so that turn (a story's planner, asked once its worktree is
         bootstrapped) does not wait for an agent to start (docs/performance.md "Between the
-        turns"). Nothing is leased. Where a process serves one lane for life, the clone counts as
-        the lane's from now on (`pick_clone`: the lane's next lease takes it, other lanes take it
-        last), and a clone another running lane's process holds is left alone."""
+        turns"). Nothing is leased, but that turn's lease prefers the executor (whatever other
+        leases did to the round robin meanwhile; never over a better priority). Where a process
+        serves one lane for life, the clone counts as the lane's from now on (`pick_clone`: the
+        lane's next lease takes it, other lanes take it last), and a clone another running lane's
+        process holds is left alone."""
         self._book.expire()
         state = leasing.pick(self._states.values(), role, None, frozenset(), frozenset())
         if state is None:
@@ -336,6 +343,7 @@ class RosterPool:
             executor = self._executor_for_clone(state.spec, clone)
         except FlowdError:
             return  # the lease reports it
+        self._ahead[(label, role)] = state.spec.id
         self._warmup.start([executor], cwd)
 
     async def warmed(self) -> None:
