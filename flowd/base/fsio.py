@@ -85,11 +85,12 @@ def read_user_text(path: Path) -> str:
 
 def open_regular(path: str | Path, *, dir_fd: int | None = None, follow: bool = False) -> BinaryIO | None:
     """The regular file `path` (relative to `dir_fd`), open for reading as data where a lane may
-    have replaced it: opened without blocking (a FIFO is never waited on) and, unless `follow`,
-    without reading a link in its place through; None, closed again, when it is no regular file
-    (a folder, a FIFO, a device: `os.fdopen` would raise for a folder and keep its descriptor).
-    OSError when it cannot be opened."""
-    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
+    have replaced it: opened without blocking (a FIFO is never waited on), never as flowd's
+    controlling terminal (a link to a terminal device) and, unless `follow`, without reading a
+    link in its place through; None, closed again, when it is no regular file (a folder, a FIFO,
+    a device: `os.fdopen` would raise for a folder and keep its descriptor). OSError when it
+    cannot be opened."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
     fd = os.open(path, flags, dir_fd=dir_fd)
     try:
         regular = stat.S_ISREG(os.fstat(fd).st_mode)

@@ -61,6 +61,8 @@ def print_file(path: Path, before: FilePrint | None = None) -> FilePrint:
                         data = handle.read(KEEP_BYTES + 1)
         except OSError:
             data = None
+        if data is not None and len(data) > KEEP_BYTES:
+            data = None  # it grew past the limit since the stat: a prefix would put back a torn file
     return FilePrint(st.st_ino, st.st_size, st.st_mtime_ns, st.st_mode, data)
 
 
