@@ -400,6 +400,9 @@ def missing(common_dir: Path, names: list[str]) -> list[str]:
 
 
 _OBJECT_NAME = re.compile(rb"[0-9a-f]{40}|[0-9a-f]{64}")
+# A reflog bigger than this is not read to be cleaned (a lane's git writes it; git's own are
+# kilobytes, 400,000 entries would be 64 MiB): flowd never holds what a lane chose the size of.
+REFLOG_MAX = 64 << 20
 
 
 def drop_missing_entries(common_dir: Path, log: Path) -> bool:
@@ -407,7 +410,7 @@ def drop_missing_entries(common_dir: Path, log: Path) -> bool:
     repository's store does not hold (what a refused lane committed: `git fsck` calls such an
     entry invalid). The file is read without following a link, written anew and renamed over it
     (a link or hard link there is replaced, never written through); a folder on the way that is a
-    link is left alone. False when it could not be done."""
+    link is left alone. False when it could not be done, or the file is bigger than `REFLOG_MAX`."""
     if os.path.realpath(log.parent) != os.path.normpath(log.parent):
         return False
     try:
@@ -419,7 +422,9 @@ def drop_missing_entries(common_dir: Path, log: Path) -> bool:
     if handle is None:
         return False
     with handle:
-        lines = handle.read().splitlines(keepends=True)
+        if os.fstat(handle.fileno()).st_size > REFLOG_MAX:
+            return False
+        lines = handle.read(REFLOG_MAX + 1).splitlines(keepends=True)
     named = {
         n for line in lines for n in line.split(b" ", 2)[:2] if _OBJECT_NAME.fullmatch(n) and n.strip(b"0")
     }

@@ -23,6 +23,7 @@ from flowd.events.model import Event, LaneEscape
 from flowd.sandbox import landlock
 from flowd.sandbox.confine import Confinement
 from flowd.vcs import index_reset, lane_repo
+from flowd.vcs import quarantine as quarantine_module
 from flowd.vcs.incoming import Refused
 from flowd.vcs.quarantine import quarantine, take_in
 
@@ -371,3 +372,23 @@ def test_the_index_after_a_take_in_is_read_without_git_as_git_reads_it(
     )
     assert git(lane, "status", "--porcelain") == ""
     _fsck(repo)
+
+
+def test_a_reflogs_entries_naming_missing_objects_are_dropped_and_a_huge_one_is_not_read(lane: Path) -> None:
+    """After a refusal, the entries of a reflog naming objects the store does not hold are dropped
+    (git's fsck calls them invalid); a reflog past `REFLOG_MAX` (the lane's git wrote it) is left
+    as it is rather than read whole into flowd's memory."""
+    repo = lane.parent.parent.parent / "repo"
+    head = git(repo, "rev-parse", "HEAD").strip()
+    log = repo / ".git" / "logs" / "refs" / "heads" / "story" / "ep" / "a"
+    good = f"{'0' * 40} {head} t <t@t> 1 +0000\tbranch: Created\n"
+    bad = f"{head} {'e' * 40} t <t@t> 2 +0000\tcommit: refused\n"
+    log.write_text(good + bad, encoding="utf-8")
+    assert quarantine_module.drop_missing_entries(repo / ".git", log)
+    assert log.read_text(encoding="utf-8") == good
+    with open(log, "ab") as handle:
+        handle.truncate(quarantine_module.REFLOG_MAX + 1)  # sparse: no disk, every byte zero
+    before = os.stat(log)
+    assert not quarantine_module.drop_missing_entries(repo / ".git", log)
+    after = os.stat(log)
+    assert (after.st_ino, after.st_size) == (before.st_ino, before.st_size)
