@@ -36,7 +36,7 @@ from flowd.events.model import (
     ExecutorReleased,
     ExecutorResumed,
 )
-from flowd.roster.leasing import ExecutorState, Lease, pick_clone
+from flowd.roster.leasing import ExecutorState, Lease, clone_to_warm, pick_clone
 from flowd.roster.pool import RosterPool
 from flowd.roster.state import Holding, after_fault
 from flowd.store.config import ExecutorSpec, Roster, load_roster
@@ -225,6 +225,34 @@ def test_pick_clone_takes_a_running_lanes_clone_last(
     assert pick_clone(state, label, lane_bound=False, ended=frozenset(ended)) == (
         pick_clone(state, label, lane_bound=False)
     )
+
+
+# (clones held, each clone's last lane, lanes ended, lane bound) -> the clone warmed for lane "a"
+CLONE_TO_WARM = [
+    ((), {}, (), True, 1),  # nothing served: the lowest
+    ((1,), {1: ("b", 1)}, (), True, 2),  # b holds 1: a never-served one
+    ((1, 2), {3: ("a", 2)}, (), True, 3),  # a's own
+    ((1, 2), {3: ("c", 2)}, ("c",), True, 3),  # an ended lane's
+    ((1, 2), {3: ("c", 2)}, (), True, None),  # c still runs: its process is left alone
+    ((1, 2), {3: ("c", 2)}, (), False, 3),  # processes serve any lane: any free one
+    ((1, 2, 3), {}, (), True, None),  # none free
+]
+
+
+@pytest.mark.parametrize(("held", "served", "ended", "lane_bound", "expected"), CLONE_TO_WARM)
+def test_clone_to_warm(
+    held: tuple[int, ...],
+    served: dict[int, tuple[str, int]],
+    ended: tuple[str, ...],
+    lane_bound: bool,
+    expected: int | None,
+) -> None:
+    spec = ExecutorSpec(id="demo", kind="script", script="demo.script.json", slots=3)
+    state = ExecutorState(spec, 0, served=dict(served))
+    for clone in held:
+        state.held[clone] = Lease("demo", clone, "coder", "x", spec, None)  # type: ignore[arg-type]
+    target = clone_to_warm([state], "planner", "a", lane_bound=lane_bound, ended=frozenset(ended))
+    assert (target[1] if target is not None else None) == expected
 
 
 async def test_a_lane_bound_pool_keeps_each_lane_on_its_own_clone(tmp_path: Path) -> None:

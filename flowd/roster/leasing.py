@@ -147,6 +147,23 @@ def pick_clone(
     return min(free, key=rank)
 
 
+def clone_to_warm(
+    states: Iterable[ExecutorState], role: str, label: str, *, lane_bound: bool, ended: Collection[str]
+) -> tuple[ExecutorState, int] | None:
+    """The executor and clone the next lease of `role` for the lane `label` would take, to start
+    its agent ahead (`RosterPool.warm_ahead`); None when none is free, or, where a process serves
+    one lane for life, when that clone's process is another running lane's (stopping it would
+    cost that lane a start)."""
+    state = pick(states, role, None, frozenset(), frozenset())
+    if state is None:
+        return None
+    clone = pick_clone(state, label, lane_bound=lane_bound, ended=ended)
+    served = state.served.get(clone)
+    if lane_bound and served is not None and served[0] != label and serves_running_lane(state, clone, ended):
+        return None
+    return state, clone
+
+
 def serves_running_lane(state: ExecutorState, clone: int, ended: Collection[str]) -> bool:
     """The clone last served a lane that still runs (`ended`: the labels of lanes that ended): where
     a process serves one lane for life, its process is that lane's."""

@@ -329,16 +329,14 @@ class RosterPool:
         lane's next lease takes it, other lanes take it last), and a clone another running lane's
         process holds is left alone."""
         self._book.expire()
-        state = leasing.pick(self._states.values(), role, None, frozenset(), frozenset())
-        if state is None:
+        target = leasing.clone_to_warm(
+            self._states.values(), role, label, lane_bound=self._lane_bound, ended=self._ended
+        )
+        if target is None:
             return
-        clone = leasing.pick_clone(state, label, lane_bound=self._lane_bound, ended=self._ended)
+        state, clone = target
         if self._lane_bound:
-            if state.served.get(clone, (label, 0))[0] != label and leasing.serves_running_lane(
-                state, clone, self._ended
-            ):
-                return
-            state.served[clone] = (label, self._counter)
+            state.served[clone] = (label, self._counter)  # the lane's from now on
         try:
             executor = self._executor_for_clone(state.spec, clone)
         except FlowdError:
