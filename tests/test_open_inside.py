@@ -1,6 +1,6 @@
 """flowd reading and removing, unconfined, in a place a lane writes (flowd/base/fsio.py
-`open_inside`, `unlink_inside`, `read_regular`): real files and links in a temp dir; a link in the file's place
-or in a folder's before it leads nowhere."""
+`open_inside`, `unlink_inside`, `read_regular`): real files and links in a temp dir; a link in
+the file's place or in a folder's before it leads nowhere."""
 
 from __future__ import annotations
 

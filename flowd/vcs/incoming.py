@@ -44,8 +44,8 @@ def feed(git_dir: Path, data: bytes | BinaryIO, source: Path) -> None:
     """Hand the pack `data` (bytes, or a file open at its start) to git (the repository's git
     dir, or a submodule's), which checks every object and link (`--strict`: well formed, hashes
     right, connected, no `.gitmodules` naming a command), and move it into the store when git is
-    content. `Refused` (naming
-    `source`, the store the objects came from) when git is not: nothing reaches the store."""
+    content. `Refused` (naming `source`, the store the objects came from) when git is not:
+    nothing reaches the store."""
     objects = git_dir / "objects"
     with _incoming(objects) as incoming:
         env = git_env()

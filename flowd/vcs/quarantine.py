@@ -13,10 +13,9 @@ into the shared store when it takes the lane's work:
   a known type, read in chunks and never whole on the lane's word (flowd/vcs/loose_objects.py:
   a big blob goes from its file to the pack); the objects go to git as one pack, `git
   index-pack --strict`, which checks each object is well formed and every object it names
-  exists (in the pack or the repository): a
-  disconnected commit, a tree naming a missing blob, a malformed commit are refused and nothing
-  is written (flowd/vcs/incoming.py); a pack a lane left in its store (a `git gc` there) goes
-  through the same;
+  exists (in the pack or the repository): a disconnected commit, a tree naming a missing blob,
+  a malformed commit are refused and nothing is written (flowd/vcs/incoming.py); a pack a lane
+  left in its store (a `git gc` there) goes through the same;
 - what was taken in is then removed from the quarantine, the same way (relative to directories
   opened without following links), so the next take-in reads only what is new.
 """
