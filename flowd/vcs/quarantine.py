@@ -23,12 +23,13 @@ into the shared store when it takes the lane's work:
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
 import shutil
 import stat
 import subprocess
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
@@ -146,12 +147,14 @@ def take_in(
                 feed(common_dir, handle, q)
         routes = _routes(found.loose, admin)
         ours = [o for o in found.loose if not any(o in r for r in routes.values())]
-        if ours:
-            _feed_loose(common_dir, ours, top, q)
-        for git_dir, theirs in routes.items():
-            _feed_loose(git_dir, theirs, top, q)
-        if remove:
-            _remove(top, found)
+        feeds = [*([(common_dir, ours)] if ours else []), *routes.items()]
+        # The quarantine is removed while git checks the last pack: its objects are in the pack
+        # by then, and a refusal throws the quarantine away all the same (`discard`).
+        tidy = functools.partial(_remove, top, found) if remove else None
+        for n, (git_dir, objects) in enumerate(feeds, start=1):
+            _feed_loose(git_dir, objects, top, q, tidy if n == len(feeds) else None)
+        if tidy is not None and not feeds:
+            tidy()
         held = {d + f: body for d, f, kind, body in ours if kind in (b"commit", b"tree") and body is not None}
         return TakenIn(names, tuple(found.packs), held)
     finally:
@@ -192,9 +195,11 @@ def take_in_scratch(common_dir: Path, store: Path) -> int:
         os.close(top)
 
 
-def _feed_loose(git_dir: Path, loose: list[Loose], top: int, q: Path) -> None:
+def _feed_loose(
+    git_dir: Path, loose: list[Loose], top: int, q: Path, meanwhile: Callable[[], None] | None = None
+) -> None:
     """The loose objects `loose` of the store `q` (open as `top`) to git as one pack, in memory or
-    spooled beside `git_dir`'s store (flowd/vcs/loose_objects.py)."""
+    spooled beside `git_dir`'s store (flowd/vcs/loose_objects.py); `meanwhile` as `feed`'s."""
 
     @contextlib.contextmanager
     def blob(item: Loose) -> Iterator[tuple[int, Iterator[bytes]]]:
@@ -203,7 +208,7 @@ def _feed_loose(git_dir: Path, loose: list[Loose], top: int, q: Path) -> None:
             yield size_and_body
 
     with packed(loose, blob, git_dir / "objects") as data:
-        feed(git_dir, data, q)
+        feed(git_dir, data, q, meanwhile)
 
 
 def _scan(top: int, q: Path, already: frozenset[str]) -> _Found:
