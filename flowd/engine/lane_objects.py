@@ -118,8 +118,8 @@ class LaneObjects:
                 )
             if move is not None:
                 # Its objects are in: the branch in your repository follows the lane's own.
-                lane_repo.adopt(self.common_dir, admin, home, move, taken.held)
-                tips = self._tips(admin)
+                adopted = lane_repo.adopt(self.common_dir, admin, home, move, taken.held)
+                tips = [(move.ref, move.new)] if adopted and move.ref is not None else self._tips(admin)
             with self._lock:
                 self.good.update(tips)
                 if during:

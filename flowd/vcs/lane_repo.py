@@ -521,8 +521,9 @@ def _shared_indexes(admin: Path) -> list[str]:
 def _write_record(admin: Path, side: _Side, lane: str | None) -> None:
     """The record, written over in place when it is a file of its own (the admin dir is flowd's:
     no lane makes a link there; a new file costs more than the take-in's own work), else anew. A
-    record cut short by a crash reads as disagreeing: the next `sync` writes the lane repository
-    from your branch, which already holds what was taken."""
+    record a crash left cut short, or part old and part new, reads as disagreeing (the next
+    `sync` writes the lane repository from your branch, which already holds what was taken) or
+    as a move of the branch to where it already is."""
     data = json.dumps({"head": side.head, "sha": side.sha, "lane": lane}).encode("utf-8")
     try:
         fd = os.open(admin / RECORD, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -532,8 +533,11 @@ def _write_record(admin: Path, side: _Side, lane: str | None) -> None:
     try:
         st = os.fstat(fd)
         if stat.S_ISREG(st.st_mode) and st.st_nlink == 1:
-            os.ftruncate(fd, 0)
-            os.write(fd, data)
+            # Written over, cut only when it was longer: a record is mostly as long as the last
+            # (the same names), and emptying a file first costs more than writing it.
+            os.pwrite(fd, data, 0)
+            if st.st_size > len(data):
+                os.ftruncate(fd, len(data))
             return
     finally:
         os.close(fd)
@@ -592,9 +596,8 @@ def adopt(common: Path, admin: Path, wt: Path, move: Move, held: Mapping[str, by
                         return False
         except (FlowdError, OSError):
             return False
-        after = _side(common, admin)
-        if after is not None:
-            _write_record(admin, after, move.new)
+        # The branch is at the lane's commit now (moved under its lock and the worktree's).
+        _write_record(admin, _Side(side.head, side.ref, move.new), move.new)
     return True
 
 

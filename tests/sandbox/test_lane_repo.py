@@ -271,3 +271,25 @@ def test_a_hard_linked_index_is_given_a_file_of_its_own_byte_for_byte(repo: Repo
         ("index", "is a hard link to another file", True)
     ]
     assert index.stat().st_nlink == 1 and index.read_bytes() == data == other.read_bytes()
+
+
+def test_the_record_is_written_over_cut_to_its_length_and_a_shared_one_replaced(tmp_path: Path) -> None:
+    """The lane repository's record is written over in place (no new file per take-in), cut when
+    the last one was longer; a record hard-linked elsewhere is replaced, never written through."""
+    admin = tmp_path / "admin"
+    admin.mkdir()
+    long = lane_repo._Side(
+        "ref: refs/heads/story/ep/" + "x" * 200, "refs/heads/story/ep/" + "x" * 200, "a" * 40
+    )
+    lane_repo._write_record(admin, long, "b" * 40)
+    record = admin / lane_repo.RECORD
+    inode = record.stat().st_ino
+    short = lane_repo._Side("ref: refs/heads/story/ep/a", "refs/heads/story/ep/a", "c" * 40)
+    lane_repo._write_record(admin, short, "d" * 40)
+    assert lane_repo._record(admin) == {"head": short.head, "sha": "c" * 40, "lane": "d" * 40}
+    assert record.stat().st_ino == inode
+    outside = tmp_path / "outside"
+    os.link(record, outside)
+    lane_repo._write_record(admin, long, "e" * 40)
+    assert lane_repo._record(admin)["lane"] == "e" * 40
+    assert b'"lane": "dddd' in outside.read_bytes() and record.stat().st_ino != inode
