@@ -16,8 +16,9 @@ into the shared store when it takes the lane's work:
   exists (in the pack or the repository): a disconnected commit, a tree naming a missing blob,
   a malformed commit are refused and nothing is written (flowd/vcs/incoming.py); a pack a lane
   left in its store (a `git gc` there) goes through the same;
-- what was taken in is then removed from the quarantine, the same way (relative to directories
-  opened without following links), so the next take-in reads only what is new.
+- what was taken in is removed from the quarantine while git checks it (it is all in the pack
+  by then), the same way (relative to directories opened without following links), so the next
+  take-in reads only what is new.
 """
 
 from __future__ import annotations
