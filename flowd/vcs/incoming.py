@@ -18,7 +18,7 @@ import os
 import shutil
 import subprocess
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
@@ -40,62 +40,33 @@ class Refused(Exception):
     """What a lane (or flowd's own git) wrote cannot be taken in: one sentence saying why."""
 
 
-def feed(
-    git_dir: Path, data: bytes | BinaryIO, source: Path, meanwhile: Callable[[], None] | None = None
-) -> None:
+def feed(git_dir: Path, data: bytes | BinaryIO, source: Path) -> None:
     """Hand the pack `data` (bytes, or a file open at its start) to git (the repository's git
     dir, or a submodule's), which checks every object and link (`--strict`: well formed, hashes
     right, connected, no `.gitmodules` naming a command), and move it into the store when git is
     content. `Refused` (naming `source`, the store the objects came from) when git is not:
-    nothing reaches the store. `meanwhile`: the caller's work that needs neither the verdict nor
-    the objects' source any more (the quarantine's removal), done while git checks, on another
-    core when there is one."""
+    nothing reaches the store."""
     objects = git_dir / "objects"
-    with _incoming(objects) as incoming, _as_file(data) as stdin:
+    with _incoming(objects) as incoming:
         env = git_env()
         env.pop("GIT_QUARANTINE_PATH", None)
         env.update(GIT_OBJECT_DIRECTORY=str(incoming), GIT_ALTERNATE_OBJECT_DIRECTORIES=str(objects))
-        proc = subprocess.Popen(
+        proc = subprocess.run(
             ["git", *_NO_FSYNC, "--git-dir", str(git_dir), "index-pack", "--stdin", "--strict", "--fix-thin"],
-            stdin=stdin,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
+            input=data if isinstance(data, bytes) else None,
+            stdin=None if isinstance(data, bytes) else data,
+            capture_output=True,
             env=env,
+            check=False,
         )
-        try:
-            if meanwhile is not None:
-                meanwhile()
-            out, err = proc.communicate()
-        except BaseException:
-            proc.kill()
-            proc.communicate()
-            raise
         if proc.returncode != 0:
-            said = err.decode("utf-8", "replace").strip().splitlines()
+            said = proc.stderr.decode("utf-8", "replace").strip().splitlines()
             # git's last line is the verdict ("fsck error in packed object"), the first says why.
             reason = "; ".join(dict.fromkeys([*said[:1], *said[-1:]])) or "no reason given"
             raise Refused(f"git refused the objects of its store {source}: {reason}")
-        name = "pack-" + out.decode("ascii", "replace").split()[-1]
+        name = "pack-" + proc.stdout.decode("ascii", "replace").split()[-1]
         _move_in(incoming / "pack", objects / "pack", name)
     _packs(objects).add(git_dir, name)
-
-
-@contextlib.contextmanager
-def _as_file(data: bytes | BinaryIO) -> Iterator[int | BinaryIO]:
-    """`data` as git's standard input: a file, so that no pipe has to be written while git runs
-    (a pack in memory goes to an unnamed in-memory file first)."""
-    if not isinstance(data, bytes):
-        yield data
-        return
-    fd = os.memfd_create("flowd-pack", os.MFD_CLOEXEC)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.lseek(fd, 0, os.SEEK_SET)
-        yield fd
-    finally:
-        os.close(fd)
 
 
 def _move_in(src: Path, dst: Path, name: str) -> None:

@@ -16,21 +16,19 @@ into the shared store when it takes the lane's work:
   exists (in the pack or the repository): a disconnected commit, a tree naming a missing blob,
   a malformed commit are refused and nothing is written (flowd/vcs/incoming.py); a pack a lane
   left in its store (a `git gc` there) goes through the same;
-- what was taken in is removed from the quarantine while git checks it (it is all in the pack
-  by then), the same way (relative to directories opened without following links), so the next
-  take-in reads only what is new.
+- what was taken in is then removed from the quarantine, the same way (relative to directories
+  opened without following links), so the next take-in reads only what is new.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 import re
 import shutil
 import stat
 import subprocess
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
@@ -148,14 +146,12 @@ def take_in(
                 feed(common_dir, handle, q)
         routes = _routes(found.loose, admin)
         ours = [o for o in found.loose if not any(o in r for r in routes.values())]
-        feeds = [*([(common_dir, ours)] if ours else []), *routes.items()]
-        # The quarantine is removed while git checks the last pack: its objects are in the pack
-        # by then, and a refusal throws the quarantine away all the same (`discard`).
-        tidy = functools.partial(_remove, top, found) if remove else None
-        for n, (git_dir, objects) in enumerate(feeds, start=1):
-            _feed_loose(git_dir, objects, top, q, tidy if n == len(feeds) else None)
-        if tidy is not None and not feeds:
-            tidy()
+        if ours:
+            _feed_loose(common_dir, ours, top, q)
+        for git_dir, theirs in routes.items():
+            _feed_loose(git_dir, theirs, top, q)
+        if remove:
+            _remove(top, found)
         held = {d + f: body for d, f, kind, body in ours if kind in (b"commit", b"tree") and body is not None}
         return TakenIn(names, tuple(found.packs), held)
     finally:
@@ -196,11 +192,9 @@ def take_in_scratch(common_dir: Path, store: Path) -> int:
         os.close(top)
 
 
-def _feed_loose(
-    git_dir: Path, loose: list[Loose], top: int, q: Path, meanwhile: Callable[[], None] | None = None
-) -> None:
+def _feed_loose(git_dir: Path, loose: list[Loose], top: int, q: Path) -> None:
     """The loose objects `loose` of the store `q` (open as `top`) to git as one pack, in memory or
-    spooled beside `git_dir`'s store (flowd/vcs/loose_objects.py); `meanwhile` as `feed`'s."""
+    spooled beside `git_dir`'s store (flowd/vcs/loose_objects.py)."""
 
     @contextlib.contextmanager
     def blob(item: Loose) -> Iterator[tuple[int, Iterator[bytes]]]:
@@ -209,7 +203,7 @@ def _feed_loose(
             yield size_and_body
 
     with packed(loose, blob, git_dir / "objects") as data:
-        feed(git_dir, data, q, meanwhile)
+        feed(git_dir, data, q)
 
 
 def _scan(top: int, q: Path, already: frozenset[str]) -> _Found:

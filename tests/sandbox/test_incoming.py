@@ -85,36 +85,6 @@ def test_a_refusal_leaves_neither_objects_nor_an_incoming_store(repo: Path) -> N
     assert [n for n in os.listdir(objects) if n.startswith(INCOMING)] == []
 
 
-def test_work_meanwhile_runs_while_git_checks_and_its_failure_takes_nothing_in(repo: Path) -> None:
-    """The caller's `meanwhile` (the quarantine's removal) runs once, while git runs, before its
-    verdict, on a refusal too; when it fails, git is stopped and nothing reaches the store."""
-    objects = repo / ".git" / "objects"
-    seen: list[str] = []
-    name, loose = _blob("meanwhile\n")
-    feed(repo / ".git", _pack([loose]), repo / "q", lambda: seen.append("ran"))
-    assert seen == ["ran"]
-    assert git(repo, "cat-file", "-t", name).strip() == "blob"
-    tree = b"100644 f\0" + bytes.fromhex("3" * 40)
-    bad = hashlib.sha1(b"tree %d\0" % len(tree) + tree).hexdigest()
-    with pytest.raises(Refused):
-        feed(
-            repo / ".git", _pack([(bad[:2], bad[2:], b"tree", tree)]), repo / "q", lambda: seen.append("ran")
-        )
-    assert seen == ["ran", "ran"]
-    before = _packs(repo)
-    other, loose = _blob("never in\n")
-
-    def fails() -> None:
-        raise OSError("the removal failed")
-
-    with pytest.raises(OSError, match="the removal failed"):
-        feed(repo / ".git", _pack([loose]), repo / "q", fails)
-    assert _packs(repo) == before
-    missing = git(repo, "cat-file", "--batch-check", data=f"{other}\n".encode())
-    assert missing.strip().endswith("missing")
-    assert [n for n in os.listdir(objects) if n.startswith(INCOMING)] == []  # what git wrote, gone
-
-
 def test_incoming_stores_of_a_gone_process_are_removed_a_live_ones_kept(repo: Path) -> None:
     objects = repo / ".git" / "objects"
     dead = subprocess.Popen(["true"])  # a pid that has ended
