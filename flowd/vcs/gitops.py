@@ -45,7 +45,15 @@ class Repo(Worktrees):
         try:
             if grepo.bare or grepo.working_tree_dir is None:
                 raise InputError(f"{where} is a bare git repository; run flowd inside a checkout")
-            if not grepo.head.is_valid():
+            # Asked of git itself: GitPython reads object names as SHA-1 only, and calls a
+            # SHA-256 repository's HEAD invalid (docs/repositories.md "Object formats").
+            head = run_git(
+                Path(grepo.working_tree_dir),
+                ["rev-parse", "--verify", "-q", "HEAD^{commit}"],
+                f"could not read HEAD in {grepo.working_tree_dir}",
+                ok_codes=range(256),
+            )
+            if head.returncode != 0:
                 raise InputError(
                     f"the git repository at {grepo.working_tree_dir} has no commits yet; "
                     "make a first commit and try again"

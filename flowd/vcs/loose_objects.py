@@ -160,7 +160,13 @@ def pack(loose: list[Loose]) -> bytes:
         assert body is not None, "a blob not held is packed by `spooled`"
         parts += [_entry_head(TYPES[kind], len(body)), zlib.compress(body, 1)]
     data = b"".join(parts)
-    return data + hashlib.sha1(data).digest()
+    return data + _trailer(loose)(data).digest()
+
+
+def _trailer(loose: list[Loose]) -> Callable[..., hashlib._Hash]:
+    """The hash of a pack's trailer: the repository's own, which its object names' length says
+    (a SHA-256 repository's git reads a pack closed by a SHA-1 as cut short)."""
+    return hashlib.sha256 if loose and len(loose[0][0] + loose[0][1]) == 64 else hashlib.sha1
 
 
 @contextlib.contextmanager
@@ -171,7 +177,7 @@ def packed(loose: list[Loose], blob: BlobReader, spool: Path) -> Iterator[bytes 
         yield pack(loose)
         return
     with tempfile.TemporaryFile(dir=spool) as out:
-        digest = hashlib.sha1()
+        digest = _trailer(loose)()
 
         def put(data: bytes) -> None:
             digest.update(data)

@@ -1,7 +1,7 @@
 """Shapes real repositories have (docs/repositories.md), each run as an epic on real git: line-ending
 rules, a user's hooks that reject commits, a default branch other than `main`, a shallow clone,
-Git LFS set up without git-lfs, paths with spaces and non-ASCII letters, and a user on a feature
-branch of a `master` repository with uncommitted work."""
+Git LFS set up without git-lfs, paths with spaces and non-ASCII letters, a user on a feature
+branch of a `master` repository with uncommitted work, and a SHA-256 repository."""
 
 from __future__ import annotations
 
@@ -212,3 +212,31 @@ def test_a_feature_branch_of_a_master_repository_with_uncommitted_work(tmp_path:
         "?? ep.epic.json",
         "?? scratch.txt",
     ]
+
+
+def test_a_sha256_repository(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A repository made with `--object-format=sha256`: found with its commits, an agent's own
+    commit taken in from its quarantine, a blob too big to hold packed from its file, both merged,
+    the store whole (the pack flowd hands git closes with the repository's own hash)."""
+    monkeypatch.setenv("GIT_DEFAULT_HASH", "sha256")  # what `git init` makes, for this test only
+    stories = [story("own", ["own.txt"]), story("big", ["big/"])]
+    rules = [
+        coder("own", {"own.txt": "own\n"}, run=["git add -A && git commit -q -m 'by its agent'"]),
+        coder("big", {"big/note.txt": "big\n"}, run=["head -c 2100000 /dev/urandom > big/data.bin"]),
+    ]
+    sc = Scenario.create(tmp_path, stories, rules)
+    monkeypatch.delenv("GIT_DEFAULT_HASH")
+    assert git(sc.repo, "rev-parse", "--show-object-format").strip() == "sha256"
+    result = sc.run()
+    assert result.outcome == "done", {k: v.reason for k, v in result.view.lanes.items()}
+    assert sorted(sc.merge_commits()) == ["ep: merge story big", "ep: merge story own"]
+    assert "by its agent" in git(sc.repo, "log", "--format=%s", "epic/ep")
+    assert {"own.txt", "big/data.bin"} <= set(sc.epic_files())
+    git(sc.repo, "fsck", "--full", "--no-dangling")
+
+
+def test_a_sha256_repository_without_commits_says_so(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    git(tmp_path, "init", "-q", "--object-format=sha256", str(repo))
+    with pytest.raises(InputError, match="has no commits yet"):
+        Repo.discover(repo)
