@@ -260,6 +260,10 @@ def _config(common: Path, admin: Path) -> bytes:
     text += f"[include]\n\tpath = {common / 'config'}\n"
     if os.path.lexists(admin / "config.worktree"):
         text += f"\tpath = {admin / 'config.worktree'}\n"
+    # After the includes, so above your settings and your global ones: no signing key or agent
+    # is reachable from a lane (docs/sandbox.md "Socket files"), so a signed commit could only
+    # fail; the lane's commits are unsigned, as flowd's own are (docs/repositories.md "Your hooks").
+    text += "[commit]\n\tgpgSign = false\n[tag]\n\tgpgSign = false\n\tforceSignAnnotated = false\n"
     return text.encode("utf-8")
 
 

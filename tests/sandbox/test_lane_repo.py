@@ -293,3 +293,23 @@ def test_the_record_is_written_over_cut_to_its_length_and_a_shared_one_replaced(
     lane_repo._write_record(admin, long, "e" * 40)
     assert lane_repo._record(admin)["lane"] == "e" * 40
     assert b'"lane": "dddd' in outside.read_bytes() and record.stat().st_ino != inode
+
+
+def test_an_agents_commit_works_where_you_sign_yours(repo: Repo) -> None:
+    """Your global and repository config sign every commit and tag; no key or agent is reachable
+    from a lane, so the lane's own `git commit` and `git tag -a` run unsigned instead of failing."""
+    home = repo.root.parent / "home"
+    (home / ".gitconfig").write_text(
+        "[user]\n\tsigningkey = ABCDEF\n[commit]\n\tgpgSign = true\n[tag]\n\tgpgSign = true\n"
+        "[gpg]\n\tprogram = false\n",
+        encoding="utf-8",
+    )
+    subprocess.run(["git", "config", "commit.gpgSign", "true"], cwd=repo.root, check=True)
+    a = repo.root.parent / "repo.flowd" / "ep" / "a"
+    done = _sh(
+        _confinement(repo),
+        a,
+        f"export HOME={home} && echo x > signed.txt && git add signed.txt && git commit -q -m mine "
+        "&& git tag -a -m t v1 && git log -1 --format='%s %G?'",
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "mine N", done.stdout + done.stderr
