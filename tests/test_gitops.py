@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from flowd.base.errors import FlowdError, InputError
-from flowd.vcs.gitcli import GitError, run_git
+from flowd.vcs.gitcli import GitError, alternates, config_value, run_git
 from flowd.vcs.gitops import Repo, worktree_default_root, worktree_root
 
 IDENTITY_VARS = (
@@ -659,3 +659,31 @@ def test_worktree_add_beside_makes_what_a_plain_add_makes_and_finishes_a_killed_
         assert files(wt) == files(plain) and files(wt)
         assert git(wt, "status", "--porcelain") == ""
         assert git(wt, "branch", "--show-current").strip() == branch
+
+
+ODD = 'a:b "c" \\d ;#e\tf\ng'  # a path git's separators, quotes and escapes would misread
+
+
+def test_paths_written_for_git_are_read_back_as_they_are(tmp_path: Path) -> None:
+    """`config_value` and `alternates` (flowd/vcs/gitcli.py), read back by git itself: a config
+    value, and an object directory in `GIT_ALTERNATE_OBJECT_DIRECTORIES` and in an alternates file."""
+    config = tmp_path / "config"
+    config.write_text(f"[include]\n\tpath = {config_value(ODD)}\n", encoding="utf-8")
+    said = subprocess.run(
+        ["git", "config", "-f", str(config), "-z", "--get", "include.path"], capture_output=True, text=True
+    )
+    assert said.returncode == 0 and said.stdout == ODD + "\0", said.stderr
+    store = tmp_path / ODD / "objects"
+    store.mkdir(parents=True)
+    blob = subprocess.run(
+        ["git", "hash-object", "-w", "--stdin"], input="x\n", capture_output=True, text=True,
+        env={**os.environ, "GIT_OBJECT_DIRECTORY": str(store)}, check=True,
+    ).stdout.strip()  # fmt: skip
+    repo = tmp_path / "repo"
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    env = {**os.environ, "GIT_ALTERNATE_OBJECT_DIRECTORIES": alternates([tmp_path / "none", store])}
+    found = subprocess.run(["git", "cat-file", "-t", blob], cwd=repo, capture_output=True, text=True, env=env)
+    assert found.stdout.strip() == "blob", found.stderr
+    (repo / ".git" / "objects" / "info" / "alternates").write_text(alternates([store], "\n") + "\n")
+    found = subprocess.run(["git", "cat-file", "-t", blob], cwd=repo, capture_output=True, text=True)
+    assert found.stdout.strip() == "blob", found.stderr

@@ -255,6 +255,30 @@ def git_env(extra: dict[str, str] | None = None, pin: Pin | None = None) -> dict
     return env
 
 
+def alternates(stores: Sequence[Path], sep: str = os.pathsep) -> str:
+    """Object directories as git reads them from `GIT_ALTERNATE_OBJECT_DIRECTORIES` (`sep` the
+    path separator) or an `objects/info/alternates` file (a newline): each as it is, or C-quoted
+    when it holds the separator, a quote, a backslash or a control character (git unquotes an
+    entry that starts with `"`; a repository under `a:b/` was split in two and its lanes' git
+    found no objects)."""
+    return sep.join(_quoted_path(str(store), sep) for store in stores)
+
+
+def _quoted_path(path: str, sep: str) -> str:
+    if not any(c in path for c in (sep, '"', "\\")) and all(c >= " " for c in path):
+        return path
+    return '"' + "".join(_C_ESCAPES.get(c, c if c >= " " else f"\\{ord(c):03o}") for c in path) + '"'
+
+
+_C_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\t": "\\t"}
+
+
+def config_value(text: str) -> str:
+    """`text` as a value in a git config file, quoted (a `"`, `\\`, `;` or `#` in a path would
+    otherwise end or break it: git refused the whole file)."""
+    return '"' + "".join(_C_ESCAPES.get(c, c) for c in text) + '"'
+
+
 def git_reason(proc: subprocess.CompletedProcess[str]) -> str:
     """Git's own explanation: the last fatal/error line, else the last non-blank output line."""
     raw = [ln.rstrip() for ln in (proc.stderr + "\n" + proc.stdout).splitlines() if ln.strip()]

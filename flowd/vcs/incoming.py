@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from flowd.base import leftovers
-from flowd.vcs.gitcli import git_env
+from flowd.vcs.gitcli import alternates, git_env
 
 log = logging.getLogger("flowd.vcs.incoming")
 
@@ -50,7 +50,7 @@ def feed(git_dir: Path, data: bytes | BinaryIO, source: Path) -> None:
     with _incoming(objects) as incoming:
         env = git_env()
         env.pop("GIT_QUARANTINE_PATH", None)
-        env.update(GIT_OBJECT_DIRECTORY=str(incoming), GIT_ALTERNATE_OBJECT_DIRECTORIES=str(objects))
+        env.update(GIT_OBJECT_DIRECTORY=str(incoming), GIT_ALTERNATE_OBJECT_DIRECTORIES=alternates([objects]))
         proc = subprocess.run(
             ["git", *_NO_FSYNC, "--git-dir", str(git_dir), "index-pack", "--stdin", "--strict", "--fix-thin"],
             input=data if isinstance(data, bytes) else None,

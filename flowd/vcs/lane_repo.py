@@ -38,7 +38,7 @@ from flowd.base.errors import FlowdError
 from flowd.base.fsio import open_regular, put_back
 from flowd.base.layout import LANE_GIT
 from flowd.vcs import index_reset, ref_move
-from flowd.vcs.gitcli import private_git_dir, run_git
+from flowd.vcs.gitcli import alternates, config_value, private_git_dir, run_git
 from flowd.vcs.quarantine import QUARANTINE_DIR
 
 RECORD = "flowd-lane.json"
@@ -257,9 +257,9 @@ def _config(common: Path, admin: Path) -> bytes:
     text = f"[core]\n\trepositoryformatversion = {version}\n\tbare = false\n\tlogallrefupdates = true\n"
     if extensions:
         text += f"[extensions]\n{extensions}"
-    text += f"[include]\n\tpath = {common / 'config'}\n"
+    text += f"[include]\n\tpath = {config_value(str(common / 'config'))}\n"
     if os.path.lexists(admin / "config.worktree"):
-        text += f"\tpath = {admin / 'config.worktree'}\n"
+        text += f"\tpath = {config_value(str(admin / 'config.worktree'))}\n"
     # After the includes, so above your settings and your global ones: no signing key or agent
     # is reachable from a lane (docs/sandbox.md "Socket files"), so a signed commit could only
     # fail; the lane's commits are unsigned, as flowd's own are (docs/repositories.md "Your hooks").
@@ -361,8 +361,8 @@ def _alternates(common: Path, admin: Path) -> bytes:
     """Where the lane repository's objects are, for a git run in the worktree without the lane's
     environment (yours, an editor's): your repository's store and the lane's quarantine. The lane's
     own processes are given both by their environment, which makes git read no `objects/` here."""
-    stores = [common / "objects", admin / QUARANTINE_DIR]
-    return "".join(f"{store}\n" for store in stores if store.is_dir()).encode()
+    stores = [store for store in (common / "objects", admin / QUARANTINE_DIR) if store.is_dir()]
+    return "".join(f"{line}\n" for line in alternates(stores, "\n").splitlines()).encode()
 
 
 def renew(common: Path, admin: Path, wt: Path) -> None:

@@ -35,7 +35,7 @@ from typing import BinaryIO
 
 from flowd.base import leftovers
 from flowd.base.fsio import open_regular, put_back
-from flowd.vcs.gitcli import git_env, small_file
+from flowd.vcs.gitcli import alternates, git_env, small_file
 from flowd.vcs.incoming import Refused, feed
 from flowd.vcs.loose_objects import Held, Loose, blob_at, opened, packed, read
 
@@ -57,7 +57,7 @@ def lane_env(admin: Path, common_dir: Path) -> dict[str, str]:
     stores = [common_dir / "objects", *(s / "objects" for s in submodule_dirs(admin))]
     return {
         "GIT_OBJECT_DIRECTORY": str(quarantine(admin)),
-        "GIT_ALTERNATE_OBJECT_DIRECTORIES": os.pathsep.join(str(p) for p in stores),
+        "GIT_ALTERNATE_OBJECT_DIRECTORIES": alternates(stores),
     }
 
 
@@ -91,7 +91,7 @@ def reader_env(admin: Path) -> dict[str, str]:
             return {}
     except OSError:
         return {}
-    return {"GIT_ALTERNATE_OBJECT_DIRECTORIES": str(q)}
+    return {"GIT_ALTERNATE_OBJECT_DIRECTORIES": alternates([q])}
 
 
 @dataclass
@@ -167,7 +167,7 @@ def scratch(common_dir: Path) -> Iterator[tuple[Path, dict[str, str]]]:
     tmp = leftovers.made("flowd-objects-")
     env = {
         "GIT_OBJECT_DIRECTORY": str(tmp),
-        "GIT_ALTERNATE_OBJECT_DIRECTORIES": str(common_dir / "objects"),
+        "GIT_ALTERNATE_OBJECT_DIRECTORIES": alternates([common_dir / "objects"]),
     }
     try:
         yield tmp, env

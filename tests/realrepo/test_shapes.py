@@ -1,7 +1,8 @@
 """Shapes real repositories have (docs/repositories.md), each run as an epic on real git: line-ending
 rules, a user's hooks that reject commits, a default branch other than `main`, a shallow clone,
 Git LFS set up without git-lfs, paths with spaces and non-ASCII letters, a user on a feature
-branch of a `master` repository with uncommitted work, and a SHA-256 repository."""
+branch of a `master` repository with uncommitted work, a SHA-256 repository, and a repository
+under a folder whose name git's own files would misread."""
 
 from __future__ import annotations
 
@@ -240,3 +241,21 @@ def test_a_sha256_repository_without_commits_says_so(tmp_path: Path) -> None:
     git(tmp_path, "init", "-q", "--object-format=sha256", str(repo))
     with pytest.raises(InputError, match="has no commits yet"):
         Repo.discover(repo)
+
+
+def test_a_repository_under_a_folder_name_git_would_misread(tmp_path: Path) -> None:
+    """A colon (the separator of `GIT_ALTERNATE_OBJECT_DIRECTORIES`), a quote, a backslash, `;`
+    and `#` (a git config file's) in the path of your repository: the lane's git finds its
+    objects and reads its config, its own commit is taken in, both stories merge."""
+    root = tmp_path / 'we:ird "name" \\ ;#x'
+    stories = [story("own", ["own.txt"]), story("b", ["b.txt"], ["own"])]
+    rules = [
+        coder("own", {"own.txt": "own\n"}, run=["git add -A && git commit -q -m 'by its agent'"]),
+        coder("b", {"b.txt": "b\n"}),
+    ]
+    sc = Scenario.create(root, stories, rules)
+    result = sc.run()
+    assert result.outcome == "done", {k: v.reason for k, v in result.view.lanes.items()}
+    assert sorted(sc.merge_commits()) == ["ep: merge story b", "ep: merge story own"]
+    assert "by its agent" in git(sc.repo, "log", "--format=%s", "epic/ep")
+    git(sc.repo, "fsck", "--full", "--no-dangling")
