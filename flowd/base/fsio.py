@@ -16,6 +16,7 @@ from typing import Any, BinaryIO
 from pydantic import BaseModel
 
 from flowd.base.errors import FileProblems
+from flowd.base.jsonl import utf8_text
 
 # What this process last wrote to each file, by digest: detection (docs/sandbox-detection.md) takes
 # a state file that changed to exactly these bytes as flowd's own write, not a lane's.
@@ -27,6 +28,9 @@ def written_by_us(path: Path, data: bytes) -> bool:
 
 
 def write_text_atomic(path: Path, text: str) -> None:
+    """`text` written to `path` through a temp file renamed into place, as UTF-8 (a name in it
+    that is not UTF-8 escaped: `jsonl.utf8_text`)."""
+    text = utf8_text(text)
     path.parent.mkdir(parents=True, exist_ok=True)
     _OWN_WRITES[str(path)] = hashlib.sha256(text.encode("utf-8")).digest()
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)

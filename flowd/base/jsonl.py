@@ -21,9 +21,41 @@ import msgspec
 JSONError = msgspec.MsgspecError
 
 _decode = msgspec.json.Decoder().decode
-# `dumps(value)`: compact JSON bytes; a value JSON cannot hold raises TypeError (or
-# UnicodeEncodeError for a lone surrogate).
-dumps = msgspec.json.Encoder().encode
+_encode = msgspec.json.Encoder().encode
+
+
+def dumps(value: Any) -> bytes:
+    """Compact JSON bytes; a value JSON cannot hold raises TypeError. A string with a lone
+    surrogate (a file name that is not UTF-8, as Python reads it: `os.fsdecode`) is written with
+    its bytes escaped (`bad\\xffname.txt`): one such name an agent wrote must not stop the trace."""
+    try:
+        return _encode(value)
+    except UnicodeEncodeError:
+        return _encode(_escaped(value))
+
+
+def utf8_text(text: str) -> str:
+    """`text` as UTF-8 can hold it: the bytes of a file name that is not UTF-8 (`os.fsdecode`
+    made them lone surrogates) written as escapes, `bad\\xffname.txt`; any other text as it is."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        pass
+    try:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:  # a surrogate no file name made
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _escaped(value: Any) -> Any:
+    if isinstance(value, str):
+        return utf8_text(value)
+    if isinstance(value, dict):
+        return {_escaped(k): _escaped(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_escaped(v) for v in value]
+    return value
 
 
 def loads(data: bytes | str) -> Any:

@@ -1,8 +1,8 @@
 """Shapes real repositories have (docs/repositories.md), each run as an epic on real git: line-ending
 rules, a user's hooks that reject commits, a default branch other than `main`, a shallow clone,
 Git LFS set up without git-lfs, paths with spaces and non-ASCII letters, a user on a feature
-branch of a `master` repository with uncommitted work, a SHA-256 repository, and a repository
-under a folder whose name git's own files would misread."""
+branch of a `master` repository with uncommitted work, a SHA-256 repository, a repository
+under a folder whose name git's own files would misread, and file names that are not UTF-8."""
 
 from __future__ import annotations
 
@@ -259,3 +259,29 @@ def test_a_repository_under_a_folder_name_git_would_misread(tmp_path: Path) -> N
     assert sorted(sc.merge_commits()) == ["ep: merge story b", "ep: merge story own"]
     assert "by its agent" in git(sc.repo, "log", "--format=%s", "epic/ep")
     git(sc.repo, "fsck", "--full", "--no-dangling")
+
+
+def test_file_names_that_are_not_utf8(tmp_path: Path) -> None:
+    """An agent writes names no UTF-8 holds (a byte 0xFF in its perimeter, 0xFE outside it) and
+    one with a newline: the story finishes, its own files are committed as they are, the one
+    outside is put back, and the trace, findings and report show the name with its byte escaped
+    (they stopped the story: "surrogates not allowed")."""
+    inside, outside = "printf 'own/bad\\377name.txt'", "printf 'out\\376side.txt'"
+    make = (
+        f'printf x > "$({inside})" && printf y > "$({outside})" && printf z > "$(printf \'own/new\\nline\')"'
+    )
+    sc = Scenario.create(tmp_path, [story("own", ["own/"])], [coder("own", {"own/a.txt": "a\n"}, run=[make])])
+    result = sc.run()
+    assert result.outcome == "done", {k: v.reason for k, v in result.view.lanes.items()}
+    listed = subprocess.run(
+        ["git", "ls-tree", "-r", "-z", "--name-only", "epic/ep"], cwd=sc.repo, capture_output=True, check=True
+    )
+    files = listed.stdout.split(b"\0")
+    assert {b"own/a.txt", b"own/bad\xffname.txt", b"own/new\nline"} <= set(files)
+    assert not any(name.startswith(b"out") for name in files)
+    flagged = [p.path for v in _violations(sc, result.run_id) for p in v.paths]
+    assert flagged and set(flagged) == {"out\\xfeside.txt"}
+    findings = (sc.repo / ".flow" / "epics" / "ep" / "stories" / "own.findings.md").read_text(
+        encoding="utf-8"
+    )
+    assert "out\\xfeside.txt" in findings
