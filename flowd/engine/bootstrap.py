@@ -91,6 +91,24 @@ def preflight(repo: Repo, settings: Settings, concurrency: int) -> None:
         )
 
 
+def check_worktree_root(repo: Repo, root: Path) -> None:
+    """The folder the run's worktrees go in (`root`) can be made and written, asked of the kernel
+    without touching anything (`access`: mode bits, ACLs, a read-only mount, an immutable
+    folder); else one sentence. It was found only when the epic's worktree was made, and the run
+    ended with an internal error."""
+    probe = root
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if probe.is_dir() and os.access(probe, os.W_OK | os.X_OK):
+        return
+    why = "is not a folder" if not probe.is_dir() else "is not writable"
+    config = repo.root / ".flow" / "config.toml"
+    raise InputError(
+        f"cannot make the run's worktrees in {root}: {probe} {why}; make it writable, or set "
+        f"worktreeRoot in {config} to a folder you can write (docs/running.md)"
+    )
+
+
 def bootstrap_files(repo: Repo, settings: Settings, worktree: Path) -> Copied:
     """Copy the matching ignored files of the user's checkout into `worktree` (see the module doc)."""
     include = include_path(repo, settings)

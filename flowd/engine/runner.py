@@ -24,7 +24,7 @@ from flowd.base.timeutil import iso
 from flowd.cost.prices import pricer
 from flowd.engine import epic_worktree
 from flowd.engine.big_repo import with_choice, worktree_choice
-from flowd.engine.bootstrap import bootstrap_epic, preflight
+from flowd.engine.bootstrap import bootstrap_epic, check_worktree_root, preflight
 from flowd.engine.confinement import announcement, run_confinement
 from flowd.engine.context import RunContext
 from flowd.engine.core.bigrepo import Chosen
@@ -160,6 +160,7 @@ def _validate(options: RunOptions) -> _Setup:
     # "Big repositories"); what the run then works with is in its settings.
     chosen = worktree_choice(repo, settings, concurrency)
     settings = with_choice(settings, chosen)
+    check_worktree_root(repo, wt_root)
     return _Setup(
         repo=repo,
         plan_path=plan_path,

@@ -396,3 +396,22 @@ def test_copies_stay_out_of_commits_even_when_the_story_stops_ignoring_them(tmp_
     (worktree / "src" / "api.py").write_text("x = 2\n", encoding="utf-8")
     repo.commit_all(worktree, "api: more")
     assert ".env" not in git(worktree, "log", "--name-only", "--format=", "epic/ep..HEAD").split()
+
+
+def test_a_worktree_root_flowd_cannot_write_is_one_sentence_before_anything(tmp_path: Path) -> None:
+    """`worktreeRoot` under something that is not a folder (as under a read-only or immutable
+    one): `flowd run` says so and what to do, exit 2, before any branch, run or folder is made."""
+    sc = Scenario.create(tmp_path, [story("api", ["src/"])], [coder("api", {"src/api.py": "x = 1\n"})])
+    (tmp_path / "blocker").write_text("a file\n", encoding="utf-8")
+    with (sc.repo / ".flow" / "config.toml").open("a", encoding="utf-8") as config:
+        config.write('worktreeRoot = "../blocker/worktrees"\n')
+    done = subprocess.run(
+        [*FLOWD, "run", str(sc.plan_path)], cwd=sc.repo, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        f"flowd: cannot make the run's worktrees in {tmp_path / 'blocker' / 'worktrees'}: "
+        f"{tmp_path / 'blocker'} is not a folder; make it writable, or set worktreeRoot in "
+        f"{sc.repo / '.flow' / 'config.toml'} to a folder you can write (docs/running.md)"
+    ]
+    assert "epic/ep" not in git(sc.repo, "branch") and not (sc.repo / ".flow" / "runs").exists()
