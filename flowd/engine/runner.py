@@ -151,6 +151,13 @@ def _validate(options: RunOptions) -> _Setup:
         raise InputError(f"no executor serves the coder role in {where}; add one (see docs/roster.md)")
     if options.base is not None and repo.rev_parse(options.base) is None:
         raise InputError(f"--base {options.base!r} is not a commit or branch of {repo.root}")
+    busy = repo.unfinished() if options.base is None and not repo.branch_exists(plan.epic_branch) else None
+    if busy is not None:
+        # A new epic starts at your HEAD, which is a step of that operation (docs/repositories.md).
+        raise InputError(
+            f"your checkout {repo.root} is in the middle of {busy}; finish or abort it, or name "
+            "the epic's starting point with --base"
+        )
     concurrency = options.concurrency or settings.concurrency
     if concurrency < 1:
         raise InputError("--concurrency must be at least 1")

@@ -33,6 +33,17 @@ _STRUCT_LOCKS: dict[str, threading.Lock] = {}
 _STRUCT_LOCKS_GUARD = threading.Lock()
 
 
+# What git leaves in a checkout's git dir while an operation waits for you.
+_UNFINISHED = (
+    ("rebase-merge", "rebase"),
+    ("rebase-apply", "rebase"),
+    ("MERGE_HEAD", "merge"),
+    ("CHERRY_PICK_HEAD", "cherry-pick"),
+    ("REVERT_HEAD", "revert"),
+    ("BISECT_LOG", "bisect"),
+)
+
+
 class RepoBase:
     """The repository-wide part of `gitops.Repo`."""
 
@@ -78,6 +89,15 @@ class RepoBase:
                 handle.write(f"{sep}{FLOW_DIR}\n")
         except OSError as exc:
             raise GitError(f"could not add {FLOW_DIR} to {exclude}: {exc.strerror or exc}") from exc
+
+    def unfinished(self) -> str | None:
+        """The git operation your checkout is in the middle of (a rebase, merge, cherry-pick,
+        revert or bisect), named with the file that says so; None when there is none. Its
+        `HEAD` is then a step of that operation, not the branch you work on."""
+        for marker, what in _UNFINISHED:
+            if (self.git_dir / marker).exists():
+                return f"a {what} ({self.git_dir / marker})"
+        return None
 
     def lfs_problem(self) -> str | None:
         """Why no worktree can be checked out when the repository keeps files in Git LFS, git is

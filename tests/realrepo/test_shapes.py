@@ -2,7 +2,8 @@
 rules, a user's hooks that reject commits, a default branch other than `main`, a shallow clone,
 Git LFS set up without git-lfs, paths with spaces and non-ASCII letters, a user on a feature
 branch of a `master` repository with uncommitted work, a SHA-256 repository, a repository
-under a folder whose name git's own files would misread, and file names that are not UTF-8."""
+under a folder whose name git's own files would misread, file names that are not UTF-8, and a
+checkout in the middle of a rebase."""
 
 from __future__ import annotations
 
@@ -285,3 +286,32 @@ def test_file_names_that_are_not_utf8(tmp_path: Path) -> None:
         encoding="utf-8"
     )
     assert "out\\xfeside.txt" in findings
+
+
+def test_a_checkout_in_the_middle_of_a_rebase(tmp_path: Path) -> None:
+    """A new epic starts at your HEAD; in a stopped rebase that is a step of the rebase (here
+    `main` without your branch's commit): one sentence, nothing made. With `--base` it runs, and a
+    resumed epic (its branch there already) is not asked again."""
+    sc = Scenario.create(tmp_path, [story("a", ["a.txt"])], [coder("a", {"a.txt": "a\n"})])
+    (sc.repo / "x.txt").write_text("base\n", encoding="utf-8")
+    _commit(sc.repo, "x")
+    git(sc.repo, "checkout", "-q", "-b", "feature")
+    (sc.repo / "x.txt").write_text("feature\n", encoding="utf-8")
+    _commit(sc.repo, "feature x")
+    git(sc.repo, "checkout", "-q", "main")
+    (sc.repo / "x.txt").write_text("main\n", encoding="utf-8")
+    _commit(sc.repo, "main x")
+    git(sc.repo, "checkout", "-q", "feature")
+    stopped = subprocess.run(["git", *ID, "rebase", "main"], cwd=sc.repo, capture_output=True, text=True)
+    assert stopped.returncode != 0 and (sc.repo / ".git" / "rebase-merge").is_dir()
+    with pytest.raises(InputError) as raised:
+        sc.run()
+    assert str(raised.value) == (
+        f"your checkout {sc.repo} is in the middle of a rebase ({sc.repo / '.git' / 'rebase-merge'}); "
+        "finish or abort it, or name the epic's starting point with --base"
+    )
+    assert "epic/ep" not in git(sc.repo, "branch") and not sc.worktree_root.exists()
+    result = sc.run(base="feature")
+    assert result.outcome == "done", {k: v.reason for k, v in result.view.lanes.items()}
+    assert git(sc.repo, "merge-base", "--is-ancestor", "feature", "epic/ep") == ""
+    assert sc.run().outcome == "done"  # the epic's branch exists: no question of where it starts
