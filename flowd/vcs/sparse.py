@@ -15,6 +15,7 @@ from pathlib import Path
 from flowd.vcs.gitcli import GitDirChanged, pin_of, run_git, split_z
 from flowd.vcs.gitops import Repo
 from flowd.vcs.index_size import index_entries
+from flowd.vcs.worktrees import ADD
 
 SPARSE_INDEX_FROM = 200_000  # files: where a sparse index starts to pay (`_index_kind`)
 
@@ -92,7 +93,7 @@ def add_sparse(repo: Repo, path: Path, branch: str, start: str | None, dirs: Seq
     """A worktree at `path` on `branch` (made at `start` when given) with only `dirs` and the
     root files checked out: no file outside them is ever written."""
     path = Path(path).absolute()
-    args = ["worktree", "add", "-q", "--no-checkout"]
+    args = [*ADD, "-q", "--no-checkout"]  # none of your own sparse patterns copied: its own follow
     args += ["-b", branch, str(path), start] if start is not None else [str(path), branch]
     with repo._lock:  # the branch ref and git's worktree records are shared bookkeeping
         run_git(repo.root, args, f"could not add the worktree {path} on {branch}")

@@ -13,7 +13,21 @@ from pathlib import Path
 from flowd.base.errors import FlowdError
 from flowd.vcs import lane_repo
 from flowd.vcs.changes import WorktreeChanges
-from flowd.vcs.gitcli import GitError, git_reason, remove_tree, run_git, same_path, unchecked_out
+from flowd.vcs.gitcli import (
+    GitError,
+    git_reason,
+    private_git_dir,
+    remove_tree,
+    run_git,
+    same_path,
+    unchecked_out,
+)
+
+# `git worktree add` as flowd runs it, from your checkout: git copies the sparse patterns of the
+# worktree it runs in into each worktree it adds (and checks it out sparse), so a sparse checkout
+# of yours made every story's worktree as sparse as yours (docs/repositories.md "Your sparse
+# checkout"). flowd's own sparse worktrees set their cone afterwards (flowd/vcs/sparse.py).
+ADD = ("-c", "core.sparseCheckout=false", "worktree", "add")
 
 
 @dataclass(frozen=True)
@@ -73,7 +87,8 @@ class Worktrees(WorktreeChanges):
         force = ["-f", "-f"] if reclaim else []
         what = f"could not check out {commit} at {path}"
         with self._lock:
-            self._run(["worktree", "add", *force, "--detach", "-q", *_later(beside), str(path), commit], what)
+            self._run([*ADD, *force, "--detach", "-q", *_later(beside), str(path), commit], what)
+        self.not_sparse_as_yours(path)
         if beside:
             run_git(path, ["reset", "-q", "--hard"], what)  # the checkout itself, holding no lock
         self.sync_submodules(path)
@@ -101,21 +116,23 @@ class Worktrees(WorktreeChanges):
         if beside:
             made = ["-b", branch, str(path), start] if start is not None else [str(path), branch]
             with self._lock:
-                proc = run_git(
-                    self.root, ["worktree", "add", "-q", *_later(True), *made], "", ok_codes=range(256)
-                )
+                proc = run_git(self.root, [*ADD, "-q", *_later(True), *made], "", ok_codes=range(256))
             if proc.returncode == 0:
+                self.not_sparse_as_yours(path)
                 if checkout:
                     self.check_out_if_empty(path)
                 return path
         with self._lock:
             # Fast path: the common case is a fresh worktree on a fresh branch, one git call.
             if start is not None:
-                args = ["worktree", "add", "-q", "-b", branch, str(path), start]
+                args = [*ADD, "-q", "-b", branch, str(path), start]
             else:
-                args = ["worktree", "add", "-q", str(path), branch]
+                args = [*ADD, "-q", str(path), branch]
             proc = run_git(self.root, args, "", ok_codes=range(256))
-            path = path if proc.returncode == 0 else self._worktree_add_slow(path, branch, start, proc)
+            if proc.returncode == 0:
+                self.not_sparse_as_yours(path)
+            else:
+                path = self._worktree_add_slow(path, branch, start, proc)
         self.sync_submodules(path)
         return path
 
@@ -124,14 +141,24 @@ class Worktrees(WorktreeChanges):
         (no index, no file): one git call, whatever the repository's size."""
         path = Path(path).absolute()
         path.parent.mkdir(parents=True, exist_ok=True)
-        args = ["worktree", "add", "--no-checkout", "-q", str(path), branch]
+        args = [*ADD, "--no-checkout", "-q", str(path), branch]
         what = f"could not register the worktree {path} on {branch!r}"
         with self._lock:
             if run_git(self.root, args, what, ok_codes=range(256)).returncode != 0:
                 # A record whose folder was deleted by hand holds the path: forget it, then add.
                 self._run(["worktree", "prune"], what)
                 self._run(args, what)
+        self.not_sparse_as_yours(path)
         return path
+
+    def not_sparse_as_yours(self, path: Path) -> None:
+        """The worktree `path` just added is whole whatever your checkout is: with per-worktree
+        config, git copied your checkout's `config.worktree` into it, `core.sparseCheckout`
+        included; that is turned off there (the copy is flowd's, in the new worktree's admin dir)."""
+        admin = private_git_dir(path)
+        if admin is not None and (admin / "config.worktree").is_file():
+            config = ["config", "--file", str(admin / "config.worktree"), "core.sparseCheckout", "false"]
+            run_git(self.root, config, f"could not make the worktree {path} whole")
 
     def check_out_if_empty(self, path: Path) -> None:
         """Write the files of a worktree added with its checkout left for later (no index yet: a
@@ -162,13 +189,14 @@ class Worktrees(WorktreeChanges):
         elif path.exists() and (not path.is_dir() or any(path.iterdir())):
             raise GitError(f"{what}: {path} already exists and is not a worktree of {self.root}")
         if self.branch_exists(branch):
-            run_git(self.root, ["worktree", "add", "-q", str(path), branch], what)
+            run_git(self.root, [*ADD, "-q", str(path), branch], what)
         elif start is None:
             raise GitError(f"{what}: the branch does not exist and no start point was given")
         elif here is None and holder is None:
             raise GitError(f"{what}: {git_reason(first)}", detail=first.stderr)
         else:
-            run_git(self.root, ["worktree", "add", "-q", "-b", branch, str(path), start], what)
+            run_git(self.root, [*ADD, "-q", "-b", branch, str(path), start], what)
+        self.not_sparse_as_yours(path)
         return path
 
     def worktree_remove(self, path: Path, force: bool = False) -> None:

@@ -2,7 +2,7 @@
 story's worktree checks out only the folders its perimeter names plus `sparseDirs`; the epic and
 the merge train's candidates stay whole, the user's checkout is never made sparse, a reused
 worktree takes the next story's folders, and a write outside the folders is a perimeter question
-like any other."""
+like any other. A sparse checkout of the user's own is never copied into flowd's worktrees."""
 
 from __future__ import annotations
 
@@ -165,3 +165,38 @@ def test_a_sparse_worktree_keeps_the_whole_index_below_the_size_where_a_sparse_o
         assert ("big/" in listed) == (sparse_index == "true"), (name, listed)
         assert (wt / "svc" / "a" / "x.py").is_file() and not (wt / "big").exists()
         assert git(wt, "status", "--porcelain") == ""
+
+
+@pytest.mark.parametrize("how", ["sparse-checkout set", "core.sparseCheckout in the shared config"])
+@pytest.mark.parametrize("flowd_sparse", [False, True])
+def test_your_own_sparse_checkout_stays_yours(tmp_path: Path, how: str, flowd_sparse: bool) -> None:
+    """Your checkout holds only `svc/a` (as `git sparse-checkout set` makes it, per worktree, or
+    the older way, in the shared config): git copied that into every worktree flowd added, and b,
+    whose folder was not in it, failed ("could not diff the worktree ... advice.updateSparsePath").
+    Now each story's worktree is whole, or flowd's own cone; yours keeps its patterns."""
+    see_b = "test -f svc/b/y.py && test -f libs/common/c.py"
+    rules = [coder("a", {"svc/a/new.py": "n\n"}), coder("b", {"svc/b/new.py": "m\n"}, run=[see_b])]
+    settings = "judgeRounds = 0\n" + (
+        '[worktree]\nsparse = true\nsparseDirs = ["libs/common"]\n' if flowd_sparse else ""
+    )
+    sc = Scenario.create(
+        tmp_path, [story("a", ["svc/a/"]), story("b", ["svc/b/"])], rules, settings=settings, files=FILES
+    )
+    git(sc.repo, "add", "-A")
+    git(sc.repo, *ID, "commit", "-q", "-m", "flow")
+    if how == "sparse-checkout set":
+        git(sc.repo, "sparse-checkout", "set", "svc/a", ".flow")
+    else:
+        git(sc.repo, "config", "core.sparseCheckout", "true")
+        (sc.repo / ".git" / "info" / "sparse-checkout").write_text(
+            "/*\n!/*/\n/svc/a/\n/.flow/\n", encoding="utf-8"
+        )
+        git(sc.repo, "read-tree", "-mu", "HEAD")
+    patterns = git(sc.repo, "sparse-checkout", "list")
+    assert not (sc.repo / "svc" / "b").exists()
+    result = sc.run()
+    assert result.outcome == "done", {k: v.reason for k, v in result.view.lanes.items()}
+    assert {"svc/a/new.py", "svc/b/new.py"} <= set(sc.epic_files())
+    assert git(sc.repo, "sparse-checkout", "list") == patterns and not (sc.repo / "svc" / "b").exists()
+    epic = sc.worktree_root / "ep" / "_epic"
+    assert (epic / "svc" / "b" / "y.py").is_file() and (epic / "big" / "deep" / "f1.txt").is_file()
