@@ -29,6 +29,7 @@ import json
 import os
 import shutil
 import stat
+import subprocess
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -249,12 +250,37 @@ def _format(common: Path) -> tuple[str, str]:
     return _FORMAT[key]
 
 
+_HOOKS_ABOVE: list[bool] = []
+
+
+def _hooks_named_above() -> bool:
+    """Whether your system or global git config names a hooks folder (`core.hooksPath`), read once
+    with your environment: the lane's git reads those files itself, and a value in the lane
+    repository's own config would override them."""
+    if not _HOOKS_ABOVE:
+        proc = subprocess.run(
+            ["git", "config", "--includes", "--get", "core.hooksPath"],
+            cwd=os.path.abspath(os.sep),
+            env={k: v for k, v in os.environ.items() if not k.startswith("GIT_DIR")},
+            capture_output=True,
+            stdin=subprocess.DEVNULL,
+            check=False,
+        )
+        _HOOKS_ABOVE.append(proc.returncode == 0 and bool(proc.stdout.strip()))
+    return _HOOKS_ABOVE[0]
+
+
 def _config(common: Path, admin: Path) -> bytes:
     """The lane repository's config: the repository's format and the repository's config, and
     the worktree's sparse settings, included by path (what the lane's git read before, through
     `commondir`)."""
     version, extensions = _format(common)
     text = f"[core]\n\trepositoryformatversion = {version}\n\tbare = false\n\tlogallrefupdates = true\n"
+    if not _hooks_named_above():
+        # git's default hooks folder is the common dir's; the lane repository is a git dir of its
+        # own, and without this your `.git/hooks` never ran for an agent's own commit. Before the
+        # include: a `core.hooksPath` of your repository's config (husky's) still wins.
+        text += f"\thooksPath = {config_value(str(common / 'hooks'))}\n"
     if extensions:
         text += f"[extensions]\n{extensions}"
     text += f"[include]\n\tpath = {config_value(str(common / 'config'))}\n"

@@ -313,3 +313,40 @@ def test_an_agents_commit_works_where_you_sign_yours(repo: Repo) -> None:
         "&& git tag -a -m t v1 && git log -1 --format='%s %G?'",
     )
     assert done.returncode == 0 and done.stdout.strip() == "mine N", done.stdout + done.stderr
+
+
+@pytest.mark.parametrize(
+    "where", ["your .git/hooks", "your repository's core.hooksPath", "your global core.hooksPath"]
+)
+def test_an_agents_own_commit_runs_your_hooks_as_in_your_checkout(
+    repo: Repo, where: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The hooks git would run for a commit in your checkout run for the lane's own commit (the
+    lane repository is a git dir of its own: your `.git/hooks` never ran there)."""
+    home = repo.root.parent / "home"
+    if where == "your .git/hooks":
+        folder = repo.common_dir / "hooks"
+    elif where == "your repository's core.hooksPath":
+        # Relative: the worktree's own `.husky` (committed, in husky's way).
+        folder = repo.root.parent / "repo.flowd" / "ep" / "a" / ".husky"
+        subprocess.run(["git", "config", "core.hooksPath", ".husky"], cwd=repo.root, check=True)
+    else:
+        folder = repo.root.parent / "global-hooks"
+        (home / ".gitconfig").write_text(f"[core]\n\thooksPath = {folder}\n", encoding="utf-8")
+    folder.mkdir(exist_ok=True)
+    hook = folder / "pre-commit"
+    hook.write_text(f'#!/bin/sh\necho "refused by {where}" >&2\nexit 1\n', encoding="utf-8")
+    hook.chmod(0o755)
+    if where != "your .git/hooks":  # a hook there too, which git would not run
+        (repo.common_dir / "hooks" / "pre-commit").write_text("#!/bin/sh\nexit 0\n", encoding="utf-8")
+        (repo.common_dir / "hooks" / "pre-commit").chmod(0o755)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("GIT_CONFIG_GLOBAL", raising=False)
+    monkeypatch.setattr(lane_repo, "_HOOKS_ABOVE", [])
+    a = repo.root.parent / "repo.flowd" / "ep" / "a"
+    done = _sh(
+        _confinement(repo),
+        a,
+        f"export HOME={home} && echo x > h.txt && git add h.txt && git commit -q -m mine",
+    )
+    assert done.returncode != 0 and f"refused by {where}" in done.stderr, done.stdout + done.stderr
