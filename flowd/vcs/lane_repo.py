@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from flowd.base.errors import FlowdError
-from flowd.base.fsio import open_regular, put_back
+from flowd.base.fsio import open_regular, put_back, unlink_inside
 from flowd.base.layout import LANE_GIT
 from flowd.vcs import index_reset, ref_move
 from flowd.vcs.gitcli import alternates, config_value, private_git_dir, run_git
@@ -475,8 +475,8 @@ def _fill(
     """flowd's entries of the lane repository written from flowd's side (`value` the branch's):
     its config, `objects/` (its `info/alternates`: your store, the quarantine), `refs/heads/`,
     `logs/`, the branch, `HEAD`, the index, the refs copy (`again`: the one flowd wrote last, as of
-    the step's start), the sparse patterns and a split index's shared part. False when one could
-    not be written."""
+    the step's start), the sparse patterns, a split index's shared part, and what git reads from
+    your git dir itself (`_FROM_COMMON`). False when one could not be written."""
     ok = _write_at(home, "config", _config(common, admin))
     ok = _folders(home, "objects") and _folders(home, "refs/heads") and ok  # what git looks for
     ok = _write_at(home, "objects/info/alternates", _alternates(common, admin)) and ok
@@ -493,7 +493,31 @@ def _fill(
         ok = _write_at(home, "info/sparse-checkout", (sparse + "\n").encode()) and ok
     for name in _shared_indexes(admin):
         ok = _copy(admin, home, name) and ok
+    for name in _FROM_COMMON:
+        ok = _mirror(common, home, name) and ok
     return ok
+
+
+# Files of your repository's git dir that git reads from the git dir it works in, not through
+# the common dir's config: without its `shallow` the lane's `git log` of a shallow clone failed on
+# the missing parents; without `info/exclude` and `info/attributes` its `git add -A` committed
+# what you exclude there (a `.env`) and its checkouts ignored your attributes.
+_FROM_COMMON = ("shallow", "info/exclude", "info/attributes")
+
+
+def _mirror(common: Path, home: Path, rel: str) -> bool:
+    """Your git dir's file `rel` as the lane repository's, or none there when you have none (what
+    is in the lane repository is removed without following a link the lane put on the way)."""
+    try:
+        handle = open_regular(common / rel)
+    except FileNotFoundError:
+        return unlink_inside(home, rel)
+    except OSError:
+        return False
+    if handle is None:
+        return False
+    with handle:
+        return _write_at(home, rel, handle.read())
 
 
 def _view(common: Path, admin: Path, own: str | None) -> bytes:

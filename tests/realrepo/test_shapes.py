@@ -136,10 +136,15 @@ def test_a_shallow_clone(tmp_path: Path) -> None:
     (upstream.repo / ".flow").rename(clone / ".flow")
     stories = [story("a", ["a.txt"]), story("b", ["b.txt"], ["a"])]
     sc.plan_path.write_text(json.dumps({"epicId": "ep", "epic": "e", "stories": stories}), encoding="utf-8")
-    sc.write_script([coder("a", {"a.txt": "a\n"}), coder("b", {"b.txt": "b\n"})])
+    # The agent's own `git log` and commit in its lane: the lane's git knows the clone is shallow
+    # (it read no `shallow` file, and failed on the missing parents).
+    agent_git = "git log --oneline > a.txt && git add a.txt && git commit -q -m 'by its agent' && git log -1 --format=%s"
+    sc.write_script([coder("a", {"a.txt": "a\n"}, run=[agent_git]), coder("b", {"b.txt": "b\n"})])
     result = sc.run()
     assert result.outcome == "done", {k: v.reason for k, v in result.view.lanes.items()}
     assert sorted(sc.merge_commits()) == ["ep: merge story a", "ep: merge story b"]
+    assert "history 2" in git(sc.repo, "show", "epic/ep:a.txt")
+    assert "by its agent" in git(sc.repo, "log", "--format=%s", "epic/ep")
 
 
 def test_git_lfs_set_up_without_git_lfs_is_one_sentence(

@@ -350,3 +350,26 @@ def test_an_agents_own_commit_runs_your_hooks_as_in_your_checkout(
         f"export HOME={home} && echo x > h.txt && git add h.txt && git commit -q -m mine",
     )
     assert done.returncode != 0 and f"refused by {where}" in done.stderr, done.stdout + done.stderr
+
+
+def test_the_lanes_git_reads_your_exclude_and_attributes_files(repo: Repo) -> None:
+    """`.git/info/exclude` and `.git/info/attributes` are read from the git dir git works in: the
+    lane repository has your copies (before, an agent's `git add -A` committed what you exclude
+    there), and none once you remove yours."""
+    info = repo.common_dir / "info"
+    info.mkdir(exist_ok=True)
+    (info / "exclude").write_text("*.log\n.env\n", encoding="utf-8")
+    (info / "attributes").write_text("*.bin binary\n", encoding="utf-8")
+    a = repo.root.parent / "repo.flowd" / "ep" / "a"
+    c = _confinement(repo)
+    script = (
+        "echo x > debug.log && echo s=1 > .env && echo k > keep.txt && git add -A "
+        "&& git diff --cached --name-only && git check-attr diff -- x.bin"
+    )
+    done = _sh(c, a, script)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["keep.txt", "x.bin: diff: unset"]
+    (info / "exclude").unlink()
+    lane_repo.sync(repo.common_dir, _admin(a), a, force=True)
+    done = _sh(c, a, "git add -A && git diff --cached --name-only")
+    assert done.stdout.split() == [".env", "debug.log", "keep.txt"], done.stderr
