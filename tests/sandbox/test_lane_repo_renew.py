@@ -98,7 +98,9 @@ def test_a_lane_repository_is_made_anew_after_each_step(repo: Repo, tmp_path: Pa
         for top, dirs, files in os.walk(home)
         for n in dirs + files
     )
-    assert listing == ["HEAD", "config", "index", "logs", "objects", "objects/info", "objects/info/alternates",
+    # (`info/exclude`: your repository's, copied: `git init` made one.)
+    assert listing == ["HEAD", "config", "index", "info", "info/exclude", "logs", "objects", "objects/info",
+                       "objects/info/alternates",
                        "packed-refs", "refs", "refs/heads", "refs/heads/story", "refs/heads/story/ep",
                        "refs/heads/story/ep/a"]  # fmt: skip
     assert (home / "objects" / "info" / "alternates").read_text(encoding="utf-8").split() == [
