@@ -264,13 +264,17 @@ class LaneObjects:
                 done = True
             finally:
                 stop.set()  # a take-in in flight ends first
-                with contextlib.suppress(asyncio.CancelledError):
-                    await asyncio.shield(poll)
-                if done and not failed:
+                interrupted = await _ended(poll)
+                if done and not failed and not interrupted:
                     await asyncio.shield(asyncio.to_thread(self.take, lane, home))
                 else:
                     with contextlib.suppress(StoryFailed):
                         await asyncio.shield(asyncio.to_thread(self.take, lane, home))
+                if interrupted:
+                    # This story was cancelled (fail-fast, a stop) while the poll ended: the step's
+                    # objects are in, and the cancel goes on (it was swallowed here, and a story
+                    # fail-fast had stopped ran its next turn).
+                    raise asyncio.CancelledError
             if failed:
                 raise failed[0]
 
@@ -313,6 +317,16 @@ class LaneObjects:
             admin = self.admin_of(wt)
             if admin is not None:
                 lane_repo.drop(admin, wt)
+
+
+async def _ended(task: asyncio.Task[None]) -> bool:
+    """Wait until `task` has ended, however it ends (its own error or cancel is not this task's);
+    True when this task was cancelled meanwhile."""
+    try:
+        await asyncio.wait({task})
+    except asyncio.CancelledError:
+        return True
+    return False
 
 
 def _is_name(text: str) -> bool:

@@ -10,6 +10,8 @@ import asyncio
 import contextlib
 import os
 import subprocess
+import threading
+import time
 import zlib
 from collections.abc import Mapping
 from pathlib import Path
@@ -392,3 +394,42 @@ def test_a_reflogs_entries_naming_missing_objects_are_dropped_and_a_huge_one_is_
     assert not quarantine_module.drop_missing_entries(repo / ".git", log)
     after = os.stat(log)
     assert (after.st_ino, after.st_size) == (before.st_ino, before.st_size)
+
+
+def test_a_cancel_while_the_step_ends_is_not_lost(lane: Path) -> None:
+    """The story is cancelled (fail-fast, a stop) just as its step ends, while the step waits for
+    the poll's take-in in flight: the cancel goes on after the step's last take-in (it was
+    swallowed, and a story fail-fast had stopped went on to its next turn)."""
+    repo = lane.parents[2] / "repo"
+    objects = LaneObjects(repo / ".git", lambda _e: None, None)
+    took = objects.take
+    polled = threading.Event()
+    ends: list[str] = []
+
+    def slow_take(lane_id: str, home: Path, *, during: bool = False) -> None:
+        if during:
+            polled.set()
+            time.sleep(POLL_S * 0.6)  # the poll's take-in, in flight when the step ends
+        took(lane_id, home, during=during)
+        ends.append("during" if during else "whole")
+
+    objects.take = slow_take  # type: ignore[method-assign]
+
+    async def step() -> None:
+        async with objects.step("a", lane, contextlib.nullcontext()):
+            await asyncio.to_thread(
+                _sh, lane, "echo x > late.txt && git add late.txt && git commit -q -m late"
+            )
+            await asyncio.to_thread(polled.wait)
+
+    async def main() -> None:
+        task = asyncio.create_task(step())
+        await asyncio.to_thread(polled.wait)
+        await asyncio.sleep(POLL_S * 0.3)  # the body has ended: the step waits for the poll
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())
+    assert ends.count("whole") == 2, ends  # before the step, and its last, before the cancel went on
+    assert git(repo, "log", "--format=%s", "-1", "story/ep/a").strip() == "late"
