@@ -250,24 +250,39 @@ def _format(common: Path) -> tuple[str, str]:
     return _FORMAT[key]
 
 
-_HOOKS_ABOVE: list[bool] = []
+_HOOKS_ABOVE: dict[str, bool] = {}
 
 
-def _hooks_named_above() -> bool:
-    """Whether your system or global git config names a hooks folder (`core.hooksPath`), read once
-    with your environment: the lane's git reads those files itself, and a value in the lane
-    repository's own config would override them."""
-    if not _HOOKS_ABOVE:
+def _hooks_named_above(common: Path) -> bool:
+    """Whether a config above your repository's own names a hooks folder (`core.hooksPath` in your
+    system or global config, a conditional include of it matching this repository, or your
+    environment's `GIT_CONFIG_COUNT`): the lane's git reads those itself, and a value in the lane
+    repository's own config would override them. Asked of git once per repository, with your
+    environment (not flowd's own git's, which names no hooks folder)."""
+    key = str(common)
+    if key not in _HOOKS_ABOVE:
+        args = [
+            "git",
+            "--git-dir",
+            key,
+            "config",
+            "--includes",
+            "--show-scope",
+            "--get-all",
+            "core.hooksPath",
+        ]
+        leave = ("GIT_DIR", "GIT_WORK_TREE", "GIT_COMMON_DIR", "GIT_INDEX_FILE")
         proc = subprocess.run(
-            ["git", "config", "--includes", "--get", "core.hooksPath"],
-            cwd=os.path.abspath(os.sep),
-            env={k: v for k, v in os.environ.items() if not k.startswith("GIT_DIR")},
+            args,
+            env={k: v for k, v in os.environ.items() if k not in leave},
             capture_output=True,
+            text=True,
             stdin=subprocess.DEVNULL,
             check=False,
         )
-        _HOOKS_ABOVE.append(proc.returncode == 0 and bool(proc.stdout.strip()))
-    return _HOOKS_ABOVE[0]
+        scopes = {line.split("\t", 1)[0] for line in proc.stdout.splitlines()}
+        _HOOKS_ABOVE[key] = bool(scopes & {"system", "global", "command"})
+    return _HOOKS_ABOVE[key]
 
 
 def _config(common: Path, admin: Path) -> bytes:
@@ -276,7 +291,7 @@ def _config(common: Path, admin: Path) -> bytes:
     `commondir`)."""
     version, extensions = _format(common)
     text = f"[core]\n\trepositoryformatversion = {version}\n\tbare = false\n\tlogallrefupdates = true\n"
-    if not _hooks_named_above():
+    if not _hooks_named_above(common):
         # git's default hooks folder is the common dir's; the lane repository is a git dir of its
         # own, and without this your `.git/hooks` never ran for an agent's own commit. Before the
         # include: a `core.hooksPath` of your repository's config (husky's) still wins.

@@ -331,8 +331,12 @@ def test_an_agents_own_commit_runs_your_hooks_as_in_your_checkout(
         folder = repo.root.parent / "repo.flowd" / "ep" / "a" / ".husky"
         subprocess.run(["git", "config", "core.hooksPath", ".husky"], cwd=repo.root, check=True)
     else:
+        # Named in a file your global config includes for this repository only (work hooks).
         folder = repo.root.parent / "global-hooks"
-        (home / ".gitconfig").write_text(f"[core]\n\thooksPath = {folder}\n", encoding="utf-8")
+        (home / "work.gitconfig").write_text(f"[core]\n\thooksPath = {folder}\n", encoding="utf-8")
+        (home / ".gitconfig").write_text(
+            f'[includeIf "gitdir:{repo.root}/"]\n\tpath = {home / "work.gitconfig"}\n', encoding="utf-8"
+        )
     folder.mkdir(exist_ok=True)
     hook = folder / "pre-commit"
     hook.write_text(f'#!/bin/sh\necho "refused by {where}" >&2\nexit 1\n', encoding="utf-8")
@@ -342,7 +346,7 @@ def test_an_agents_own_commit_runs_your_hooks_as_in_your_checkout(
         (repo.common_dir / "hooks" / "pre-commit").chmod(0o755)
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.delenv("GIT_CONFIG_GLOBAL", raising=False)
-    monkeypatch.setattr(lane_repo, "_HOOKS_ABOVE", [])
+    monkeypatch.setattr(lane_repo, "_HOOKS_ABOVE", {})
     a = repo.root.parent / "repo.flowd" / "ep" / "a"
     done = _sh(
         _confinement(repo),
