@@ -21,10 +21,13 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import TYPE_CHECKING
+from urllib.parse import unquote
 
 from pygls.uris import to_fs_path
 
 if TYPE_CHECKING:
+    from pygls.workspace import TextDocument
+
     from flowd.events.model import Envelope
     from flowd.server.app import FlowServer
     from flowd.server.runs import Tracked
@@ -32,6 +35,19 @@ if TYPE_CHECKING:
 
 
 RUNNING = ("active",)  # lane statuses whose worktree an agent is writing in
+
+
+def open_document(server: FlowServer, uri: str) -> TextDocument | None:
+    """The editor's document `uri` while it is open, else None. pygls keys its documents by the
+    URI unquoted: looked up as the editor sent it, a file under a folder with a space (`%20`) or
+    any escaped character was never found, and its plan got no diagnostics."""
+    document: TextDocument | None = server.workspace.text_documents.get(unquote(uri))
+    return document
+
+
+def open_uris(server: FlowServer) -> list[str]:
+    """The URIs of the editor's open documents, as the editor sent them (not pygls's keys)."""
+    return [document.uri for document in server.workspace.text_documents.values()]
 
 
 def checkout_path(repo: Repo | None, uri: str) -> str | None:

@@ -13,7 +13,7 @@ from pygls.capabilities import get_capability
 
 from flowd.base.errors import FlowdError
 from flowd.server import diagnostics as diag
-from flowd.server.features import RUNNING, Feature, checkout_path
+from flowd.server.features import RUNNING, Feature, checkout_path, open_uris
 
 if TYPE_CHECKING:
     from flowd.events.model import Envelope
@@ -100,7 +100,7 @@ class OwnershipWarnings(Feature):
         if ls.repo is None:
             return
         if uris is None:
-            uris = sorted({*ls.workspace.text_documents, *(k[1] for k in ls.diags.keys("owned"))})
+            uris = sorted({*open_uris(ls), *(k[1] for k in ls.diags.keys("owned"))})
         try:
             dirty = set(await asyncio.to_thread(ls.repo.status_paths, ls.repo.root))
         except FlowdError as exc:

@@ -8,7 +8,7 @@ from typing import Any
 from pygls.uris import to_fs_path
 
 from flowd.server import diagnostics as diag
-from flowd.server.features import Feature
+from flowd.server.features import Feature, open_document
 
 
 def is_plan(path: Path, text: str) -> bool:
@@ -52,7 +52,7 @@ class PlanDiagnostics(Feature):
         """Violations of a plan file, from the editor's text when it is open there."""
         from flowd.plan.parse import check_plan_file, check_text, is_markdown
 
-        document = self.server.workspace.text_documents.get(diag.file_uri(path))
+        document = open_document(self.server, diag.file_uri(path))
         if document is not None:
             text = document.source
             return check_text(text, markdown=is_markdown(path, text))[1]
@@ -72,7 +72,7 @@ class PlanDiagnostics(Feature):
         """didOpen/didChange: the document's diagnostics, when it is a plan."""
         from flowd.plan.parse import check_text, is_markdown
 
-        document = self.server.workspace.text_documents.get(uri)
+        document = open_document(self.server, uri)
         path_text = to_fs_path(uri)
         if document is None or path_text is None:
             return
