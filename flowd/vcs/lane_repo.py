@@ -509,7 +509,7 @@ def _fill(
     for name in _shared_indexes(admin):
         ok = _copy(admin, home, name) and ok
     for name in _FROM_COMMON:
-        ok = _mirror(common, home, name) and ok
+        ok = _copy(common, home, name) and ok
     return ok
 
 
@@ -518,21 +518,6 @@ def _fill(
 # the missing parents; without `info/exclude` and `info/attributes` its `git add -A` committed
 # what you exclude there (a `.env`) and its checkouts ignored your attributes.
 _FROM_COMMON = ("shallow", "info/exclude", "info/attributes")
-
-
-def _mirror(common: Path, home: Path, rel: str) -> bool:
-    """Your git dir's file `rel` as the lane repository's, or none there when you have none (what
-    is in the lane repository is removed without following a link the lane put on the way)."""
-    try:
-        handle = open_regular(common / rel)
-    except FileNotFoundError:
-        return unlink_inside(home, rel)
-    except OSError:
-        return False
-    if handle is None:
-        return False
-    with handle:
-        return _write_at(home, rel, handle.read())
 
 
 def _view(common: Path, admin: Path, own: str | None) -> bytes:
@@ -565,13 +550,14 @@ def _refs_view(common: Path, own: str | None) -> bytes:
     return f"# pack-refs with: sorted \n{lines}".encode()
 
 
-def _copy(admin: Path, home: Path, name: str) -> bool:
+def _copy(source: Path, home: Path, name: str) -> bool:
+    """The file `name` of the git dir `source` (the admin dir, or your repository's) as the lane
+    repository's, or none there when `source` has none (removed without following a link the
+    lane put on the way)."""
     try:
-        handle = open_regular(admin / name)
+        handle = open_regular(source / name)
     except FileNotFoundError:
-        with contextlib.suppress(OSError):
-            os.unlink(home / name)
-        return True
+        return unlink_inside(home, name)
     except OSError:
         return False
     if handle is None:
