@@ -79,6 +79,13 @@ PERIMETER_FEEDBACK = """You changed paths outside this story's perimeter:
 Put each of them back exactly as it is on the epic branch (restore a changed file, delete a
 created one) and move the story's work into your owned paths."""
 
+NESTED_REPO_FEEDBACK = """These folders are git repositories of their own inside the worktree (a `.git` in them,
+from `git init`, a clone or a project generator):
+{paths}
+Their files cannot be committed with the story: git would record a link to a commit no one has.
+If their files belong to the story, remove each folder's `.git` (`rm -rf <folder>/.git`);
+if they do not, delete the folder."""
+
 CONFIRM_EMPTY = """Task "{title}" changed no file. If the task is already satisfied by the code as it
 stands, reply with exactly `TASK_ALREADY_SATISFIED` on the last line. Otherwise implement it now."""
 

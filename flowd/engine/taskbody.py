@@ -27,6 +27,7 @@ from flowd.plan.model import Story
 from flowd.plan.perimeter import task_owns_violations
 from flowd.roster.leasing import Lease
 from flowd.tasks.model import Task, TaskPlan
+from flowd.vcs.bootstrapped import embedded_repos
 
 T = TypeVar("T")
 DIFF_CHARS = 60_000
@@ -199,8 +200,9 @@ class TaskBody:
         return await asyncio.to_thread(self.ctx.repo.head_of, wt) != start
 
     async def feedback(self, seat: Seat, index: int, task: Task, start: str = "HEAD") -> list[str]:
-        """What still blocks the task: the perimeter (once per story), its Owns: paths (aside, once),
-        red gates, the review of its change since `start`."""
+        """What still blocks the task: the perimeter (once per story), a git repository of its own
+        in the worktree, its Owns: paths (aside, once), red gates, the review of its change since
+        `start`."""
         ctx, repo = self.ctx, self.ctx.repo
         feedback: list[str] = []
         strays = await asyncio.to_thread(perimeter_now, repo, ctx.plan, self.story_id, seat.worktree)
@@ -210,6 +212,9 @@ class TaskBody:
                 self.perimeter_pushed = True
                 listing = "\n".join(f"- {p.path} ({p.kind})" for p in strays)
                 feedback.append(prompts.PERIMETER_FEEDBACK.format(paths=listing))
+        nested = await asyncio.to_thread(embedded_repos, seat.worktree)
+        if nested:
+            feedback.append(prompts.NESTED_REPO_FEEDBACK.format(paths="\n".join(f"- {p}/" for p in nested)))
         if seat.owns and seat.fork is not None:
             feedback += await self._owns_gate(seat, index, task)
         red = await ctx.gates(

@@ -53,9 +53,30 @@ def stage_all(wt: Path, what: str, env: dict[str, str] | None = None) -> None:
     tracked settings file exactly as its branch has it, whatever an agent did to the copy in the
     worktree (docs/repositories.md).
     """
-    run_git(wt, ["add", "-A", "--", "."], what, env=env)
+    # A git repository of its own inside the worktree (a scaffolder's `git init`, a clone) is left
+    # out: `add -A` would stage it as a link to a commit no one has, or fail on one with no commit
+    # ("does not have a commit checked out"); the agent is told (engine/taskbody.py).
+    apart = [f":(exclude,literal){path}" for path in embedded_repos(wt, env)]
+    run_git(wt, ["add", "-A", "--", ".", *apart], what, env=env)
     run_git(wt, ["reset", "-q", "--", FLOW_DIR.rstrip("/")], what, env=env)
     _unstage_bootstrapped(wt, what, env)
+
+
+def embedded_repos(wt: Path, env: dict[str, str] | None = None) -> list[str]:
+    """The untracked folders of `wt` that are git repositories of their own (git lists each as one
+    entry ending in `/` even when asked for every untracked file), without their `/`; `.flow/`'s
+    left out."""
+    out = run_git(
+        wt,
+        ["status", "--porcelain", "-z", "-uall", "--ignore-submodules=all"],
+        f"could not read the status of the worktree {wt}",
+        env=env,
+    ).stdout
+    return [
+        entry[3:-1]
+        for entry in split_z(out)
+        if entry.startswith("?? ") and entry.endswith("/") and not entry[3:].startswith(FLOW_DIR)
+    ]
 
 
 def _unstage_bootstrapped(wt: Path, what: str, env: dict[str, str] | None = None) -> None:

@@ -2,8 +2,8 @@
 rules, a user's hooks that reject commits, a default branch other than `main`, a shallow clone,
 Git LFS set up without git-lfs, paths with spaces and non-ASCII letters, a user on a feature
 branch of a `master` repository with uncommitted work, a SHA-256 repository, a repository
-under a folder whose name git's own files would misread, file names that are not UTF-8, and a
-checkout in the middle of a rebase."""
+under a folder whose name git's own files would misread, file names that are not UTF-8, a
+checkout in the middle of a rebase, and an agent making a git repository inside its worktree."""
 
 from __future__ import annotations
 
@@ -320,3 +320,24 @@ def test_a_checkout_in_the_middle_of_a_rebase(tmp_path: Path) -> None:
     assert result.outcome == "done", {k: v.reason for k, v in result.view.lanes.items()}
     assert git(sc.repo, "merge-base", "--is-ancestor", "feature", "epic/ep") == ""
     assert sc.run().outcome == "done"  # the epic's branch exists: no question of where it starts
+
+
+@pytest.mark.parametrize("made", ["with a commit", "without one"])
+def test_a_git_repository_an_agent_makes_inside_its_worktree(tmp_path: Path, made: str) -> None:
+    """A project generator's `git init` (with its first commit, or none) in the story's folder: the
+    agent is told, removes the folder's `.git`, and its files are committed as files. Before, git
+    staged the folder as a link to a commit no one has (a broken submodule in your epic), or
+    flowd's commit failed ("does not have a commit checked out") and so did the story."""
+    init = "mkdir -p web && echo page > web/page.txt && cd web && git init -q"
+    if made == "with a commit":
+        init += " && git add . && git -c user.name=a -c user.email=a@a commit -q -m scaffold"
+    rules = [
+        {"when": {"role": "coder", "story": "web", "prompt": "git repositories of their own"},
+         "run": ["rm -rf web/.git"], "reply": "removed"},
+        coder("web", {"web/app.txt": "app\n"}, run=[init]),
+    ]  # fmt: skip
+    sc = Scenario.create(tmp_path, [story("web", ["web/"])], rules, settings="judgeRounds = 0\n")
+    result = sc.run()
+    assert result.outcome == "done", {k: v.reason for k, v in result.view.lanes.items()}
+    tree = git(sc.repo, "ls-tree", "-r", "epic/ep", "web")
+    assert "160000" not in tree and {"web/app.txt", "web/page.txt"} <= set(sc.epic_files()), tree
