@@ -164,9 +164,10 @@ def undo_interrupted_merge(
     killed mid-command left in the epic worktree is removed first.
     """
     if (epic_wt / ".git").exists():
-        stale = repo.clear_stale_index_lock(epic_wt)
-        if stale is not None:
-            emit(Info(message=f"removed {stale}, left by a git command the previous run was killed in"))
+        stale = repo.clear_stale_locks(epic_wt)
+        if stale:
+            said = ", ".join(map(str, stale))
+            emit(Info(message=f"removed {said}, left by a git command the previous run was killed in"))
     intent = load_intent(paths)
     if intent is None:
         return

@@ -112,9 +112,11 @@ def _resume(run: StoryRun, state: StoryState) -> str | None:
     repo.worktree_add(run.worktree, run.branch)
     if ctx.spares is not None:  # a local lane: its folders, as the settings say now
         sparse.apply_cone(run.worktree, ctx.cone(run.story.id, run.branch))
-    stale = repo.clear_stale_index_lock(run.worktree)
-    if stale is not None:
-        run.info(f"removed {stale}, left by a git command the previous run was killed in")
+    stale = repo.clear_stale_locks(run.worktree)
+    if stale:
+        run.info(
+            f"removed {', '.join(map(str, stale))}, left by a git command the previous run was killed in"
+        )
     head = repo.head(run.branch)
     moved = state.base is not None and head != state.base
     if merged_before_stop(state.base, head, moved and repo.is_ancestor(run.branch, ctx.epic_branch)):

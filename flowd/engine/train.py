@@ -107,7 +107,7 @@ def recover_train(
             )
     elif landing is not None and (epic_wt / ".git").exists():
         with contextlib.suppress(FlowdError):
-            repo.clear_stale_index_lock(epic_wt)
+            repo.clear_stale_locks(epic_wt)
         head = repo.head_of(epic_wt)
         if head in (landing.base, landing.tip):
             # Its gates had passed: the landing is finished, never undone.

@@ -222,26 +222,34 @@ class WorktreeChanges(RepoBase):
             wt, ["update-index", "-q", "--refresh"], f"could not refresh the index of {wt}", ok_codes=(0, 1)
         )
 
-    def clear_stale_index_lock(self, wt: Path) -> Path | None:
-        """Remove the `index.lock` a git killed mid-command left in `wt`; returns it if there was one.
+    def clear_stale_locks(self, wt: Path) -> list[Path]:
+        """Remove the locks a git killed mid-command left for `wt`: its `index.lock`, its
+        `HEAD.lock` and its branch's ref lock (a kill inside `git commit` leaves the last two, and
+        every later commit failed "cannot lock ref 'HEAD'"); the ones there were.
 
         Only for flowd's own worktrees, and only while holding the epic lock: then no flowd process
         is running git there, and a lock is what a killed run left behind.
         """
-        wt = self._owned_worktree(wt, "clear the index lock")
+        wt = self._owned_worktree(wt, "clear the locks of")
         out = run_git(
             wt,
-            ["rev-parse", "--path-format=absolute", "--git-path", "index.lock"],
-            f"could not find the index of the worktree {wt}",
-        ).stdout.strip()
-        lock = Path(out)
-        try:
-            lock.unlink()
-        except FileNotFoundError:
-            return None
-        except OSError as exc:
-            raise GitError(f"could not remove the stale lock {lock}: {exc.strerror or exc}") from exc
-        return lock
+            ["rev-parse", "--path-format=absolute", "--git-path", "index.lock", "--git-path", "HEAD.lock",
+             "--symbolic-full-name", "HEAD"],
+            f"could not find the git files of the worktree {wt}",
+        ).stdout.split("\n")  # fmt: skip
+        locks = [Path(out[0]), Path(out[1])]
+        if out[2].startswith("refs/heads/") and ".." not in out[2].split("/"):
+            locks.append(self.common_dir / f"{out[2]}.lock")
+        removed = []
+        for lock in locks:
+            try:
+                lock.unlink()
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                raise GitError(f"could not remove the stale lock {lock}: {exc.strerror or exc}") from exc
+            removed.append(lock)
+        return removed
 
     def subjects_since(self, wt: Path, base: str) -> set[str]:
         """Subjects of the commits `wt`'s branch has beyond `base` (empty when git cannot say)."""
@@ -282,7 +290,7 @@ class WorktreeChanges(RepoBase):
         `start` checked out detached, as `git worktree add --detach wt start` gives."""
         wt = self._owned_worktree(wt, "reset")
         what = f"could not reset the worktree {wt} to {branch or 'a detached HEAD'!r} at {start!r}"
-        self.clear_stale_index_lock(wt)
+        self.clear_stale_locks(wt)
         args = ["checkout", "-q", "-f", "--no-recurse-submodules"]
         if branch is None:
             args += ["--detach", start]

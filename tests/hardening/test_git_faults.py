@@ -81,7 +81,7 @@ def test_a_users_commit_on_the_epic_mid_run_is_kept_and_a_clash_with_a_story_fai
     assert "conflicted on paths story 'slow' owns (s.txt)" in json.dumps(slow)
 
 
-def test_a_deleted_worktree_is_repaired_and_a_stale_index_lock_cleared(tmp_path: Path) -> None:
+def test_a_deleted_worktree_is_repaired_and_stale_git_locks_cleared(tmp_path: Path) -> None:
     flag = tmp_path / "gates-red"
     flag.touch()
     gate = f"sh -c '[ ! -f b.txt ] && [ ! -f c.txt ] || [ ! -e {flag} ]'"
@@ -93,15 +93,21 @@ def test_a_deleted_worktree_is_repaired_and_a_stale_index_lock_cleared(tmp_path:
     assert first.view.lanes["b"].status == "failed" and first.view.lanes["c"].status == "failed"
     wt_b, wt_c = sc.worktree_root / "ep" / "b", sc.worktree_root / "ep" / "c"
     shutil.rmtree(wt_b)  # by hand, between runs
-    lock = Path(git(wt_c, "rev-parse", "--path-format=absolute", "--git-path", "index.lock").strip())
-    lock.write_text("", encoding="utf-8")  # what a git killed mid-commit leaves
+    # What a git killed inside `git commit` leaves: the index's lock, HEAD's, the branch's.
+    where = git(
+        wt_c, "rev-parse", "--path-format=absolute", "--git-path", "index.lock", "--git-path", "HEAD.lock"
+    )
+    lock, head_lock = (Path(line) for line in where.split())
+    branch_lock = sc.repo / ".git" / "refs" / "heads" / "story" / "ep" / "c.lock"
+    for stale in (lock, head_lock, branch_lock):
+        stale.write_text("", encoding="utf-8")
     flag.unlink()
     second = sc.run()
-    assert second.outcome == "done"
+    assert second.outcome == "done", {k: v.reason for k, v in second.view.lanes.items()}
     infos = [
         e.event.message for e in sc.events(second.run_id) if e.event.type == "Info" and e.event.lane == "c"
     ]
-    assert any(m.startswith(f"removed {lock}") for m in infos)
+    assert any(m.startswith(f"removed {lock}, {head_lock}, {branch_lock}") for m in infos), infos
     assert sorted(sc.merge_commits()) == ["ep: merge story a", "ep: merge story b", "ep: merge story c"]
 
 
