@@ -11,7 +11,6 @@ import contextlib
 import os
 import subprocess
 import threading
-import time
 import zlib
 from collections.abc import Mapping
 from pathlib import Path
@@ -404,16 +403,20 @@ def test_a_cancel_while_the_step_ends_is_not_lost(lane: Path) -> None:
     objects = LaneObjects(repo / ".git", lambda _e: None, None)
     took = objects.take
     polled = threading.Event()
+    cancelled = threading.Event()
     ends: list[str] = []
 
     def slow_take(lane_id: str, home: Path, *, during: bool = False) -> None:
         if during:
             polled.set()
-            time.sleep(POLL_S * 0.6)  # the poll's take-in, in flight when the step ends
+            # The poll's take-in stays in flight until the cancel has landed: no timing decides
+            # whether the test meets the moment it is about.
+            assert cancelled.wait(30), "the test never cancelled the step"
         took(lane_id, home, during=during)
         ends.append("during" if during else "whole")
 
     objects.take = slow_take  # type: ignore[method-assign]
+    body_ended = asyncio.Event()
 
     async def step() -> None:
         async with objects.step("a", lane, contextlib.nullcontext()):
@@ -421,12 +424,13 @@ def test_a_cancel_while_the_step_ends_is_not_lost(lane: Path) -> None:
                 _sh, lane, "echo x > late.txt && git add late.txt && git commit -q -m late"
             )
             await asyncio.to_thread(polled.wait)
+            body_ended.set()  # the step's end runs on, up to its wait for the poll
 
     async def main() -> None:
         task = asyncio.create_task(step())
-        await asyncio.to_thread(polled.wait)
-        await asyncio.sleep(POLL_S * 0.3)  # the body has ended: the step waits for the poll
+        await body_ended.wait()
         task.cancel()
+        cancelled.set()
         with pytest.raises(asyncio.CancelledError):
             await task
 
