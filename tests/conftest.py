@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from flowd.agents.script_counts import STATE_ENV
+from flowd.vcs import incoming
 
 _session_state: Path | None = None
 # Every `flowd serve` of this session (of this xdist worker) finds its daemon in a fresh runtime
@@ -81,6 +82,7 @@ def _script_state_per_test(
     runtime = os.environ.get("XDG_RUNTIME_DIR")
     if runtime:
         stop_daemons(Path(runtime))
+    incoming.end_ready()  # the gits a take-in in this process started for the next one
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

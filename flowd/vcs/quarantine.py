@@ -147,7 +147,7 @@ def take_in(
         routes = _routes(found.loose, admin)
         ours = [o for o in found.loose if not any(o in r for r in routes.values())]
         if ours:
-            _feed_loose(common_dir, ours, top, q)
+            _feed_loose(common_dir, ours, top, q, ahead=True)
         for git_dir, theirs in routes.items():
             _feed_loose(git_dir, theirs, top, q)
         if remove:
@@ -192,9 +192,10 @@ def take_in_scratch(common_dir: Path, store: Path) -> int:
         os.close(top)
 
 
-def _feed_loose(git_dir: Path, loose: list[Loose], top: int, q: Path) -> None:
+def _feed_loose(git_dir: Path, loose: list[Loose], top: int, q: Path, *, ahead: bool = False) -> None:
     """The loose objects `loose` of the store `q` (open as `top`) to git as one pack, in memory or
-    spooled beside `git_dir`'s store (flowd/vcs/loose_objects.py)."""
+    spooled beside `git_dir`'s store (flowd/vcs/loose_objects.py); `ahead` as `feed`'s (a lane's
+    commits into the repository's store: the next take-in's git started after this one)."""
 
     @contextlib.contextmanager
     def blob(item: Loose) -> Iterator[tuple[int, Iterator[bytes]]]:
@@ -203,7 +204,7 @@ def _feed_loose(git_dir: Path, loose: list[Loose], top: int, q: Path) -> None:
             yield size_and_body
 
     with packed(loose, blob, git_dir / "objects") as data:
-        feed(git_dir, data, q)
+        feed(git_dir, data, q, ahead=ahead)
 
 
 def _scan(top: int, q: Path, already: frozenset[str]) -> _Found:

@@ -9,13 +9,14 @@ from __future__ import annotations
 import hashlib
 import os
 import subprocess
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from flowd.engine.fingerprint import unlogged_move
-from flowd.vcs import lane_repo, ref_move
+from flowd.vcs import incoming, lane_repo, ref_move
 from flowd.vcs.incoming import INCOMING, ROLL_UP, Refused, feed
 from flowd.vcs.loose_objects import pack as _pack
 
@@ -59,7 +60,7 @@ def test_flowds_packs_are_rolled_up_and_yours_never_touched(repo: Path) -> None:
     names = []
     for n in range(ROLL_UP * 2 + 3):
         name, loose = _blob(f"take-in {n}\n")
-        feed(repo / ".git", _pack([loose]), repo / "q")
+        feed(repo / ".git", _pack([loose]), repo / "q", ahead=True)
         names.append(name)
     now = _packs(repo)
     assert yours <= now, "a pack of yours was removed"
@@ -68,20 +69,93 @@ def test_flowds_packs_are_rolled_up_and_yours_never_touched(repo: Path) -> None:
     listed = git(repo, "cat-file", "--batch-check", data="".join(f"{n}\n" for n in names).encode())
     assert "missing" not in listed and listed.count(" blob ") == len(names)
     git(repo, "fsck", "--full", "--no-dangling")
-    # The incoming store is kept for the next take-in, and empty.
+    # The incoming stores are kept for the next take-ins (their gits started ahead, or not yet),
+    # not one per take-in; with those gits ended, what is left of them is empty.
     stores = [n for n in os.listdir(repo / ".git" / "objects") if n.startswith(INCOMING)]
-    assert len(stores) == 1 and os.listdir(repo / ".git" / "objects" / stores[0] / "pack") == []
+    assert len(stores) <= incoming.READY + 1, stores
+    incoming.end_ready()
+    for name in os.listdir(repo / ".git" / "objects"):
+        if name.startswith(INCOMING):
+            assert os.listdir(repo / ".git" / "objects" / name / "pack") == []
 
 
-def test_a_refusal_leaves_neither_objects_nor_an_incoming_store(repo: Path) -> None:
+def _ready_gits(repo: Path) -> list[int]:
+    """The pids of this process's children that are an `index-pack` of `repo` waiting."""
+    found = []
+    for task in os.listdir("/proc"):
+        if not task.isdigit():
+            continue
+        try:
+            argv = (Path("/proc") / task / "cmdline").read_bytes().split(b"\0")
+            ppid = int((Path("/proc") / task / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        if ppid == os.getpid() and b"index-pack" in argv and str(repo / ".git").encode() in argv:
+            found.append(int(task))
+    return found
+
+
+def _wait_ready(repo: Path) -> list[int]:
+    for _ in range(500):
+        pids = _ready_gits(repo)
+        if pids:
+            return pids
+        time.sleep(0.01)
+    raise AssertionError("no git was started ahead for the next take-in")
+
+
+def test_the_next_take_ins_git_is_started_ahead_and_finds_packs_made_since(repo: Path) -> None:
+    first, loose = _blob("first\n")
+    feed(repo / ".git", _pack([loose]), repo / "q", ahead=True)
+    ready = _wait_ready(repo)
+    # Made after that git started: a blob in a pack of its own, and the first take-in's pack
+    # repacked away; the ready git must find both (git looks again for what it misses).
+    second = git(repo, "hash-object", "-w", "--stdin", data=b"second\n").strip()
+    git(repo, "repack", "-q", "-a", "-d", "-k")  # one pack of all, unreachable kept
+    assert "count: 0\n" in git(repo, "count-objects", "-v") and len(_packs(repo)) == 1
+    tree = b"100644 a\0" + bytes.fromhex(first) + b"100644 b\0" + bytes.fromhex(second)
+    name = hashlib.sha1(b"tree %d\0" % len(tree) + tree).hexdigest()
+    feed(repo / ".git", _pack([(name[:2], name[2:], b"tree", tree)]), repo / "q", ahead=True)
+    assert not set(ready) & set(_ready_gits(repo)), "the take-in did not use the git started ahead"
+    assert git(repo, "cat-file", "-t", name).strip() == "tree"
+    git(repo, "fsck", "--full", "--no-dangling")
+
+
+def test_a_git_started_in_another_environment_is_not_used(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, loose = _blob("one\n")
+    feed(repo / ".git", _pack([loose]), repo / "q", ahead=True)
+    ready = _wait_ready(repo)
+    monkeypatch.setenv("GIT_TRACE2_EVENT_NESTING", "3")  # any change of flowd's environment
+    _, loose = _blob("two\n")
+    feed(repo / ".git", _pack([loose]), repo / "q", ahead=True)
+    for _ in range(500):  # ended, not left waiting
+        if not set(ready) & set(_ready_gits(repo)):
+            break
+        time.sleep(0.01)
+    else:
+        raise AssertionError("the git started in the old environment was left waiting")
+    git(repo, "fsck", "--full", "--no-dangling")
+
+
+@pytest.mark.parametrize("ahead", [False, True], ids=["git-started-for-it", "git-started-ahead"])
+def test_a_refusal_leaves_neither_objects_nor_an_incoming_store(repo: Path, ahead: bool) -> None:
+    if ahead:
+        _, loose = _blob("before\n")
+        feed(repo / ".git", _pack([loose]), repo / "q", ahead=True)
+        _wait_ready(repo)
     before = _packs(repo)
     tree = b"100644 f\0" + bytes.fromhex("2" * 40)  # names a blob nobody has
     name = hashlib.sha1(b"tree %d\0" % len(tree) + tree).hexdigest()
     with pytest.raises(Refused, match="git refused the objects of its store"):
-        feed(repo / ".git", _pack([(name[:2], name[2:], b"tree", tree)]), repo / "q")
+        feed(repo / ".git", _pack([(name[:2], name[2:], b"tree", tree)]), repo / "q", ahead=True)
     assert _packs(repo) == before
     assert not (repo / ".git" / "objects" / name[:2] / name[2:]).exists()
     objects = repo / ".git" / "objects"
+    if ahead:  # used, and no other started after a refusal
+        assert _ready_gits(repo) == [], "the refusing git was not the one started ahead"
+        incoming.end_ready()  # (it took the first take-in's store, given back empty)
     assert [n for n in os.listdir(objects) if n.startswith(INCOMING)] == []
 
 
