@@ -68,6 +68,7 @@ from flowd.trace.log import (
 from flowd.trace.view import PauseView, RunView
 from flowd.vcs import sparse
 from flowd.vcs.gitops import Repo, worktree_root
+from flowd.vcs.repo import flow_outside_sparse
 
 EXIT_FOR = {"done": EXIT_OK, "failed": EXIT_FAILED, "halted": EXIT_HALTED, "cancelled": EXIT_CANCELLED}
 
@@ -142,6 +143,9 @@ async def run_epic(options: RunOptions) -> RunResult:
 def _validate(options: RunOptions) -> _Setup:
     """Everything that can be wrong with the input is found before anything is touched."""
     repo = Repo.discover(options.cwd)
+    hidden = flow_outside_sparse(repo.root)
+    if hidden is not None:
+        raise InputError(hidden)
     plan_path = options.plan if options.plan.is_absolute() else (options.cwd / options.plan)
     plan = load_plan(plan_path, shown=str(options.plan))
     settings = load_settings(repo.root)

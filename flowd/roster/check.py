@@ -22,6 +22,7 @@ from flowd.base.wire import WireModel
 from flowd.sandbox.confine import status_line
 from flowd.store.config import ROLES, TEXT_ROLES, ExecutorSpec, load_roster, load_settings
 from flowd.vcs.gitcli import toplevel
+from flowd.vcs.repo import flow_outside_sparse
 
 PROMPT = "Reply with the single word: ready"
 DEFAULT_TIMEOUT_S = 180.0
@@ -143,7 +144,11 @@ def check_command(args: argparse.Namespace) -> int:
     role: str | None = getattr(args, "role", None)
     if role is not None and role not in ROLES:
         raise InputError(f"--role {role!r} is not a role; use one of {', '.join(ROLES)}")
-    roster = load_roster(_repo())  # a bad roster is the CLI's one sentence (as JSON with --json)
+    repo = _repo()
+    hidden = flow_outside_sparse(repo) if toplevel(repo) is not None else None
+    if hidden is not None:
+        raise InputError(hidden)
+    roster = load_roster(repo)  # a bad roster is the CLI's one sentence (as JSON with --json)
     specs = roster.for_role(role) if role is not None else list(roster.executors)
     if not specs:
         which = f" serves the {role} role" if role else " is configured"
@@ -151,7 +156,7 @@ def check_command(args: argparse.Namespace) -> int:
     timeout_s = float(getattr(args, "timeout", None) or DEFAULT_TIMEOUT_S)
     results = asyncio.run(check_all(specs, role, timeout_s))
     report = CheckReport(
-        ok=all(r.ok for r in results), roster=roster.described, executors=results, sandbox=_sandbox(_repo())
+        ok=all(r.ok for r in results), roster=roster.described, executors=results, sandbox=_sandbox(repo)
     )
     if getattr(args, "json", False):
         print(report.model_dump_json(by_alias=True, exclude_none=True))

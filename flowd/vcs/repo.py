@@ -307,3 +307,18 @@ class RepoBase:
     def sync_submodules(self, wt: Path) -> None:
         """Check out every submodule of `wt` at the commit its index records (`submodules.py`)."""
         sync_submodules(self.root, self.common_dir, wt)
+
+
+def flow_outside_sparse(root: Path) -> str | None:
+    """Why flowd cannot read your `.flow/` in the checkout `root`: it is tracked but your sparse
+    checkout leaves it out (its files marked skip-worktree, not on disk), so the roster and
+    settings would read as missing; None otherwise (docs/repositories.md "Your sparse checkout")."""
+    if os.path.lexists(root / ".flow"):
+        return None
+    listed = run_git(root, ["ls-files", "-t", "-z", "--", ".flow/"], "", ok_codes=range(256)).stdout
+    if not any(entry.startswith("S ") for entry in listed.split("\0")):
+        return None
+    return (
+        f"{root / '.flow'} is tracked but outside your sparse checkout, so flowd cannot read "
+        "its roster and settings; add it with `git sparse-checkout add .flow`"
+    )

@@ -6,6 +6,7 @@ like any other. A sparse checkout of the user's own is never copied into flowd's
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ from flowd.plan.cone import sparse_cone
 from flowd.plan.model import Story
 from flowd.vcs import sparse
 from flowd.vcs.gitops import Repo
-from tests.engine.scenario import Scenario, coder, git, story
+from tests.engine.scenario import FLOWD, Scenario, coder, git, story
 
 ID = ["-c", "user.name=t", "-c", "user.email=t@t"]
 
@@ -200,3 +201,26 @@ def test_your_own_sparse_checkout_stays_yours(tmp_path: Path, how: str, flowd_sp
     assert git(sc.repo, "sparse-checkout", "list") == patterns and not (sc.repo / "svc" / "b").exists()
     epic = sc.worktree_root / "ep" / "_epic"
     assert (epic / "svc" / "b" / "y.py").is_file() and (epic / "big" / "deep" / "f1.txt").is_file()
+
+
+def test_flow_outside_your_sparse_checkout_is_named(tmp_path: Path) -> None:
+    """Your `.flow/` is tracked but your sparse checkout leaves it out: the run said only that the
+    roster was missing (and would have run on default settings with a user roster). Now one
+    sentence says why and how to bring it in, before anything is touched; with it in, the run runs."""
+    rules = [coder("a", {"svc/a/new.py": "n\n"})]
+    sc = Scenario.create(tmp_path, [story("a", ["svc/a/"])], rules, settings="judgeRounds = 0\n", files=FILES)
+    git(sc.repo, "add", "-A")
+    git(sc.repo, *ID, "commit", "-q", "-m", "flow")
+    git(sc.repo, "sparse-checkout", "set", "svc/a")
+    assert not (sc.repo / ".flow").exists()
+    for argv in (["run", str(sc.plan_path)], ["roster", "check"]):
+        done = subprocess.run([*FLOWD, *argv], cwd=sc.repo, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.strip() == (
+            f"flowd: {sc.repo / '.flow'} is tracked but outside your sparse checkout, so flowd cannot "
+            "read its roster and settings; add it with `git sparse-checkout add .flow`"
+        ), done.stderr
+    assert not sc.worktree_root.exists() and "epic/ep" not in git(sc.repo, "branch", "--list")
+    git(sc.repo, "sparse-checkout", "add", ".flow")
+    result = sc.run()
+    assert result.outcome == "done", {k: v.reason for k, v in result.view.lanes.items()}
