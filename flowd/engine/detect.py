@@ -51,12 +51,13 @@ from flowd.engine.fingerprint import (
     Entry,
     FilePrint,
     RefPrint,
+    RefStore,
     changed_at,
     files_under,
     head_file,
     print_file,
     read_ref,
-    read_refs,
+    read_ref_store,
     ref_changed_at,
     same,
     status,
@@ -78,6 +79,7 @@ from flowd.sandbox.confine import current
 from flowd.vcs.admin import AdminProblem, check_admin
 from flowd.vcs.admin import check_candidate as check_candidate_slot
 from flowd.vcs.gitcli import own_git_runs, private_git_dir
+from flowd.vcs.packed_refs import Packed
 
 log = logging.getLogger(__name__)
 
@@ -138,6 +140,8 @@ class Detector:
     pending: dict[str, list[tuple[Change, EscapeAction]]] = field(default_factory=dict)
     _files: dict[str, FilePrint] = field(default_factory=dict)
     _refs: dict[str, RefPrint] = field(default_factory=dict)
+    _basis: Packed | None = None  # the packed-refs `_refs` was last compared with in full
+    _loose_seen: set[str] = field(default_factory=set)  # the loose refs at the last look
     _checkout: dict[str, Entry] = field(default_factory=dict)
     _checkout_head: bytes = b""
     _home_names: set[str] = field(default_factory=set)
@@ -286,7 +290,7 @@ class Detector:
             since, self._checked = self._checked, time.time()
             self._check_trace(since)  # first: what the checks below report is appended to it
             self._check_files(since)
-            refs = read_refs(self.common_dir)  # one read of the ref store for both checks
+            refs = read_ref_store(self.common_dir)  # one read of the ref store for both checks
             self._check_refs(since, refs)
             self._check_story_refs(since, refs)
             self._check_home(since)
@@ -398,16 +402,22 @@ class Detector:
         for key in [k for k in self._files if k not in current and not self._files[k].exists]:
             del self._files[key]
 
-    def _watched_refs(self, refs: dict[str, RefPrint] | None = None) -> dict[str, RefPrint]:
-        refs = read_refs(self.common_dir) if refs is None else refs
+    def _watched_refs(self) -> dict[str, RefPrint]:
+        refs = read_ref_store(self.common_dir)
+        self._basis, self._loose_seen = refs.packed, set(refs.loose)
+        watched = refs.as_dict()
+        # Only names under these can be unwatched (`_watched`): looked up, not every ref tested.
+        for prefix in ("refs/heads/epic/", "refs/heads/story/", *self.own_refs):
+            for name in refs.starting(prefix):
+                if not self._watched(name):
+                    watched.pop(name, None)
+        return watched
+
+    def _watched(self, name: str) -> bool:
         stories, epic = f"refs/heads/story/{self.epic_id}/", f"refs/heads/epic/{self.epic_id}"
-        return {
-            name: ref
-            for name, ref in refs.items()
-            if name != epic
-            and not name.startswith((stories, *self.own_refs))
-            and not self._other_run_owns(name)
-        }
+        return (
+            name != epic and not name.startswith((stories, *self.own_refs)) and not self._other_run_owns(name)
+        )
 
     def _other_run_owns(self, name: str) -> bool:
         """A branch of another epic whose run is live: that run moves it."""
@@ -417,11 +427,12 @@ class Detector:
                 return EpicPaths(self.root, epic).lock.exists()
         return False
 
-    def _check_refs(self, since: float, refs: dict[str, RefPrint]) -> None:
-        now = self._watched_refs(refs)
+    def _check_refs(self, since: float, refs: RefStore) -> None:
         checked_out = head_file(self.common_dir).decode(errors="replace").removeprefix("ref:").strip()
-        for name in sorted(set(now) | set(self._refs)):
-            before, after = self._refs.get(name), now.get(name)
+        for name in self._may_have_moved(refs):
+            if not self._watched(name):
+                continue
+            before, after = self._refs.get(name), refs.get(name)
             if (before and before.sha) == (after and after.sha):
                 continue
             change = Change(
@@ -436,12 +447,21 @@ class Detector:
                     self._refs.pop(name, None)
                 else:
                     self._refs[name] = after
+        self._basis, self._loose_seen = refs.packed, set(refs.loose)
 
-    def _check_story_refs(self, since: float, refs: dict[str, RefPrint]) -> None:
+    def _may_have_moved(self, refs: RefStore) -> list[str]:
+        """The refs to compare with the last look, sorted: with packed-refs the same file as then,
+        those loose then or now (a packed ref changes only with the file: git rewrites it whole);
+        else every one."""
+        if refs.packed is self._basis:
+            return sorted(self._loose_seen | refs.loose.keys())
+        return sorted(refs.packed_prints.keys() | refs.loose.keys() | self._refs.keys())
+
+    def _check_story_refs(self, since: float, refs: RefStore) -> None:
         """This epic's story branches share one directory every lane may write (docs/sandbox.md):
         a story's branch moved with no reflog entry was written past git, by another lane."""
         prefix = f"refs/heads/story/{self.epic_id}/"
-        for name in sorted(n for n in refs if n.startswith(prefix)):
+        for name in refs.starting(prefix):
             logged = unlogged_move(self.common_dir, name)
             if logged is None:
                 continue

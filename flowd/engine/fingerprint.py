@@ -6,13 +6,17 @@ the ref store, and worktrees by their `git status`. Reading only: putting back i
 
 from __future__ import annotations
 
+import bisect
 import os
 import stat
 import subprocess
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from flowd.base.fsio import open_regular
+from flowd.vcs import packed_refs
 from flowd.vcs.gitcli import GitDirChanged, git_env, pin_of
 
 KEEP_BYTES = 1 << 20  # files up to this size are kept whole, so they can be put back
@@ -106,26 +110,51 @@ def files_under(root: Path, depth: int = 2) -> list[Path]:
 
 
 # -- refs ---------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class RefPrint:
+class RefPrint(NamedTuple):
+    """A ref's value and the file it was read from. A tuple: a repository's 100,000 packed refs
+    are made into prints once per version of packed-refs, and a frozen dataclass cost 2 µs each."""
+
     sha: str
     where: Path  # the loose ref file, or packed-refs
 
 
+@dataclass(frozen=True)
+class RefStore:
+    """Every ref of the repository as git reads them, the loose files over packed-refs. The
+    packed part is shared by every read of one version of packed-refs (`is` tells it did not
+    change): a repository with 100,000 refs is looked at after every lane step, and what can have
+    changed there is its loose refs (flowd/vcs/packed_refs.py)."""
+
+    packed: packed_refs.Packed
+    packed_prints: Mapping[str, RefPrint]
+    loose: dict[str, RefPrint]
+
+    def get(self, name: str) -> RefPrint | None:
+        return self.loose.get(name) or self.packed_prints.get(name)
+
+    def starting(self, prefix: str) -> list[str]:
+        """The names under `prefix`, sorted."""
+        names = self.packed.names
+        i = bisect.bisect_left(names, prefix)
+        found = {n for n in self.loose if n.startswith(prefix)}
+        while i < len(names) and names[i].startswith(prefix):
+            found.add(names[i])
+            i += 1
+        return sorted(found)
+
+    def as_dict(self) -> dict[str, RefPrint]:
+        return {**self.packed_prints, **self.loose}
+
+
 def read_refs(common_dir: Path) -> dict[str, RefPrint]:
     """Every ref of the repository: packed-refs, then the loose files over them (git's order)."""
-    refs: dict[str, RefPrint] = {}
-    packed = common_dir / "packed-refs"
-    try:
-        text = packed.read_text(encoding="utf-8", errors="surrogateescape")
-    except OSError:
-        text = ""
-    for line in text.splitlines():
-        if line and line[0] not in "#^":
-            sha, _, name = line.partition(" ")
-            refs[name] = RefPrint(sha, packed)
-    root = common_dir / "refs"
-    for dirpath, _dirs, names in os.walk(root):
+    return read_ref_store(common_dir).as_dict()
+
+
+def read_ref_store(common_dir: Path) -> RefStore:
+    """`read_refs`, its packed part kept apart (`RefStore`)."""
+    loose: dict[str, RefPrint] = {}
+    for dirpath, _dirs, names in os.walk(common_dir / "refs"):
         for name in names:
             if name.endswith(".lock"):
                 continue  # git's transient lock (flowd's own update of a ref): never a ref name
@@ -135,8 +164,23 @@ def read_refs(common_dir: Path) -> dict[str, RefPrint]:
             except OSError:
                 continue
             if sha and not sha.startswith("ref:"):
-                refs[str(path.relative_to(common_dir))] = RefPrint(sha, path)
-    return refs
+                loose[str(path.relative_to(common_dir))] = RefPrint(sha, path)
+    packed = packed_refs.read(common_dir)
+    return RefStore(packed, _packed_prints(common_dir, packed), loose)
+
+
+# The packed refs as prints, for the version of packed-refs they were made from.
+_PRINTS: dict[str, tuple[packed_refs.Packed, dict[str, RefPrint]]] = {}
+
+
+def _packed_prints(common_dir: Path, packed: packed_refs.Packed) -> dict[str, RefPrint]:
+    known = _PRINTS.get(str(common_dir))
+    if known is not None and known[0] is packed:
+        return known[1]
+    where = common_dir / "packed-refs"
+    prints = {name: RefPrint(sha, where) for name, sha in packed.shas.items()}
+    _PRINTS[str(common_dir)] = (packed, prints)
+    return prints
 
 
 def read_ref(common_dir: Path, name: str) -> RefPrint | None:
@@ -150,16 +194,8 @@ def read_ref(common_dir: Path, name: str) -> RefPrint | None:
         return None
     if sha and not sha.startswith("ref:"):
         return RefPrint(sha, path)
-    packed = common_dir / "packed-refs"
-    try:
-        text = packed.read_text(encoding="utf-8", errors="surrogateescape")
-    except OSError:
-        return None
-    suffix = f" {name}"
-    for line in text.splitlines():
-        if line.endswith(suffix) and line[0] not in "#^":
-            return RefPrint(line.partition(" ")[0], packed)
-    return None
+    packed = packed_refs.read(common_dir).shas.get(name)
+    return RefPrint(packed, common_dir / "packed-refs") if packed is not None else None
 
 
 def unlogged_move(common_dir: Path, name: str) -> str | None:

@@ -38,7 +38,7 @@ from pathlib import Path
 from flowd.base.errors import FlowdError
 from flowd.base.fsio import open_regular, put_back, unlink_inside
 from flowd.base.layout import LANE_GIT
-from flowd.vcs import index_reset, ref_move
+from flowd.vcs import index_reset, packed_refs, ref_move
 from flowd.vcs.gitcli import alternates, config_value, private_git_dir, run_git
 from flowd.vcs.quarantine import QUARANTINE_DIR
 
@@ -530,13 +530,9 @@ def _view(common: Path, admin: Path, own: str | None) -> bytes:
 def _refs_view(common: Path, own: str | None) -> bytes:
     """Your repository's refs as a `packed-refs` of the lane repository (its own branch aside):
     the lane's git still sees `main`, `epic/*`, tags (`git diff main`), as of the last `sync`;
-    what it does to them changes only its own copy. Read as data: packed-refs, then loose files."""
-    refs: dict[str, str] = {}
-    packed = _read_at(common, "packed-refs", 1 << 28) or ""
-    for line in packed.splitlines():
-        sha, _, name = line.partition(" ")
-        if _is_name(sha) and name.startswith("refs/"):
-            refs[name] = sha
+    what it does to them changes only its own copy. Read as data: packed-refs (parsed once per
+    version of the file: flowd/vcs/packed_refs.py), then loose files."""
+    loose: dict[str, str] = {}
     for top, dirs, files in os.walk(common / "refs"):  # follows no link to a folder
         dirs[:] = [d for d in dirs if not d.startswith(".")]
         for name in files:
@@ -544,10 +540,8 @@ def _refs_view(common: Path, own: str | None) -> bytes:
             if not name.endswith(".lock"):
                 value = _read_at(common, rel)
                 if _is_name(value):
-                    refs[rel] = str(value)
-    refs.pop(own or "", None)
-    lines = "".join(f"{sha} {name}\n" for name, sha in sorted(refs.items()))
-    return f"# pack-refs with: sorted \n{lines}".encode()
+                    loose[rel] = str(value)
+    return packed_refs.view(packed_refs.read(common), loose, own)
 
 
 def _copy(source: Path, home: Path, name: str) -> bool:

@@ -25,13 +25,15 @@ def _git(cwd: Path, *args: str) -> str:
     ).stdout  # fmt: skip
 
 
-def _detector(tmp_path: Path) -> tuple[Detector, list[Event], Path]:
+def _detector(tmp_path: Path, made: Path | None = None) -> tuple[Detector, list[Event], Path]:
+    """A detector on the repository `made` (or a new one) with the epic and a story worktree."""
     repo = tmp_path / "repo"
-    repo.mkdir()
-    _git(repo, "init", "-q", "-b", "main")
-    (repo / "README.md").write_text("# r\n")
-    _git(repo, "add", "-A")
-    _git(repo, "commit", "-q", "-m", "init")
+    if made is None:
+        repo.mkdir()
+        _git(repo, "init", "-q", "-b", "main")
+        (repo / "README.md").write_text("# r\n")
+        _git(repo, "add", "-A")
+        _git(repo, "commit", "-q", "-m", "init")
     _git(repo, "branch", "epic/ep")
     wt = tmp_path / "repo.flowd" / "ep" / "a"
     _git(repo, "worktree", "add", "-q", "-b", "story/ep/a", str(wt), "epic/ep")
@@ -265,6 +267,42 @@ def test_one_ref_read_alone_is_what_every_ref_read_together_gives(tmp_path: Path
         assert read_ref(common, name) == every.get(name), name
     assert every["refs/heads/story/ep/a"].where == common / "packed-refs"
     assert every["refs/heads/story/ep/b"].where == common / "refs/heads/story/ep/b"
+
+
+@pytest.mark.parametrize("how", ["a loose ref over a packed one", "packed-refs rewritten"])
+def test_your_packed_refs_moved_by_a_lane_are_put_back(tmp_path: Path, how: str) -> None:
+    """A repository with many packed refs (release tags): detection compares only the loose refs
+    while packed-refs stays the same file, and every ref when it changed. A lane that moves a
+    packed tag by writing a loose file over it, or deletes one and moves another by rewriting
+    packed-refs, is caught either way, the refs put back and the lane blamed."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    _git(repo, "init", "-q", "-b", "main")
+    _git(repo, "commit", "-q", "--allow-empty", "-m", "init")
+    head = _git(repo, "rev-parse", "HEAD").strip()
+    made = "".join(f"create refs/tags/v{i} {head}\n" for i in range(2000))
+    subprocess.run(["git", "update-ref", "--stdin"], cwd=repo, input=made, text=True, check=True)
+    _git(repo, "pack-refs", "--all")
+    detector, events, wt = _detector(tmp_path, made=repo)
+    evil = _git(repo, "commit-tree", "-m", "evil", "HEAD^{tree}").strip()
+    packed = repo / ".git" / "packed-refs"
+    before = packed.read_bytes()
+
+    async def step() -> None:
+        async with detector.step("a", wt):
+            if how == "a loose ref over a packed one":
+                (repo / ".git" / "refs" / "tags" / "v1234").write_text(evil + "\n")
+            else:
+                text = before.decode().replace(f"{head} refs/tags/v1234\n", f"{evil} refs/tags/v1234\n")
+                packed.write_text(text.replace(f"{head} refs/tags/v77\n", ""))
+
+    with pytest.raises(StoryFailed):
+        asyncio.run(step())
+    moved = {(e.lane, e.path, e.action) for e in events if isinstance(e, LaneEscape)}
+    assert ("a", "refs/tags/v1234", "undone") in moved
+    if how == "packed-refs rewritten":
+        assert ("a", "refs/tags/v77", "undone") in moved
+    assert _git(repo, "rev-parse", "v1234", "v77").split() == [head, head]
 
 
 def test_a_sibling_story_branch_written_past_git_is_put_back_and_the_writer_blamed(tmp_path: Path) -> None:

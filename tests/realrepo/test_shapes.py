@@ -341,3 +341,34 @@ def test_a_git_repository_an_agent_makes_inside_its_worktree(tmp_path: Path, mad
     assert result.outcome == "done", {k: v.reason for k, v in result.view.lanes.items()}
     tree = git(sc.repo, "ls-tree", "-r", "epic/ep", "web")
     assert "160000" not in tree and {"web/app.txt", "web/page.txt"} <= set(sc.epic_files()), tree
+
+
+def test_a_repository_with_many_refs(tmp_path: Path) -> None:
+    """Thousands of packed tags and remote branches, as a big monorepo's clone has, and a loose
+    tag over a packed one: the lanes' git sees your refs as git does (what a lane's `git tag`,
+    `git branch -r` and `git rev-parse` said is committed and read back), its own commit comes in,
+    both stories merge, and nothing of yours moved (flowd/vcs/packed_refs.py)."""
+    stories = [story("own", ["own/"]), story("b", ["b/"])]
+    see = "git tag -l 'v*' | wc -l > own/tags && git rev-parse v42 > own/v42 && git branch -r | wc -l > own/remotes"
+    rules = [
+        coder("own", {"own/a.txt": "own\n"}, run=[see, "git add -A && git commit -q -m 'by its agent'"]),
+        coder("b", {"b/b.txt": "b\n"}),
+    ]
+    sc = Scenario.create(tmp_path, stories, rules)
+    head = git(sc.repo, "rev-parse", "HEAD").strip()
+    made = "".join(f"create refs/tags/v{n} {head}\n" for n in range(3000)) + "".join(
+        f"create refs/remotes/origin/feature-{n} {head}\n" for n in range(2000)
+    )
+    subprocess.run(["git", "update-ref", "--stdin"], cwd=sc.repo, input=made, text=True, check=True)
+    git(sc.repo, "pack-refs", "--all")
+    other = git(sc.repo, "commit-tree", "-m", "loose", "HEAD^{tree}").strip()
+    git(sc.repo, "update-ref", "refs/tags/v42", other)  # loose, over the packed one
+    refs = ["for-each-ref", "--format=%(refname) %(objectname)", "refs/tags", "refs/remotes"]
+    before = git(sc.repo, *refs)
+    result = sc.run()
+    assert result.outcome == "done", {k: v.reason for k, v in result.view.lanes.items()}
+    assert "by its agent" in git(sc.repo, "log", "--format=%s", "epic/ep")
+    said = {name: git(sc.repo, "show", f"epic/ep:own/{name}").strip() for name in ("tags", "v42", "remotes")}
+    assert said == {"tags": "3000", "v42": other, "remotes": "2000"}
+    assert git(sc.repo, *refs) == before
+    git(sc.repo, "fsck", "--full", "--no-dangling")
