@@ -37,12 +37,30 @@ def _gits_refs(repo: Path) -> dict[str, str]:
     return dict(line.split(" ") for line in listed.splitlines())
 
 
-def test_the_packed_refs_are_what_git_reads(repo: Path) -> None:
+def test_the_packed_refs_are_what_git_reads(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     packed = packed_refs.read(repo / ".git")
     assert dict(packed.shas) == _gits_refs(repo)
     assert packed.names == sorted(packed.names) and len(packed.lines) == len(packed.names)
-    # Read again, the same version: the same object, not parsed anew.
+    # Written less than a second before it was read: parsed again (a write in the same tick
+    # would have left its times as they were, flowd/vcs/loose_refs.py).
+    assert packed_refs.read(repo / ".git") is not packed
+    # Older than its read (the test cannot wait a second): the same object, not parsed anew.
+    monkeypatch.setattr(packed_refs, "RACY_NS", 0)
+    packed = packed_refs.read(repo / ".git")
     assert packed_refs.read(repo / ".git") is packed
+
+
+def test_packed_refs_written_in_place_are_read_anew(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(packed_refs, "RACY_NS", 0)
+    path = repo / ".git" / "packed-refs"
+    packed = packed_refs.read(repo / ".git")
+    other = _git(repo, "commit-tree", "-m", "x", "HEAD^{tree}").strip()
+    times = os.stat(path)
+    text = path.read_text().replace(f"{packed.shas['refs/tags/v3']} refs/tags/v3", f"{other} refs/tags/v3")
+    with open(path, "r+") as handle:  # the same size, in place, its modification time set back
+        handle.write(text)
+    os.utime(path, ns=(times.st_atime_ns, times.st_mtime_ns))
+    assert packed_refs.read(repo / ".git").shas["refs/tags/v3"] == other
 
 
 def test_a_new_version_of_the_file_is_read_anew(repo: Path) -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from flowd.base.fsio import open_regular
-from flowd.vcs import packed_refs
+from flowd.vcs import loose_refs, packed_refs
 from flowd.vcs.gitcli import GitDirChanged, git_env, pin_of
 
 KEEP_BYTES = 1 << 20  # files up to this size are kept whole, so they can be put back
@@ -153,18 +153,11 @@ def read_refs(common_dir: Path) -> dict[str, RefPrint]:
 
 def read_ref_store(common_dir: Path) -> RefStore:
     """`read_refs`, its packed part kept apart (`RefStore`)."""
-    loose: dict[str, RefPrint] = {}
-    for dirpath, _dirs, names in os.walk(common_dir / "refs"):
-        for name in names:
-            if name.endswith(".lock"):
-                continue  # git's transient lock (flowd's own update of a ref): never a ref name
-            path = Path(dirpath) / name
-            try:
-                sha = path.read_text(encoding="utf-8", errors="surrogateescape").strip()
-            except OSError:
-                continue
-            if sha and not sha.startswith("ref:"):
-                loose[str(path.relative_to(common_dir))] = RefPrint(sha, path)
+    loose = {
+        name: RefPrint(text, common_dir / name)
+        for name, text in loose_refs.read(common_dir).items()
+        if text and not text.startswith("ref:")  # a symbolic ref names another: not a value
+    }
     packed = packed_refs.read(common_dir)
     return RefStore(packed, _packed_prints(common_dir, packed), loose)
 

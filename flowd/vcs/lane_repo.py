@@ -38,7 +38,7 @@ from pathlib import Path
 from flowd.base.errors import FlowdError
 from flowd.base.fsio import open_regular, put_back, unlink_inside
 from flowd.base.layout import LANE_GIT
-from flowd.vcs import index_reset, packed_refs, ref_move
+from flowd.vcs import index_reset, loose_refs, packed_refs, ref_move
 from flowd.vcs.gitcli import alternates, config_value, private_git_dir, run_git
 from flowd.vcs.quarantine import QUARANTINE_DIR
 
@@ -530,17 +530,9 @@ def _view(common: Path, admin: Path, own: str | None) -> bytes:
 def _refs_view(common: Path, own: str | None) -> bytes:
     """Your repository's refs as a `packed-refs` of the lane repository (its own branch aside):
     the lane's git still sees `main`, `epic/*`, tags (`git diff main`), as of the last `sync`;
-    what it does to them changes only its own copy. Read as data: packed-refs (parsed once per
-    version of the file: flowd/vcs/packed_refs.py), then loose files."""
-    loose: dict[str, str] = {}
-    for top, dirs, files in os.walk(common / "refs"):  # follows no link to a folder
-        dirs[:] = [d for d in dirs if not d.startswith(".")]
-        for name in files:
-            rel = os.path.relpath(os.path.join(top, name), common)
-            if not name.endswith(".lock"):
-                value = _read_at(common, rel)
-                if _is_name(value):
-                    loose[rel] = str(value)
+    what it does to them changes only its own copy. Read as data: packed-refs, then loose files,
+    each read again only when it changed (flowd/vcs/packed_refs.py, flowd/vcs/loose_refs.py)."""
+    loose = {name: text for name, text in loose_refs.read(common, exact=False).items() if _is_name(text)}
     return packed_refs.view(packed_refs.read(common), loose, own)
 
 

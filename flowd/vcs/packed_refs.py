@@ -3,7 +3,8 @@ refs"). A repository with 100,000 tags and remote branches has a 6 MB `packed-re
 it whole twice per lane step (detection's look at your refs, the lane repository's copy of them)
 and a 4-story epic took 8 times as long as without them. git rewrites the file by renaming a new
 one over it, so its identity (device, inode, size, times) names a version: a version is parsed
-once, and a lane repository's copy of the refs is spliced from its lines.
+once (trusted as loose refs are, flowd/vcs/loose_refs.py), and a lane repository's copy of the
+refs is spliced from its lines.
 
 Read as data: the file opened without following a link, a regular file or nothing.
 """
@@ -14,11 +15,13 @@ import bisect
 import itertools
 import os
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from flowd.base.fsio import open_regular
+from flowd.vcs.loose_refs import RACY_NS
 
 HEADER = "# pack-refs with: sorted \n"
 _HEX = frozenset("0123456789abcdef")
@@ -35,7 +38,7 @@ class Packed:
 
 
 EMPTY = Packed({}, [], [])
-_CACHE: dict[str, tuple[tuple[int, ...], Packed]] = {}
+_CACHE: dict[str, tuple[tuple[int, ...], int, Packed]] = {}  # by common dir: identity, read at, refs
 _GUARD = threading.Lock()
 
 
@@ -54,11 +57,14 @@ def read(common_dir: Path) -> Packed:
         key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
         with _GUARD:
             known = _CACHE.get(str(common_dir))
-        if known is not None and known[0] == key:
-            return known[1]
+        # Trusted only when its times were a second older than the read that saw them: a write
+        # in place in the same tick would leave them as they were (flowd/vcs/loose_refs.py).
+        if known is not None and known[0] == key and max(st.st_mtime_ns, st.st_ctime_ns) < known[1] - RACY_NS:
+            return known[2]
+        read_ns = time.time_ns()
         packed = _parse(handle.read().decode("utf-8", "surrogateescape"))
     with _GUARD:
-        _CACHE[str(common_dir)] = (key, packed)
+        _CACHE[str(common_dir)] = (key, read_ns, packed)
     return packed
 
 
