@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -687,3 +688,30 @@ def test_paths_written_for_git_are_read_back_as_they_are(tmp_path: Path) -> None
     (repo / ".git" / "objects" / "info" / "alternates").write_text(alternates([store], "\n") + "\n")
     found = subprocess.run(["git", "cat-file", "-t", blob], cwd=repo, capture_output=True, text=True)
     assert found.stdout.strip() == "blob", found.stderr
+
+
+@pytest.mark.parametrize("how", ["commit", "diff"])
+def test_a_same_size_edit_in_the_index_s_second_is_not_missed(repo: Repo, how: str) -> None:
+    """flowd stages in a copy of the worktree's index. git reads an entry whose file changed in
+    the second the index was written as "racily clean" and looks at the file's bytes, and it
+    knows that second from the index file's own time: a copy made a second later hid a same-size
+    edit from it (with `core.trustctime` off, or on a file system whose times tick coarsely), and
+    the story's commit and the reviewer's diff left it out. The copy now keeps the index's time."""
+    _, wt = epic_and_story(repo)
+    git(wt, "config", "core.trustctime", "false")
+    app, index = wt / "src" / "app.py", Path(git(wt, "rev-parse", "--git-path", "index").strip())
+    if not index.is_absolute():
+        index = wt / index
+    second = (int(time.time()) - 5) * 1_000_000_000
+    os.utime(app, ns=(second, second))
+    git(wt, "update-index", "--refresh")  # the entry now says: written at `second`
+    os.utime(index, ns=(second, second))  # and so was the index: the entry is racily clean
+    app.write_text("x = 3\n")  # the same size as "x = 1\n", in the same second
+    os.utime(app, ns=(second, second))
+    # git itself sees it (asked not to write the index, which would mark the entry for good)
+    assert git(wt, "--no-optional-locks", "status", "--porcelain", "src/app.py").startswith(" M")
+    if how == "commit":
+        assert repo.commit_all(wt, "s1: work") is not None
+        assert git(wt, "show", "HEAD:src/app.py") == "x = 3\n"
+    else:
+        assert "+x = 3" in repo.diff(wt, "epic/ep")

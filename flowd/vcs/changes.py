@@ -101,7 +101,7 @@ class WorktreeChanges(RepoBase):
         ):
             staged = Path(tmp) / "index"
             if index.exists():
-                shutil.copyfile(index, staged)
+                _copy_index(index, staged)
             env = {**env, "GIT_INDEX_FILE": str(staged)}
             stage_all(wt, what, env)
             run_git(wt, ["write-tree"], what, env=env)
@@ -177,7 +177,7 @@ class WorktreeChanges(RepoBase):
         with leftovers.folder("flowd-index-") as tmp:
             tmp_index = Path(tmp) / "index"
             if index.exists():
-                shutil.copyfile(index, tmp_index)
+                _copy_index(index, tmp_index)
             # Its new blobs go to a store of flowd's own, thrown away after (docs/sandbox.md).
             with scratch(self.common_dir) as (_store, objects):
                 env = {"GIT_INDEX_FILE": str(tmp_index), **objects}
@@ -386,3 +386,11 @@ def _install_index(staged: Path, index: Path, what: str) -> None:
         raise GitError(f"{what}: Unable to create '{lock}': File exists.") from exc
     except OSError as exc:
         raise GitError(f"{what}: could not write the index {index} ({exc.strerror})") from exc
+
+
+def _copy_index(index: Path, copy: Path) -> None:
+    """A copy of the index `index` with its times: git reads an entry whose file changed in the
+    second the index was written as racily clean, and compares the file's bytes, knowing that
+    second from the index file's own time; a copy made later hid a same-size edit from it (with
+    `core.trustctime` off, or where times tick coarsely) and the commit left the edit out."""
+    shutil.copy2(index, copy)

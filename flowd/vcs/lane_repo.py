@@ -114,10 +114,11 @@ def _read_at(root: Path, rel: str, limit: int = 4096) -> str | None:
         return leaf.read(limit).decode("utf-8", "surrogateescape").strip()
 
 
-def _write_at(root: Path, rel: str, data: bytes) -> bool:
+def _write_at(root: Path, rel: str, data: bytes, times: tuple[int, int] | None = None) -> bool:
     """Write `data` as the file `rel` under `root` anew: each folder on the way made or opened
     without following a link (a link or file in a folder's place is removed, never followed), the
-    file a temp one renamed over (a link at its name is replaced, never written through)."""
+    file a temp one renamed over (a link at its name is replaced, never written through); `times`
+    (access and modification, in ns) set on it before the rename."""
     parts = rel.split("/")
     try:
         fd = _open_folders(root, parts[:-1])
@@ -132,6 +133,9 @@ def _write_at(root: Path, rel: str, data: bytes) -> bool:
         )
         with os.fdopen(out, "wb") as handle:
             handle.write(data)
+            if times is not None:
+                handle.flush()
+                os.utime(handle.fileno(), ns=times)
         os.replace(tmp, parts[-1], src_dir_fd=fd, dst_dir_fd=fd)
     except OSError:
         return False
@@ -538,8 +542,8 @@ def _refs_view(common: Path, own: str | None) -> bytes:
 
 def _copy(source: Path, home: Path, name: str) -> bool:
     """The file `name` of the git dir `source` (the admin dir, or your repository's) as the lane
-    repository's, or none there when `source` has none (removed without following a link the
-    lane put on the way)."""
+    repository's, with its times, or none there when `source` has none (removed without following
+    a link the lane put on the way)."""
     try:
         handle = open_regular(source / name)
     except FileNotFoundError:
@@ -549,7 +553,10 @@ def _copy(source: Path, home: Path, name: str) -> bool:
     if handle is None:
         return False
     with handle:
-        return _write_at(home, name, handle.read())
+        st = os.fstat(handle.fileno())
+        # With its times: an index's own time is what git's racily-clean rule reads (a later one
+        # hid a same-size edit made in the second the index was written: flowd/vcs/changes.py).
+        return _write_at(home, name, handle.read(), (st.st_atime_ns, st.st_mtime_ns))
 
 
 def _shared_indexes(admin: Path) -> list[str]:

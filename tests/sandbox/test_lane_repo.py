@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -377,3 +378,27 @@ def test_the_lanes_git_reads_your_exclude_and_attributes_files(repo: Repo) -> No
     lane_repo.sync(repo.common_dir, _admin(a), a, force=True)
     done = _sh(c, a, "git add -A && git diff --cached --name-only")
     assert done.stdout.split() == [".env", "debug.log", "keep.txt"], done.stderr
+
+
+def test_the_lanes_index_copy_keeps_its_time_so_a_same_size_edit_shows(repo: Repo) -> None:
+    """The lane repository's index is a copy of the worktree's. git reads an entry whose file
+    changed in the second the index was written as racily clean, knowing that second from the
+    index file's time: a copy with a later time hid a same-size edit from the lane's git (with
+    `core.trustctime` off, or where times tick coarsely)."""
+    a = repo.root.parent / "repo.flowd" / "ep" / "a"
+    admin, c = _admin(a), _confinement(repo)
+    assert _sh(c, a, "true").returncode == 0  # the lane repository made
+    _git(repo, "config", "core.trustctime", "false")
+    name = _git(repo, "-C", str(a), "ls-files").stdout.split()[0]
+    tracked = a / name
+    second = (int(time.time()) - 5) * 1_000_000_000
+    os.utime(tracked, ns=(second, second))
+    pinned = ["--git-dir", str(admin), "--work-tree", str(a), "update-index", "-q", "--refresh"]
+    subprocess.run(["git", *pinned], env={**os.environ, "GIT_COMMON_DIR": str(repo.common_dir)}, check=True)
+    os.utime(admin / "index", ns=(second, second))  # the entry is racily clean
+    data = tracked.read_bytes()
+    tracked.write_bytes(bytes([data[0] ^ 1]) + data[1:])  # the same size, in the same second
+    os.utime(tracked, ns=(second, second))
+    lane_repo.sync(repo.common_dir, admin, a, force=True)
+    done = _sh(c, a, "git status --porcelain")
+    assert done.stdout.splitlines() == [f" M {name}"], (done.stdout, done.stderr)
