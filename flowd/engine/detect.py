@@ -438,7 +438,8 @@ class Detector:
             change = Change(
                 path=name,
                 what="gitRef",
-                at=ref_changed_at(self.common_dir, name, after),
+                # A removed ref changed where it was (a packed one: packed-refs), not its folder.
+                at=ref_changed_at(self.common_dir, name, after or before),
                 restorable=name != checked_out,  # the user's own branch: maybe their commit
             )
             verdict = self._settle(change, since, partial(put_ref_back, self.common_dir, name, before))
