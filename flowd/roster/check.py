@@ -145,7 +145,7 @@ def check_command(args: argparse.Namespace) -> int:
     if role is not None and role not in ROLES:
         raise InputError(f"--role {role!r} is not a role; use one of {', '.join(ROLES)}")
     repo = _repo()
-    hidden = flow_outside_sparse(repo) if toplevel(repo) is not None else None
+    hidden = flow_outside_sparse(repo)  # outside a checkout git lists nothing: None
     if hidden is not None:
         raise InputError(hidden)
     roster = load_roster(repo)  # a bad roster is the CLI's one sentence (as JSON with --json)

@@ -3,7 +3,8 @@ rules, a user's hooks that reject commits, a default branch other than `main`, a
 Git LFS set up without git-lfs, paths with spaces and non-ASCII letters, a user on a feature
 branch of a `master` repository with uncommitted work, a SHA-256 repository, a repository
 under a folder whose name git's own files would misread, file names that are not UTF-8, a
-checkout in the middle of a rebase, and an agent making a git repository inside its worktree."""
+checkout in the middle of a rebase, an agent making a git repository inside its worktree, and
+thousands of tags and remote branches."""
 
 from __future__ import annotations
 
