@@ -28,6 +28,7 @@ from flowd import __version__
 from flowd.agents import npx
 from flowd.agents.base import AGENT_DEFAULT_ENV, AgentError, reaped
 from flowd.agents.faults import classify
+from flowd.base.process_start import start_process
 from flowd.programs.state_dirs import program_key
 from flowd.programs.table import program_named, too_old
 from flowd.sandbox.confine import Confinement, Scanner, current, spawning
@@ -149,7 +150,7 @@ class AgentProcess:
         try:
             # Confined to the lane of `cwd` for its whole life (docs/sandbox.md).
             with spawning(cwd, program_key("acp", self.command), env) as confined:
-                proc = await asyncio.create_subprocess_exec(
+                proc = await start_process(  # a cancel meanwhile stops it, started
                     *confined.argv(argv),
                     stdin=asyncio.subprocess.PIPE,
                     stdout=asyncio.subprocess.PIPE,

@@ -36,6 +36,7 @@ from flowd.agents.base import (
 )
 from flowd.agents.faults import classify, worded
 from flowd.base import jsonl
+from flowd.base.process_start import start_process
 from flowd.programs.state_dirs import program_key
 from flowd.programs.table import cli_version, program_of, too_old
 from flowd.sandbox.confine import Scanner, current, spawning
@@ -342,7 +343,7 @@ class CliExecutor:
         argv = await npx.for_lane(argv, env)
         try:
             with spawning(request.cwd, program_key("cli", self.spec.command), env) as confined:
-                proc = await asyncio.create_subprocess_exec(
+                proc = await start_process(  # a cancel meanwhile stops it, started
                     *confined.argv(reaped(argv, env.get("PATH"))),
                     cwd=request.cwd,
                     env={**env, **confined.env},

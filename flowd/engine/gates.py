@@ -11,7 +11,6 @@ import asyncio
 import contextlib
 import os
 import re
-import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import Protocol
 
 from flowd.agents.base import reaped
+from flowd.base.process_start import start_process, stop_process
 from flowd.engine.core.flaky import Failed, Rerun, after_gate_run
 from flowd.events.model import Event, GateFlaky, GateResult, GateWhere
 from flowd.sandbox.confine import Scanner, current, spawning
@@ -49,9 +49,6 @@ def _slug(command: str) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "-", command).strip("-")[:40] or "gate"
 
 
-_STOP_WAIT_S = 5.0  # the reaper's own grace is 2 s
-
-
 async def run_command(
     command: str, cwd: Path, *, log: Path | None, timeout_s: float, env: dict[str, str] | None = None
 ) -> CommandRun:
@@ -65,7 +62,8 @@ async def run_command(
         with spawning(cwd, env=env) as confined:
             # `sh -c`, as `create_subprocess_shell` runs it, through the binder when confined,
             # under the reaper: nothing it starts outlives it (flowd/agents/reaper.py).
-            process = await asyncio.create_subprocess_exec(
+            # A cancel while it starts stops it once started (flowd/base/process_start.py).
+            process = await start_process(
                 *confined.argv(reaped(["/bin/sh", "-c", command])),
                 cwd=cwd,
                 stdin=asyncio.subprocess.DEVNULL,
@@ -96,11 +94,11 @@ async def run_command(
             await asyncio.wait_for(both, timeout_s)
             code = process.returncode if process.returncode is not None else -1
         except TimeoutError:
-            await _stop(process)
+            await stop_process(process)
             code = -1
         except BaseException:
             with contextlib.suppress(Exception):
-                await asyncio.shield(_stop(process))
+                await asyncio.shield(stop_process(process))
             raise
     finally:
         scanner.close()
@@ -109,19 +107,6 @@ async def run_command(
     text = tail.decode("utf-8", errors="replace")[-TAIL_CHARS:]
     duration = int((time.monotonic() - started) * 1000)
     return CommandRun(command, code == 0, code, duration, text, log)
-
-
-async def _stop(process: asyncio.subprocess.Process) -> None:
-    """The reaper ends the command and everything below it (SIGTERM); its group is SIGKILLed
-    when it has not within a few seconds."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.kill(process.pid, signal.SIGTERM)
-    try:
-        await asyncio.wait_for(asyncio.shield(process.wait()), _STOP_WAIT_S)
-    except TimeoutError:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(process.pid, signal.SIGKILL)
-        await process.wait()
 
 
 async def run_gates(

@@ -137,8 +137,10 @@ async def program_output(argv: list[str], env: dict[str, str], timeout_s: float)
     dropped, its own session); None when it cannot start or does not end within `timeout_s`."""
     import asyncio
 
+    from flowd.base.process_start import start_process
+
     try:
-        proc = await asyncio.create_subprocess_exec(
+        proc = await start_process(  # a cancel meanwhile stops it, started
             *argv,
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,

@@ -131,6 +131,49 @@ def test_a_gate_stopped_on_its_timeout_leaves_nothing_running(tmp_path: Path) ->
     assert _gone([_runaway_pid(log.read_text())])
 
 
+def _running(marker: str) -> list[int]:
+    """Live processes whose command line holds `marker` (a zombie's reads empty)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if marker.encode() in (entry / "cmdline").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+@pytest.mark.parametrize("after", [0, 1, 2, 3, 5, 8, 0.002, 0.01, 0.05])
+def test_a_gate_cancelled_while_it_starts_leaves_nothing_running(tmp_path: Path, after: float) -> None:
+    """The merge train discards a candidate whose gates may have just started: asyncio's start,
+    cancelled half-way, SIGKILLed the reaper and left the command running, orphaned, and the
+    cancel waited for it to end (flowd/base/process_start.py). `after`: event-loop turns (whole
+    numbers) or seconds before the cancel, so it lands at several points of the start."""
+    marker = f"sleep 300.{os.getpid()}{int(after * 1000)}"
+
+    async def cancelled() -> None:
+        task = asyncio.ensure_future(run_command(marker, tmp_path, log=None, timeout_s=600))
+        if isinstance(after, int):
+            for _ in range(after):
+                await asyncio.sleep(0)
+        else:
+            await asyncio.sleep(after)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    try:
+        asyncio.run(cancelled())
+        deadline = time.monotonic() + 10
+        while _running(marker) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _running(marker) == []
+    finally:
+        for pid in _running(marker):
+            os.kill(pid, signal.SIGKILL)
+
+
 def test_the_reaper_exits_with_the_commands_status(kind: str) -> None:
     """The command's exit code, 128 + the signal that killed it, 127 and one line when it cannot
     be started; a command that ignores SIGTERM is killed after the grace, with what it started."""
