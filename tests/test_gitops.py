@@ -715,3 +715,33 @@ def test_a_same_size_edit_in_the_index_s_second_is_not_missed(repo: Repo, how: s
         assert git(wt, "show", "HEAD:src/app.py") == "x = 3\n"
     else:
         assert "+x = 3" in repo.diff(wt, "epic/ep")
+
+
+@pytest.mark.parametrize("how", ["commit", "diff"])
+@pytest.mark.parametrize("planted", ["fifo", "file"])
+def test_an_index_replaced_by_a_link_is_not_read_through(
+    repo: Repo, how: str, planted: str, tmp_path: Path
+) -> None:
+    """A lane may write its worktree's admin dir (docs/sandbox.md "flowd's own git"): an `index`
+    it replaced with a link is not read through by flowd's copy of it (a FIFO's reader waits, a
+    file of yours is not flowd's to read); the step fails with one sentence, and the link's target
+    is left as it was. (The step's admin check puts such a link back first; this is the copy's
+    own guard.)"""
+    _, wt = epic_and_story(repo)
+    (wt / "src" / "app.py").write_text("x = 2\n")
+    index = Path(git(wt, "rev-parse", "--path-format=absolute", "--git-path", "index").strip())
+    target = tmp_path / "planted"
+    if planted == "fifo":
+        os.mkfifo(target)
+    else:
+        target.write_bytes(b"DIRC not an index of this worktree")
+    index.unlink()
+    index.symlink_to(target)
+    with pytest.raises(GitError, match="is not a regular file"):
+        if how == "commit":
+            repo.commit_all(wt, "s1: work")
+        else:
+            repo.diff(wt, "epic/ep")
+    assert index.is_symlink()
+    if planted == "file":
+        assert target.read_bytes() == b"DIRC not an index of this worktree"

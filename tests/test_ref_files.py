@@ -49,13 +49,13 @@ def test_the_packed_refs_are_what_git_reads(repo: Path, monkeypatch: pytest.Monk
     # would have left its times as they were, flowd/vcs/loose_refs.py).
     assert packed_refs.read(repo / ".git") is not packed
     # Older than its read (the test cannot wait a second): the same object, not parsed anew.
-    monkeypatch.setattr(packed_refs, "RACY_NS", 0)
+    monkeypatch.setattr(loose_refs, "RACY_NS", 0)
     packed = packed_refs.read(repo / ".git")
     assert packed_refs.read(repo / ".git") is packed
 
 
 def test_packed_refs_written_in_place_are_read_anew(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(packed_refs, "RACY_NS", 0)
+    monkeypatch.setattr(loose_refs, "RACY_NS", 0)
     path = repo / ".git" / "packed-refs"
     packed = packed_refs.read(repo / ".git")
     other = _git(repo, "commit-tree", "-m", "x", "HEAD^{tree}").strip()

@@ -4,6 +4,7 @@ changes the user's own checkout: `_owned_worktree` refuses it."""
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 from collections.abc import Sequence
@@ -12,6 +13,7 @@ from pathlib import Path
 
 from flowd.base import leftovers
 from flowd.base.errors import InputError
+from flowd.base.fsio import open_regular
 from flowd.vcs import index_reset
 from flowd.vcs.bootstrapped import bootstrapped, stage_all, write_bootstrapped
 from flowd.vcs.gitcli import GitError, git_reason, not_flow, private_git_dir, run_git, split_z
@@ -100,8 +102,7 @@ class WorktreeChanges(RepoBase):
             scratch(self.common_dir) as (store, env),
         ):
             staged = Path(tmp) / "index"
-            if index.exists():
-                _copy_index(index, staged)
+            _copy_index(index, staged, what)
             env = {**env, "GIT_INDEX_FILE": str(staged)}
             stage_all(wt, what, env)
             run_git(wt, ["write-tree"], what, env=env)
@@ -176,8 +177,7 @@ class WorktreeChanges(RepoBase):
         index = self._index_of(wt, what)
         with leftovers.folder("flowd-index-") as tmp:
             tmp_index = Path(tmp) / "index"
-            if index.exists():
-                _copy_index(index, tmp_index)
+            _copy_index(index, tmp_index, what)
             # Its new blobs go to a store of flowd's own, thrown away after (docs/sandbox.md).
             with scratch(self.common_dir) as (_store, objects):
                 env = {"GIT_INDEX_FILE": str(tmp_index), **objects}
@@ -388,9 +388,24 @@ def _install_index(staged: Path, index: Path, what: str) -> None:
         raise GitError(f"{what}: could not write the index {index} ({exc.strerror})") from exc
 
 
-def _copy_index(index: Path, copy: Path) -> None:
-    """A copy of the index `index` with its times: git reads an entry whose file changed in the
-    second the index was written as racily clean, and compares the file's bytes, knowing that
-    second from the index file's own time; a copy made later hid a same-size edit from it (with
-    `core.trustctime` off, or where times tick coarsely) and the commit left the edit out."""
-    shutil.copy2(index, copy)
+def _copy_index(index: Path, copy: Path, what: str) -> None:
+    """A copy of the index `index`, none when it has none, with its times: git reads an entry
+    whose file changed in the second the index was written as racily clean, and compares the
+    file's bytes, knowing that second from the index file's own time; a copy made later hid a
+    same-size edit from it (with `core.trustctime` off, or where times tick coarsely) and the
+    commit left the edit out. Read as data: the admin dir is the lane's to write (docs/sandbox.md
+    "flowd's own git"), and an index it replaced with a link is not read through."""
+    try:
+        handle = open_regular(index)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        handle = None
+        if exc.errno != errno.ELOOP:
+            raise GitError(f"{what}: could not read the index {index} ({exc.strerror})") from exc
+    if handle is None:
+        raise GitError(f"{what}: the index {index} is not a regular file (a link or a FIFO in its place)")
+    with handle:
+        st = os.fstat(handle.fileno())
+        copy.write_bytes(handle.read())
+    os.utime(copy, ns=(st.st_atime_ns, st.st_mtime_ns))

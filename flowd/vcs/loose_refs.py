@@ -28,6 +28,12 @@ _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 RACY_NS = 1_000_000_000  # how much older than its read a file's times must be to be trusted
 
 
+def settled(mtime_ns: int, ctime_ns: int, read_ns: int) -> bool:
+    """Whether what a read at `read_ns` saw of a file with these times still holds while they
+    stay the same: they were a second older than the read (git's racily-clean rule)."""
+    return max(mtime_ns, ctime_ns) < read_ns - RACY_NS
+
+
 class _Known:
     __slots__ = ("key", "read_ns", "text")
 
@@ -35,7 +41,7 @@ class _Known:
         self.key, self.read_ns, self.text = key, read_ns, text
 
     def trusted(self, key: tuple[int, int, int, int]) -> bool:
-        return key == self.key and max(key[2], key[3]) < self.read_ns - RACY_NS
+        return key == self.key and settled(key[2], key[3], self.read_ns)
 
 
 _CACHE: dict[str, dict[str, _Known]] = {}  # by common dir, by ref
@@ -92,7 +98,7 @@ def _walk(
         st = os.fstat(fd)
         key = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
         known = folders[0].get(prefix)
-        if known is not None and known.key == key and max(key[2], key[3]) < known.read_ns - RACY_NS:
+        if known is not None and known.key == key and settled(key[2], key[3], known.read_ns):
             folders[1][prefix] = known
             new.update(known.refs)
             for name in known.folders:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from flowd.base.fsio import open_regular
-from flowd.vcs.loose_refs import RACY_NS
+from flowd.vcs.loose_refs import settled
 
 HEADER = "# pack-refs with: sorted \n"
 _HEX = frozenset("0123456789abcdef")
@@ -59,7 +59,7 @@ def read(common_dir: Path) -> Packed:
             known = _CACHE.get(str(common_dir))
         # Trusted only when its times were a second older than the read that saw them: a write
         # in place in the same tick would leave them as they were (flowd/vcs/loose_refs.py).
-        if known is not None and known[0] == key and max(st.st_mtime_ns, st.st_ctime_ns) < known[1] - RACY_NS:
+        if known is not None and known[0] == key and settled(st.st_mtime_ns, st.st_ctime_ns, known[1]):
             return known[2]
         read_ns = time.time_ns()
         packed = _parse(handle.read().decode("utf-8", "surrogateescape"))
