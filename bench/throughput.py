@@ -10,7 +10,7 @@ through the DAG, or the total coder time over 8 lanes if that is longer.
 Prints the makespan, its ratio to the lower bound (target <= 1.15) and, from the trace's
 timestamps, where each story's time went besides its coder turn (median over the stories and the
 sum over the critical path): launch (from the run's start or its last dependency's merge to the
-story's start: the dependency's clean-up, the scheduler, waiting for a lane) → start (worktree,
+story's start: the scheduler, waiting for a lane) → start (worktree,
 catch-up, planner turn) → coder turn → review (gates, reviewer turn, commit) → merge (judge,
 perimeter, merge, epic gates); then the run's end (the last merge to `RunEnded`). On the critical
 chain these add up to the makespan.
@@ -201,7 +201,7 @@ def one_run(args: argparse.Namespace) -> float:
         f"{args.stories} stories, {args.lanes} lanes, seed {args.seed}: coder turns {sum(delays.values()):.1f} s in all, "
         f"critical chain {' -> '.join(chain)}; load average {load:.1f} -> {os.getloadavg()[0]:.1f}"
     )
-    print(f"makespan {makespan:.1f} s (wall {wall:.1f} s) against a lower bound of {bound:.1f} s")
+    print(f"makespan {makespan:.2f} s (wall {wall:.2f} s) against a lower bound of {bound:.2f} s")
     own, children = (
         b.ru_utime + b.ru_stime - a.ru_utime - a.ru_stime for a, b in zip(cpu0, cpu1, strict=True)
     )
@@ -210,7 +210,7 @@ def one_run(args: argparse.Namespace) -> float:
         "(agents, git, gates, reapers; less load-dependent than the makespan)"
     )
     verdict = "met" if makespan / bound <= args.target else "NOT met"
-    print(f"ratio {makespan / bound:.2f}x (target <= {args.target}x): {verdict}")
+    print(f"ratio {makespan / bound:.3f}x (target <= {args.target}x): {verdict}")
     print(f"{'phase':>14} {'median/story':>13} {'sum on the critical chain':>26}")
     for phase in PHASES:
         median = statistics.median(t[phase] for t in times.values())

@@ -38,6 +38,8 @@ from flowd.vcs.gitcli import named_by_dotgit, private_git_dir
 from flowd.vcs.gitops import Repo
 from flowd.vcs.submodules import has_submodules
 
+COMING_WAIT_S = 5.0  # how long a lane waits for a worktree on its way back before adding one
+
 
 def trash_root(lanes: Path) -> Path:
     return lanes / TRASH_DIR
@@ -76,6 +78,8 @@ class Spares:
         self.keep = keep  # how many to leave for the next run when this one ends
         self.emit = emit
         self._lock = threading.Lock()
+        self._given = threading.Condition(self._lock)  # a spare came, or a give in flight ended
+        self._coming = 0  # gives in flight (`expect`): a lane's worktree on its way back
         self._free: list[Path] = []
         self._sparse: dict[str, bool] = {}  # whether a free spare is a sparse checkout (by its path)
 
@@ -198,8 +202,28 @@ class Spares:
         return False
 
     def _pop(self, *, for_cone: bool) -> Path | None:
-        with self._lock:
-            return self._pop_locked(for_cone=for_cone)
+        """A free spare (`_pop_locked`); with none free while a give is in flight, the one it
+        brings, waited for up to `COMING_WAIT_S`: a merged story gives its worktree back after
+        its dependents have launched (engine/story.py), and one of them would otherwise add a
+        worktree, all of it written, where the spare needs only what differs."""
+        deadline = time.monotonic() + COMING_WAIT_S
+        with self._given:
+            while (spare := self._pop_locked(for_cone=for_cone)) is None and self._coming > 0:
+                left = deadline - time.monotonic()
+                if left <= 0 or not self._given.wait(left):
+                    return self._pop_locked(for_cone=for_cone)
+            return spare
+
+    def expect(self) -> None:
+        """A lane's worktree is on its way back (`give`, then `arrived`, whatever became of it)."""
+        with self._given:
+            self._coming += 1
+
+    def arrived(self) -> None:
+        """A give `expect` announced is over: a spare, the trash or kept where it was."""
+        with self._given:
+            self._coming = max(0, self._coming - 1)
+            self._given.notify_all()
 
     def _pop_locked(self, *, for_cone: bool) -> Path | None:
         """A free spare for a sparse lane (`for_cone`: only a sparse spare, whose cone is changed; a
@@ -264,8 +288,9 @@ class Spares:
         except FlowdError:
             to_trash(self.lanes, path)
             return None
-        with self._lock:
+        with self._given:
             self._free.append(spare)
+            self._given.notify_all()
         return None
 
     def retire(self) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from flowd.engine import prompts
 from flowd.engine.context import RunContext
@@ -60,12 +60,17 @@ AppendRevision = Callable[[str, str, str], Task | None]
 
 class StoryRun:
     def __init__(
-        self, ctx: RunContext, story: Story, *, later: Callable[[Callable[[], None]], None] | None = None
+        self,
+        ctx: RunContext,
+        story: Story,
+        *,
+        later: Callable[[Callable[[], Awaitable[None]]], None] | None = None,
     ) -> None:
         self.ctx = ctx
         self.story = story
-        # Where a merged story's worktree removal goes: handed to `later` (the lanes engine runs it
-        # and waits for it before the run ends) so its dependents start at once; else done here.
+        # Where a merged story's lane ends (its agents stopped, its worktree given back): handed to
+        # `later` (the lanes engine runs it and waits for it before the run ends) so its dependents
+        # start at once; else done here.
         self.later = later
         self.branch = ctx.story_branch(story.id)
         self.worktree = ctx.story_worktree(story.id)
@@ -155,14 +160,14 @@ class StoryRun:
                 coder = await self._revise(loop, red)
                 continue
             break
-        if self.later is not None and ctx.spares is None:
-            self.later(self._clean_up)
+        if self.later is not None:
+            # Merged: its dependents launch now, while its agents stop and its worktree goes back
+            # (a spare a dependent waits for rather than adding one: engine/spares.py).
+            if ctx.spares is not None:
+                ctx.spares.expect()
+            self.later(functools.partial(self._give_back, expected=ctx.spares is not None))
         else:
-            # With a pool of spares this is a rename, done before its dependents start: the
-            # worktree is theirs to take (docs/repositories.md "Worktree reuse"), and no agent
-            # process confined to it lives on.
-            await ctx.pool.leave_lane(self.worktree)
-            await asyncio.to_thread(self._clean_up)
+            await self._give_back(expected=False)
         # A repair changed the story's work behind everyone's back: the report says so first.
         note = "; ".join(filter(None, [repaired, note or f"merged at {commit[:10]}"]))
         return StoryOutcome(story, "done", branch=self.branch, note=note, executors=coder.chain)
@@ -295,8 +300,17 @@ class StoryRun:
         # A lane elsewhere (engine/lanes/node_lane.py) pushes its branch here instead.
         return await merge(self)
 
-    def _clean_up(self) -> None:
-        clean_up_at(self, self.worktree)
+    async def _give_back(self, *, expected: bool) -> None:
+        """The merged story's lane ends: its idle agent processes stop (none confined to the
+        worktree may outlive it, docs/repositories.md "Worktree reuse"), then its worktree becomes
+        a spare (a rename) or, with no pool of spares, is removed. `expected`: the pool was told
+        it is coming (`Spares.expect`), and is told it is over."""
+        try:
+            await self.ctx.pool.leave_lane(self.worktree)
+            await asyncio.to_thread(clean_up_at, self, self.worktree)
+        finally:
+            if expected and self.ctx.spares is not None:
+                self.ctx.spares.arrived()
 
 
 def _joined(first: list[str], then: list[str]) -> list[str]:

@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -105,6 +106,54 @@ def test_uncommitted_work_is_never_made_a_spare(tmp_path: Path) -> None:
     assert kept is not None and "uncommitted" in kept and (wt / "work.txt").is_file()
     # A task's worktree is thrown away as a removal would: forced.
     assert spares.give(wt, "story/ep/a", force=True) is None and not repo.branch_exists("story/ep/a")
+
+
+def test_a_take_waits_for_a_worktree_on_its_way_back(tmp_path: Path) -> None:
+    # A merged story gives its worktree back after its dependents launched (engine/story.py):
+    # with no spare free, the next lane takes that one once it comes, rather than adding one.
+    repo = _repo(tmp_path)
+    lanes = tmp_path / "repo.flowd" / "ep"
+    spares, wt = _used(repo, lanes)
+    git(wt, *ID, "commit", "-q", "--allow-empty", "-m", "more")
+    spares.expect()
+
+    def give_later() -> None:
+        time.sleep(0.3)
+        try:
+            assert spares.give(wt) is None
+        finally:
+            spares.arrived()
+
+    giver = threading.Thread(target=give_later)
+    giver.start()
+    try:
+        assert spares.take(lanes / "b", "story/ep/b", "main") == "reused"
+    finally:
+        giver.join()
+    assert not wt.exists() and [w.path.name for w in repo.worktrees()] == ["repo", "b"]
+
+
+def test_a_give_in_flight_that_brings_no_spare_lets_the_take_add_one(tmp_path: Path) -> None:
+    repo = _repo(tmp_path)
+    lanes = tmp_path / "repo.flowd" / "ep"
+    spares, wt = _used(repo, lanes)
+    (wt / "work.txt").write_text("someone's\n", encoding="utf-8")
+    spares.expect()
+
+    def kept_where_it_was() -> None:
+        time.sleep(0.2)
+        try:
+            assert spares.give(wt) is not None  # uncommitted work: no spare
+        finally:
+            spares.arrived()
+
+    giver = threading.Thread(target=kept_where_it_was)
+    giver.start()
+    try:
+        assert spares.take(lanes / "b", "story/ep/b", "main") == "added"
+    finally:
+        giver.join()
+    assert (wt / "work.txt").is_file()
 
 
 def test_a_merge_left_half_way_is_gone_after_reuse(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ each lane on a Ray cluster and merges what it pushed.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from flowd.engine.context import RunContext
@@ -39,9 +39,9 @@ class LocalPlacement:
     async def run(self, story: str) -> StoryOutcome:
         return await StoryRun(self.ctx, self.ctx.plan.require(story), later=self._run_later).run()
 
-    def _run_later(self, work: Callable[[], None]) -> None:
-        """A merged story's clean-up, off its dependents' way (docs/performance.md: throughput)."""
-        task = asyncio.ensure_future(asyncio.to_thread(work))
+    def _run_later(self, work: Callable[[], Awaitable[None]]) -> None:
+        """A merged story's lane ending, off its dependents' way (docs/performance.md: throughput)."""
+        task = asyncio.ensure_future(work())
         self._later.add(task)
         task.add_done_callback(self._done_later)
 
