@@ -9,16 +9,21 @@ answering one ACP `initialize` on stdio:
 - scripted agent: `flowd agent script` as flowd starts it (`script_command`).
 
 Prints the median wall time and the process's own CPU time (user + system, from `wait4`) of
-each, and each against the floor.
+each, and each against the floor. `--real` also starts the real ACP agent programs `make
+test-agents` installs (claude-agent-acp, codex-acp, gemini; from its cache, with a throwaway
+home each time, unconfined), which shows what a story's first turn waits for when its agent is
+not started ahead (docs/performance.md "A dependent's lane made ahead").
 
-    .venv/bin/python bench/agent_start.py [--rounds 15]
+    .venv/bin/python bench/agent_start.py [--rounds 15] [--real]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -65,11 +70,78 @@ def start_once(command: list[str], env: dict[str, str]) -> tuple[float, float]:
     return wall, usage.ru_utime + usage.ru_stime
 
 
+AGENT_CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "flowd-test" / "agents"
+REAL = {  # the programs' ACP commands, as tests/agents_real starts them
+    "claude-agent-acp": ("@agentclientprotocol+claude-agent-acp@0.101.0", ["claude-agent-acp"]),
+    "codex-acp": ("@agentclientprotocol+codex-acp@2.6.0", ["codex-acp"]),
+    "gemini --experimental-acp": ("@google+gemini-cli@0.61.0", ["gemini", "--experimental-acp"]),
+}
+
+
+def real_once(command: list[str]) -> tuple[float, float]:
+    """A real agent's (seconds from spawn to its `initialize` answer, CPU seconds until then)."""
+    with tempfile.TemporaryDirectory() as home:
+        env = {
+            **os.environ,
+            "HOME": home,
+            "ANTHROPIC_API_KEY": "x",
+            "OPENAI_API_KEY": "x",
+            "GEMINI_API_KEY": "x",
+        }
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(
+            command,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=env,
+            cwd=home,
+            start_new_session=True,  # its helpers too are ended below
+        )
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write((json.dumps(INITIALIZE) + "\n").encode())
+        proc.stdin.flush()
+        while line := proc.stdout.readline():
+            if json.loads(line).get("id") == 0:
+                break
+        wall = time.perf_counter() - t0
+        if not line:
+            raise SystemExit(f"{command[0]}: ended without answering `initialize`")
+        with contextlib.suppress(ProcessLookupError):  # ended already
+            os.killpg(proc.pid, signal.SIGKILL)
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        proc.stdin.close()
+        proc.stdout.close()
+    return wall, usage.ru_utime + usage.ru_stime
+
+
+def real_agents(rounds: int) -> None:
+    found = {
+        name: [str(AGENT_CACHE / folder / "node_modules" / ".bin" / argv[0]), *argv[1:]]
+        for name, (folder, argv) in REAL.items()
+        if (AGENT_CACHE / folder / "node_modules" / ".bin" / argv[0]).exists()
+    }
+    if not found:
+        print(f"no real agent program in {AGENT_CACHE}: `make test-agents` installs them")
+        return
+    for name, command in found.items():
+        runs = [real_once(command) for _ in range(rounds)]
+        wall = statistics.median(r[0] for r in runs)
+        cpu = statistics.median(r[1] for r in runs)
+        print(
+            f"{name:28} spawn → initialize answered: median {wall * 1000:7.1f} ms wall, {cpu * 1000:7.1f} ms CPU"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument(
+        "--real", action="store_true", help="also the real ACP agents `make test-agents` installs"
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         script = Path(tmp) / "agent.script.json"
@@ -102,6 +174,8 @@ def main() -> None:
         f"scripted agent vs the SDK agent: {ours_wall / sdk_wall:.2f}× wall, {ours_cpu / sdk_cpu:.2f}× CPU "
         f"({(sdk_cpu - ours_cpu) * 1000:.0f} ms of CPU saved per clone)"
     )
+    if args.real:
+        real_agents(min(args.rounds, 5))
 
 
 if __name__ == "__main__":

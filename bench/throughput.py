@@ -10,17 +10,20 @@ through the DAG, or the total coder time over 8 lanes if that is longer.
 Prints the makespan, its ratio to the lower bound (target <= 1.15) and, from the trace's
 timestamps, where each story's time went besides its coder turn (median over the stories and the
 sum over the critical path): launch (from the run's start or its last dependency's merge to the
-story's start: the scheduler, waiting for a lane) → start (worktree,
-catch-up, planner turn) → coder turn → review (gates, reviewer turn, commit) → merge (judge,
+story's start: the scheduler, waiting for a lane) → start (worktree, catch-up, planner turn) →
+coder turn → review (gates, reviewer turn, commit) → merge (judge,
 perimeter, merge, epic gates); then the run's end (the last merge to `RunEnded`). On the critical
 chain these add up to the makespan.
 
     .venv/bin/python bench/throughput.py [--seed 3] [--stories 20] [--lanes 8] [--runs 1]
-        [--window 8] [--dep-p 0.15] [--profile] [--timeline STORY]
+        [--window 8] [--dep-p 0.15] [--epic-gate-s 0] [--profile] [--timeline STORY]
 
 `--runs N` runs the same epic N times and prints each ratio and their median; `--window` and
 `--dep-p` shape the random DAG (each story depends on each of the `window` stories before it with
-probability `dep-p`); `--profile` also times flowd's steps between the agent turns
+probability `dep-p`); `--epic-gate-s S` makes the gate take S seconds on the epic (the merge
+train's candidates), as a real test suite does, and none in a lane, and counts one such gate after
+each story of the chain in the bound (a dependent starts from its dependency's gated merge);
+`--profile` also times flowd's steps between the agent turns
 (bench/step_probes.py) and prints where the critical chain's stories, and all stories, spent that
 time. The sandbox is the default one, `enforce` (Landlock), as on any Linux that offers it.
 """
@@ -28,6 +31,7 @@ time. The sandbox is the default one, `enforce` (Landlock), as on any Linux that
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import random
@@ -53,7 +57,13 @@ PHASES = ("launch", "start", "coder", "turn overhead", "review", "merge")
 
 
 def build(
-    root: Path, rng: random.Random, count: int, lanes: int, window: int = 8, dep_p: float = 0.15
+    root: Path,
+    rng: random.Random,
+    count: int,
+    lanes: int,
+    window: int = 8,
+    dep_p: float = 0.15,
+    epic_gate_s: float = 0.0,
 ) -> tuple[Scenario, dict[str, float], dict[str, list[str]]]:
     delays: dict[str, float] = {}
     deps: dict[str, list[str]] = {}
@@ -74,17 +84,23 @@ def build(
         {"id": "coders", "script": "script.json", "slots": lanes, "roles": ["coder"]},
         {"id": "helpers", "script": "script.json", "slots": lanes, "roles": ["planner", "reviewer", "judge"]},
     ]
-    settings = f'gates = ["true"]\nconcurrency = {lanes}\njudgeRounds = 1\nmaxReviewRounds = 1\n'
+    # The gate: `true`, or one that takes `epic_gate_s` on the epic (the merge train's candidates),
+    # as a real test suite does, and none in a lane.
+    gate = f'case "$PWD" in */_train/*|*/_epic) sleep {epic_gate_s:g};; esac' if epic_gate_s else "true"
+    settings = f"gates = [{json.dumps(gate)}]\nconcurrency = {lanes}\njudgeRounds = 1\nmaxReviewRounds = 1\n"
     sc = Scenario.create(root, stories, rules, settings=settings, executors=executors, epic_id="tp")
     return sc, delays, deps
 
 
-def lower_bound(delays: dict[str, float], deps: dict[str, list[str]], lanes: int) -> tuple[float, list[str]]:
-    """(the bound, the critical chain of coder turns)."""
+def lower_bound(
+    delays: dict[str, float], deps: dict[str, list[str]], lanes: int, epic_gate_s: float = 0.0
+) -> tuple[float, list[str]]:
+    """(the bound, the critical chain of coder turns, each followed by its epic gate: a dependent
+    starts from its dependency's gated merge)."""
     longest: dict[str, tuple[float, list[str]]] = {}
     for sid in sorted(delays):  # ids are in topological order
         best = max((longest[d] for d in deps[sid]), default=(0.0, []), key=lambda x: x[0])
-        longest[sid] = (best[0] + delays[sid], [*best[1], sid])
+        longest[sid] = (best[0] + delays[sid] + epic_gate_s, [*best[1], sid])
     chain_s, chain = max(longest.values(), key=lambda x: x[0])
     return max(chain_s, sum(delays.values()) / lanes), chain
 
@@ -182,9 +198,15 @@ def one_run(args: argparse.Namespace) -> float:
     load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         sc, delays, deps = build(
-            Path(tmp), random.Random(args.seed), args.stories, args.lanes, args.window, args.dep_p
+            Path(tmp),
+            random.Random(args.seed),
+            args.stories,
+            args.lanes,
+            args.window,
+            args.dep_p,
+            args.epic_gate_s,
         )
-        bound, chain = lower_bound(delays, deps, args.lanes)
+        bound, chain = lower_bound(delays, deps, args.lanes, args.epic_gate_s)
         t0 = time.perf_counter()
         cpu0 = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
         result = sc.run()
@@ -254,6 +276,9 @@ def main() -> None:
     parser.add_argument("--dep-p", type=float, default=0.15, help="the chance of each dependency")
     parser.add_argument("--runs", type=int, default=1, help="run the epic this many times")
     parser.add_argument("--target", type=float, default=1.15)
+    parser.add_argument(
+        "--epic-gate-s", type=float, default=0.0, help="the epic gate's seconds (default: `true` everywhere)"
+    )
     parser.add_argument("--profile", action="store_true", help="time flowd's steps between turns")
     parser.add_argument("--timeline", metavar="STORY", help="also print one story's events with their times")
     args = parser.parse_args()

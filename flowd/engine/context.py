@@ -119,11 +119,18 @@ class RunContext:
     # Told when a story enters the merge train (True: its lane is free) and when it is sent back
     # to work (False); the scheduler's shell sets it (docs/merging.md).
     lane_freed: Callable[[str, bool], None] | None = None
+    # Told when a story's tasks are done, its judge and merge next: its dependent's lane may be made
+    # ahead (engine/ahead.py); the scheduler's shell sets it.
+    tasks_done: Callable[[str], None] | None = None
     # Detection after every turn, gate and setup command (docs/sandbox-detection.md); None: off.
     detect: Detector | None = None
     # Finished lanes' worktrees for the next lane to take (docs/repositories.md "Worktree
     # reuse"); None: every lane adds its own and removes it (a cluster node's lanes).
     spares: Spares | None = None
+    # Stories whose branch and worktree were made ahead of their launch, while their last
+    # dependencies were in the merge train (engine/ahead.py).
+    made_ahead: set[str] = field(default_factory=set)
+    placing_ahead: dict[str, asyncio.Event] = field(default_factory=dict)  # set once it is placed, or not
     # Sparse story worktrees chosen by the run for a big checkout, not set by the user: a red gate
     # in one makes it whole and runs again, and later stories start whole (docs/repositories.md
     # "Big repositories").

@@ -20,6 +20,7 @@ from flowd.engine.core.scheduler import (
     Instruction,
     LaneFreed,
     Launch,
+    MakeAhead,
     MarkWaiting,
     Paused,
     Poll,
@@ -29,6 +30,7 @@ from flowd.engine.core.scheduler import (
     StopAll,
     StoryFinished,
     StoryStopped,
+    TasksDone,
 )
 from flowd.engine.core.scheduler import Event as SchedulerEvent
 from flowd.engine.core.stopped import when_stopped
@@ -73,12 +75,17 @@ class SchedulerShell:
         self.cancel = stop or asyncio.Event()
         self.broken = broken if broken is not None else []
         # Stories entering and leaving the merge train (docs/merging.md): a lane freed may launch one.
-        self.lanes_changed: list[LaneFreed] = []
+        self.lanes_changed: list[LaneFreed | TasksDone] = []
         self.lanes_wake = asyncio.Event()
         ctx.lane_freed = self._lane_freed
+        ctx.tasks_done = self._tasks_done
 
     def _lane_freed(self, story: str, freed: bool) -> None:
         self.lanes_changed.append(LaneFreed(story, freed))
+        self.lanes_wake.set()
+
+    def _tasks_done(self, story: str) -> None:
+        self.lanes_changed.append(TasksDone(story))
         self.lanes_wake.set()
 
     async def run(self, handle_signals: bool) -> tuple[RunOutcome, str | None]:
@@ -168,6 +175,8 @@ class SchedulerShell:
             if isinstance(step, Launch):
                 run = self.placement.run(step.story)
                 self.tasks[step.story] = asyncio.create_task(run, name=f"story {step.story}")
+            elif isinstance(step, MakeAhead):
+                self.placement.make_ahead(step.story)
             elif isinstance(step, MarkWaiting):
                 ctx.emit(StoryStatusChanged(story=step.story, status="waiting", reason=step.reason))
             elif isinstance(step, Say):

@@ -165,6 +165,23 @@ class Spares:
             self.repo.worktree_add(path, branch, start=fresh, beside=True, checkout=checkout)
         return "added"
 
+    def take_free(
+        self,
+        path: Path,
+        branch: str,
+        start: str,
+        include: Path | None = None,
+        cone: Sequence[str] | None = None,
+    ) -> bool:
+        """`take` when more than one spare is free now (none waited for, none added): a lane made
+        ahead of its launch (engine/ahead.py) leaves a spare for a lane that starts meanwhile.
+        False: it took none."""
+        with self._lock:
+            spare = self._pop_locked(for_cone=cone is not None) if len(self._free) > 1 else None
+        if spare is None:
+            return False
+        return self._move_and_reset(spare, Path(path).absolute(), branch, start, include, cone)
+
     def reserve(self, leave: int) -> Path | None:
         """A free spare for the merge train's first candidate, taken only when more than `leave`
         are free: the run's first lanes come first (a lane waits for its worktree, while the

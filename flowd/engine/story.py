@@ -103,6 +103,8 @@ class StoryRun:
 
     async def _pipeline(self) -> StoryOutcome:
         ctx, story = self.ctx, self.story.id
+        if (placing := ctx.placing_ahead.get(story)) is not None:
+            await placing.wait()  # its lane being made ahead (engine/ahead.py): that worktree is its
         # The epic head is only read under the merge lock: between a merge and its epic gates it is
         # a commit no gate has passed (and may be rolled back), which no story may start from,
         # catch up with or restore paths from. The worktree and its catch-up take it once: queued
@@ -130,6 +132,8 @@ class StoryRun:
         note: str | None = None
         while True:
             await loop.run_tasks()
+            if ctx.tasks_done is not None:
+                ctx.tasks_done(story)  # a dependent's lane may be made now (engine/ahead.py)
             if not self._approved(loop):  # an approved story was judged before it asked
                 note = await loop.judge() or note
             self._ask_approval(loop)

@@ -13,6 +13,7 @@ from flowd.engine.core.scheduler import (
     Instruction,
     LaneFreed,
     Launch,
+    MakeAhead,
     MarkWaiting,
     Poll,
     ReportBudget,
@@ -21,6 +22,7 @@ from flowd.engine.core.scheduler import (
     StopAll,
     StoryFinished,
     StoryStopped,
+    TasksDone,
 )
 from flowd.plan.model import Story, StoryPlan
 
@@ -347,3 +349,85 @@ def test_a_story_in_the_merge_train_is_still_stopped_by_a_cancel() -> None:
     # A lane freed for a story no longer running changes nothing.
     m.handle(LaneFreed("x"))
     assert m.merging == set()
+
+
+def made_ahead(instructions: list[Instruction]) -> list[str]:
+    return [i.story for i in instructions if isinstance(i, MakeAhead)]
+
+
+# base ← left, base ← right, left and right ← top; mid ← (left, other)
+WIDE = plan(
+    ("base", []),
+    ("left", ["base"]),
+    ("right", ["base"]),
+    ("other", []),
+    ("top", ["left", "right"]),
+    ("mid", ["left", "other"]),
+)
+
+
+@pytest.mark.parametrize(
+    ("p", "running", "freed", "done", "rank", "expected"),
+    [
+        (CHAIN, ["a"], ["a"], [], {}, ["b"]),  # b needs only a, now in the train
+        (CHAIN, ["a", "d"], ["d"], [], {}, []),  # d has no dependents
+        # Each story in the train makes its best-ranked dependent's lane ahead, once.
+        (DIAMOND, ["base"], ["base"], [], {"left": 1.0, "right": 2.0}, ["right"]),
+        (DIAMOND, ["base"], ["base"], [], {}, ["left"]),  # plan order breaks ties
+        # top needs left and right: made ahead once both are in the train (or merged).
+        (WIDE, ["left", "right"], ["left"], ["base"], {}, []),
+        (WIDE, ["left", "right"], ["left", "right"], ["base"], {}, ["top"]),
+        (WIDE, ["right"], ["right"], ["base", "left"], {}, ["top"]),
+        # mid waits for `other`, still at work: not made ahead.
+        (WIDE, ["left", "other"], ["left"], ["base"], {"mid": 5.0}, []),
+    ],
+)
+def test_a_story_in_the_merge_train_makes_its_next_dependents_lane_ahead(
+    p: StoryPlan,
+    running: list[str],
+    freed: list[str],
+    done: list[str],
+    rank: dict[str, float],
+    expected: list[str],
+) -> None:
+    m = machine(p, concurrency=8, rank=rank)
+    m.statuses.update({s: "done" for s in done})
+    m.running += running
+    out: list[Instruction] = []
+    for story in freed:
+        out += m.handle(LaneFreed(story))
+    assert made_ahead(out) == expected
+
+
+def test_a_lane_is_made_ahead_once_and_never_for_a_stopping_run() -> None:
+    m = machine(CHAIN)
+    assert launched(m.handle(Poll(coder_slots=4))) == ["a", "d"]
+    assert made_ahead(m.handle(LaneFreed("a"))) == ["b"]
+    # a red merge sends a back to work, and it enters the train again: b's lane is made already.
+    m.handle(LaneFreed("a", freed=False))
+    assert made_ahead(m.handle(LaneFreed("a"))) == []
+    # b still launches only when a is done, as any story.
+    assert launched(m.handle(Poll(coder_slots=4))) == []
+    assert launched(m.handle(StoryFinished("a", "done"), Poll(coder_slots=4))) == ["b"]
+    halted = machine(CHAIN)
+    halted.handle(Poll(coder_slots=4), StoryFinished("d", "done", halt="budget"))
+    assert made_ahead(halted.handle(LaneFreed("a"))) == []
+    cancelled = machine(CHAIN)
+    cancelled.handle(Poll(coder_slots=4), Cancelled())
+    assert made_ahead(cancelled.handle(LaneFreed("a"))) == []
+
+
+def test_a_story_whose_tasks_are_done_makes_its_dependents_lane_ahead_already() -> None:
+    m = machine(WIDE, concurrency=8)
+    assert launched(m.handle(Poll(coder_slots=8))) == ["base", "other"]
+    assert made_ahead(m.handle(TasksDone("base"))) == ["left"]
+    assert made_ahead(m.handle(LaneFreed("base"))) == ["right"]  # the next one, once
+    m.handle(StoryFinished("base", "done"))
+    assert launched(m.handle(Poll(coder_slots=8))) == ["left", "right"]
+    # mid needs left and other: made ahead when the second of them is that far.
+    assert made_ahead(m.handle(TasksDone("other"))) == []
+    assert made_ahead(m.handle(TasksDone("left"))) == ["mid"]
+    # A story not running tells nothing; a finished one is forgotten.
+    assert made_ahead(m.handle(TasksDone("top"))) == []
+    m.handle(StoryFinished("other", "done"))
+    assert "other" not in m.tasks_done

@@ -10,6 +10,12 @@ Rules (docs/architecture.md: one run):
 - Ready stories (every dependency done) launch by critical-path rank, plan order breaking ties,
   up to min(concurrency, coder slots) at once (at least one slot). A story waiting in the merge
   train holds no slot (`LaneFreed`): its lane's work is done (docs/merging.md).
+- A story whose tasks are done (it is judged and merged next: `TasksDone`) or that waits in the
+  merge train, with a dependent that needs nothing else to be ready (its other dependencies
+  done, or as far as this one), has that dependent's lane made ahead (`MakeAhead`: its worktree
+  at the epic's green head, its planner's agent started), the highest-ranked one, once: it
+  launches as any story does when its dependencies are done, its start no longer waiting for a
+  worktree and an agent (docs/performance.md "A dependent's lane made ahead").
 - Nothing launches once the run is halted, failed fast or cancelled; a spent epic budget halts the
   run when a story would launch.
 - A story that did not finish puts its transitive dependents in `waiting for <id>`; a failed one
@@ -102,13 +108,28 @@ class LaneFreed:
     freed: bool = True
 
 
-Event = Poll | StoryFinished | StoryStopped | Cancelled | Paused | Answered | LaneFreed
+@dataclass(frozen=True)
+class TasksDone:
+    """`story`'s tasks are done: its judge and the merge train come next (a judge's findings or a
+    red merge may still send it back to work)."""
+
+    story: str
+
+
+Event = Poll | StoryFinished | StoryStopped | Cancelled | Paused | Answered | LaneFreed | TasksDone
 
 # -- instructions --------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class Launch:
+    story: str
+
+
+@dataclass(frozen=True)
+class MakeAhead:
+    """Make `story`'s lane ahead of its launch: its last dependencies are in the merge train."""
+
     story: str
 
 
@@ -148,7 +169,7 @@ class AskPerson:
     detail: str
 
 
-Instruction = Launch | MarkWaiting | Say | ReportBudget | StopAll | End | AskPerson
+Instruction = Launch | MakeAhead | MarkWaiting | Say | ReportBudget | StopAll | End | AskPerson
 
 
 @dataclass
@@ -170,6 +191,8 @@ class Scheduler:
     last_summary: str = ""
     paused: dict[str, str] = field(default_factory=dict)  # story → why it waits on a person
     run_paused: str | None = None  # why the whole run waits on a person (the epic budget)
+    ahead: set[str] = field(default_factory=set)  # stories whose lane was made ahead
+    tasks_done: set[str] = field(default_factory=set)  # running, its tasks done (`TasksDone`)
 
     def handle(self, *events: Event) -> list[Instruction]:
         """Apply `events` in order; the instructions they call for, in order."""
@@ -185,9 +208,14 @@ class Scheduler:
                 out += self._paused(event)
             elif isinstance(event, Answered):
                 out += self._answered(event)
+            elif isinstance(event, TasksDone):
+                if event.story in self.running:
+                    self.tasks_done.add(event.story)
+                    out += self._make_ahead(event.story)
             elif isinstance(event, LaneFreed):
                 if event.freed and event.story in self.running:
                     self.merging.add(event.story)
+                    out += self._make_ahead(event.story)
                 else:
                     self.merging.discard(event.story)
             else:
@@ -232,6 +260,24 @@ class Scheduler:
                 f"{len(self.running)} running (concurrency {self.concurrency}); {left} ready, waiting for a slot"
             )
         return out
+
+    def _make_ahead(self, story: str) -> list[Instruction]:
+        """The highest-ranked dependent of `story` (its tasks done, or in the merge train) that
+        is ready once it and the others that far are merged, its lane not made ahead before."""
+        if self.halted or self.failed_fast or self.cancelled or self.run_paused or self.ended:
+            return []
+        done = {s for s, status in self.statuses.items() if status == "done"} | self.merging | self.tasks_done
+        busy = {*self.statuses, *self.running, *self.waiting, *self.paused, *self.ahead}
+        candidates = [
+            s.id
+            for s in self.plan.stories
+            if story in s.depends_on and s.id not in busy and all(d in done for d in s.depends_on)
+        ]
+        if not candidates:
+            return []
+        chosen = launch_order(self.plan, candidates, self.rank)[0]
+        self.ahead.add(chosen)
+        return [MakeAhead(chosen)]
 
     def _summary(self, text: str) -> list[Instruction]:
         if text == self.last_summary:
@@ -285,6 +331,7 @@ class Scheduler:
         if story in self.running:
             self.running.remove(story)
         self.merging.discard(story)
+        self.tasks_done.discard(story)
 
     @property
     def _stopping_for_good(self) -> bool:

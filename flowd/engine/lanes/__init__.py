@@ -10,9 +10,11 @@ each lane on a Ray cluster and merges what it pushed.
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
+from flowd.engine.ahead import give_back_unused, make_ahead
 from flowd.engine.context import RunContext
 from flowd.engine.core.outcome import StoryOutcome
 from flowd.engine.story import StoryRun
@@ -22,6 +24,10 @@ from flowd.events.model import Info
 class Placement(Protocol):
     async def run(self, story: str) -> StoryOutcome:
         """Run one story to its outcome (merged, failed, waiting); cancellable."""
+        ...
+
+    def make_ahead(self, story: str) -> None:
+        """Prepare `story`'s lane ahead of its launch, in the background (engine/ahead.py)."""
         ...
 
     async def aclose(self) -> None:
@@ -39,6 +45,9 @@ class LocalPlacement:
     async def run(self, story: str) -> StoryOutcome:
         return await StoryRun(self.ctx, self.ctx.plan.require(story), later=self._run_later).run()
 
+    def make_ahead(self, story: str) -> None:
+        self._run_later(functools.partial(make_ahead, self.ctx, story))
+
     def _run_later(self, work: Callable[[], Awaitable[None]]) -> None:
         """A merged story's lane ending, off its dependents' way (docs/performance.md: throughput)."""
         task = asyncio.ensure_future(work())
@@ -48,11 +57,15 @@ class LocalPlacement:
     def _done_later(self, task: asyncio.Future[None]) -> None:
         self._later.discard(task)
         if not task.cancelled() and task.exception() is not None:
-            self.ctx.emit(Info(message=f"a merged story's clean-up failed: {task.exception()}"))
+            self.ctx.emit(Info(message=f"a lane's work off the critical chain failed: {task.exception()}"))
 
     async def aclose(self) -> None:
         if self._later:
             await asyncio.gather(*list(self._later), return_exceptions=True)
+        try:
+            await give_back_unused(self.ctx)
+        except Exception as exc:  # a spare is only a shortcut: said, not raised
+            self.ctx.emit(Info(message=f"a lane made ahead could not be given back: {exc}"))
 
 
 async def open_placement(ctx: RunContext, prestart: int = 0) -> Placement:

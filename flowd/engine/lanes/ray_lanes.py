@@ -127,6 +127,9 @@ class RayPlacement:
             ctx.merge_train().elsewhere = lanes.gates
         return lanes
 
+    def make_ahead(self, story: str) -> None:
+        """Nothing: a lane on the cluster is placed whole when it launches (docs/scale-out.md)."""
+
     async def aclose(self) -> None:
         if self.gates is not None:
             await self.gates.aclose()
