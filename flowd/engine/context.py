@@ -128,9 +128,10 @@ class RunContext:
     # reuse"); None: every lane adds its own and removes it (a cluster node's lanes).
     spares: Spares | None = None
     # Stories whose branch and worktree were made ahead of their launch, while their last
-    # dependencies were in the merge train (engine/ahead.py).
+    # dependencies were judged or in the merge train (engine/ahead.py); and those being made,
+    # each event set once it is over (its `prepare` waits for it).
     made_ahead: set[str] = field(default_factory=set)
-    placing_ahead: dict[str, asyncio.Event] = field(default_factory=dict)  # set once it is placed, or not
+    placing_ahead: dict[str, asyncio.Event] = field(default_factory=dict)
     # Sparse story worktrees chosen by the run for a big checkout, not set by the user: a red gate
     # in one makes it whole and runs again, and later stories start whole (docs/repositories.md
     # "Big repositories").

@@ -108,28 +108,36 @@ def test_uncommitted_work_is_never_made_a_spare(tmp_path: Path) -> None:
     assert spares.give(wt, "story/ep/a", force=True) is None and not repo.branch_exists("story/ep/a")
 
 
-def test_a_take_waits_for_a_worktree_on_its_way_back(tmp_path: Path) -> None:
-    # A merged story gives its worktree back after its dependents launched (engine/story.py):
-    # with no spare free, the next lane takes that one once it comes, rather than adding one.
-    repo = _repo(tmp_path)
-    lanes = tmp_path / "repo.flowd" / "ep"
-    spares, wt = _used(repo, lanes)
-    git(wt, *ID, "commit", "-q", "--allow-empty", "-m", "more")
+def _take_while_given_back(spares: Spares, wt: Path, lanes: Path) -> tuple[str, str | None]:
+    """Story b's `take` while another thread gives `wt` back a moment later, as a merged story's
+    lane ends after its dependents launched (engine/story.py): (how b was made, what the give said)."""
     spares.expect()
+    said: list[str | None] = []
 
     def give_later() -> None:
         time.sleep(0.3)
         try:
-            assert spares.give(wt) is None
+            said.append(spares.give(wt))
         finally:
             spares.arrived()
 
     giver = threading.Thread(target=give_later)
     giver.start()
     try:
-        assert spares.take(lanes / "b", "story/ep/b", "main") == "reused"
+        how = spares.take(lanes / "b", "story/ep/b", "main")
     finally:
         giver.join()
+    return how, said[0]
+
+
+def test_a_take_waits_for_a_worktree_on_its_way_back(tmp_path: Path) -> None:
+    # With no spare free, the next lane takes the one on its way back once it comes, rather than
+    # adding a worktree.
+    repo = _repo(tmp_path)
+    lanes = tmp_path / "repo.flowd" / "ep"
+    spares, wt = _used(repo, lanes)
+    git(wt, *ID, "commit", "-q", "--allow-empty", "-m", "more")
+    assert _take_while_given_back(spares, wt, lanes) == ("reused", None)
     assert not wt.exists() and [w.path.name for w in repo.worktrees()] == ["repo", "b"]
 
 
@@ -137,22 +145,9 @@ def test_a_give_in_flight_that_brings_no_spare_lets_the_take_add_one(tmp_path: P
     repo = _repo(tmp_path)
     lanes = tmp_path / "repo.flowd" / "ep"
     spares, wt = _used(repo, lanes)
-    (wt / "work.txt").write_text("someone's\n", encoding="utf-8")
-    spares.expect()
-
-    def kept_where_it_was() -> None:
-        time.sleep(0.2)
-        try:
-            assert spares.give(wt) is not None  # uncommitted work: no spare
-        finally:
-            spares.arrived()
-
-    giver = threading.Thread(target=kept_where_it_was)
-    giver.start()
-    try:
-        assert spares.take(lanes / "b", "story/ep/b", "main") == "added"
-    finally:
-        giver.join()
+    (wt / "work.txt").write_text("someone's\n", encoding="utf-8")  # uncommitted work: no spare
+    how, kept = _take_while_given_back(spares, wt, lanes)
+    assert how == "added" and kept is not None and "uncommitted" in kept
     assert (wt / "work.txt").is_file()
 
 

@@ -128,7 +128,8 @@ class Launch:
 
 @dataclass(frozen=True)
 class MakeAhead:
-    """Make `story`'s lane ahead of its launch: its last dependencies are in the merge train."""
+    """Make `story`'s lane ahead of its launch: its last dependencies have their tasks done or
+    wait in the merge train (engine/ahead.py)."""
 
     story: str
 
