@@ -123,7 +123,9 @@ class Project:
     plan: Path
 
     @classmethod
-    def create(cls, root: Path, executors: list[dict[str, Any]], settings: str = "") -> Project:
+    def create(
+        cls, root: Path, executors: list[dict[str, Any]], settings: str = "", *, chain: bool = False
+    ) -> Project:
         repo = root / "repo"
         repo.mkdir(parents=True)
         (repo / "README.md").write_text("# sample\n", encoding="utf-8")
@@ -136,7 +138,7 @@ class Project:
                 "title": f"Story {sid}",
                 "description": f"Build the {sid} module.",
                 "owned": [f"{sid}/"],
-                "dependsOn": [],
+                "dependsOn": ["alpha"] if chain and sid == "beta" else [],  # `chain`: beta after alpha
             }
             for sid in ("alpha", "beta")
         ]

@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from flowd.events.model import RunEnded, StoryMerged, TokensUsed, ToolUse
+from flowd.engine.spares import fill
+from flowd.events.model import Info, RunEnded, StoryMerged, TokensUsed, ToolUse
 from flowd.programs.table import program_of
+from flowd.vcs.gitops import Repo
 from tests.agents_real.harness import PROGRAMS, Project, entry, match_usage, run_to_end
 from tests.model_stub import Delay, ModelStub
 
@@ -93,3 +95,25 @@ def epic_billed_in_full(
     assert named == ([] if hidden.hidden is None else [(program, hidden.name)]), named
     assert (hidden.hidden is not None) == ("flowd cannot see" in cost.stdout), cost.stdout
     return late
+
+
+def test_a_lane_made_ahead_serves_its_story_with_the_agent_it_started(
+    installed: dict[str, Path], stub: ModelStub, tmp_path: Path
+) -> None:
+    """beta depends on alpha: its lane is made while alpha is judged and merged (engine/ahead.py),
+    claude-agent-acp started there confined, and beta's story runs in it to `done`, every token
+    billed. Spares kept from an earlier run (made here as that run's after-run process makes them)
+    are what a lane made ahead takes."""
+    program = "claude-agent-acp"
+    spec = {**entry(program, installed, stub.url, tmp_path / "home"), "slots": 2}
+    project = Project.create(tmp_path, [spec], chain=True)
+    assert fill(Repo(project.repo), project.repo.parent / "repo.flowd", 4) == 4
+    run_id = run_to_end(project, program)
+    events = [e.event for e in project.events(run_id)]
+    assert [e.outcome for e in events if isinstance(e, RunEnded)] == ["done"]
+    said = [e.message for e in events if isinstance(e, Info) and e.lane == "beta"]
+    assert any("its worktree is a used one" in m and "(reset)" in m for m in said), said
+    matched = match_usage(project.events(run_id), stub.served())
+    assert not matched.unmatched_turns and not matched.unmatched_requests, matched
+    traced = sum(e.usage.total for e in events if isinstance(e, TokensUsed) and not e.estimated)
+    assert traced == sum(e.input + e.output for e in stub.served())
