@@ -1,12 +1,13 @@
 """A dependent's lane made ahead of its launch (docs/performance.md "A dependent's lane made
-ahead"). When a story's tasks are done (its judge and merge next) or it waits in the merge train,
-and a dependent needs nothing else to be ready (the scheduler's `MakeAhead`), that dependent's
-branch and worktree are made at the epic's green head from a free spare, and its planner's agent
-is started confined to that worktree (its coder's starts when it leases it, while it plans).
-Nothing is recorded and nothing is said: the story is not started. When its dependencies land it
-launches as any story does; its `prepare` finds the worktree at its place and resets it there
-(only what the merges since changed is written), and its first turn finds its agent running,
-which for a real agent is seconds off the critical chain.
+ahead"). When a story's tasks are done (its judge and merge next; unless it then waits for a
+person's approval) or it enters the merge train, and a dependent needs nothing else to be ready
+(the scheduler's `MakeAhead`), that dependent's branch and worktree are made at the epic's green
+head from a free spare, and its planner's agent is started confined to that worktree (its
+coder's starts when it leases it, while it plans). Nothing is recorded and nothing is said: the
+story is not started. When its dependencies land it launches as any story does; its `prepare`
+finds the worktree at its place and resets it there (only what the merges since changed is
+written), and its first turn finds its agent running: 0.35-1.5 s of a real agent's start off the
+critical chain.
 
 A lane made ahead whose story never launched (a dependency failed) is given back when the run ends;
 a run killed meanwhile leaves a branch with no state, which the next run discards as any such

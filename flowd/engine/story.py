@@ -132,8 +132,10 @@ class StoryRun:
         note: str | None = None
         while True:
             await loop.run_tasks()
-            if ctx.tasks_done is not None:
-                ctx.tasks_done(story)  # a dependent's lane may be made now (engine/ahead.py)
+            if ctx.tasks_done is not None and not self._approval_due(loop):
+                # A dependent's lane may be made now (engine/ahead.py); not for a story about to
+                # wait for a person's approval, maybe for hours: then when it enters the train.
+                ctx.tasks_done(story)
             if not self._approved(loop):  # an approved story was judged before it asked
                 note = await loop.judge() or note
             self._ask_approval(loop)

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
+from flowd.engine.spares import fill
+from flowd.vcs.gitops import Repo
 from tests.engine.scenario import FLOWD, Scenario, coder, git, kill_group, story
 from tests.engine.test_pause_run import Event, answer, finish, read_until, status_of
 
@@ -216,3 +219,28 @@ def test_resumed_without_merge_in_pause_on_a_waiting_story_merges(tmp_path: Path
         kill_group(second)
     assert not of(again, "StoryPaused")
     assert epic_text(sc, "a.txt") == "hello\n"
+
+
+def test_no_lane_is_made_ahead_for_a_dependent_while_a_story_waits_for_approval(tmp_path: Path) -> None:
+    # Spares kept from an earlier run (made as its after-run process makes them): a lane made
+    # ahead would take one. Waiting for a person (maybe hours) makes none; entering the merge
+    # train once approved does (engine/ahead.py).
+    sc = approve_scenario(tmp_path)
+    assert fill(Repo(sc.repo), sc.worktree_root, 4) == 4
+    process = sc.spawn("--pause-on", "merge", "--run-id", "r1")
+    seen: list[Event] = []
+    try:
+        assert read_until(process, seen, "StoryPaused")["lane"] == "a"
+        # Made ahead, b's worktree would be there within a tenth of a second: watched for 2 s.
+        watched = time.monotonic() + 2.0
+        while time.monotonic() < watched:
+            assert not (sc.worktree_root / "ep" / "b").exists(), "b's lane made while a waits"
+            time.sleep(0.05)
+        assert answer(sc, "r1", "--story", "a", "approve").returncode == 0
+        assert read_until(process, seen, "StoryPaused")["lane"] == "b"
+        assert answer(sc, "r1", "--story", "b", "approve").returncode == 0
+        assert finish(process, seen) == 0
+    finally:
+        kill_group(process)
+    said = [e["message"] for e in of(seen, "Info", "b")]
+    assert any("its worktree is a used one" in m and "(reset)" in m for m in said), said
