@@ -80,6 +80,7 @@ class Spares:
         self._lock = threading.Lock()
         self._given = threading.Condition(self._lock)  # a spare came, or a give in flight ended
         self._coming = 0  # gives in flight (`expect`): a lane's worktree on its way back
+        self.waiting = 0  # lanes waiting for one of those (under the lock; tests watch it)
         self._free: list[Path] = []
         self._sparse: dict[str, bool] = {}  # whether a free spare is a sparse checkout (by its path)
 
@@ -176,18 +177,17 @@ class Spares:
         """`take` when more than one spare is free now (none waited for, none added): a lane made
         ahead of its launch (engine/ahead.py) leaves a spare for a lane that starts meanwhile.
         False: it took none."""
-        with self._lock:
-            spare = self._pop_locked(for_cone=cone is not None) if len(self._free) > 1 else None
+        spare = self.reserve(1, for_cone=cone is not None)
         if spare is None:
             return False
         return self._move_and_reset(spare, Path(path).absolute(), branch, start, include, cone)
 
-    def reserve(self, leave: int) -> Path | None:
-        """A free spare for the merge train's first candidate, taken only when more than `leave`
-        are free: the run's first lanes come first (a lane waits for its worktree, while the
-        train's is made beside the lanes' work)."""
+    def reserve(self, leave: int, *, for_cone: bool = False) -> Path | None:
+        """A free spare taken only when more than `leave` are free (the merge train's first
+        candidate, a lane made ahead): the lanes that start come first (a lane waits for its
+        worktree, while these are made beside the lanes' work)."""
         with self._lock:
-            return self._pop_locked(for_cone=False) if len(self._free) > leave else None
+            return self._pop_locked(for_cone=for_cone) if len(self._free) > leave else None
 
     def take_detached(self, spare: Path, path: Path, commit: str) -> bool:
         """The `reserve`d `spare` moved to `path` and reset to `commit`, detached and whole (the
@@ -227,8 +227,12 @@ class Spares:
         with self._given:
             while (spare := self._pop_locked(for_cone=for_cone)) is None and self._coming > 0:
                 left = deadline - time.monotonic()
-                if left <= 0 or not self._given.wait(left):
-                    return self._pop_locked(for_cone=for_cone)
+                self.waiting += 1
+                try:
+                    if left <= 0 or not self._given.wait(left):
+                        return self._pop_locked(for_cone=for_cone)
+                finally:
+                    self.waiting -= 1
             return spare
 
     def expect(self) -> None:

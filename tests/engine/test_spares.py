@@ -112,22 +112,22 @@ def _take_while_given_back(spares: Spares, wt: Path, lanes: Path) -> tuple[str, 
     """Story b's `take` while another thread gives `wt` back a moment later, as a merged story's
     lane ends after its dependents launched (engine/story.py): (how b was made, what the give said)."""
     spares.expect()
-    said: list[str | None] = []
-
-    def give_later() -> None:
-        time.sleep(0.3)
+    made: list[str] = []
+    taker = threading.Thread(target=lambda: made.append(spares.take(lanes / "b", "story/ep/b", "main")))
+    taker.start()
+    try:
+        # The give comes only once b's take waits for it (on a busy machine the take may start late).
+        deadline = time.monotonic() + 30
+        while spares.waiting == 0 and taker.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert spares.waiting == 1, "b's take did not wait for the worktree on its way back"
         try:
-            said.append(spares.give(wt))
+            said = spares.give(wt)
         finally:
             spares.arrived()
-
-    giver = threading.Thread(target=give_later)
-    giver.start()
-    try:
-        how = spares.take(lanes / "b", "story/ep/b", "main")
     finally:
-        giver.join()
-    return how, said[0]
+        taker.join()
+    return made[0], said
 
 
 def test_a_take_waits_for_a_worktree_on_its_way_back(tmp_path: Path) -> None:
