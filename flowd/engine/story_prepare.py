@@ -63,10 +63,10 @@ def _start(run: StoryRun, digest: str) -> None:
     exists = repo.branch_exists(run.branch)
     # A branch with no state: a run killed between creating it and saving its state; or made
     # ahead by this run (engine/ahead.py), its worktree reset in place below.
-    if run.story.id in ctx.made_ahead and (run.worktree / ".git").is_file():
-        choice = OnFreshBranch.NEW
-    else:
-        choice = on_fresh_branch(exists, exists and repo.is_ancestor(run.branch, ctx.epic_branch))
+    ahead = run.story.id in ctx.made_ahead and (run.worktree / ".git").is_file()
+    choice = on_fresh_branch(
+        exists, exists and not ahead and repo.is_ancestor(run.branch, ctx.epic_branch), ahead
+    )
     if choice is OnFreshBranch.DISCARD:
         _discard(run, run.worktree, run.branch)
     elif choice is OnFreshBranch.REUSE:

@@ -44,6 +44,12 @@ def test_on_fresh_branch(exists: bool, in_epic: bool, expected: OnFreshBranch) -
     assert on_fresh_branch(exists, in_epic) is expected
 
 
+@pytest.mark.parametrize(("exists", "in_epic"), [(True, True), (True, False), (False, False)])
+def test_a_branch_made_ahead_by_this_run_is_the_storys_start(exists: bool, in_epic: bool) -> None:
+    # Not discarded as a killed run's leftover, nor kept as work: reset in place (engine/ahead.py).
+    assert on_fresh_branch(exists, in_epic, made_ahead=True) is OnFreshBranch.NEW
+
+
 @pytest.mark.parametrize(
     ("base", "head", "in_epic", "expected"),
     [

@@ -42,13 +42,15 @@ def on_state(state: SavedState | None, digest: str) -> OnState:
 
 
 class OnFreshBranch(Enum):
-    NEW = "new"  # no branch: create it at the epic head
+    NEW = "new"  # no branch, or one this run made ahead: (re)made at the epic head
     DISCARD = "discard"  # a branch the epic already contains: nothing of it to keep, start afresh
     REUSE = "reuse"  # a branch with work the epic lacks: keep it
 
 
-def on_fresh_branch(branch_exists: bool, contained_in_epic: bool) -> OnFreshBranch:
-    if not branch_exists:
+def on_fresh_branch(branch_exists: bool, contained_in_epic: bool, made_ahead: bool = False) -> OnFreshBranch:
+    """`made_ahead`: this run made the branch and its worktree before the story launched
+    (engine/ahead.py): they are its start, moved to the epic head in place."""
+    if not branch_exists or made_ahead:
         return OnFreshBranch.NEW
     return OnFreshBranch.DISCARD if contained_in_epic else OnFreshBranch.REUSE
 
